@@ -1,0 +1,295 @@
+//! Logical devices: created from requirements, or adopted from the application.
+
+use std::ffi::{CString, c_void};
+use std::fmt;
+use std::sync::Arc;
+
+use ash::vk;
+
+use crate::adapter::Adapter;
+use crate::arm::ArmFns;
+use crate::caps::Capabilities;
+use crate::error::{Error, VkError, VkResultExt};
+use crate::features::{ChainScope, FeatureChain};
+use crate::instance::Instance;
+use crate::queue::{DefaultQueueLock, Queue, QueueLock};
+use crate::requirements::{Enabled, Requirements};
+
+/// A logical device with one queue. Cheap to clone. When `vk-core` created it, it is destroyed
+/// after the last clone and the last object made from it are dropped; an adopted device is
+/// never destroyed by `vk-core`.
+#[derive(Clone)]
+pub struct Device {
+    shared: Arc<DeviceShared>,
+}
+
+/// Called when the last reference to an adopted device goes away.
+pub type DropCallback = Box<dyn FnOnce() + Send + Sync>;
+
+enum Ownership {
+    Owned,
+    Borrowed(Option<DropCallback>),
+}
+
+struct DeviceShared {
+    // Field order is drop order: the queue and tables go before the instance Arc.
+    raw: ash::Device,
+    queue: Queue,
+    arm: Option<ArmFns>,
+    enabled: Enabled,
+    caps: Arc<Capabilities>,
+    physical: vk::PhysicalDevice,
+    ownership: Ownership,
+    instance: Instance,
+}
+
+impl Drop for DeviceShared {
+    fn drop(&mut self) {
+        match &mut self.ownership {
+            Ownership::Owned => {
+                // SAFETY: every object created from this device holds an `Arc` of it, so none
+                // is alive; work they submitted was waited for by their own fences. The device
+                // is ours and is destroyed once.
+                unsafe { self.raw.destroy_device(None) };
+            }
+            Ownership::Borrowed(callback) => {
+                if let Some(cb) = callback.take() {
+                    cb();
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("raw", &self.shared.raw.handle())
+            .field("name", &self.shared.caps.name)
+            .field("queue", &self.shared.queue)
+            .field("owned", &matches!(self.shared.ownership, Ownership::Owned))
+            .finish()
+    }
+}
+
+fn scope_for<'a>(enabled: &'a Enabled, has: &'a dyn Fn(&std::ffi::CStr) -> bool) -> ChainScope<'a> {
+    ChainScope {
+        api_version: enabled.api_version,
+        extensions: has,
+    }
+}
+
+impl Device {
+    pub(crate) fn create(adapter: &Adapter, requirements: &Requirements) -> Result<Device, Error> {
+        let caps = adapter.capabilities();
+        let enabled = requirements
+            .resolve(caps)
+            .map_err(|missing| Error::Unsupported {
+                device: caps.name.clone(),
+                requester: requirements.requester.clone(),
+                missing,
+            })?;
+
+        let has = |n: &std::ffi::CStr| enabled.has_extension(n);
+        let scope = scope_for(&enabled, &has);
+        let mut chain = FeatureChain::with(enabled.features, &scope);
+        let head: *const vk::PhysicalDeviceFeatures2<'static> = chain.link(&scope);
+
+        let priorities = [1.0f32];
+        let queue_info = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(enabled.queue_family)
+            .queue_priorities(&priorities)];
+        let ext_names: Vec<CString> = enabled
+            .extensions
+            .iter()
+            .filter_map(|e| CString::new(e.as_str()).ok())
+            .collect();
+        let ext_ptrs: Vec<*const std::ffi::c_char> = ext_names.iter().map(|e| e.as_ptr()).collect();
+        let mut info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_info)
+            .enabled_extension_names(&ext_ptrs);
+        info.p_next = head as *const c_void;
+
+        let instance = adapter.instance();
+        // SAFETY: `info` and everything it points to (the feature chain in `chain`, names,
+        // priorities) live across the call; features and extensions were checked against the
+        // device; the chain carries only structures the device knows.
+        let raw = unsafe { instance.raw().create_device(adapter.raw(), &info, None) }
+            .vk("vkCreateDevice")?;
+        drop(chain);
+
+        // SAFETY: the family was requested above with one queue.
+        let queue_raw = unsafe { raw.get_device_queue(enabled.queue_family, 0) };
+        let arm = match ArmFns::load_if_enabled(instance.raw(), &raw, &enabled) {
+            Ok(arm) => arm,
+            Err(e) => {
+                // SAFETY: nothing was created from `raw` yet.
+                unsafe { raw.destroy_device(None) };
+                return Err(e);
+            }
+        };
+        let queue = Queue::new(
+            raw.clone(),
+            queue_raw,
+            enabled.queue_family,
+            0,
+            Arc::new(DefaultQueueLock::default()),
+        );
+        log::debug!(
+            "device created on '{}': family {}, extensions {:?}, features [{}]",
+            caps.name,
+            enabled.queue_family,
+            enabled.extensions,
+            enabled.features
+        );
+        Ok(Device {
+            shared: Arc::new(DeviceShared {
+                raw,
+                queue,
+                arm,
+                enabled,
+                caps: Arc::new(caps.clone()),
+                physical: adapter.raw(),
+                ownership: Ownership::Owned,
+                instance: instance.clone(),
+            }),
+        })
+    }
+
+    /// Adopts a device (and one of its queues) that the application created and keeps owning.
+    ///
+    /// `enabled` describes what the application enabled at creation (Vulkan cannot be asked);
+    /// it is what [`Device::check`] compares requirements against. `queue_lock` is the lock the
+    /// application uses for that queue, if it submits to it too; without one, `vk-core` assumes
+    /// it is the queue's only user. `on_drop` runs when the last `vk-core` reference is gone.
+    ///
+    /// # Safety
+    /// - `raw` must be a valid device created from `adapter`'s physical device, with the
+    ///   extensions and features listed in `enabled`, and a queue at
+    ///   (`enabled.queue_family`, `queue_index`).
+    /// - `raw` must stay valid until `on_drop` runs (or, without a callback, until every
+    ///   `vk-core` object made from it is dropped). `vk-core` never destroys it.
+    /// - If anything else submits to that queue, `queue_lock` must be the lock it uses.
+    pub unsafe fn from_raw(
+        adapter: &Adapter,
+        raw: vk::Device,
+        enabled: Enabled,
+        queue_index: u32,
+        queue_lock: Option<Arc<dyn QueueLock>>,
+        on_drop: Option<DropCallback>,
+    ) -> Result<Device, Error> {
+        let family = adapter
+            .capabilities()
+            .queue_families
+            .get(enabled.queue_family as usize)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "queue family {} does not exist: the device has {}",
+                    enabled.queue_family,
+                    adapter.capabilities().queue_families.len()
+                ))
+            })?;
+        if queue_index >= family.count {
+            return Err(Error::InvalidArgument(format!(
+                "queue index {queue_index} is out of range: family {} has {} queue(s)",
+                family.index, family.count
+            )));
+        }
+        let mut enabled = enabled;
+        enabled.queue_caps = family.caps;
+        let instance = adapter.instance();
+        // SAFETY: the caller guarantees `raw` is a live device of this instance.
+        let device = unsafe { ash::Device::load(instance.raw().fp_v1_0(), raw) };
+        // SAFETY: the caller guarantees the queue exists.
+        let queue_raw = unsafe { device.get_device_queue(enabled.queue_family, queue_index) };
+        let arm = ArmFns::load_if_enabled(instance.raw(), &device, &enabled)?;
+        let queue = Queue::new(
+            device.clone(),
+            queue_raw,
+            enabled.queue_family,
+            queue_index,
+            queue_lock.unwrap_or_else(|| Arc::new(DefaultQueueLock::default())),
+        );
+        Ok(Device {
+            shared: Arc::new(DeviceShared {
+                raw: device,
+                queue,
+                arm,
+                enabled,
+                caps: Arc::new(adapter.capabilities().clone()),
+                physical: adapter.raw(),
+                ownership: Ownership::Borrowed(on_drop),
+                instance: instance.clone(),
+            }),
+        })
+    }
+
+    /// The `ash` device.
+    pub fn raw(&self) -> &ash::Device {
+        &self.shared.raw
+    }
+
+    /// The raw physical device handle.
+    pub fn physical(&self) -> vk::PhysicalDevice {
+        self.shared.physical
+    }
+
+    /// The instance.
+    pub fn instance(&self) -> &Instance {
+        &self.shared.instance
+    }
+
+    /// The physical device's capabilities.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.shared.caps
+    }
+
+    /// What is enabled on this device.
+    pub fn enabled(&self) -> &Enabled {
+        &self.shared.enabled
+    }
+
+    /// The device's queue.
+    pub fn queue(&self) -> &Queue {
+        &self.shared.queue
+    }
+
+    /// Entry points of `VK_ARM_tensors` and `VK_ARM_data_graph`, when enabled.
+    pub fn arm(&self) -> Option<&ArmFns> {
+        self.shared.arm.as_ref()
+    }
+
+    /// Whether `vk-core` created (and will destroy) this device.
+    pub fn is_owned(&self) -> bool {
+        matches!(self.shared.ownership, Ownership::Owned)
+    }
+
+    /// Whether two values are the same `VkDevice`.
+    pub fn same_as(&self, other: &Device) -> bool {
+        self.shared.raw.handle() == other.shared.raw.handle()
+    }
+
+    /// Checks `requirements` against what this device has enabled (for reuse of an existing
+    /// device); the error names every missing item.
+    pub fn check(&self, requirements: &Requirements) -> Result<(), Error> {
+        requirements
+            .check_enabled(&self.shared.enabled)
+            .map_err(|missing| Error::Unsupported {
+                device: self.shared.caps.name.clone(),
+                requester: requirements.requester.clone(),
+                missing,
+            })
+    }
+
+    /// Waits for `fence`, up to `timeout_ns`. Counts (and, in debug builds, asserts against)
+    /// waits that begin while this thread holds a queue guard.
+    ///
+    /// # Safety
+    /// `fence` must be a live fence created from this device.
+    pub unsafe fn wait_for_fence(&self, fence: vk::Fence, timeout_ns: u64) -> Result<(), VkError> {
+        self.shared.queue.stats().note_wait();
+        // SAFETY: `fence` is a live fence of this device (caller's contract).
+        unsafe { self.shared.raw.wait_for_fences(&[fence], true, timeout_ns) }
+            .vk("vkWaitForFences")
+    }
+}

@@ -1,0 +1,131 @@
+//! Error types of `vk-core`.
+//!
+//! One small enum per concern, every message carrying the numbers or names involved.
+
+use ash::vk;
+
+use crate::requirements::Missing;
+
+/// A failed Vulkan call, with the entry point that returned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{call} failed: {result}")]
+pub struct VkError {
+    /// The Vulkan entry point, e.g. `vkCreateDevice`.
+    pub call: &'static str,
+    /// The result code it returned.
+    pub result: vk::Result,
+}
+
+impl VkError {
+    /// Wraps `result` as returned by `call`.
+    pub fn new(call: &'static str, result: vk::Result) -> Self {
+        Self { call, result }
+    }
+
+    /// Whether the device was lost (`VK_ERROR_DEVICE_LOST`): nothing on it can be used further.
+    pub fn is_device_lost(&self) -> bool {
+        self.result == vk::Result::ERROR_DEVICE_LOST
+    }
+
+    /// Whether the call ran out of host or device memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self.result,
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY | vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+        )
+    }
+}
+
+/// Extension trait turning `ash` results into [`VkError`]s that name the call.
+pub(crate) trait VkResultExt<T> {
+    fn vk(self, call: &'static str) -> Result<T, VkError>;
+}
+
+impl<T> VkResultExt<T> for Result<T, vk::Result> {
+    fn vk(self, call: &'static str) -> Result<T, VkError> {
+        self.map_err(|result| VkError::new(call, result))
+    }
+}
+
+/// Everything that can go wrong in `vk-core`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Vulkan loader library could not be opened.
+    #[error(
+        "the Vulkan loader (libvulkan) could not be loaded: {detail}; install a Vulkan loader \
+         and a driver (Debian/Ubuntu: `apt-get install libvulkan1 mesa-vulkan-drivers`, \
+         which includes the lavapipe CPU driver)"
+    )]
+    LoaderNotFound {
+        /// What the dynamic loader said.
+        detail: String,
+    },
+    /// The loader works but no driver exposes a physical device.
+    #[error(
+        "the Vulkan loader found no physical device: install a driver (Debian/Ubuntu: \
+         `apt-get install mesa-vulkan-drivers` for lavapipe, or your GPU vendor's driver); \
+         `VK_LOADER_DEBUG=all` shows where the loader looked"
+    )]
+    NoPhysicalDevice,
+    /// `VKDELEGATE_DEVICE_INDEX` (or an explicit index) is out of range or not a number.
+    #[error("device index {requested} is not valid: {available} device(s) available:\n{listing}")]
+    DeviceIndexOutOfRange {
+        /// The index as given.
+        requested: String,
+        /// How many devices there are.
+        available: usize,
+        /// One line per device: index, type and name.
+        listing: String,
+    },
+    /// Validation was asked for but the Khronos validation layer is not installed.
+    #[error(
+        "validation was requested but the layer VK_LAYER_KHRONOS_validation is not installed \
+         (Debian/Ubuntu: `apt-get install vulkan-validationlayers`)"
+    )]
+    ValidationLayerMissing,
+    /// The emulation layer directory given does not hold both emulation layers.
+    #[error("emulation layer directory {dir}: {problem}")]
+    EmulationLayer {
+        /// The directory searched.
+        dir: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A device does not meet declared requirements.
+    #[error("device '{device}' does not meet the requirements of {requester}: {missing}")]
+    Unsupported {
+        /// Device name.
+        device: String,
+        /// Who declared the requirements (e.g. `vgf-delegate`).
+        requester: String,
+        /// Each missing item.
+        missing: Missing,
+    },
+    /// A device-level entry point resolved to NULL.
+    #[error(
+        "entry point {name} resolved to NULL through vkGetDeviceProcAddr: the extension that \
+         provides it is not enabled, or a layer that should provide it was not loaded \
+         (`VK_LOADER_DEBUG=all` shows dropped layers)"
+    )]
+    MissingEntryPoint {
+        /// The entry point name.
+        name: &'static str,
+    },
+    /// An argument is invalid; the message names it.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// No memory type satisfies a request.
+    #[error("no memory type has the properties {wanted:?} among the types allowed by mask {type_bits:#x}")]
+    NoMemoryType {
+        /// Allowed memory types from the requirements.
+        type_bits: u32,
+        /// Wanted property flags.
+        wanted: vk::MemoryPropertyFlags,
+    },
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vk(#[from] VkError),
+}
+
+/// Shorthand for `Result<T, vk_core::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

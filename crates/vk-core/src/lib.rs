@@ -1,0 +1,54 @@
+//! `vk-core`: the Vulkan layer every vkdelegate crate stands on.
+//!
+//! - Loads Vulkan at run time (`ash`, loaded): no link-time dependency on a loader; a missing
+//!   loader or driver is an [`Error`] that says what to install.
+//! - Creates an [`Instance`] with the highest API version the loader offers, up to 1.3, with
+//!   the Khronos validation layer on request (`VKDELEGATE_VALIDATION=1`; messages go to the
+//!   `log` facade and are counted in [`ValidationLog`]).
+//! - Enumerates physical devices as [`Adapter`]s with their [`Capabilities`], ranks them
+//!   (discrete > integrated > virtual > other > CPU) and selects one
+//!   (`VKDELEGATE_DEVICE_INDEX` overrides).
+//! - Creates a [`Device`] from the [`Requirements`] a delegate declares: a missing required
+//!   item is an error naming each missing item, optional items are enabled only when present,
+//!   and one table ([`Features`]) builds the pNext feature chain. The same requirements can be
+//!   checked against an existing device ([`Device::check`]).
+//! - Adopts application-owned handles ([`Instance::from_raw`], [`Device::from_raw`]) without
+//!   destroying them, and owns what it creates: children hold their parent in an `Arc`, so
+//!   destruction order is right whatever the user drops first.
+//! - Binds `VK_ARM_tensors` and `VK_ARM_data_graph` ([`arm`]), and finds Arm's ML emulation
+//!   layers when no device has those extensions natively ([`emulation`]).
+//!
+//! Queue access goes through [`Queue::lock`], a scoped guard; an application sharing a queue
+//! supplies its lock through [`QueueLock`].
+//!
+//! What `vk-core` does not check: the validity of raw handles given to the `unsafe`
+//! constructors and submission functions (their `# Safety` sections say what the caller
+//! guarantees), and anything about delegates: it knows nothing of VGF files or compute graphs.
+
+pub mod adapter;
+pub mod arm;
+pub mod caps;
+pub mod conv;
+pub mod device;
+pub mod emulation;
+pub mod error;
+pub mod features;
+pub mod instance;
+pub mod queue;
+pub mod requirements;
+pub mod selftest;
+pub mod testing;
+
+pub use adapter::{Adapter, DeviceSummary, rank, select_index};
+pub use caps::{ArmSupport, Capabilities, Limits, MemoryHeap, MemoryInfo, MemoryType, QueueFamily};
+pub use conv::{DeviceType, QueueCaps, Version};
+pub use device::{Device, DropCallback};
+pub use emulation::EmulationPolicy;
+pub use error::{Error, Result, VkError};
+pub use features::Features;
+pub use instance::{Instance, InstanceDesc, ValidationLog};
+pub use queue::{DefaultQueueLock, Queue, QueueGuard, QueueLock, QueueStats};
+pub use requirements::{Enabled, Missing, Requirements};
+
+pub use ash;
+pub use ash::vk;

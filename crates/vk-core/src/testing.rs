@@ -1,0 +1,81 @@
+//! Support for GPU tests in this workspace (and in crates that vendor it).
+//!
+//! GPU tests run on whatever device is selected (lavapipe in CI) with the Khronos validation
+//! layer on. A test that cannot run (no loader, no device, no validation layer, no ARM
+//! extensions) prints a `SKIPPED` line on stderr and returns; with `VKDELEGATE_REQUIRE_GPU=1`
+//! (set by `cargo xtask ci`) it fails instead, so CI never counts a test that did not run.
+//!
+//! The functions here panic on purpose: they are for tests.
+
+use crate::device::Device;
+use crate::instance::{Instance, InstanceDesc};
+use crate::requirements::Requirements;
+
+/// Environment variable that turns skips into failures.
+pub const ENV_REQUIRE_GPU: &str = "VKDELEGATE_REQUIRE_GPU";
+
+/// Whether skips are failures (`VKDELEGATE_REQUIRE_GPU=1`).
+pub fn skips_are_failures() -> bool {
+    std::env::var(ENV_REQUIRE_GPU).is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// Reports a test that cannot run: a visible `SKIPPED` line, or a panic when skips are
+/// failures.
+///
+/// # Panics
+/// When `VKDELEGATE_REQUIRE_GPU=1`.
+pub fn skip(test: &str, reason: &str) {
+    if skips_are_failures() {
+        panic!("{test}: cannot run and {ENV_REQUIRE_GPU}=1: {reason}");
+    }
+    eprintln!("SKIPPED {test}: {reason}");
+}
+
+/// An instance with validation on, or `None` after [`skip`].
+pub fn instance(test: &str) -> Option<Instance> {
+    let desc = InstanceDesc {
+        validation: true,
+        ..InstanceDesc::default()
+    };
+    match Instance::new(&desc) {
+        Ok(i) => Some(i),
+        Err(e) => {
+            skip(test, &e.to_string());
+            None
+        }
+    }
+}
+
+/// An instance with validation on and a device on the selected adapter meeting `requirements`,
+/// or `None` after [`skip`].
+pub fn device(test: &str, requirements: &Requirements) -> Option<(Instance, Device)> {
+    let instance = instance(test)?;
+    let adapter = match instance.select_adapter() {
+        Ok(a) => a,
+        Err(e) => {
+            skip(test, &e.to_string());
+            return None;
+        }
+    };
+    match adapter.create_device(requirements) {
+        Ok(d) => Some((instance, d)),
+        Err(e) => {
+            skip(test, &e.to_string());
+            None
+        }
+    }
+}
+
+/// Asserts that the instance saw no validation error, printing the first ones if it did.
+///
+/// # Panics
+/// When there were validation errors.
+pub fn assert_no_validation_errors(instance: &Instance) {
+    let log = instance.validation();
+    let n = log.error_count();
+    assert!(
+        n == 0,
+        "{n} validation error(s):\n{}",
+        log.first_errors().join("\n---\n")
+    );
+}
