@@ -1,1 +1,1 @@
-//! placeholder
+//! compute-delegate (see ARCHITECTURE.md).

@@ -1,1 +1,1 @@
-//! placeholder
+//! shared-runtime (see ARCHITECTURE.md).

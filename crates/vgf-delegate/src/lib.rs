@@ -1,1 +1,1 @@
-//! placeholder
+//! vgf-delegate (see ARCHITECTURE.md).

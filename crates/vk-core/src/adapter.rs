@@ -132,7 +132,10 @@ pub fn rank(devices: &[DeviceSummary]) -> Vec<usize> {
 
 /// The position in `devices` to use: the one whose enumeration index is `override_index` when
 /// given, else the best ranked.
-pub fn select_index(devices: &[DeviceSummary], override_index: Option<&str>) -> Result<usize, Error> {
+pub fn select_index(
+    devices: &[DeviceSummary],
+    override_index: Option<&str>,
+) -> Result<usize, Error> {
     if devices.is_empty() {
         return Err(Error::NoPhysicalDevice);
     }
@@ -211,7 +214,10 @@ mod tests {
         ];
         for bad in ["2", "-1", "gpu"] {
             let err = select_index(&list, Some(bad)).unwrap_err().to_string();
-            assert!(err.contains(&format!("device index {bad} is not valid")), "{err}");
+            assert!(
+                err.contains(&format!("device index {bad} is not valid")),
+                "{err}"
+            );
             assert!(err.contains("2 device(s)"), "{err}");
             assert!(err.contains("0: dev0 (cpu)"), "{err}");
             assert!(err.contains("1: dev1 (discrete)"), "{err}");
@@ -220,6 +226,9 @@ mod tests {
 
     #[test]
     fn an_empty_list_is_no_device() {
-        assert!(matches!(select_index(&[], None), Err(Error::NoPhysicalDevice)));
+        assert!(matches!(
+            select_index(&[], None),
+            Err(Error::NoPhysicalDevice)
+        ));
     }
 }

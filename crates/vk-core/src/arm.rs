@@ -30,7 +30,8 @@ pub const DATA_GRAPH_TOSA_EXTENSION_NAME: &CStr = c"VK_ARM_data_graph_instructio
 /// `VK_QUEUE_DATA_GRAPH_BIT_ARM`.
 pub const QUEUE_DATA_GRAPH_BIT_ARM: vk::QueueFlags = vk::QueueFlags::from_raw(0x0000_0400);
 /// `VK_DESCRIPTOR_TYPE_TENSOR_ARM`.
-pub const DESCRIPTOR_TYPE_TENSOR_ARM: vk::DescriptorType = vk::DescriptorType::from_raw(1_000_460_000);
+pub const DESCRIPTOR_TYPE_TENSOR_ARM: vk::DescriptorType =
+    vk::DescriptorType::from_raw(1_000_460_000);
 /// `VK_PIPELINE_BIND_POINT_DATA_GRAPH_ARM`.
 pub const PIPELINE_BIND_POINT_DATA_GRAPH_ARM: vk::PipelineBindPoint =
     vk::PipelineBindPoint::from_raw(1_000_507_000);
@@ -67,7 +68,8 @@ pub mod stype {
     pub const DATA_GRAPH_PIPELINE_SESSION_CREATE_INFO_ARM: S = S::from_raw(1_000_507_001);
     pub const DATA_GRAPH_PIPELINE_RESOURCE_INFO_ARM: S = S::from_raw(1_000_507_002);
     pub const DATA_GRAPH_PIPELINE_CONSTANT_ARM: S = S::from_raw(1_000_507_003);
-    pub const DATA_GRAPH_PIPELINE_SESSION_MEMORY_REQUIREMENTS_INFO_ARM: S = S::from_raw(1_000_507_004);
+    pub const DATA_GRAPH_PIPELINE_SESSION_MEMORY_REQUIREMENTS_INFO_ARM: S =
+        S::from_raw(1_000_507_004);
     pub const BIND_DATA_GRAPH_PIPELINE_SESSION_MEMORY_INFO_ARM: S = S::from_raw(1_000_507_005);
     pub const PHYSICAL_DEVICE_DATA_GRAPH_FEATURES_ARM: S = S::from_raw(1_000_507_006);
     pub const DATA_GRAPH_PIPELINE_SHADER_MODULE_CREATE_INFO_ARM: S = S::from_raw(1_000_507_007);
@@ -76,7 +78,8 @@ pub mod stype {
     pub const DATA_GRAPH_PIPELINE_COMPILER_CONTROL_CREATE_INFO_ARM: S = S::from_raw(1_000_507_010);
     pub const DATA_GRAPH_PIPELINE_SESSION_BIND_POINT_REQUIREMENTS_INFO_ARM: S =
         S::from_raw(1_000_507_011);
-    pub const DATA_GRAPH_PIPELINE_SESSION_BIND_POINT_REQUIREMENT_ARM: S = S::from_raw(1_000_507_012);
+    pub const DATA_GRAPH_PIPELINE_SESSION_BIND_POINT_REQUIREMENT_ARM: S =
+        S::from_raw(1_000_507_012);
     pub const DATA_GRAPH_PIPELINE_IDENTIFIER_CREATE_INFO_ARM: S = S::from_raw(1_000_507_013);
     pub const DATA_GRAPH_PIPELINE_DISPATCH_INFO_ARM: S = S::from_raw(1_000_507_014);
 }
@@ -123,11 +126,12 @@ pub const TENSOR_USAGE_DATA_GRAPH_BIT_ARM: TensorUsageFlagsARM = 0x20;
 
 /// `VkDataGraphPipelineSessionBindPointARM`.
 pub type DataGraphPipelineSessionBindPointARM = i32;
-pub const DATA_GRAPH_PIPELINE_SESSION_BIND_POINT_TRANSIENT_ARM: DataGraphPipelineSessionBindPointARM = 0;
+pub const DATA_GRAPH_PIPELINE_SESSION_BIND_POINT_TRANSIENT_ARM:
+    DataGraphPipelineSessionBindPointARM = 0;
 /// `VkDataGraphPipelineSessionBindPointTypeARM`.
 pub type DataGraphPipelineSessionBindPointTypeARM = i32;
-pub const DATA_GRAPH_PIPELINE_SESSION_BIND_POINT_TYPE_MEMORY_ARM: DataGraphPipelineSessionBindPointTypeARM =
-    0;
+pub const DATA_GRAPH_PIPELINE_SESSION_BIND_POINT_TYPE_MEMORY_ARM:
+    DataGraphPipelineSessionBindPointTypeARM = 0;
 
 // ---- structures --------------------------------------------------------------------------
 
@@ -194,7 +198,10 @@ pub struct TensorMemoryRequirementsInfoARM {
     pub p_next: *const c_void,
     pub tensor: TensorARM,
 }
-default_with_stype!(TensorMemoryRequirementsInfoARM, stype::TENSOR_MEMORY_REQUIREMENTS_INFO_ARM);
+default_with_stype!(
+    TensorMemoryRequirementsInfoARM,
+    stype::TENSOR_MEMORY_REQUIREMENTS_INFO_ARM
+);
 
 /// `VkBindTensorMemoryInfoARM`.
 #[repr(C)]
@@ -217,7 +224,10 @@ pub struct WriteDescriptorSetTensorARM {
     pub tensor_view_count: u32,
     pub p_tensor_views: *const TensorViewARM,
 }
-default_with_stype!(WriteDescriptorSetTensorARM, stype::WRITE_DESCRIPTOR_SET_TENSOR_ARM);
+default_with_stype!(
+    WriteDescriptorSetTensorARM,
+    stype::WRITE_DESCRIPTOR_SET_TENSOR_ARM
+);
 
 /// `VkTensorMemoryBarrierARM`.
 #[repr(C)]
@@ -259,7 +269,10 @@ pub struct PhysicalDeviceTensorFeaturesARM {
     pub descriptor_binding_storage_tensor_update_after_bind: vk::Bool32,
     pub tensors: vk::Bool32,
 }
-default_with_stype!(PhysicalDeviceTensorFeaturesARM, stype::PHYSICAL_DEVICE_TENSOR_FEATURES_ARM);
+default_with_stype!(
+    PhysicalDeviceTensorFeaturesARM,
+    stype::PHYSICAL_DEVICE_TENSOR_FEATURES_ARM
+);
 
 /// `VkPhysicalDeviceTensorPropertiesARM`.
 #[repr(C)]
@@ -281,7 +294,10 @@ pub struct PhysicalDeviceTensorPropertiesARM {
     pub shader_storage_tensor_array_non_uniform_indexing_native: vk::Bool32,
     pub shader_tensor_supported_stages: vk::ShaderStageFlags,
 }
-default_with_stype!(PhysicalDeviceTensorPropertiesARM, stype::PHYSICAL_DEVICE_TENSOR_PROPERTIES_ARM);
+default_with_stype!(
+    PhysicalDeviceTensorPropertiesARM,
+    stype::PHYSICAL_DEVICE_TENSOR_PROPERTIES_ARM
+);
 
 /// `VkPhysicalDeviceDataGraphFeaturesARM`.
 #[repr(C)]
@@ -295,7 +311,10 @@ pub struct PhysicalDeviceDataGraphFeaturesARM {
     pub data_graph_descriptor_buffer: vk::Bool32,
     pub data_graph_shader_module: vk::Bool32,
 }
-default_with_stype!(PhysicalDeviceDataGraphFeaturesARM, stype::PHYSICAL_DEVICE_DATA_GRAPH_FEATURES_ARM);
+default_with_stype!(
+    PhysicalDeviceDataGraphFeaturesARM,
+    stype::PHYSICAL_DEVICE_DATA_GRAPH_FEATURES_ARM
+);
 
 /// `VkDataGraphPipelineConstantARM`.
 #[repr(C)]
@@ -306,7 +325,10 @@ pub struct DataGraphPipelineConstantARM {
     pub id: u32,
     pub p_constant_data: *const c_void,
 }
-default_with_stype!(DataGraphPipelineConstantARM, stype::DATA_GRAPH_PIPELINE_CONSTANT_ARM);
+default_with_stype!(
+    DataGraphPipelineConstantARM,
+    stype::DATA_GRAPH_PIPELINE_CONSTANT_ARM
+);
 
 /// `VkDataGraphPipelineResourceInfoARM`.
 #[repr(C)]
@@ -318,7 +340,10 @@ pub struct DataGraphPipelineResourceInfoARM {
     pub binding: u32,
     pub array_element: u32,
 }
-default_with_stype!(DataGraphPipelineResourceInfoARM, stype::DATA_GRAPH_PIPELINE_RESOURCE_INFO_ARM);
+default_with_stype!(
+    DataGraphPipelineResourceInfoARM,
+    stype::DATA_GRAPH_PIPELINE_RESOURCE_INFO_ARM
+);
 
 /// `VkDataGraphPipelineCreateInfoARM`.
 #[repr(C)]
@@ -331,7 +356,10 @@ pub struct DataGraphPipelineCreateInfoARM {
     pub resource_info_count: u32,
     pub p_resource_infos: *const DataGraphPipelineResourceInfoARM,
 }
-default_with_stype!(DataGraphPipelineCreateInfoARM, stype::DATA_GRAPH_PIPELINE_CREATE_INFO_ARM);
+default_with_stype!(
+    DataGraphPipelineCreateInfoARM,
+    stype::DATA_GRAPH_PIPELINE_CREATE_INFO_ARM
+);
 
 /// `VkDataGraphPipelineShaderModuleCreateInfoARM`.
 #[repr(C)]
@@ -432,7 +460,10 @@ pub struct DataGraphPipelineDispatchInfoARM {
     pub p_next: *mut c_void,
     pub flags: u64,
 }
-default_with_stype!(DataGraphPipelineDispatchInfoARM, stype::DATA_GRAPH_PIPELINE_DISPATCH_INFO_ARM);
+default_with_stype!(
+    DataGraphPipelineDispatchInfoARM,
+    stype::DATA_GRAPH_PIPELINE_DISPATCH_INFO_ARM
+);
 
 // ---- entry points ------------------------------------------------------------------------
 
@@ -474,12 +505,13 @@ pub type PFN_vkCreateDataGraphPipelineSessionARM = unsafe extern "system" fn(
     *const vk::AllocationCallbacks<'_>,
     *mut DataGraphPipelineSessionARM,
 ) -> vk::Result;
-pub type PFN_vkGetDataGraphPipelineSessionBindPointRequirementsARM = unsafe extern "system" fn(
-    vk::Device,
-    *const DataGraphPipelineSessionBindPointRequirementsInfoARM,
-    *mut u32,
-    *mut DataGraphPipelineSessionBindPointRequirementARM,
-) -> vk::Result;
+pub type PFN_vkGetDataGraphPipelineSessionBindPointRequirementsARM =
+    unsafe extern "system" fn(
+        vk::Device,
+        *const DataGraphPipelineSessionBindPointRequirementsInfoARM,
+        *mut u32,
+        *mut DataGraphPipelineSessionBindPointRequirementARM,
+    ) -> vk::Result;
 pub type PFN_vkGetDataGraphPipelineSessionMemoryRequirementsARM = unsafe extern "system" fn(
     vk::Device,
     *const DataGraphPipelineSessionMemoryRequirementsInfoARM,
@@ -549,7 +581,11 @@ impl fmt::Debug for ArmFns {
 /// # Safety
 /// `device` must be a live device of `instance`, and `F` must be the function-pointer type of
 /// the entry point called `name`.
-unsafe fn load<F: Copy>(instance: &ash::Instance, device: vk::Device, name: &'static CStr) -> Result<F, Error> {
+unsafe fn load<F: Copy>(
+    instance: &ash::Instance,
+    device: vk::Device,
+    name: &'static CStr,
+) -> Result<F, Error> {
     // SAFETY: `device` is live (caller's contract); the name is NUL-terminated.
     let ptr = unsafe { (instance.fp_v1_0().get_device_proc_addr)(device, name.as_ptr()) };
     match ptr {
@@ -582,7 +618,11 @@ impl ArmFns {
                     destroy_tensor: load(instance, d, c"vkDestroyTensorARM")?,
                     create_tensor_view: load(instance, d, c"vkCreateTensorViewARM")?,
                     destroy_tensor_view: load(instance, d, c"vkDestroyTensorViewARM")?,
-                    get_tensor_memory_requirements: load(instance, d, c"vkGetTensorMemoryRequirementsARM")?,
+                    get_tensor_memory_requirements: load(
+                        instance,
+                        d,
+                        c"vkGetTensorMemoryRequirementsARM",
+                    )?,
                     bind_tensor_memory: load(instance, d, c"vkBindTensorMemoryARM")?,
                 })
             }
@@ -593,7 +633,11 @@ impl ArmFns {
             // SAFETY: each name is paired with its own PFN type; `d` is live.
             unsafe {
                 Some(DataGraphFns {
-                    create_data_graph_pipelines: load(instance, d, c"vkCreateDataGraphPipelinesARM")?,
+                    create_data_graph_pipelines: load(
+                        instance,
+                        d,
+                        c"vkCreateDataGraphPipelinesARM",
+                    )?,
                     create_data_graph_pipeline_session: load(
                         instance,
                         d,
@@ -625,7 +669,12 @@ impl ArmFns {
         } else {
             None
         };
-        Ok((tensors.is_some() || data_graph.is_some()).then_some(ArmFns { tensors, data_graph }))
+        Ok(
+            (tensors.is_some() || data_graph.is_some()).then_some(ArmFns {
+                tensors,
+                data_graph,
+            }),
+        )
     }
 }
 
@@ -650,7 +699,10 @@ mod tests {
         assert_eq!(offset_of!(TensorCreateInfoARM, flags), 16);
         assert_eq!(offset_of!(TensorCreateInfoARM, p_description), 24);
         assert_eq!(offset_of!(TensorCreateInfoARM, sharing_mode), 32);
-        assert_eq!(offset_of!(TensorCreateInfoARM, queue_family_index_count), 36);
+        assert_eq!(
+            offset_of!(TensorCreateInfoARM, queue_family_index_count),
+            36
+        );
         assert_eq!(offset_of!(TensorCreateInfoARM, p_queue_family_indices), 40);
 
         assert_eq!(size_of::<TensorViewCreateInfoARM>(), 40);
@@ -665,15 +717,24 @@ mod tests {
         assert_eq!(offset_of!(WriteDescriptorSetTensorARM, p_tensor_views), 24);
 
         assert_eq!(size_of::<TensorMemoryBarrierARM>(), 64);
-        assert_eq!(offset_of!(TensorMemoryBarrierARM, src_queue_family_index), 48);
+        assert_eq!(
+            offset_of!(TensorMemoryBarrierARM, src_queue_family_index),
+            48
+        );
         assert_eq!(offset_of!(TensorMemoryBarrierARM, tensor), 56);
 
         assert_eq!(size_of::<PhysicalDeviceTensorFeaturesARM>(), 40);
         assert_eq!(offset_of!(PhysicalDeviceTensorFeaturesARM, tensors), 36);
         assert_eq!(size_of::<PhysicalDeviceTensorPropertiesARM>(), 88);
-        assert_eq!(offset_of!(PhysicalDeviceTensorPropertiesARM, max_tensor_elements), 24);
         assert_eq!(
-            offset_of!(PhysicalDeviceTensorPropertiesARM, shader_tensor_supported_stages),
+            offset_of!(PhysicalDeviceTensorPropertiesARM, max_tensor_elements),
+            24
+        );
+        assert_eq!(
+            offset_of!(
+                PhysicalDeviceTensorPropertiesARM,
+                shader_tensor_supported_stages
+            ),
             84
         );
     }
@@ -681,27 +742,54 @@ mod tests {
     #[test]
     fn data_graph_structs_match_the_c_layout() {
         assert_eq!(size_of::<PhysicalDeviceDataGraphFeaturesARM>(), 40);
-        assert_eq!(offset_of!(PhysicalDeviceDataGraphFeaturesARM, data_graph_shader_module), 32);
+        assert_eq!(
+            offset_of!(PhysicalDeviceDataGraphFeaturesARM, data_graph_shader_module),
+            32
+        );
         assert_eq!(size_of::<DataGraphPipelineConstantARM>(), 32);
-        assert_eq!(offset_of!(DataGraphPipelineConstantARM, p_constant_data), 24);
+        assert_eq!(
+            offset_of!(DataGraphPipelineConstantARM, p_constant_data),
+            24
+        );
         assert_eq!(size_of::<DataGraphPipelineResourceInfoARM>(), 32);
-        assert_eq!(offset_of!(DataGraphPipelineResourceInfoARM, array_element), 24);
+        assert_eq!(
+            offset_of!(DataGraphPipelineResourceInfoARM, array_element),
+            24
+        );
         assert_eq!(size_of::<DataGraphPipelineCreateInfoARM>(), 48);
         assert_eq!(offset_of!(DataGraphPipelineCreateInfoARM, layout), 24);
-        assert_eq!(offset_of!(DataGraphPipelineCreateInfoARM, p_resource_infos), 40);
+        assert_eq!(
+            offset_of!(DataGraphPipelineCreateInfoARM, p_resource_infos),
+            40
+        );
         assert_eq!(size_of::<DataGraphPipelineShaderModuleCreateInfoARM>(), 56);
-        assert_eq!(offset_of!(DataGraphPipelineShaderModuleCreateInfoARM, p_constants), 48);
+        assert_eq!(
+            offset_of!(DataGraphPipelineShaderModuleCreateInfoARM, p_constants),
+            48
+        );
         assert_eq!(size_of::<DataGraphPipelineSessionCreateInfoARM>(), 32);
-        assert_eq!(size_of::<DataGraphPipelineSessionMemoryRequirementsInfoARM>(), 32);
+        assert_eq!(
+            size_of::<DataGraphPipelineSessionMemoryRequirementsInfoARM>(),
+            32
+        );
         assert_eq!(size_of::<BindDataGraphPipelineSessionMemoryInfoARM>(), 48);
-        assert_eq!(offset_of!(BindDataGraphPipelineSessionMemoryInfoARM, memory), 32);
-        assert_eq!(size_of::<DataGraphPipelineSessionBindPointRequirementARM>(), 32);
+        assert_eq!(
+            offset_of!(BindDataGraphPipelineSessionMemoryInfoARM, memory),
+            32
+        );
+        assert_eq!(
+            size_of::<DataGraphPipelineSessionBindPointRequirementARM>(),
+            32
+        );
         assert_eq!(size_of::<DataGraphPipelineDispatchInfoARM>(), 24);
     }
 
     #[test]
     fn defaults_carry_their_structure_type() {
-        assert_eq!(TensorCreateInfoARM::default().s_type, stype::TENSOR_CREATE_INFO_ARM);
+        assert_eq!(
+            TensorCreateInfoARM::default().s_type,
+            stype::TENSOR_CREATE_INFO_ARM
+        );
         assert_eq!(
             PhysicalDeviceDataGraphFeaturesARM::default().s_type,
             stype::PHYSICAL_DEVICE_DATA_GRAPH_FEATURES_ARM

@@ -306,7 +306,8 @@ impl Capabilities {
             subgroup_size_range,
         };
 
-        let has_arm = has_ext(arm::TENSORS_EXTENSION_NAME) && has_ext(arm::DATA_GRAPH_EXTENSION_NAME);
+        let has_arm =
+            has_ext(arm::TENSORS_EXTENSION_NAME) && has_ext(arm::DATA_GRAPH_EXTENSION_NAME);
         let arm = match (has_arm, emulated) {
             (false, _) => ArmSupport::Absent,
             (true, true) => ArmSupport::Emulated,

@@ -289,7 +289,6 @@ impl Device {
     pub unsafe fn wait_for_fence(&self, fence: vk::Fence, timeout_ns: u64) -> Result<(), VkError> {
         self.shared.queue.stats().note_wait();
         // SAFETY: `fence` is a live fence of this device (caller's contract).
-        unsafe { self.shared.raw.wait_for_fences(&[fence], true, timeout_ns) }
-            .vk("vkWaitForFences")
+        unsafe { self.shared.raw.wait_for_fences(&[fence], true, timeout_ns) }.vk("vkWaitForFences")
     }
 }

@@ -56,7 +56,10 @@ impl EmulationPolicy {
     /// `VKDELEGATE_EMULATION_LAYER_DIR`).
     pub fn from_env() -> Self {
         if let Ok(v) = std::env::var(ENV_SWITCH) {
-            if matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false" | "no") {
+            if matches!(
+                v.to_ascii_lowercase().as_str(),
+                "off" | "0" | "false" | "no"
+            ) {
                 return EmulationPolicy::Off;
             }
         }

@@ -115,7 +115,9 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// No memory type satisfies a request.
-    #[error("no memory type has the properties {wanted:?} among the types allowed by mask {type_bits:#x}")]
+    #[error(
+        "no memory type has the properties {wanted:?} among the types allowed by mask {type_bits:#x}"
+    )]
     NoMemoryType {
         /// Allowed memory types from the requirements.
         type_bits: u32,

@@ -348,7 +348,10 @@ impl FeatureChain {
                 }
             };
         }
-        push!(data_graph, Source::Extension(arm::DATA_GRAPH_EXTENSION_NAME));
+        push!(
+            data_graph,
+            Source::Extension(arm::DATA_GRAPH_EXTENSION_NAME)
+        );
         push!(tensor, Source::Extension(arm::TENSORS_EXTENSION_NAME));
         push!(
             cooperative_matrix,

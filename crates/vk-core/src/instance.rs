@@ -207,9 +207,7 @@ fn any_native_arm(entry: &ash::Entry, api: Version) -> Result<bool, Error> {
 impl Instance {
     /// Loads Vulkan and creates an instance as `desc` asks.
     pub fn new(desc: &InstanceDesc) -> Result<Instance, Error> {
-        let _serial = INSTANCE_CREATION
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _serial = INSTANCE_CREATION.lock().unwrap_or_else(|p| p.into_inner());
         let entry = load_entry()?;
         // SAFETY: plain query on a loaded entry.
         let loader_api = unsafe { entry.try_enumerate_instance_version() }
@@ -221,7 +219,9 @@ impl Instance {
         let mut emulation: Option<EmulationLayers> = None;
         if let Some(found) = desc.emulation.locate()? {
             if any_native_arm(&entry, api_version)? {
-                log::info!("a device offers the ARM ML extensions natively: emulation layers unused");
+                log::info!(
+                    "a device offers the ARM ML extensions natively: emulation layers unused"
+                );
             } else {
                 emulation::expose_to_loader(&found);
                 let available = instance_layer_names(&entry)?;
@@ -286,7 +286,8 @@ impl Instance {
             .engine_name(c"vkdelegate")
             .api_version(api_version.0);
         let layer_ptrs: Vec<*const std::ffi::c_char> = layers.iter().map(|l| l.as_ptr()).collect();
-        let ext_ptrs: Vec<*const std::ffi::c_char> = extensions.iter().map(|e| e.as_ptr()).collect();
+        let ext_ptrs: Vec<*const std::ffi::c_char> =
+            extensions.iter().map(|e| e.as_ptr()).collect();
         let mut info = vk::InstanceCreateInfo::default()
             .application_info(&app)
             .enabled_layer_names(&layer_ptrs)
@@ -307,7 +308,9 @@ impl Instance {
                 Err(e) => {
                     // SAFETY: nothing else was created from `raw`.
                     unsafe { raw.destroy_instance(None) };
-                    return Err(crate::error::VkError::new("vkCreateDebugUtilsMessengerEXT", e).into());
+                    return Err(
+                        crate::error::VkError::new("vkCreateDebugUtilsMessengerEXT", e).into(),
+                    );
                 }
             }
         } else {

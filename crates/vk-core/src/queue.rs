@@ -92,7 +92,10 @@ impl QueueStats {
     pub(crate) fn note_wait(&self) {
         if held_on_this_thread() > 0 {
             self.waits_while_held.fetch_add(1, Ordering::Relaxed);
-            debug_assert!(false, "a fence wait began while this thread holds a queue guard");
+            debug_assert!(
+                false,
+                "a fence wait began while this thread holds a queue guard"
+            );
         }
     }
 }
@@ -172,7 +175,9 @@ pub struct QueueGuard<'q> {
 
 impl fmt::Debug for QueueGuard<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QueueGuard").field("queue", &self.queue.raw).finish()
+        f.debug_struct("QueueGuard")
+            .field("queue", &self.queue.raw)
+            .finish()
     }
 }
 
@@ -189,22 +194,39 @@ impl QueueGuard<'_> {
     /// `submits` must be valid for this queue's device: command buffers in the executable
     /// state, semaphores and `fence` (if not null) unsignaled and not in use elsewhere, as the
     /// Vulkan specification requires of `vkQueueSubmit`.
-    pub unsafe fn submit(&self, submits: &[vk::SubmitInfo<'_>], fence: vk::Fence) -> Result<(), VkError> {
+    pub unsafe fn submit(
+        &self,
+        submits: &[vk::SubmitInfo<'_>],
+        fence: vk::Fence,
+    ) -> Result<(), VkError> {
         self.queue.stats.submissions.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the guard gives exclusive access to the queue; validity of `submits` is the
         // caller's contract.
-        unsafe { self.queue.device.queue_submit(self.queue.raw, submits, fence) }.vk("vkQueueSubmit")
+        unsafe {
+            self.queue
+                .device
+                .queue_submit(self.queue.raw, submits, fence)
+        }
+        .vk("vkQueueSubmit")
     }
 
     /// `vkQueueSubmit2` (Vulkan 1.3 or `synchronization2`).
     ///
     /// # Safety
     /// As [`QueueGuard::submit`], and the device must have `synchronization2` enabled.
-    pub unsafe fn submit2(&self, submits: &[vk::SubmitInfo2<'_>], fence: vk::Fence) -> Result<(), VkError> {
+    pub unsafe fn submit2(
+        &self,
+        submits: &[vk::SubmitInfo2<'_>],
+        fence: vk::Fence,
+    ) -> Result<(), VkError> {
         self.queue.stats.submissions.fetch_add(1, Ordering::Relaxed);
         // SAFETY: as in `submit`.
-        unsafe { self.queue.device.queue_submit2(self.queue.raw, submits, fence) }
-            .vk("vkQueueSubmit2")
+        unsafe {
+            self.queue
+                .device
+                .queue_submit2(self.queue.raw, submits, fence)
+        }
+        .vk("vkQueueSubmit2")
     }
 }
 

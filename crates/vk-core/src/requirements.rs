@@ -295,7 +295,11 @@ mod tests {
 
     #[test]
     fn missing_required_items_are_each_named() {
-        let caps = synthetic(&["VK_KHR_foo"], Features::SHADER_INT16, &[QueueCaps::COMPUTE]);
+        let caps = synthetic(
+            &["VK_KHR_foo"],
+            Features::SHADER_INT16,
+            &[QueueCaps::COMPUTE],
+        );
         let req = Requirements::new("test")
             .require_extension(c"VK_ARM_tensors")
             .require_features(Features::SHADER_INT8 | Features::SHADER_INT16)
@@ -318,7 +322,10 @@ mod tests {
         let caps = synthetic(
             &["VK_KHR_present_one"],
             Features::SHADER_INT16,
-            &[QueueCaps::GRAPHICS, QueueCaps::COMPUTE | QueueCaps::TRANSFER],
+            &[
+                QueueCaps::GRAPHICS,
+                QueueCaps::COMPUTE | QueueCaps::TRANSFER,
+            ],
         );
         let req = Requirements::new("test")
             .optional_extension(c"VK_KHR_present_one")
@@ -359,7 +366,10 @@ mod tests {
         assert_eq!(u.required_extensions, vec![c"VK_A"]);
         assert_eq!(u.required_features, Features::SHADER_INT16);
         assert_eq!(u.optional_features, Features::SHADER_INT8);
-        assert!(u.queue.contains(QueueCaps::COMPUTE | QueueCaps::DATA_GRAPH_ARM));
+        assert!(
+            u.queue
+                .contains(QueueCaps::COMPUTE | QueueCaps::DATA_GRAPH_ARM)
+        );
         assert_eq!(u.min_api_version, Version::V1_3);
     }
 

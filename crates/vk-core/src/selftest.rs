@@ -68,7 +68,9 @@ impl Drop for Scratch<'_> {
 /// Runs `y = a * x + y` over `n` elements on `device` and checks the result on the host.
 pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
     if n == 0 {
-        return Err(Error::InvalidArgument("self-test needs at least one element".into()));
+        return Err(Error::InvalidArgument(
+            "self-test needs at least one element".into(),
+        ));
     }
     let d = device.raw();
     let caps = device.capabilities();
@@ -109,13 +111,13 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
         s.buffers.push(buffer);
         // SAFETY: `buffer` is live.
         let req = unsafe { d.get_buffer_memory_requirements(buffer) };
-        let type_index = caps
-            .memory
-            .find(req.memory_type_bits, host)
-            .ok_or(Error::NoMemoryType {
-                type_bits: req.memory_type_bits,
-                wanted: host,
-            })?;
+        let type_index =
+            caps.memory
+                .find(req.memory_type_bits, host)
+                .ok_or(Error::NoMemoryType {
+                    type_bits: req.memory_type_bits,
+                    wanted: host,
+                })?;
         let alloc = vk::MemoryAllocateInfo::default()
             .allocation_size(req.size)
             .memory_type_index(type_index);
@@ -136,8 +138,9 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
     let code = ash::util::read_spv(&mut std::io::Cursor::new(SAXPY_SPIRV))
         .map_err(|e| Error::InvalidArgument(format!("embedded SPIR-V is unreadable: {e}")))?;
     // SAFETY: `code` is valid SPIR-V compiled by the xtask.
-    s.shader = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None) }
-        .vk("vkCreateShaderModule")?;
+    s.shader =
+        unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None) }
+            .vk("vkCreateShaderModule")?;
 
     let bindings = [0, 1].map(|b| {
         vk::DescriptorSetLayoutBinding::default()
@@ -201,7 +204,11 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
         )
     }
     .vk("vkAllocateDescriptorSets")?[0];
-    let infos = [s.buffers[0], s.buffers[1]].map(|b| [vk::DescriptorBufferInfo::default().buffer(b).range(vk::WHOLE_SIZE)]);
+    let infos = [s.buffers[0], s.buffers[1]].map(|b| {
+        [vk::DescriptorBufferInfo::default()
+            .buffer(b)
+            .range(vk::WHOLE_SIZE)]
+    });
     let writes = [
         vk::WriteDescriptorSet::default()
             .dst_set(set)
@@ -248,11 +255,19 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
     unsafe {
         d.begin_command_buffer(
             cmd,
-            &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            &vk::CommandBufferBeginInfo::default()
+                .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
         )
         .vk("vkBeginCommandBuffer")?;
         d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, s.pipeline);
-        d.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, s.layout, 0, &[set], &[]);
+        d.cmd_bind_descriptor_sets(
+            cmd,
+            vk::PipelineBindPoint::COMPUTE,
+            s.layout,
+            0,
+            &[set],
+            &[],
+        );
         d.cmd_push_constants(cmd, s.layout, vk::ShaderStageFlags::COMPUTE, 0, &params);
     }
     let groups = n.div_ceil(LOCAL_SIZE);
@@ -277,7 +292,8 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
         d.end_command_buffer(cmd).vk("vkEndCommandBuffer")?;
     }
     // SAFETY: valid create info.
-    s.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.vk("vkCreateFence")?;
+    s.fence =
+        unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.vk("vkCreateFence")?;
 
     let cmds = [cmd];
     let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];

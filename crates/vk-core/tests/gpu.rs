@@ -42,7 +42,10 @@ fn adapters_are_enumerated_ranked_and_described() {
         .select_adapter_with(Some("999"))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("999") && err.contains(&adapters[0].capabilities().name), "{err}");
+    assert!(
+        err.contains("999") && err.contains(&adapters[0].capabilities().name),
+        "{err}"
+    );
     assert_no_validation_errors(&instance);
 }
 
@@ -92,7 +95,11 @@ fn a_missing_required_item_is_named_and_optional_ones_are_skipped() {
         .optional_extension(c"VK_VKDELEGATE_no_such_extension")
         .optional_features(Features::all());
     let device = adapter.create_device(&req).unwrap();
-    assert!(!device.enabled().has_extension(c"VK_VKDELEGATE_no_such_extension"));
+    assert!(
+        !device
+            .enabled()
+            .has_extension(c"VK_VKDELEGATE_no_such_extension")
+    );
     let caps_features = adapter.capabilities().features;
     assert_eq!(device.enabled().features, caps_features);
     // Checking an existing device names what it lacks.
@@ -131,7 +138,10 @@ fn arm_entry_points_resolve_and_a_tensor_is_created_bound_and_destroyed() {
         assert_eq!(adapter.capabilities().arm, ArmSupport::Emulated);
         assert_eq!(
             &instance.layers()[..2],
-            ["VK_LAYER_ML_Graph_Emulation", "VK_LAYER_ML_Tensor_Emulation"]
+            [
+                "VK_LAYER_ML_Graph_Emulation",
+                "VK_LAYER_ML_Tensor_Emulation"
+            ]
         );
     }
     let device = adapter.create_device(&arm_requirements()).unwrap();
@@ -196,7 +206,8 @@ fn arm_entry_points_resolve_and_a_tensor_is_created_bound_and_destroyed() {
         ..Default::default()
     };
     // SAFETY: fresh tensor and memory of an allowed type and sufficient size.
-    assert_eq!(unsafe { (t.bind_tensor_memory)(d, 1, &bind) }, vk::Result::SUCCESS);
+    let r = unsafe { (t.bind_tensor_memory)(d, 1, &bind) };
+    assert_eq!(r, vk::Result::SUCCESS);
 
     let view_info = arm::TensorViewCreateInfoARM {
         tensor,
@@ -321,7 +332,12 @@ fn an_adopted_instance_is_not_destroyed() {
         .unwrap();
     drop(adopted);
     // The device keeps working: it holds the adopted instance, which never destroys `ours`.
-    assert_eq!(vk_core::selftest::run_saxpy(&device, 64).unwrap().mismatches, 0);
+    assert_eq!(
+        vk_core::selftest::run_saxpy(&device, 64)
+            .unwrap()
+            .mismatches,
+        0
+    );
     drop(device);
     assert_eq!(ours.adapters().unwrap().len(), n);
     assert_no_validation_errors(&ours);

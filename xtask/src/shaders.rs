@@ -1,0 +1,111 @@
+//! `cargo xtask shaders [--check]`: compiles `shaders/<crate>/**/*.comp` with glslc into
+//! `crates/<crate>/spirv/<name>.spv`, which is committed and embedded with `include_bytes!`.
+//! Users who vendor the crates need no glslc. `--check` compiles into memory and fails when a
+//! committed file differs or is missing, or when a committed `.spv` has no source.
+//!
+//! A shader may name its target environment on a line `// target-env: vulkan1.3` (default
+//! `vulkan1.1`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{Result, root};
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) -> Result {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.is_dir() {
+            sources(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "comp") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn target_env(source: &str) -> &str {
+    source
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("// target-env:"))
+        .map(str::trim)
+        .unwrap_or("vulkan1.1")
+}
+
+pub fn run(check: bool) -> Result {
+    let root = root();
+    let shader_root = root.join("shaders");
+    let mut files = Vec::new();
+    sources(&shader_root, &mut files)?;
+    files.sort();
+    let mut stale = Vec::new();
+    let mut expected = Vec::new();
+    for src in &files {
+        let rel = src.strip_prefix(&shader_root).map_err(|e| e.to_string())?;
+        let krate = rel
+            .components()
+            .next()
+            .ok_or_else(|| format!("{}: not under shaders/<crate>/", src.display()))?
+            .as_os_str()
+            .to_string_lossy()
+            .into_owned();
+        let stem = src
+            .file_stem()
+            .ok_or_else(|| format!("{}: no file name", src.display()))?
+            .to_string_lossy()
+            .into_owned();
+        let crate_dir = root.join("crates").join(&krate);
+        if !crate_dir.is_dir() {
+            return Err(format!("{}: no crate named {krate}", src.display()));
+        }
+        let dst = crate_dir.join("spirv").join(format!("{stem}.spv"));
+        expected.push(dst.clone());
+        let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
+        let out = Command::new("glslc")
+            .arg(format!("--target-env={}", target_env(&text)))
+            .args(["-O", "-Werror", "-o", "-"])
+            .arg(src)
+            .output()
+            .map_err(|e| format!("glslc (Debian: apt-get install glslc): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "glslc failed on {}:\n{}",
+                src.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let current = std::fs::read(&dst).ok();
+        if current.as_deref() != Some(&out.stdout[..]) {
+            if check {
+                stale.push(dst.display().to_string());
+            } else {
+                std::fs::create_dir_all(dst.parent().unwrap_or(&root))
+                    .map_err(|e| e.to_string())?;
+                std::fs::write(&dst, &out.stdout).map_err(|e| format!("{}: {e}", dst.display()))?;
+                eprintln!("shaders: wrote {}", dst.display());
+            }
+        }
+    }
+    // Committed SPIR-V without a source is stale too.
+    for krate in std::fs::read_dir(root.join("crates")).map_err(|e| e.to_string())? {
+        let spirv = krate.map_err(|e| e.to_string())?.path().join("spirv");
+        let Ok(entries) = std::fs::read_dir(&spirv) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "spv") && !expected.contains(&p) {
+                stale.push(format!("{} (no source)", p.display()));
+            }
+        }
+    }
+    if stale.is_empty() {
+        eprintln!("shaders: {} up to date", files.len());
+        Ok(())
+    } else {
+        Err(format!(
+            "committed SPIR-V is stale; run `cargo xtask shaders`:\n  {}",
+            stale.join("\n  ")
+        ))
+    }
+}
