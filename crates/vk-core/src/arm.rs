@@ -45,6 +45,18 @@ pub const ACCESS_2_DATA_GRAPH_READ_BIT_ARM: vk::AccessFlags2 =
 pub const ACCESS_2_DATA_GRAPH_WRITE_BIT_ARM: vk::AccessFlags2 =
     vk::AccessFlags2::from_raw(0x0001_0000_0000_0000);
 
+/// `VK_FORMAT_R8_BOOL_ARM`.
+pub const FORMAT_R8_BOOL_ARM: vk::Format = vk::Format::from_raw(1_000_460_000);
+/// `VK_IMAGE_LAYOUT_TENSOR_ALIASING_ARM`.
+pub const IMAGE_LAYOUT_TENSOR_ALIASING_ARM: vk::ImageLayout =
+    vk::ImageLayout::from_raw(1_000_460_000);
+/// `VK_FORMAT_FEATURE_2_TENSOR_SHADER_BIT_ARM`.
+pub const FORMAT_FEATURE_2_TENSOR_SHADER_BIT_ARM: vk::FormatFeatureFlags2 =
+    vk::FormatFeatureFlags2::from_raw(0x80_0000_0000);
+/// `VK_FORMAT_FEATURE_2_TENSOR_DATA_GRAPH_BIT_ARM`.
+pub const FORMAT_FEATURE_2_TENSOR_DATA_GRAPH_BIT_ARM: vk::FormatFeatureFlags2 =
+    vk::FormatFeatureFlags2::from_raw(0x1_0000_0000_0000);
+
 /// `VkStructureType` values of both extensions.
 pub mod stype {
     use ash::vk::StructureType as S;

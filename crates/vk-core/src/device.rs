@@ -80,6 +80,20 @@ fn scope_for<'a>(enabled: &'a Enabled, has: &'a dyn Fn(&std::ffi::CStr) -> bool)
 }
 
 impl Device {
+    /// A standalone device: a new instance (validation per `VKDELEGATE_VALIDATION`, emulation
+    /// layers when needed), the selected adapter (`VKDELEGATE_DEVICE_INDEX` or the best
+    /// ranked), and a device meeting `requirements`.
+    pub fn open(requirements: &Requirements) -> Result<Device, Error> {
+        Instance::new(&crate::instance::InstanceDesc::default())?
+            .select_adapter()?
+            .create_device(requirements)
+    }
+
+    /// As [`Device::open`] on an existing instance.
+    pub fn open_on(instance: &Instance, requirements: &Requirements) -> Result<Device, Error> {
+        instance.select_adapter()?.create_device(requirements)
+    }
+
     pub(crate) fn create(adapter: &Adapter, requirements: &Requirements) -> Result<Device, Error> {
         let caps = adapter.capabilities();
         let enabled = requirements

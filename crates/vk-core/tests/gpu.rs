@@ -342,3 +342,30 @@ fn an_adopted_instance_is_not_destroyed() {
     assert_eq!(ours.adapters().unwrap().len(), n);
     assert_no_validation_errors(&ours);
 }
+
+#[test]
+fn validation_errors_are_counted_not_ignored() {
+    let req = Requirements::new("vk-core test");
+    let Some((instance, device)) =
+        testing::device("validation_errors_are_counted_not_ignored", &req)
+    else {
+        return;
+    };
+    assert_eq!(instance.validation().error_count(), 0);
+    // A zero-sized buffer breaks VUID-VkBufferCreateInfo-size-00912.
+    let info = vk::BufferCreateInfo::default()
+        .size(0)
+        .usage(vk::BufferUsageFlags::STORAGE_BUFFER);
+    // SAFETY: deliberately invalid create info, to see the validation layer report it; the
+    // driver tolerates it, and whatever it returns is destroyed.
+    if let Ok(buffer) = unsafe { device.raw().create_buffer(&info, None) } {
+        // SAFETY: created just above, unused.
+        unsafe { device.raw().destroy_buffer(buffer, None) };
+    }
+    assert!(instance.validation().error_count() >= 1);
+    assert!(
+        instance.validation().first_errors()[0].contains("00912"),
+        "{:?}",
+        instance.validation().first_errors()
+    );
+}
