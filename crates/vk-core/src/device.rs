@@ -47,6 +47,7 @@ impl Drop for DeviceShared {
     fn drop(&mut self) {
         match &mut self.ownership {
             Ownership::Owned => {
+                let _serial = crate::instance::emulation_serial(self.instance.emulation_enabled());
                 // SAFETY: every object created from this device holds an `Arc` of it, so none
                 // is alive; work they submitted was waited for by their own fences. The device
                 // is ours and is destroyed once.
@@ -125,11 +126,13 @@ impl Device {
         info.p_next = head as *const c_void;
 
         let instance = adapter.instance();
+        let serial = crate::instance::emulation_serial(instance.emulation_enabled());
         // SAFETY: `info` and everything it points to (the feature chain in `chain`, names,
         // priorities) live across the call; features and extensions were checked against the
         // device; the chain carries only structures the device knows.
         let raw = unsafe { instance.raw().create_device(adapter.raw(), &info, None) }
             .vk("vkCreateDevice")?;
+        drop(serial);
         drop(chain);
 
         // SAFETY: the family was requested above with one queue.

@@ -60,6 +60,14 @@ pub enum Error {
         /// What the dynamic loader said.
         detail: String,
     },
+    /// The loader found no driver it could load.
+    #[error(
+        "the Vulkan loader found no driver it could load: install one (Debian/Ubuntu: \
+         `apt-get install mesa-vulkan-drivers` for lavapipe, or your GPU vendor's driver), or \
+         point VK_DRIVER_FILES at the driver's ICD manifest; `VK_LOADER_DEBUG=driver` shows \
+         what the loader tried"
+    )]
+    NoDriver,
     /// The loader works but no driver exposes a physical device.
     #[error(
         "the Vulkan loader found no physical device: install a driver (Debian/Ubuntu: \

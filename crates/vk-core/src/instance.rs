@@ -24,6 +24,16 @@ pub const ENV_DEVICE_INDEX: &str = "VKDELEGATE_DEVICE_INDEX";
 /// instance, and `vk-core` may extend that environment just before.
 static INSTANCE_CREATION: Mutex<()> = Mutex::new(());
 
+/// Serializes device creation and destruction, and instance destruction, on instances that
+/// use Arm's emulation layers: with the layers on the NVIDIA driver, two threads creating or
+/// destroying devices at once were seen to end the process.
+static EMULATION_SERIAL: Mutex<()> = Mutex::new(());
+
+/// Holds [`EMULATION_SERIAL`] when `emulated`; `None` otherwise.
+pub(crate) fn emulation_serial(emulated: bool) -> Option<std::sync::MutexGuard<'static, ()>> {
+    emulated.then(|| EMULATION_SERIAL.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
 /// How to create an instance.
 #[derive(Debug, Clone)]
 pub struct InstanceDesc {
@@ -149,6 +159,7 @@ impl Drop for InstanceShared {
             unsafe { loader.destroy_debug_utils_messenger(messenger, None) };
         }
         if self.owned {
+            let _serial = emulation_serial(self.emulated);
             // SAFETY: every child (devices, adapters) holds an `Arc` of this struct, so none is
             // alive; the instance was created by us and is destroyed once.
             unsafe { self.raw.destroy_instance(None) };
@@ -187,7 +198,11 @@ fn any_native_arm(entry: &ash::Entry, api: Version) -> Result<bool, Error> {
     let app = vk::ApplicationInfo::default().api_version(api.0);
     let info = vk::InstanceCreateInfo::default().application_info(&app);
     // SAFETY: a valid create info without layers or extensions.
-    let probe = unsafe { entry.create_instance(&info, None) }.vk("vkCreateInstance")?;
+    let probe = match unsafe { entry.create_instance(&info, None) } {
+        Ok(p) => p,
+        Err(vk::Result::ERROR_INCOMPATIBLE_DRIVER) => return Err(Error::NoDriver),
+        Err(e) => return Err(crate::error::VkError::new("vkCreateInstance", e).into()),
+    };
     // SAFETY: `probe` is alive until destroyed below.
     let found = unsafe { probe.enumerate_physical_devices() }
         .unwrap_or_default()
@@ -297,7 +312,12 @@ impl Instance {
         }
         // SAFETY: every pointer in `info` refers to locals alive across the call; the layers and
         // extensions were checked to exist.
-        let raw = unsafe { entry.create_instance(&info, None) }.vk("vkCreateInstance")?;
+        let raw = match unsafe { entry.create_instance(&info, None) } {
+            Ok(raw) => raw,
+            // The loader's answer when it found no driver manifest it could load.
+            Err(vk::Result::ERROR_INCOMPATIBLE_DRIVER) => return Err(Error::NoDriver),
+            Err(e) => return Err(crate::error::VkError::new("vkCreateInstance", e).into()),
+        };
 
         let debug = if desc.validation {
             let loader = ash::ext::debug_utils::Instance::new(&entry, &raw);
