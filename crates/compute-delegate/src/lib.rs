@@ -1,1 +1,67 @@
-//! compute-delegate (see ARCHITECTURE.md).
+//! `compute-delegate`: a compute graph of GLSL shaders on Vulkan.
+//!
+//! Build a graph with [`GraphBuilder`] (inputs, constants, ops, outputs; every op checks its
+//! operands at once and errors name the tensors and numbers), then [`GraphBuilder::build`] it
+//! on a [`vk_core::Device`] that meets [`requirements`]. [`Graph::execute`] takes and returns
+//! [`vk_core::HostTensor`]s (contiguous, row-major / NCHW).
+//!
+//! Runtime contract:
+//! - Memory through vk-mem. Devices whose memory is the host's (CPU drivers, integrated GPUs)
+//!   map input and output buffers directly; others copy through host staging buffers recorded
+//!   into the same command buffer.
+//! - Weights are uploaded (and prepacked: `linear` weights transposed) once at build.
+//! - One batched pipeline creation at build through a pipeline cache that can be saved
+//!   ([`Graph::pipeline_cache_data`]) and loaded ([`BuildOptions::pipeline_cache`]).
+//! - The command buffer is recorded once and replayed. Barriers come from how dispatches use
+//!   buffers (none between independent dispatches); every execution ends with a global
+//!   `ALL_COMMANDS / MEMORY_WRITE -> HOST / HOST_READ` barrier; non-coherent memory is flushed
+//!   after host writes and invalidated before host reads.
+//! - Every tensor's size is checked in bytes against `maxStorageBufferRange` at build.
+//! - Intermediate buffers are reused across tensors whose lifetimes do not overlap;
+//!   [`Graph::memory`] reports the peak.
+//! - Submissions go through the device's queue guard, held only around `vkQueueSubmit`; each
+//!   graph waits only on its own fence.
+//! - Device-resident chaining: [`Graph::input_buffer`] / [`Graph::output_buffer`] expose the
+//!   device buffers, [`Graph::submit_resident`] submits the dispatches alone with wait and
+//!   signal semaphores, [`Graph::record_into`] records them into a caller's command buffer.
+//!
+//! What it does not check: the validity of handles given to its `unsafe` functions; that the
+//! device passed to `build` has what [`requirements`] lists (a device made from them does).
+//! It never names a `VK_ARM_*` symbol.
+
+pub mod bench;
+mod error;
+mod graph;
+mod kernels;
+mod lower;
+mod memory;
+mod runtime;
+
+pub use bench::{BenchRow, bench};
+pub use error::{Error, Result};
+pub use graph::{BinaryOp, Conv2d, GraphBuilder, Pool2d, TensorId, UnaryOp};
+pub use memory::{Allocator, Buffer};
+pub use runtime::{BuildOptions, DeviceTensor, Graph, MemoryReport};
+
+use vk_core::{Features, QueueCaps, Requirements, Version};
+
+/// What the delegate needs from a device: a compute queue on Vulkan 1.1. Features the op
+/// library can use (16-bit and 8-bit types and storage, 64-bit types, subgroup size control,
+/// cooperative matrix) are optional: enabled only where the device has them.
+pub fn requirements() -> Requirements {
+    Requirements::new("compute-delegate")
+        .min_api(Version::V1_1)
+        .require_queue(QueueCaps::COMPUTE)
+        .optional_features(
+            Features::SHADER_FLOAT16
+                | Features::SHADER_INT8
+                | Features::SHADER_INT16
+                | Features::SHADER_INT64
+                | Features::SHADER_FLOAT64
+                | Features::STORAGE_BUFFER_8BIT
+                | Features::STORAGE_BUFFER_16BIT
+                | Features::SUBGROUP_SIZE_CONTROL
+                | Features::COMPUTE_FULL_SUBGROUPS
+                | Features::COOPERATIVE_MATRIX,
+        )
+}

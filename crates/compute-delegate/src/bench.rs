@@ -1,0 +1,425 @@
+//! Benchmarks: per op and shape, device time (timestamp queries, median of several runs),
+//! end-to-end time (host inputs to host outputs), throughput, and the ratio to a baseline
+//! measured in the same run on the same device: the device's `vkCmdCopyBuffer` bandwidth for
+//! memory-bound ops, and the device's fp32 FMA peak (a register-only FMA probe) for conv and
+//! matmul.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vk_core::{Device, HostTensor, vk};
+
+use crate::error::{Error, Result, VkExt};
+use crate::graph::{Conv2d, GraphBuilder, Pool2d};
+use crate::memory::{Allocator, Buffer, MemKind};
+use crate::runtime::Graph;
+
+/// One benchmark result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchRow {
+    /// Op name (`add`, `conv3x3`, ..., or a baseline: `copy`, `fma_peak`).
+    pub op: String,
+    /// Shape description.
+    pub shape: String,
+    /// Median device time in milliseconds (timestamps around the dispatches).
+    pub device_ms: f64,
+    /// Median wall time of one `execute` in milliseconds (host copies included); 0 for
+    /// baselines.
+    pub end_to_end_ms: f64,
+    /// Throughput in `unit`, from the device time.
+    pub throughput: f64,
+    /// `GB/s` (bytes read + written) or `GFLOP/s`.
+    pub unit: &'static str,
+    /// The baseline's throughput in the same unit.
+    pub baseline: f64,
+    /// What the baseline is.
+    pub baseline_name: &'static str,
+    /// `throughput / baseline`.
+    pub ratio: f64,
+}
+
+impl BenchRow {
+    /// One line: op, shape, device ms, end-to-end ms, throughput, ratio.
+    pub fn line(&self) -> String {
+        format!(
+            "{:<12} {:<26} device {:>10.3} ms  e2e {:>10.3} ms  {:>10.1} {:<7}  {:>6.1}% of {} ({:.1} {})",
+            self.op,
+            self.shape,
+            self.device_ms,
+            self.end_to_end_ms,
+            self.throughput,
+            self.unit,
+            self.ratio * 100.0,
+            self.baseline_name,
+            self.baseline,
+            self.unit
+        )
+    }
+}
+
+const COPY_BASELINE: &str = "vkCmdCopyBuffer bandwidth";
+const FMA_BASELINE: &str = "fp32 FMA peak";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn pattern(shape: &[usize], seed: usize) -> Result<HostTensor> {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| ((i * 7 + seed * 13) % 1021) as f32 / 1021.0 - 0.5)
+        .collect();
+    HostTensor::from_f32(shape.to_vec(), &v).map_err(|e| Error::Graph(format!("bench input: {e}")))
+}
+
+/// Device and end-to-end medians of a graph: `e2e_runs` host executions, then
+/// `device_runs` device-resident submissions timed by timestamps.
+fn time_graph(
+    g: &mut Graph,
+    inputs: &[HostTensor],
+    e2e_runs: usize,
+    device_runs: usize,
+) -> Result<(f64, f64)> {
+    let mut e2e = Vec::new();
+    for _ in 0..e2e_runs.max(1) {
+        let start = Instant::now();
+        g.execute(inputs)?;
+        e2e.push(ms(start.elapsed()));
+    }
+    let mut dev = Vec::new();
+    for _ in 0..device_runs.max(1) {
+        // SAFETY: no semaphores.
+        unsafe { g.submit_resident(&[], &[]) }?;
+        g.wait()?;
+        let t = g.last_device_time().ok_or_else(|| {
+            Error::Unsupported("the queue family has no timestamps: no device time".into())
+        })?;
+        dev.push(ms(t));
+    }
+    Ok((median(dev), median(e2e)))
+}
+
+/// Raw `vkCmdCopyBuffer` between two device buffers, timed by timestamps.
+fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
+    let alloc: Arc<Allocator> = Allocator::new(device)?;
+    let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
+    let src = Buffer::new(
+        &alloc,
+        bytes,
+        MemKind::Device,
+        usage,
+        "copy baseline source",
+    )?;
+    let dst = Buffer::new(
+        &alloc,
+        bytes,
+        MemKind::Device,
+        usage,
+        "copy baseline destination",
+    )?;
+    let d = device.raw();
+    let mut pool = vk::CommandPool::null();
+    let mut qp = vk::QueryPool::null();
+    let mut fence = vk::Fence::null();
+    let result = (|| -> Result<f64> {
+        // SAFETY: valid create infos; objects destroyed below after the last fence wait.
+        unsafe {
+            pool = d
+                .create_command_pool(
+                    &vk::CommandPoolCreateInfo::default()
+                        .queue_family_index(device.queue().family()),
+                    None,
+                )
+                .vk("vkCreateCommandPool")?;
+            qp = d
+                .create_query_pool(
+                    &vk::QueryPoolCreateInfo::default()
+                        .query_type(vk::QueryType::TIMESTAMP)
+                        .query_count(2),
+                    None,
+                )
+                .vk("vkCreateQueryPool")?;
+            fence = d
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+                .vk("vkCreateFence")?;
+        }
+        // SAFETY: the pool is live.
+        let cmd = unsafe {
+            d.allocate_command_buffers(
+                &vk::CommandBufferAllocateInfo::default()
+                    .command_pool(pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1),
+            )
+        }
+        .vk("vkAllocateCommandBuffers")?[0];
+        // SAFETY: recording with live handles; the copy stays within both buffers.
+        unsafe {
+            d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default())
+                .vk("vkBeginCommandBuffer")?;
+            d.cmd_reset_query_pool(cmd, qp, 0, 2);
+            d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, qp, 0);
+            d.cmd_copy_buffer(
+                cmd,
+                src.raw(),
+                dst.raw(),
+                &[vk::BufferCopy::default().size(bytes)],
+            );
+            d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, qp, 1);
+            d.end_command_buffer(cmd).vk("vkEndCommandBuffer")?;
+        }
+        let period = f64::from(device.capabilities().limits.timestamp_period());
+        let mut times = Vec::new();
+        for _ in 0..runs.max(1) + 1 {
+            let cmds = [cmd];
+            let info = [vk::SubmitInfo::default().command_buffers(&cmds)];
+            {
+                let guard = device.queue().lock();
+                // SAFETY: executable command buffer, unsignaled fence; guard held only here.
+                unsafe { guard.submit(&info, fence) }?;
+            }
+            // SAFETY: our fence.
+            unsafe { device.wait_for_fence(fence, u64::MAX) }?;
+            // SAFETY: signaled, unused fence.
+            unsafe { d.reset_fences(&[fence]) }.vk("vkResetFences")?;
+            let mut ts = [0u64; 2];
+            // SAFETY: both queries were written by the finished submission.
+            unsafe {
+                d.get_query_pool_results(
+                    qp,
+                    0,
+                    &mut ts,
+                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                )
+            }
+            .vk("vkGetQueryPoolResults")?;
+            times.push(ts[1].wrapping_sub(ts[0]) as f64 * period * 1e-6);
+        }
+        times.remove(0);
+        Ok(median(times))
+    })();
+    // SAFETY: created above from this device (or null); the last submission was waited for.
+    unsafe {
+        d.destroy_fence(fence, None);
+        d.destroy_query_pool(qp, None);
+        d.destroy_command_pool(pool, None);
+    }
+    result
+}
+
+struct Sizes {
+    big: Vec<usize>,
+    conv: [(usize, usize); 2],
+    matmul: usize,
+    softmax: [usize; 2],
+    copy_bytes: u64,
+    fma: (u32, u32),
+    e2e_runs: usize,
+    device_runs: usize,
+}
+
+/// Runs the benchmarks whose op name contains `filter` (all when `None`). `quick` uses small
+/// shapes (seconds on a CPU driver); the full shapes are add 2 x [256,1024,1024], sigmoid and
+/// avg_pool 2x2 on [256,1024,1024], conv3x3 64->64 on [1,64,224,224] and 256->256 on
+/// [1,256,56,56], matmul 4096^3 and softmax [16384,4096].
+pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<BenchRow>> {
+    let s = if quick {
+        Sizes {
+            big: vec![4, 256, 256],
+            conv: [(16, 32), (32, 16)],
+            matmul: 256,
+            softmax: [256, 1024],
+            copy_bytes: 16 << 20,
+            fma: (64, 256),
+            e2e_runs: 3,
+            device_runs: 5,
+        }
+    } else {
+        Sizes {
+            big: vec![256, 1024, 1024],
+            conv: [(64, 224), (256, 56)],
+            matmul: 4096,
+            softmax: [16384, 4096],
+            copy_bytes: 1 << 30,
+            fma: (8192, 4096),
+            e2e_runs: 3,
+            device_runs: 10,
+        }
+    };
+    let wanted = |op: &str| filter.is_none_or(|f| op.contains(f));
+    let mut rows = Vec::new();
+
+    let copy_ms = copy_bandwidth(device, s.copy_bytes, s.device_runs)?;
+    let copy_gbs = 2.0 * s.copy_bytes as f64 / (copy_ms * 1e6);
+    rows.push(BenchRow {
+        op: "copy".into(),
+        shape: format!("{} MiB", s.copy_bytes >> 20),
+        device_ms: copy_ms,
+        end_to_end_ms: 0.0,
+        throughput: copy_gbs,
+        unit: "GB/s",
+        baseline: copy_gbs,
+        baseline_name: COPY_BASELINE,
+        ratio: 1.0,
+    });
+
+    let mut g = GraphBuilder::new();
+    let probe = g.fma_probe(s.fma.0, s.fma.1);
+    g.output(probe)?;
+    let mut graph = g.build(device)?;
+    let (fma_ms, _) = time_graph(&mut graph, &[], 1, s.device_runs)?;
+    drop(graph);
+    let fma_flops = f64::from(s.fma.0) * 256.0 * 16.0 * 2.0 * f64::from(s.fma.1);
+    let peak = fma_flops / (fma_ms * 1e6);
+    rows.push(BenchRow {
+        op: "fma_peak".into(),
+        shape: format!("{} x 256 threads x {} x 16 FMA", s.fma.0, s.fma.1),
+        device_ms: fma_ms,
+        end_to_end_ms: 0.0,
+        throughput: peak,
+        unit: "GFLOP/s",
+        baseline: peak,
+        baseline_name: FMA_BASELINE,
+        ratio: 1.0,
+    });
+
+    let shape_str = |v: &[usize]| format!("{v:?}").replace(' ', "");
+    let big = s.big.clone();
+    let n_big: usize = big.iter().product();
+    let mem_row = |op: &str, shape: String, dev: f64, e2e: f64, bytes: f64| BenchRow {
+        op: op.into(),
+        shape,
+        device_ms: dev,
+        end_to_end_ms: e2e,
+        throughput: bytes / (dev * 1e6),
+        unit: "GB/s",
+        baseline: copy_gbs,
+        baseline_name: COPY_BASELINE,
+        ratio: bytes / (dev * 1e6) / copy_gbs,
+    };
+    let flop_row = |op: &str, shape: String, dev: f64, e2e: f64, flops: f64| BenchRow {
+        op: op.into(),
+        shape,
+        device_ms: dev,
+        end_to_end_ms: e2e,
+        throughput: flops / (dev * 1e6),
+        unit: "GFLOP/s",
+        baseline: peak,
+        baseline_name: FMA_BASELINE,
+        ratio: flops / (dev * 1e6) / peak,
+    };
+
+    if wanted("add") {
+        let mut g = GraphBuilder::new();
+        let a = g.input("a", vk_core::DType::F32, &big)?;
+        let b = g.input("b", vk_core::DType::F32, &big)?;
+        let c = g.add(a, b)?;
+        g.output(c)?;
+        let mut graph = g.build(device)?;
+        let ins = [pattern(&big, 1)?, pattern(&big, 2)?];
+        let (dev, e2e) = time_graph(&mut graph, &ins, s.e2e_runs, s.device_runs)?;
+        let bytes = 3.0 * n_big as f64 * 4.0;
+        rows.push(mem_row(
+            "add",
+            format!("2 x {}", shape_str(&big)),
+            dev,
+            e2e,
+            bytes,
+        ));
+    }
+    if wanted("sigmoid") {
+        let mut g = GraphBuilder::new();
+        let a = g.input("x", vk_core::DType::F32, &big)?;
+        let c = g.sigmoid(a)?;
+        g.output(c)?;
+        let mut graph = g.build(device)?;
+        let (dev, e2e) = time_graph(&mut graph, &[pattern(&big, 1)?], s.e2e_runs, s.device_runs)?;
+        rows.push(mem_row(
+            "sigmoid",
+            shape_str(&big),
+            dev,
+            e2e,
+            2.0 * n_big as f64 * 4.0,
+        ));
+    }
+    if wanted("avg_pool") {
+        let mut g = GraphBuilder::new();
+        let a = g.input("x", vk_core::DType::F32, &big)?;
+        let c = g.avg_pool2d(a, Pool2d::new(2, 2))?;
+        g.output(c)?;
+        let mut graph = g.build(device)?;
+        let (dev, e2e) = time_graph(&mut graph, &[pattern(&big, 1)?], s.e2e_runs, s.device_runs)?;
+        let bytes = 1.25 * n_big as f64 * 4.0;
+        rows.push(mem_row("avg_pool2x2", shape_str(&big), dev, e2e, bytes));
+    }
+    if wanted("softmax") {
+        let sh = s.softmax.to_vec();
+        let n: usize = sh.iter().product();
+        let mut g = GraphBuilder::new();
+        let a = g.input("x", vk_core::DType::F32, &sh)?;
+        let c = g.softmax(a, -1)?;
+        g.output(c)?;
+        let mut graph = g.build(device)?;
+        let (dev, e2e) = time_graph(&mut graph, &[pattern(&sh, 1)?], s.e2e_runs, s.device_runs)?;
+        rows.push(mem_row(
+            "softmax",
+            shape_str(&sh),
+            dev,
+            e2e,
+            2.0 * n as f64 * 4.0,
+        ));
+    }
+    if wanted("conv") {
+        for (c, hw) in s.conv {
+            let xs = [1, c, hw, hw];
+            let ws = [c, c, 3, 3];
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", vk_core::DType::F32, &xs)?;
+            let w = g.constant("w", pattern(&ws, 3)?)?;
+            let b = g.constant("b", pattern(&[c], 4)?)?;
+            let y = g.conv2d(
+                x,
+                w,
+                Some(b),
+                Conv2d {
+                    padding: [1, 1],
+                    ..Conv2d::default()
+                },
+            )?;
+            g.output(y)?;
+            let mut graph = g.build(device)?;
+            let (dev, e2e) =
+                time_graph(&mut graph, &[pattern(&xs, 1)?], s.e2e_runs, s.device_runs)?;
+            let flops = 2.0 * (c * c * 9 * hw * hw) as f64;
+            rows.push(flop_row(
+                "conv3x3",
+                format!("{c}->{c} {}", shape_str(&xs)),
+                dev,
+                e2e,
+                flops,
+            ));
+        }
+    }
+    if wanted("matmul") {
+        let n = s.matmul;
+        let mut g = GraphBuilder::new();
+        let a = g.input("a", vk_core::DType::F32, &[n, n])?;
+        let b = g.input("b", vk_core::DType::F32, &[n, n])?;
+        let c = g.matmul(a, b)?;
+        g.output(c)?;
+        let mut graph = g.build(device)?;
+        let ins = [pattern(&[n, n], 1)?, pattern(&[n, n], 2)?];
+        let (dev, e2e) = time_graph(&mut graph, &ins, s.e2e_runs, s.device_runs)?;
+        let flops = 2.0 * (n as f64).powi(3);
+        rows.push(flop_row("matmul", format!("{n}^3"), dev, e2e, flops));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,50 @@
+//! The embedded SPIR-V of the op library (`shaders/compute-delegate/*.comp`, compiled by
+//! `cargo xtask shaders`).
+
+/// A compute shader of the op library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Kernel {
+    Unary,
+    Binary,
+    BinaryBcast,
+    Copy,
+    Softmax,
+    Reduce,
+    LayerNorm,
+    Pool,
+    ConvDw,
+    Gemm,
+    FmaPeak,
+}
+
+impl Kernel {
+    /// The SPIR-V words, as bytes.
+    pub fn spirv(self) -> &'static [u8] {
+        match self {
+            Kernel::Unary => include_bytes!("../spirv/unary.spv"),
+            Kernel::Binary => include_bytes!("../spirv/binary.spv"),
+            Kernel::BinaryBcast => include_bytes!("../spirv/binary_bcast.spv"),
+            Kernel::Copy => include_bytes!("../spirv/copy_strided.spv"),
+            Kernel::Softmax => include_bytes!("../spirv/softmax.spv"),
+            Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
+            Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
+            Kernel::Pool => include_bytes!("../spirv/pool2d.spv"),
+            Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
+            Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
+            Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
+        }
+    }
+
+    /// Number of storage-buffer bindings (set 0, bindings 0..n).
+    pub fn bindings(self) -> usize {
+        match self {
+            Kernel::FmaPeak => 1,
+            Kernel::Unary | Kernel::Copy | Kernel::Softmax | Kernel::Reduce | Kernel::Pool => 2,
+            Kernel::Binary | Kernel::BinaryBcast => 3,
+            Kernel::LayerNorm | Kernel::ConvDw | Kernel::Gemm => 4,
+        }
+    }
+}
+
+/// The most push-constant bytes any kernel declares.
+pub(crate) const PUSH_BYTES: u32 = 128;

@@ -1,0 +1,703 @@
+//! Lowering: every node of a [`GraphBuilder`] becomes one or more dispatches of the op library,
+//! each naming the storages it reads and writes.
+
+use vk_core::{DType, Limits};
+
+use crate::error::{Error, Result};
+use crate::graph::{GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, storage_bytes};
+use crate::kernels::Kernel;
+
+/// One compute dispatch.
+#[derive(Debug, Clone)]
+pub(crate) struct Dispatch {
+    pub op: &'static str,
+    pub node: usize,
+    pub kernel: Kernel,
+    pub spec: Vec<u32>,
+    /// `(storage, written)` per binding.
+    pub bindings: Vec<(usize, bool)>,
+    pub push: Vec<u32>,
+    pub groups: [u32; 3],
+}
+
+/// The lowered graph.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub storages: Vec<Storage>,
+    pub dispatches: Vec<Dispatch>,
+}
+
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+const MAX_RANK: usize = 6;
+
+/// Drops size-1 dims and merges adjacent dims that are contiguous in every stride set.
+fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut d: Vec<usize> = Vec::new();
+    let mut s: Vec<Vec<usize>> = vec![Vec::new(); strides.len()];
+    for i in 0..dims.len() {
+        if dims[i] == 1 {
+            continue;
+        }
+        let mergeable = !d.is_empty()
+            && strides
+                .iter()
+                .zip(&s)
+                .all(|(src, dst)| dst.last().copied() == Some(src[i] * dims[i]));
+        if mergeable {
+            if let Some(last) = d.last_mut() {
+                *last *= dims[i];
+            }
+            for (src, dst) in strides.iter().zip(s.iter_mut()) {
+                if let Some(last) = dst.last_mut() {
+                    *last = src[i];
+                }
+            }
+        } else {
+            d.push(dims[i]);
+            for (src, dst) in strides.iter().zip(s.iter_mut()) {
+                dst.push(src[i]);
+            }
+        }
+    }
+    if d.is_empty() {
+        d.push(1);
+        for dst in &mut s {
+            dst.push(0);
+        }
+    }
+    (d, s)
+}
+
+fn pad6(v: &[usize]) -> impl Iterator<Item = u32> + '_ {
+    (0..MAX_RANK).map(move |i| v.get(i).copied().unwrap_or(0) as u32)
+}
+
+struct Lowerer<'a> {
+    b: &'a GraphBuilder,
+    limits: &'a Limits,
+    storages: Vec<Storage>,
+    out: Vec<Dispatch>,
+    node: usize,
+    op: &'static str,
+}
+
+impl Lowerer<'_> {
+    fn t(&self, id: TensorId) -> &TensorInfo {
+        &self.b.tensors[id.0]
+    }
+
+    fn st(&self, id: TensorId) -> usize {
+        self.b.tensors[id.0].storage
+    }
+
+    /// Work groups of 256 threads for a grid-stride loop over `n` items.
+    fn linear_groups(&self, n: u64) -> u32 {
+        let cap = self.limits.max_compute_work_group_count[0].min(65535);
+        (n.div_ceil(256).max(1)).min(u64::from(cap)) as u32
+    }
+
+    fn check_groups(&self, groups: [u64; 3]) -> Result<[u32; 3]> {
+        let mut g = [0u32; 3];
+        for (i, &n) in groups.iter().enumerate() {
+            let limit = self.limits.max_compute_work_group_count[i];
+            if n > u64::from(limit) {
+                return Err(Error::TooManyGroups {
+                    op: self.op,
+                    dim: i,
+                    groups: n,
+                    limit,
+                });
+            }
+            g[i] = n.max(1) as u32;
+        }
+        Ok(g)
+    }
+
+    fn push(
+        &mut self,
+        kernel: Kernel,
+        spec: Vec<u32>,
+        bindings: Vec<(usize, bool)>,
+        push: Vec<u32>,
+        groups: [u32; 3],
+    ) {
+        self.out.push(Dispatch {
+            op: self.op,
+            node: self.node,
+            kernel,
+            spec,
+            bindings,
+            push,
+            groups,
+        });
+    }
+
+    fn temp(&mut self, tensor: TensorId, elements: usize) -> usize {
+        self.storages.push(Storage {
+            kind: StorageKind::Temp,
+            bytes: storage_bytes(DType::F32, &[elements]),
+            tensor,
+        });
+        self.storages.len() - 1
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn copy(
+        &mut self,
+        src: usize,
+        dst: usize,
+        dims: &[usize],
+        ss: Vec<usize>,
+        ds: Vec<usize>,
+        src_off: usize,
+        dst_off: usize,
+    ) -> Result<()> {
+        let (d, s) = collapse(dims, &[ss, ds]);
+        if d.len() > MAX_RANK {
+            return Err(Error::Shape {
+                op: self.op,
+                detail: format!(
+                    "{} dims remain after merging contiguous ones ({dims:?}); at most {MAX_RANK}",
+                    d.len()
+                ),
+            });
+        }
+        let n: usize = dims.iter().product();
+        let mut push = vec![n as u32, d.len() as u32, src_off as u32, dst_off as u32];
+        push.extend(pad6(&d));
+        push.extend(pad6(&s[0]));
+        push.extend(pad6(&s[1]));
+        let g = self.linear_groups(n as u64);
+        self.push(
+            Kernel::Copy,
+            vec![],
+            vec![(src, false), (dst, true)],
+            push,
+            [g, 1, 1],
+        );
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        batch: usize,
+        mode: u32,
+        params: [usize; 26],
+        bindings: Vec<(usize, bool)>,
+    ) -> Result<()> {
+        let _ = k;
+        let ty: u64 = if m <= 64 { 8 } else { 16 };
+        let mut tx: u64 = if n <= 64 { 8 } else { 16 };
+        let mut ty2 = ty;
+        let tiles = (m as u64).div_ceil(8 * ty) * (n as u64).div_ceil(8 * tx) * batch as u64;
+        if ty == 16 && tx == 16 && tiles < 256 {
+            ty2 = 8;
+            tx = 8;
+        }
+        let ty = ty2;
+        let groups = self.check_groups([
+            (n as u64).div_ceil(8 * tx),
+            (m as u64).div_ceil(8 * ty),
+            batch as u64,
+        ])?;
+        let push = params.iter().map(|&v| v as u32).collect();
+        self.push(
+            Kernel::Gemm,
+            vec![(tx * ty) as u32, tx as u32, ty as u32, mode],
+            bindings,
+            push,
+            groups,
+        );
+        Ok(())
+    }
+
+    fn lower_node(&mut self, op: &Op, out: TensorId) -> Result<()> {
+        let o = self.st(out);
+        let oi = self.t(out).clone();
+        let n = oi.numel();
+        match op {
+            Op::Unary { op, x } => {
+                let (code, p0, p1) = op.code();
+                let n4 = n.div_ceil(4);
+                let g = self.linear_groups(n4 as u64);
+                let x = self.st(*x);
+                self.push(
+                    Kernel::Unary,
+                    vec![code],
+                    vec![(x, false), (o, true)],
+                    vec![n4 as u32, p0.to_bits(), p1.to_bits()],
+                    [g, 1, 1],
+                );
+            }
+            Op::Binary { op, a, b } => {
+                let (ai, bi) = (self.t(*a).clone(), self.t(*b).clone());
+                let (sa, sb) = (ai.storage, bi.storage);
+                if ai.shape == bi.shape {
+                    let n4 = n.div_ceil(4);
+                    let g = self.linear_groups(n4 as u64);
+                    self.push(
+                        Kernel::Binary,
+                        vec![op.code()],
+                        vec![(sa, false), (sb, false), (o, true)],
+                        vec![n4 as u32],
+                        [g, 1, 1],
+                    );
+                } else {
+                    let r = oi.shape.len();
+                    let bstrides = |t: &TensorInfo| {
+                        let cs = contiguous_strides(&t.shape);
+                        let off = r - t.shape.len();
+                        (0..r)
+                            .map(|i| {
+                                if i < off || t.shape[i - off] == 1 {
+                                    0
+                                } else {
+                                    cs[i - off]
+                                }
+                            })
+                            .collect::<Vec<_>>()
+                    };
+                    let (d, s) = collapse(
+                        &oi.shape,
+                        &[bstrides(&ai), bstrides(&bi), contiguous_strides(&oi.shape)],
+                    );
+                    if d.len() > MAX_RANK {
+                        return Err(Error::Shape {
+                            op: self.op,
+                            detail: format!(
+                                "broadcasting '{}' {:?} with '{}' {:?} needs {} dims; at most \
+                                 {MAX_RANK}",
+                                ai.name,
+                                ai.shape,
+                                bi.name,
+                                bi.shape,
+                                d.len()
+                            ),
+                        });
+                    }
+                    let mut push = vec![n as u32, d.len() as u32];
+                    push.extend(pad6(&d));
+                    push.extend(pad6(&s[0]));
+                    push.extend(pad6(&s[1]));
+                    let g = self.linear_groups(n as u64);
+                    self.push(
+                        Kernel::BinaryBcast,
+                        vec![op.code()],
+                        vec![(sa, false), (sb, false), (o, true)],
+                        push,
+                        [g, 1, 1],
+                    );
+                }
+            }
+            Op::Softmax { x, dim, log } => {
+                let s = &oi.shape;
+                let outer: usize = s[..*dim].iter().product();
+                let inner: usize = s[dim + 1..].iter().product();
+                let rows = inner == 1;
+                let g = if rows {
+                    outer.min(65535) as u32
+                } else {
+                    self.linear_groups((outer * inner) as u64)
+                };
+                let x = self.st(*x);
+                self.push(
+                    Kernel::Softmax,
+                    vec![u32::from(*log), u32::from(rows)],
+                    vec![(x, false), (o, true)],
+                    vec![outer as u32, s[*dim] as u32, inner as u32],
+                    [g, 1, 1],
+                );
+            }
+            Op::Reduce { x, dims, mean } => {
+                let xi = self.t(*x).clone();
+                let mut cur = xi.shape.clone();
+                // Runs of consecutive reduced dims, reduced last run first.
+                let mut runs: Vec<(usize, usize)> = Vec::new();
+                for &d in dims {
+                    match runs.last_mut() {
+                        Some((_, end)) if *end == d => *end += 1,
+                        _ => runs.push((d, d + 1)),
+                    }
+                }
+                let mut src = xi.storage;
+                for (i, &(start, end)) in runs.iter().enumerate().rev() {
+                    let outer: usize = cur[..start].iter().product();
+                    let r: usize = cur[start..end].iter().product();
+                    let inner: usize = cur[end..].iter().product();
+                    for c in &mut cur[start..end] {
+                        *c = 1;
+                    }
+                    let dst = if i == 0 {
+                        o
+                    } else {
+                        self.temp(out, outer * inner)
+                    };
+                    let scale = if *mean { 1.0 / r as f32 } else { 1.0 };
+                    let rows = inner == 1;
+                    let g = if rows {
+                        outer.min(65535) as u32
+                    } else {
+                        self.linear_groups((outer * inner) as u64)
+                    };
+                    self.push(
+                        Kernel::Reduce,
+                        vec![u32::from(rows)],
+                        vec![(src, false), (dst, true)],
+                        vec![outer as u32, r as u32, inner as u32, scale.to_bits()],
+                        [g, 1, 1],
+                    );
+                    src = dst;
+                }
+            }
+            Op::LayerNorm {
+                x,
+                weight,
+                bias,
+                d,
+                eps,
+            } => {
+                let x = self.st(*x);
+                let w = weight.map(|w| self.st(w));
+                let b = bias.map(|b| self.st(b));
+                let rows = n / d;
+                self.push(
+                    Kernel::LayerNorm,
+                    vec![u32::from(w.is_some()), u32::from(b.is_some())],
+                    vec![
+                        (x, false),
+                        (w.unwrap_or(x), false),
+                        (b.unwrap_or(x), false),
+                        (o, true),
+                    ],
+                    vec![rows as u32, *d as u32, eps.to_bits()],
+                    [rows.min(65535) as u32, 1, 1],
+                );
+            }
+            Op::Pool { x, max, p } => {
+                let xi = self.t(*x).clone();
+                let r = xi.shape.len();
+                let (h, w) = (xi.shape[r - 2], xi.shape[r - 1]);
+                let (oh, ow) = (oi.shape[r - 2], oi.shape[r - 1]);
+                let g = self.linear_groups(n as u64);
+                self.push(
+                    Kernel::Pool,
+                    vec![u32::from(*max)],
+                    vec![(xi.storage, false), (o, true)],
+                    [
+                        n,
+                        h,
+                        w,
+                        oh,
+                        ow,
+                        p.kernel[0],
+                        p.kernel[1],
+                        p.stride[0],
+                        p.stride[1],
+                        p.padding[0],
+                        p.padding[1],
+                        usize::from(p.count_include_pad),
+                    ]
+                    .iter()
+                    .map(|&v| v as u32)
+                    .collect(),
+                    [g, 1, 1],
+                );
+            }
+            Op::Conv { x, w, bias, p } => {
+                let (xi, wi) = (self.t(*x).clone(), self.t(*w).clone());
+                let (nb, cin, h, wd) = (xi.shape[0], xi.shape[1], xi.shape[2], xi.shape[3]);
+                let (cout, cin_g, kh, kw) = (wi.shape[0], wi.shape[1], wi.shape[2], wi.shape[3]);
+                let (oh, ow) = (oi.shape[2], oi.shape[3]);
+                let b = bias.map(|b| self.st(b));
+                let has_bias = usize::from(b.is_some());
+                let bindings = vec![
+                    (xi.storage, false),
+                    (wi.storage, false),
+                    (b.unwrap_or(xi.storage), false),
+                    (o, true),
+                ];
+                if p.groups == cin && p.groups > 1 {
+                    let g = self.linear_groups(n as u64);
+                    let push = [
+                        n,
+                        cin,
+                        h,
+                        wd,
+                        cout,
+                        oh,
+                        ow,
+                        kh,
+                        kw,
+                        p.stride[0],
+                        p.stride[1],
+                        p.padding[0],
+                        p.padding[1],
+                        p.dilation[0],
+                        p.dilation[1],
+                        has_bias,
+                    ];
+                    self.push(
+                        Kernel::ConvDw,
+                        vec![],
+                        bindings,
+                        push.iter().map(|&v| v as u32).collect(),
+                        [g, 1, 1],
+                    );
+                } else {
+                    let pointwise = kh == 1 && kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
+                    let m = cout / p.groups;
+                    let nn = nb * oh * ow;
+                    let k = cin_g * kh * kw;
+                    // Gemm bindings: A = weights, B = input, bias, C.
+                    let gb = vec![bindings[1], bindings[0], bindings[2], bindings[3]];
+                    let params = [
+                        m,
+                        nn,
+                        k,
+                        m * k,
+                        k,
+                        1,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        has_bias,
+                        cin_g,
+                        h,
+                        wd,
+                        oh,
+                        ow,
+                        kh,
+                        kw,
+                        p.stride[0],
+                        p.stride[1],
+                        p.padding[0],
+                        p.padding[1],
+                        p.dilation[0],
+                        p.dilation[1],
+                        cout,
+                    ];
+                    self.gemm(
+                        m,
+                        nn,
+                        k,
+                        p.groups,
+                        if pointwise { 2 } else { 1 },
+                        params,
+                        gb,
+                    )?;
+                }
+            }
+            Op::Matmul { a, b, bias, linear } => {
+                let (ai, bi) = (self.t(*a).clone(), self.t(*b).clone());
+                let ra = ai.shape.len();
+                let k = ai.shape[ra - 1];
+                let bias_st = bias.map(|t| self.st(t));
+                let has_bias = usize::from(bias_st.is_some());
+                if *linear {
+                    let nout = bi.shape[0];
+                    let m = ai.numel() / k;
+                    // Constant weights are transposed once to [k, n] for coalesced loads.
+                    let (bst, sb_k, sb_n) = match &self.storages[bi.storage].kind {
+                        StorageKind::Const(bytes) => {
+                            let mut t = vec![0u8; bytes.len()];
+                            for r in 0..nout {
+                                for c in 0..k {
+                                    let s = (r * k + c) * 4;
+                                    let d = (c * nout + r) * 4;
+                                    t[d..d + 4].copy_from_slice(&bytes[s..s + 4]);
+                                }
+                            }
+                            let bytes_len = storage_bytes(DType::F32, &[nout * k]);
+                            self.storages.push(Storage {
+                                kind: StorageKind::Const(t),
+                                bytes: bytes_len,
+                                tensor: *b,
+                            });
+                            (self.storages.len() - 1, nout, 1)
+                        }
+                        _ => (bi.storage, 1, k),
+                    };
+                    let params = [
+                        m, nout, k, 0, k, 1, 0, sb_k, sb_n, 0, nout, has_bias, 0, 0, 0, 0, 0, 0, 0,
+                        0, 0, 0, 0, 0, 0, 0,
+                    ];
+                    let bindings = vec![
+                        (ai.storage, false),
+                        (bst, false),
+                        (bias_st.unwrap_or(ai.storage), false),
+                        (o, true),
+                    ];
+                    self.gemm(m, nout, k, 1, 0, params, bindings)?;
+                } else {
+                    let rb = bi.shape.len();
+                    let m = ai.shape[ra - 2];
+                    let nn = bi.shape[rb - 1];
+                    let batch_a: usize = ai.shape[..ra - 2].iter().product();
+                    let batch_b: usize = bi.shape[..rb - 2].iter().product();
+                    let (m_eff, batch) = if batch_b == 1 {
+                        (m * batch_a, 1)
+                    } else {
+                        (m, batch_b.max(batch_a))
+                    };
+                    let sa_b = if batch_a == 1 { 0 } else { m * k };
+                    let sb_b = if batch_b == 1 { 0 } else { k * nn };
+                    let params = [
+                        m_eff,
+                        nn,
+                        k,
+                        sa_b,
+                        k,
+                        1,
+                        sb_b,
+                        nn,
+                        1,
+                        m * nn,
+                        nn,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                    ];
+                    let bindings = vec![
+                        (ai.storage, false),
+                        (bi.storage, false),
+                        (ai.storage, false),
+                        (o, true),
+                    ];
+                    self.gemm(m_eff, nn, k, batch, 0, params, bindings)?;
+                }
+            }
+            Op::Permute { x, perm } => {
+                let xi = self.t(*x).clone();
+                let cs = contiguous_strides(&xi.shape);
+                let ss = perm.iter().map(|&p| cs[p]).collect();
+                let ds = contiguous_strides(&oi.shape);
+                self.copy(xi.storage, o, &oi.shape, ss, ds, 0, 0)?;
+            }
+            Op::Cat { xs, dim } => {
+                let ds = contiguous_strides(&oi.shape);
+                let mut off = 0;
+                for &x in xs {
+                    let xi = self.t(x).clone();
+                    let ss = contiguous_strides(&xi.shape);
+                    self.copy(xi.storage, o, &xi.shape, ss, ds.clone(), 0, off * ds[*dim])?;
+                    off += xi.shape[*dim];
+                }
+            }
+            Op::FmaProbe { groups, iters } => {
+                let g = self.check_groups([u64::from(*groups), 1, 1])?;
+                self.push(
+                    Kernel::FmaPeak,
+                    vec![],
+                    vec![(o, true)],
+                    vec![*iters, 0.999f32.to_bits(), 1e-3f32.to_bits()],
+                    g,
+                );
+            }
+            Op::Slice {
+                x,
+                dim,
+                start,
+                step,
+            } => {
+                let xi = self.t(*x).clone();
+                let cs = contiguous_strides(&xi.shape);
+                let mut ss = cs.clone();
+                ss[*dim] *= step;
+                let ds = contiguous_strides(&oi.shape);
+                self.copy(xi.storage, o, &oi.shape, ss, ds, start * cs[*dim], 0)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Unary { op, .. } => op.name(),
+        Op::Binary { op, .. } => op.name(),
+        Op::Softmax { log: false, .. } => "softmax",
+        Op::Softmax { log: true, .. } => "log_softmax",
+        Op::Pool { max: false, .. } => "avg_pool2d",
+        Op::Pool { max: true, .. } => "max_pool2d",
+        Op::Conv { .. } => "conv2d",
+        Op::Matmul { linear: true, .. } => "linear",
+        Op::Matmul { .. } => "matmul",
+        Op::Reduce { mean: true, .. } => "mean",
+        Op::Reduce { .. } => "sum",
+        Op::LayerNorm { .. } => "layer_norm",
+        Op::Permute { .. } => "permute",
+        Op::Cat { .. } => "cat",
+        Op::Slice { .. } => "slice",
+        Op::FmaProbe { .. } => "fma_probe",
+    }
+}
+
+/// Lowers every node, in order.
+pub(crate) fn lower(b: &GraphBuilder, limits: &Limits) -> Result<Plan> {
+    let mut l = Lowerer {
+        b,
+        limits,
+        storages: b.storages.clone(),
+        out: Vec::new(),
+        node: 0,
+        op: "",
+    };
+    for (i, node) in b.nodes.iter().enumerate() {
+        l.node = i;
+        l.op = op_name(&node.op);
+        l.lower_node(&node.op, node.out)?;
+    }
+    Ok(Plan {
+        storages: l.storages,
+        dispatches: l.out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collapse_merges_contiguous_dims_and_drops_ones() {
+        let dims = [2, 1, 3, 4];
+        let s = contiguous_strides(&dims);
+        let (d, st) = collapse(&dims, &[s.clone(), s]);
+        assert_eq!(d, vec![24]);
+        assert_eq!(st, vec![vec![1], vec![1]]);
+        // A broadcast operand keeps its dims apart.
+        let (d, st) = collapse(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 4, 1]]);
+        assert_eq!(d, vec![2, 12]);
+        assert_eq!(st, vec![vec![12, 1], vec![0, 1]]);
+    }
+
+    #[test]
+    fn strides_are_row_major() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(contiguous_strides(&[5]), vec![1]);
+    }
+}

@@ -1,0 +1,41 @@
+//! The bench function runs once in quick mode as a smoke test (no timing assertions).
+
+use vk_core::testing::{self, assert_no_validation_errors};
+
+#[test]
+fn quick_bench_runs_every_op_and_reports_ratios() {
+    let Some((instance, dev)) = testing::device(
+        "quick_bench_runs_every_op_and_reports_ratios",
+        &compute_delegate::requirements(),
+    ) else {
+        return;
+    };
+    let rows = compute_delegate::bench(&dev, None, true).unwrap();
+    for r in &rows {
+        eprintln!("{}", r.line());
+        assert!(
+            r.device_ms > 0.0 && r.throughput > 0.0 && r.ratio > 0.0,
+            "{r:?}"
+        );
+    }
+    let ops: Vec<&str> = rows.iter().map(|r| r.op.as_str()).collect();
+    for op in [
+        "copy",
+        "fma_peak",
+        "add",
+        "sigmoid",
+        "avg_pool2x2",
+        "softmax",
+        "conv3x3",
+        "matmul",
+    ] {
+        assert!(ops.contains(&op), "{op} missing from {ops:?}");
+    }
+    let only = compute_delegate::bench(&dev, Some("matmul"), true).unwrap();
+    assert!(
+        only.iter()
+            .all(|r| ["copy", "fma_peak", "matmul"].contains(&r.op.as_str()))
+    );
+    drop(dev);
+    assert_no_validation_errors(&instance);
+}

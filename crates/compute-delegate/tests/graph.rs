@@ -1,0 +1,311 @@
+//! Graph-level behaviour: errors that name tensors and numbers, input checks, memory reuse,
+//! derived barriers, the pipeline cache and device-resident execution.
+
+use compute_delegate::{Error, GraphBuilder, Pool2d};
+use vk_core::testing::{self, assert_no_validation_errors};
+use vk_core::{DType, Device, HostTensor, Instance, vk};
+
+fn device(test: &str) -> Option<(Instance, Device)> {
+    testing::device(test, &compute_delegate::requirements())
+}
+
+#[test]
+fn bad_graphs_name_the_tensor_and_the_numbers() {
+    let mut g = GraphBuilder::new();
+    let a = g.input("a", DType::F32, &[2, 3]).unwrap();
+    let b = g.input("b", DType::F32, &[4]).unwrap();
+    let e = g.add(a, b).unwrap_err().to_string();
+    assert!(
+        e.contains("'a' [2, 3]") && e.contains("'b' [4]") && e.contains("3 vs 4"),
+        "{e}"
+    );
+
+    let i = g.input("idx", DType::I32, &[2, 3]).unwrap();
+    let e = g.mul(a, i).unwrap_err();
+    assert!(matches!(e, Error::DType { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(
+        e.contains("'idx'") && e.contains("i32") && e.contains("f32"),
+        "{e}"
+    );
+
+    let w = g.input("w", DType::F32, &[5, 4]).unwrap();
+    let e = g.matmul(a, w).unwrap_err().to_string();
+    assert!(e.contains("k = 3") && e.contains("k = 5"), "{e}");
+
+    let mut other = GraphBuilder::new();
+    let mut foreign = other.input("o", DType::F32, &[1]).unwrap();
+    for _ in 0..9 {
+        foreign = other.relu(foreign).unwrap();
+    }
+    let e = g.relu(foreign).unwrap_err().to_string();
+    assert!(
+        e.contains("unknown tensor id 9") && e.contains("has 4 tensors"),
+        "{e}"
+    );
+
+    let e = g.reshape(a, &[4, 2]).unwrap_err().to_string();
+    assert!(
+        e.contains("'a' [2, 3] (6 elements)") && e.contains("[4, 2]"),
+        "{e}"
+    );
+
+    let e = g.softmax(a, 2).unwrap_err().to_string();
+    assert!(e.contains("dim 2") && e.contains("rank 2"), "{e}");
+
+    let x = g.input("img", DType::F32, &[1, 3, 4, 4]).unwrap();
+    let k = g.input("k", DType::F32, &[8, 2, 3, 3]).unwrap();
+    let e = g
+        .conv2d(x, k, None, compute_delegate::Conv2d::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("3 channels") && e.contains("[8, 2, 3, 3]"),
+        "{e}"
+    );
+    let e = g.max_pool2d(x, Pool2d::new(5, 1)).unwrap_err().to_string();
+    assert!(e.contains("kernel 5") && e.contains("dim of 4"), "{e}");
+}
+
+#[test]
+fn execute_checks_inputs_and_limits_are_checked_in_bytes() {
+    let Some((instance, dev)) = device("execute_checks_inputs_and_limits_are_checked_in_bytes")
+    else {
+        return;
+    };
+    let mut g = GraphBuilder::new();
+    let a = g.input("a", DType::F32, &[2, 3]).unwrap();
+    let r = g.relu(a).unwrap();
+    g.output(r).unwrap();
+    let mut graph = g.build(&dev).unwrap();
+    let e = graph.execute(&[]).unwrap_err().to_string();
+    assert_eq!(e, "execute: the graph has 1 input(s), got 0");
+    let bad = HostTensor::from_f32(vec![3, 2], &[0.0; 6]).unwrap();
+    let e = graph.execute(&[bad]).unwrap_err().to_string();
+    assert!(
+        e.contains("input 0 ('a')") && e.contains("[2, 3]") && e.contains("[3, 2]"),
+        "{e}"
+    );
+    let bad = HostTensor::from_i32(vec![2, 3], &[0; 6]).unwrap();
+    let e = graph.execute(&[bad]).unwrap_err().to_string();
+    assert!(e.contains("f32") && e.contains("i32"), "{e}");
+
+    // A tensor over maxStorageBufferRange (in bytes, not elements): refused at build, before
+    // anything is allocated.
+    let limit = dev.capabilities().limits.max_storage_buffer_range as usize;
+    let elems = limit / 4 + 1;
+    let mut g = GraphBuilder::new();
+    let big = g.input("big", DType::F32, &[elems]).unwrap();
+    let s = g.sigmoid(big).unwrap();
+    g.output(s).unwrap();
+    let e = g.build(&dev).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(
+        e.contains("'big'")
+            && e.contains(&format!("{}", (elems * 4).div_ceil(16) * 16))
+            && e.contains(&limit.to_string()),
+        "{e}"
+    );
+    // A graph without outputs.
+    let mut g = GraphBuilder::new();
+    g.input("x", DType::F32, &[4]).unwrap();
+    assert!(
+        g.build(&dev)
+            .unwrap_err()
+            .to_string()
+            .contains("no outputs")
+    );
+    // Broadcasting that needs more than six dims after merging.
+    let mut g = GraphBuilder::new();
+    let a = g.input("a", DType::F32, &[4, 1, 2, 1, 3, 1, 2]).unwrap();
+    let b = g.input("b", DType::F32, &[1, 3, 1, 2, 1, 2, 1]).unwrap();
+    let c = g.add(a, b).unwrap();
+    g.output(c).unwrap();
+    let e = g.build(&dev).unwrap_err().to_string();
+    assert!(e.contains("needs 7 dims; at most 6"), "{e}");
+    drop(graph);
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
+    let Some((instance, dev)) =
+        device("intermediates_share_memory_and_independent_dispatches_have_no_barrier")
+    else {
+        return;
+    };
+    // A chain of five elementwise ops on 1024 floats: at most two intermediates live at once.
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[1024]).unwrap();
+    let mut t = x;
+    for _ in 0..5 {
+        t = g.add_scalar(t, 1.0).unwrap();
+    }
+    g.output(t).unwrap();
+    let mut graph = g.build(&dev).unwrap();
+    let m = graph.memory();
+    assert_eq!(m.intermediates_unshared, 4 * 4096);
+    assert_eq!(m.intermediates, 2 * 4096, "{m:?}");
+    assert_eq!(m.io, 2 * 4096);
+    assert_eq!(m.peak_device_bytes(), 4 * 4096);
+    assert_eq!(graph.dispatch_count(), 5);
+    assert_eq!(graph.barrier_count(), 4);
+    let out = graph
+        .execute(&[HostTensor::from_f32(vec![1024], &[1.0; 1024]).unwrap()])
+        .unwrap();
+    assert_eq!(out[0].to_f32().unwrap(), vec![6.0; 1024]);
+
+    // Three independent ops of one input: no barrier between them.
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[64]).unwrap();
+    for t in [
+        g.relu(x).unwrap(),
+        g.sigmoid(x).unwrap(),
+        g.tanh(x).unwrap(),
+    ] {
+        g.output(t).unwrap();
+    }
+    let graph2 = g.build(&dev).unwrap();
+    assert_eq!(graph2.barrier_count(), 0);
+    // cat writes disjoint parts of one buffer: no barrier either.
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[4, 4]).unwrap();
+    let c = g.cat(&[x, x, x], 0).unwrap();
+    g.output(c).unwrap();
+    assert_eq!(g.build(&dev).unwrap().barrier_count(), 0);
+    drop((graph, graph2));
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn pipeline_cache_round_trips() {
+    let Some((instance, dev)) = device("pipeline_cache_round_trips") else {
+        return;
+    };
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[2, 8]).unwrap();
+    let s = g.softmax(x, -1).unwrap();
+    g.output(s).unwrap();
+    let first = g.build(&dev).unwrap();
+    let data = first.pipeline_cache_data().unwrap();
+    let opts = compute_delegate::BuildOptions {
+        pipeline_cache: Some(data),
+    };
+    let mut second = g.build_with(&dev, &opts).unwrap();
+    let out = second
+        .execute(&[HostTensor::from_f32(vec![2, 8], &[0.0; 16]).unwrap()])
+        .unwrap();
+    assert_eq!(out[0].to_f32().unwrap(), vec![0.125; 16]);
+    drop((first, second));
+    assert_no_validation_errors(&instance);
+}
+
+/// Two graphs chained on the device: the second reads the first's output buffer, ordered by
+/// a semaphore, with one host copy at each end.
+#[test]
+fn device_resident_chaining_with_a_semaphore() {
+    let Some((instance, dev)) = device("device_resident_chaining_with_a_semaphore") else {
+        return;
+    };
+    let shape = [1usize, 3, 8, 8];
+    let mut g1 = GraphBuilder::new();
+    let x = g1.input("x", DType::F32, &shape).unwrap();
+    let p = g1.avg_pool2d(x, Pool2d::new(2, 2)).unwrap();
+    let s = g1.sigmoid(p).unwrap();
+    g1.output(s).unwrap();
+    let mut a = g1.build(&dev).unwrap();
+    let mut g2 = GraphBuilder::new();
+    let y = g2.input("y", DType::F32, &[1, 3, 4, 4]).unwrap();
+    let sq = g2.mul(y, y).unwrap();
+    let z = g2.add_scalar(sq, 0.25).unwrap();
+    g2.output(z).unwrap();
+    let mut b = g2.build(&dev).unwrap();
+
+    let xs: Vec<f32> = (0..192).map(|i| (i as f32 * 0.37).sin()).collect();
+    // Reference through host execution.
+    let mid = a
+        .execute(&[HostTensor::from_f32(shape.to_vec(), &xs).unwrap()])
+        .unwrap();
+    let want = b.execute(&mid).unwrap()[0].to_f32().unwrap();
+
+    // Clear b's output (b on zeros gives 0.25 everywhere), and put x into a's input buffer.
+    let zeros = HostTensor::from_f32(vec![1, 3, 4, 4], &[0.0; 48]).unwrap();
+    assert_eq!(
+        b.execute(&[zeros]).unwrap()[0].to_f32().unwrap(),
+        vec![0.25; 48]
+    );
+    a.write_input(0, &HostTensor::from_f32(shape.to_vec(), &xs).unwrap())
+        .unwrap();
+
+    // Device path: copy a's output buffer into b's input buffer in a command buffer of ours,
+    // ordered after a by a semaphore, and b after the copy by another.
+    let d = dev.raw();
+    let src = a.output_buffer(0).unwrap();
+    let dst = b.input_buffer(0).unwrap();
+    assert_eq!(src.bytes, dst.bytes);
+    // SAFETY: plain object creation and recording with live handles; every submission is
+    // waited for before the objects are destroyed.
+    unsafe {
+        let sem = |_: u8| {
+            d.create_semaphore(&vk::SemaphoreCreateInfo::default(), None)
+                .unwrap()
+        };
+        let (s1, s2) = (sem(0), sem(1));
+        let pool = d
+            .create_command_pool(
+                &vk::CommandPoolCreateInfo::default().queue_family_index(dev.queue().family()),
+                None,
+            )
+            .unwrap();
+        let cmd = d
+            .allocate_command_buffers(
+                &vk::CommandBufferAllocateInfo::default()
+                    .command_pool(pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1),
+            )
+            .unwrap()[0];
+        d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default())
+            .unwrap();
+        d.cmd_copy_buffer(
+            cmd,
+            src.buffer,
+            dst.buffer,
+            &[vk::BufferCopy::default().size(src.bytes)],
+        );
+        d.end_command_buffer(cmd).unwrap();
+        let fence = d
+            .create_fence(&vk::FenceCreateInfo::default(), None)
+            .unwrap();
+
+        a.submit_resident(&[], &[s1]).unwrap();
+        {
+            let cmds = [cmd];
+            let waits = [s1];
+            let stages = [vk::PipelineStageFlags::TRANSFER];
+            let signals = [s2];
+            let info = [vk::SubmitInfo::default()
+                .command_buffers(&cmds)
+                .wait_semaphores(&waits)
+                .wait_dst_stage_mask(&stages)
+                .signal_semaphores(&signals)];
+            let guard = dev.queue().lock();
+            guard.submit(&info, fence).unwrap();
+        }
+        b.submit_resident(&[(s2, vk::PipelineStageFlags::COMPUTE_SHADER)], &[])
+            .unwrap();
+        b.wait().unwrap();
+        a.wait().unwrap();
+        dev.wait_for_fence(fence, u64::MAX).unwrap();
+        d.destroy_fence(fence, None);
+        d.destroy_command_pool(pool, None);
+        d.destroy_semaphore(s1, None);
+        d.destroy_semaphore(s2, None);
+    }
+    let got = b.read_output(0).unwrap().to_f32().unwrap();
+    assert_eq!(got, want);
+    assert!(a.last_device_time().is_some() || !dev.capabilities().queue_families.is_empty());
+    drop((a, b));
+    assert_no_validation_errors(&instance);
+}

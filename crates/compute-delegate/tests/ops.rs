@@ -1,0 +1,815 @@
+//! Every op against a CPU reference, over random shapes (fixed seeds) including odd sizes and
+//! broadcasting edge cases, on the selected device with validation on.
+
+#![allow(clippy::unwrap_used)] // helpers outside #[test] functions
+
+use compute_delegate::{Conv2d, GraphBuilder, Pool2d};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use vk_core::testing::{self, assert_no_validation_errors};
+use vk_core::{DType, Device, HostTensor, Instance};
+
+fn device(test: &str) -> Option<(Instance, Device)> {
+    testing::device(test, &compute_delegate::requirements())
+}
+
+fn rand_vec(rng: &mut SmallRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect()
+}
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+fn strides(s: &[usize]) -> Vec<usize> {
+    let mut st = vec![1; s.len()];
+    for i in (0..s.len().saturating_sub(1)).rev() {
+        st[i] = st[i + 1] * s[i + 1];
+    }
+    st
+}
+
+fn unravel(mut i: usize, s: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; s.len()];
+    for d in (0..s.len()).rev() {
+        idx[d] = i % s[d];
+        i /= s[d];
+    }
+    idx
+}
+
+#[track_caller]
+fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan());
+        assert!(ok, "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+/// Builds `b` with one f32 input per `(shape, data)` already declared, runs it once and
+/// returns the outputs as f32.
+fn run(dev: &Device, b: &GraphBuilder, inputs: &[(&[usize], &[f32])]) -> Vec<Vec<f32>> {
+    let mut g = b.build(dev).unwrap();
+    let ins: Vec<HostTensor> = inputs
+        .iter()
+        .map(|(s, d)| HostTensor::from_f32(s.to_vec(), d).unwrap())
+        .collect();
+    let outs = g.execute(&ins).unwrap();
+    // A second run of the recorded command buffer gives the same result.
+    let again = g.execute(&ins).unwrap();
+    assert_eq!(outs, again);
+    outs.iter().map(|o| o.to_f32().unwrap()).collect()
+}
+
+fn bcast_ref(
+    a: &[f32],
+    sa: &[usize],
+    b: &[f32],
+    sb: &[usize],
+    f: fn(f32, f32) -> f32,
+) -> (Vec<f32>, Vec<usize>) {
+    let r = sa.len().max(sb.len());
+    let pad = |s: &[usize]| {
+        let mut v = vec![1; r - s.len()];
+        v.extend_from_slice(s);
+        v
+    };
+    let (pa, pb) = (pad(sa), pad(sb));
+    let out: Vec<usize> = (0..r).map(|i| pa[i].max(pb[i])).collect();
+    let (sta, stb) = (strides(&pa), strides(&pb));
+    let v = (0..numel(&out))
+        .map(|i| {
+            let idx = unravel(i, &out);
+            let ia: usize = (0..r)
+                .map(|d| if pa[d] == 1 { 0 } else { idx[d] * sta[d] })
+                .sum();
+            let ib: usize = (0..r)
+                .map(|d| if pb[d] == 1 { 0 } else { idx[d] * stb[d] })
+                .sum();
+            f(a[ia], b[ib])
+        })
+        .collect();
+    (v, out)
+}
+
+#[test]
+fn binary_ops_broadcast_like_pytorch() {
+    let Some((instance, dev)) = device("binary_ops_broadcast_like_pytorch") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(1);
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[7], &[7]),
+        (&[3, 5], &[3, 5]),
+        (&[2, 3, 5], &[5]),
+        (&[2, 3, 5], &[3, 1]),
+        (&[1, 4, 1], &[3, 1, 6]),
+        (&[2, 1, 3, 1, 5], &[1, 4, 1, 7, 1]),
+        (&[1], &[9, 3]),
+        (&[4, 1, 2, 1, 3, 1], &[1, 3, 1, 2, 1, 2]),
+    ];
+    type Ref = fn(f32, f32) -> f32;
+    let ops: [(&str, Ref); 4] = [
+        ("add", |a, b| a + b),
+        ("sub", |a, b| a - b),
+        ("mul", |a, b| a * b),
+        ("div", |a, b| a / b),
+    ];
+    for (sa, sb) in cases {
+        let a = rand_vec(&mut rng, numel(sa));
+        let mut b = rand_vec(&mut rng, numel(sb));
+        for v in &mut b {
+            if v.abs() < 0.1 {
+                *v = 0.5;
+            }
+        }
+        let mut g = GraphBuilder::new();
+        let ta = g.input("a", DType::F32, sa).unwrap();
+        let tb = g.input("b", DType::F32, sb).unwrap();
+        let outs = [
+            g.add(ta, tb).unwrap(),
+            g.sub(ta, tb).unwrap(),
+            g.mul(ta, tb).unwrap(),
+            g.div(ta, tb).unwrap(),
+        ];
+        for o in outs {
+            g.output(o).unwrap();
+        }
+        let got = run(&dev, &g, &[(sa, &a), (sb, &b)]);
+        for (k, (name, f)) in ops.iter().enumerate() {
+            let (want, shape) = bcast_ref(&a, sa, &b, sb, *f);
+            assert_eq!(g.shape(outs[k]).unwrap(), shape.as_slice());
+            assert_close(&got[k], &want, 1e-6, &format!("{name} {sa:?} {sb:?}"));
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
+fn erf(x: f64) -> f64 {
+    // High-precision series / continued fraction is overkill: use the complementary form
+    // from Numerical Recipes (erfc, fractional error < 1.2e-7).
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
+    if x >= 0.0 { 1.0 - r } else { r - 1.0 }
+}
+
+#[test]
+fn unary_and_scalar_ops_match_the_reference() {
+    let Some((instance, dev)) = device("unary_and_scalar_ops_match_the_reference") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(2);
+    for shape in [&[1usize][..], &[5], &[3, 7], &[2, 3, 5, 7]] {
+        let mut x = rand_vec(&mut rng, numel(shape));
+        for v in x.iter_mut() {
+            *v *= 5.0;
+        }
+        x[0] = 30.0;
+        let mut g = GraphBuilder::new();
+        let t = g.input("x", DType::F32, shape).unwrap();
+        let outs = vec![
+            g.relu(t).unwrap(),
+            g.relu6(t).unwrap(),
+            g.hardtanh(t, -1.0, 1.0).unwrap(),
+            g.clamp(t, -0.5, 2.5).unwrap(),
+            g.sigmoid(t).unwrap(),
+            g.tanh(t).unwrap(),
+            g.gelu(t, false).unwrap(),
+            g.gelu(t, true).unwrap(),
+            g.hardswish(t).unwrap(),
+            g.add_scalar(t, 1.5).unwrap(),
+            g.sub_scalar(t, 1.5).unwrap(),
+            g.rsub_scalar(t, 1.5).unwrap(),
+            g.mul_scalar(t, -3.0).unwrap(),
+            g.div_scalar(t, 4.0).unwrap(),
+        ];
+        for &o in &outs {
+            g.output(o).unwrap();
+        }
+        let got = run(&dev, &g, &[(shape, &x)]);
+        let refs: Vec<fn(f32) -> f32> = vec![
+            |v| v.max(0.0),
+            |v| v.clamp(0.0, 6.0),
+            |v| v.clamp(-1.0, 1.0),
+            |v| v.clamp(-0.5, 2.5),
+            |v| 1.0 / (1.0 + (-v).exp()),
+            |v| v.tanh(),
+            |v| (0.5 * v as f64 * (1.0 + erf(v as f64 / 2f64.sqrt()))) as f32,
+            |v| {
+                let u = 0.797_884_6 * (v + 0.044715 * v * v * v);
+                0.5 * v * (1.0 + u.tanh())
+            },
+            |v| v * (v + 3.0).clamp(0.0, 6.0) / 6.0,
+            |v| v + 1.5,
+            |v| v - 1.5,
+            |v| 1.5 - v,
+            |v| v * -3.0,
+            |v| v / 4.0,
+        ];
+        for (k, f) in refs.iter().enumerate() {
+            let want: Vec<f32> = x.iter().map(|&v| f(v)).collect();
+            assert_close(&got[k], &want, 2e-5, &format!("unary #{k} on {shape:?}"));
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
+fn softmax_ref(x: &[f32], s: &[usize], dim: usize, log: bool) -> Vec<f32> {
+    let outer: usize = s[..dim].iter().product();
+    let d = s[dim];
+    let inner: usize = s[dim + 1..].iter().product();
+    let mut y = vec![0.0; x.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| (o * d + j) * inner + i;
+            let m = (0..d).map(|j| x[at(j)]).fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = (0..d).map(|j| ((x[at(j)] - m) as f64).exp()).sum();
+            for j in 0..d {
+                let v = (x[at(j)] - m) as f64;
+                y[at(j)] = if log {
+                    (v - sum.ln()) as f32
+                } else {
+                    (v.exp() / sum) as f32
+                };
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn softmax_and_log_softmax_over_any_dim() {
+    let Some((instance, dev)) = device("softmax_and_log_softmax_over_any_dim") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(3);
+    for shape in [
+        &[5usize][..],
+        &[3, 300],
+        &[2, 7, 5],
+        &[2, 3, 4, 5],
+        &[1, 513],
+    ] {
+        let x: Vec<f32> = rand_vec(&mut rng, numel(shape))
+            .iter()
+            .map(|v| v * 4.0)
+            .collect();
+        for dim in 0..shape.len() {
+            let mut g = GraphBuilder::new();
+            let t = g.input("x", DType::F32, shape).unwrap();
+            let s = g.softmax(t, dim as isize).unwrap();
+            let l = g
+                .log_softmax(t, dim as isize - shape.len() as isize)
+                .unwrap();
+            g.output(s).unwrap();
+            g.output(l).unwrap();
+            let got = run(&dev, &g, &[(shape, &x)]);
+            let what = format!("softmax {shape:?} dim {dim}");
+            assert_close(&got[0], &softmax_ref(&x, shape, dim, false), 1e-5, &what);
+            assert_close(&got[1], &softmax_ref(&x, shape, dim, true), 1e-5, &what);
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
+fn pool_ref(x: &[f32], s: &[usize], p: &Pool2d, max: bool, out: &[usize]) -> Vec<f32> {
+    let r = s.len();
+    let (h, w) = (s[r - 2], s[r - 1]);
+    let (oh, ow) = (out[r - 2], out[r - 1]);
+    let planes = numel(&s[..r - 2]);
+    let mut y = Vec::new();
+    for pl in 0..planes {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let y0 = (oy * p.stride[0]) as i64 - p.padding[0] as i64;
+                let x0 = (ox * p.stride[1]) as i64 - p.padding[1] as i64;
+                let y1 = (y0 + p.kernel[0] as i64).min((h + p.padding[0]) as i64);
+                let x1 = (x0 + p.kernel[1] as i64).min((w + p.padding[1]) as i64);
+                let pool = (y1 - y0) * (x1 - x0);
+                let (ya, xa) = (y0.max(0), x0.max(0));
+                let (yb, xb) = (y1.min(h as i64), x1.min(w as i64));
+                let mut acc = if max { f32::NEG_INFINITY } else { 0.0 };
+                for yy in ya..yb {
+                    for xx in xa..xb {
+                        let v = x[pl * h * w + yy as usize * w + xx as usize];
+                        acc = if max { acc.max(v) } else { acc + v };
+                    }
+                }
+                if !max {
+                    let div = if p.count_include_pad {
+                        pool
+                    } else {
+                        (yb - ya) * (xb - xa)
+                    };
+                    acc /= div.max(1) as f32;
+                }
+                y.push(acc);
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn pooling_with_padding_and_ceil_mode() {
+    let Some((instance, dev)) = device("pooling_with_padding_and_ceil_mode") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(4);
+    let cases: &[(&[usize], Pool2d, [usize; 2])] = &[
+        (&[1, 3, 8, 8], Pool2d::new(2, 2), [4, 4]),
+        (&[2, 3, 7, 9], Pool2d::new(3, 2), [3, 4]),
+        (
+            &[2, 2, 7, 9],
+            Pool2d {
+                kernel: [3, 3],
+                stride: [2, 2],
+                padding: [1, 1],
+                ceil_mode: true,
+                count_include_pad: true,
+            },
+            [4, 5],
+        ),
+        (
+            &[3, 5, 6],
+            Pool2d {
+                kernel: [2, 3],
+                stride: [2, 2],
+                padding: [1, 1],
+                ceil_mode: true,
+                count_include_pad: false,
+            },
+            [3, 4],
+        ),
+        (
+            &[1, 1, 5, 5],
+            Pool2d {
+                kernel: [2, 2],
+                stride: [2, 2],
+                padding: [0, 0],
+                ceil_mode: true,
+                count_include_pad: true,
+            },
+            [3, 3],
+        ),
+    ];
+    for (shape, p, hw) in cases {
+        let x = rand_vec(&mut rng, numel(shape));
+        let mut g = GraphBuilder::new();
+        let t = g.input("x", DType::F32, shape).unwrap();
+        let a = g.avg_pool2d(t, *p).unwrap();
+        let m = g.max_pool2d(t, *p).unwrap();
+        g.output(a).unwrap();
+        g.output(m).unwrap();
+        let out = g.shape(a).unwrap().to_vec();
+        assert_eq!(&out[out.len() - 2..], hw, "{shape:?} {p:?}");
+        let got = run(&dev, &g, &[(shape, &x)]);
+        assert_close(
+            &got[0],
+            &pool_ref(&x, shape, p, false, &out),
+            1e-6,
+            &format!("avg {shape:?} {p:?}"),
+        );
+        assert_close(
+            &got[1],
+            &pool_ref(&x, shape, p, true, &out),
+            0.0,
+            &format!("max {shape:?} {p:?}"),
+        );
+    }
+    assert_no_validation_errors(&instance);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_ref(
+    x: &[f32],
+    xs: &[usize],
+    w: &[f32],
+    ws: &[usize],
+    b: Option<&[f32]>,
+    p: &Conv2d,
+    os: &[usize],
+) -> Vec<f32> {
+    let (n, cin, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+    let (cout, cin_g, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    let (oh, ow) = (os[2], os[3]);
+    let cout_g = cout / p.groups;
+    let mut y = vec![0.0f32; n * cout * oh * ow];
+    for img in 0..n {
+        for co in 0..cout {
+            let g = co / cout_g;
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut acc = b.map_or(0.0, |b| b[co] as f64);
+                    for ci in 0..cin_g {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (oy * p.stride[0] + ky * p.dilation[0]) as i64
+                                    - p.padding[0] as i64;
+                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as i64
+                                    - p.padding[1] as i64;
+                                if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
+                                    continue;
+                                }
+                                let xv = x[((img * cin + g * cin_g + ci) * h + iy as usize) * wd
+                                    + ix as usize];
+                                let wv = w[((co * cin_g + ci) * kh + ky) * kw + kx];
+                                acc += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((img * cout + co) * oh + oy) * ow + ox] = acc as f32;
+                }
+            }
+        }
+    }
+    let _ = cin;
+    y
+}
+
+#[test]
+fn conv2d_general_pointwise_and_depthwise() {
+    let Some((instance, dev)) = device("conv2d_general_pointwise_and_depthwise") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(5);
+    // (input, weight, params, bias)
+    let cases: Vec<([usize; 4], [usize; 4], Conv2d, bool)> = vec![
+        (
+            [1, 3, 9, 11],
+            [5, 3, 3, 3],
+            Conv2d {
+                padding: [1, 1],
+                ..Conv2d::default()
+            },
+            true,
+        ),
+        (
+            [2, 4, 10, 7],
+            [6, 4, 3, 2],
+            Conv2d {
+                stride: [2, 1],
+                padding: [1, 0],
+                ..Conv2d::default()
+            },
+            false,
+        ),
+        (
+            [1, 6, 9, 9],
+            [4, 3, 3, 3],
+            Conv2d {
+                groups: 2,
+                dilation: [2, 2],
+                padding: [2, 1],
+                ..Conv2d::default()
+            },
+            true,
+        ),
+        ([2, 7, 5, 6], [9, 7, 1, 1], Conv2d::default(), true),
+        (
+            [1, 5, 8, 7],
+            [5, 1, 3, 3],
+            Conv2d {
+                groups: 5,
+                padding: [1, 1],
+                stride: [2, 2],
+                ..Conv2d::default()
+            },
+            true,
+        ),
+        (
+            [1, 3, 7, 7],
+            [6, 1, 5, 5],
+            Conv2d {
+                groups: 3,
+                padding: [2, 2],
+                dilation: [1, 1],
+                ..Conv2d::default()
+            },
+            false,
+        ),
+        (
+            [1, 70, 6, 5],
+            [130, 70, 3, 3],
+            Conv2d {
+                padding: [1, 1],
+                ..Conv2d::default()
+            },
+            true,
+        ),
+    ];
+    for (xs, ws, p, with_bias) in cases {
+        let x = rand_vec(&mut rng, numel(&xs));
+        let w = rand_vec(&mut rng, numel(&ws));
+        let b = rand_vec(&mut rng, ws[0]);
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &xs).unwrap();
+        let tw = g.constant_f32("w", &ws, &w).unwrap();
+        let tb = with_bias.then(|| g.constant_f32("b", &[ws[0]], &b).unwrap());
+        let y = g.conv2d(tx, tw, tb, p).unwrap();
+        g.output(y).unwrap();
+        let os = g.shape(y).unwrap().to_vec();
+        let got = run(&dev, &g, &[(&xs, &x)]);
+        let want = conv_ref(&x, &xs, &w, &ws, with_bias.then_some(b.as_slice()), &p, &os);
+        assert_close(&got[0], &want, 1e-4, &format!("conv {xs:?} {ws:?} {p:?}"));
+    }
+    assert_no_validation_errors(&instance);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_ref(
+    a: &[f32],
+    b: &[f32],
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    a_b: bool,
+    b_b: bool,
+) -> Vec<f32> {
+    let mut c = vec![0.0; batch * m * n];
+    for z in 0..batch {
+        let ao = if a_b { z * m * k } else { 0 };
+        let bo = if b_b { z * k * n } else { 0 };
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (0..k)
+                    .map(|q| a[ao + i * k + q] as f64 * b[bo + q * n + j] as f64)
+                    .sum();
+                c[(z * m + i) * n + j] = s as f32;
+            }
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_bmm_and_linear() {
+    let Some((instance, dev)) = device("matmul_bmm_and_linear") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(6);
+    for (m, k, n) in [
+        (1, 1, 1),
+        (5, 7, 3),
+        (33, 17, 65),
+        (130, 9, 70),
+        (64, 64, 64),
+        (3, 200, 5),
+    ] {
+        let a = rand_vec(&mut rng, m * k);
+        let b = rand_vec(&mut rng, k * n);
+        let mut g = GraphBuilder::new();
+        let ta = g.input("a", DType::F32, &[m, k]).unwrap();
+        let tb = g.input("b", DType::F32, &[k, n]).unwrap();
+        let c = g.matmul(ta, tb).unwrap();
+        g.output(c).unwrap();
+        let got = run(&dev, &g, &[(&[m, k], &a), (&[k, n], &b)]);
+        assert_close(
+            &got[0],
+            &matmul_ref(&a, &b, 1, m, k, n, false, false),
+            1e-4,
+            &format!("matmul {m}x{k}x{n}"),
+        );
+    }
+    // bmm and batch broadcasting.
+    for (batch, m, k, n, ab, bb) in [
+        (3, 5, 6, 7, true, true),
+        (2, 9, 4, 3, true, false),
+        (4, 3, 5, 6, false, true),
+    ] {
+        let a = rand_vec(&mut rng, if ab { batch } else { 1 } * m * k);
+        let b = rand_vec(&mut rng, if bb { batch } else { 1 } * k * n);
+        let sa: Vec<usize> = if ab { vec![batch, m, k] } else { vec![m, k] };
+        let sb: Vec<usize> = if bb { vec![batch, k, n] } else { vec![k, n] };
+        let mut g = GraphBuilder::new();
+        let ta = g.input("a", DType::F32, &sa).unwrap();
+        let tb = g.input("b", DType::F32, &sb).unwrap();
+        let c = if ab && bb {
+            g.bmm(ta, tb).unwrap()
+        } else {
+            g.matmul(ta, tb).unwrap()
+        };
+        g.output(c).unwrap();
+        assert_eq!(g.shape(c).unwrap(), &[batch, m, n]);
+        let got = run(&dev, &g, &[(&sa, &a), (&sb, &b)]);
+        assert_close(
+            &got[0],
+            &matmul_ref(&a, &b, batch, m, k, n, ab, bb),
+            1e-4,
+            &format!("bmm {batch} {m} {k} {n}"),
+        );
+    }
+    // linear with constant weights (prepacked) and with weights as an input.
+    for (lead, k, n) in [(vec![3usize], 10usize, 7usize), (vec![2, 5], 33, 19)] {
+        let mut xs = lead.clone();
+        xs.push(k);
+        let m: usize = lead.iter().product();
+        let x = rand_vec(&mut rng, m * k);
+        let w = rand_vec(&mut rng, n * k);
+        let b = rand_vec(&mut rng, n);
+        let wt: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+        let mut want = matmul_ref(&x, &wt, 1, m, k, n, false, false);
+        for (i, v) in want.iter_mut().enumerate() {
+            *v += b[i % n];
+        }
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &xs).unwrap();
+        let tw = g.constant_f32("w", &[n, k], &w).unwrap();
+        let tb = g.constant_f32("bias", &[n], &b).unwrap();
+        let y = g.linear(tx, tw, Some(tb)).unwrap();
+        g.output(y).unwrap();
+        let got = run(&dev, &g, &[(&xs, &x)]);
+        assert_close(&got[0], &want, 1e-4, "linear (constant weight)");
+
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &xs).unwrap();
+        let tw = g.input("w", DType::F32, &[n, k]).unwrap();
+        let tb = g.constant_f32("bias", &[n], &b).unwrap();
+        let y = g.linear(tx, tw, Some(tb)).unwrap();
+        g.output(y).unwrap();
+        let got = run(&dev, &g, &[(&xs, &x), (&[n, k], &w)]);
+        assert_close(&got[0], &want, 1e-4, "linear (input weight)");
+    }
+    assert_no_validation_errors(&instance);
+}
+
+fn reduce_ref(x: &[f32], s: &[usize], dims: &[usize], mean: bool) -> Vec<f32> {
+    let out: Vec<usize> = s
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if dims.contains(&i) { 1 } else { d })
+        .collect();
+    let so = strides(&out);
+    let mut acc = vec![0f64; numel(&out)];
+    for (i, &v) in x.iter().enumerate() {
+        let idx = unravel(i, s);
+        let o: usize = (0..s.len())
+            .map(|d| if dims.contains(&d) { 0 } else { idx[d] * so[d] })
+            .sum();
+        acc[o] += v as f64;
+    }
+    let r: usize = dims.iter().map(|&d| s[d]).product();
+    acc.iter()
+        .map(|&v| {
+            if mean {
+                (v / r as f64) as f32
+            } else {
+                v as f32
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn sum_mean_and_layer_norm() {
+    let Some((instance, dev)) = device("sum_mean_and_layer_norm") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(7);
+    let shape = [3usize, 5, 4, 7];
+    let x = rand_vec(&mut rng, numel(&shape));
+    for dims in [
+        vec![3usize],
+        vec![0],
+        vec![1, 2],
+        vec![0, 2],
+        vec![0, 1, 2, 3],
+        vec![1, 3],
+    ] {
+        let mut g = GraphBuilder::new();
+        let t = g.input("x", DType::F32, &shape).unwrap();
+        let d: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
+        let s = g.sum(t, &d, true).unwrap();
+        let m = g.mean(t, &d, false).unwrap();
+        g.output(s).unwrap();
+        g.output(m).unwrap();
+        let got = run(&dev, &g, &[(&shape, &x)]);
+        assert_close(
+            &got[0],
+            &reduce_ref(&x, &shape, &dims, false),
+            1e-5,
+            &format!("sum {dims:?}"),
+        );
+        assert_close(
+            &got[1],
+            &reduce_ref(&x, &shape, &dims, true),
+            1e-5,
+            &format!("mean {dims:?}"),
+        );
+    }
+    for (shape, norm) in [
+        (vec![4usize, 10], vec![10usize]),
+        (vec![2, 3, 300], vec![3, 300]),
+        (vec![7], vec![7]),
+    ] {
+        let x = rand_vec(&mut rng, numel(&shape));
+        let d = numel(&norm);
+        let w = rand_vec(&mut rng, d);
+        let b = rand_vec(&mut rng, d);
+        let mut g = GraphBuilder::new();
+        let t = g.input("x", DType::F32, &shape).unwrap();
+        let tw = g.constant_f32("w", &norm, &w).unwrap();
+        let tb = g.constant_f32("b", &norm, &b).unwrap();
+        let y = g.layer_norm(t, &norm, Some(tw), Some(tb), 1e-5).unwrap();
+        let y0 = g.layer_norm(t, &norm, None, None, 1e-5).unwrap();
+        g.output(y).unwrap();
+        g.output(y0).unwrap();
+        let got = run(&dev, &g, &[(&shape, &x)]);
+        let mut want = Vec::new();
+        let mut want0 = Vec::new();
+        for row in x.chunks(d) {
+            let mean: f64 = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+            let var: f64 = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+            let r = 1.0 / (var + 1e-5).sqrt();
+            for (j, &v) in row.iter().enumerate() {
+                let n = (v as f64 - mean) * r;
+                want0.push(n as f32);
+                want.push((n * w[j] as f64 + b[j] as f64) as f32);
+            }
+        }
+        assert_close(&got[0], &want, 1e-4, &format!("layer_norm {shape:?}"));
+        assert_close(
+            &got[1],
+            &want0,
+            1e-4,
+            &format!("layer_norm (no affine) {shape:?}"),
+        );
+    }
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn reshape_permute_cat_slice() {
+    let Some((instance, dev)) = device("reshape_permute_cat_slice") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(8);
+    let s = [2usize, 3, 4, 5];
+    let x = rand_vec(&mut rng, numel(&s));
+    let y = rand_vec(&mut rng, 2 * 2 * 4 * 5);
+    let mut g = GraphBuilder::new();
+    let tx = g.input("x", DType::F32, &s).unwrap();
+    let ty = g.input("y", DType::F32, &[2, 2, 4, 5]).unwrap();
+    let p = g.permute(tx, &[3, 0, 2, 1]).unwrap();
+    let t = g.transpose(tx, -1, 1).unwrap();
+    let c = g.cat(&[tx, ty, tx], 1).unwrap();
+    let sl = g.slice(tx, 2, 1, -1, 2).unwrap();
+    let sl2 = g.slice(tx, -1, -3, 100, 1).unwrap();
+    let r = g.reshape(tx, &[6, -1]).unwrap();
+    let rr = g.relu(r).unwrap();
+    let v = g.view(rr, &[2, 3, 20]).unwrap();
+    let outs = [p, t, c, sl, sl2, rr, v, tx];
+    for o in outs {
+        g.output(o).unwrap();
+    }
+    let got = run(&dev, &g, &[(&s, &x), (&[2, 2, 4, 5], &y)]);
+    let st = strides(&s);
+    let gather = |shape: &[usize], f: &dyn Fn(&[usize]) -> f32| -> Vec<f32> {
+        (0..numel(shape)).map(|i| f(&unravel(i, shape))).collect()
+    };
+    let at = |i: &[usize]| x[i[0] * st[0] + i[1] * st[1] + i[2] * st[2] + i[3] * st[3]];
+    assert_eq!(
+        got[0],
+        gather(&[5, 2, 4, 3], &|i| at(&[i[1], i[3], i[2], i[0]]))
+    );
+    assert_eq!(
+        got[1],
+        gather(&[2, 5, 4, 3], &|i| at(&[i[0], i[3], i[2], i[1]]))
+    );
+    let sy = strides(&[2, 2, 4, 5]);
+    assert_eq!(
+        got[2],
+        gather(&[2, 8, 4, 5], &|i| {
+            match i[1] {
+                0..3 => at(i),
+                3..5 => y[i[0] * sy[0] + (i[1] - 3) * sy[1] + i[2] * sy[2] + i[3]],
+                _ => at(&[i[0], i[1] - 5, i[2], i[3]]),
+            }
+        })
+    );
+    assert_eq!(
+        got[3],
+        gather(&[2, 3, 1, 5], &|i| at(&[i[0], i[1], 1 + 2 * i[2], i[3]]))
+    );
+    assert_eq!(
+        got[4],
+        gather(&[2, 3, 4, 3], &|i| at(&[i[0], i[1], i[2], 2 + i[3]]))
+    );
+    let relu: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
+    assert_eq!(got[5], relu);
+    assert_eq!(got[6], relu);
+    assert_eq!(got[7], x);
+    assert_no_validation_errors(&instance);
+}

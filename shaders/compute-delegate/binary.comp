@@ -1,0 +1,27 @@
+#version 450
+// Elementwise binary ops on two tensors of the same shape, on vec4s, grid-stride.
+// OP: 0 add, 1 sub, 2 mul, 3 div.
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint OP = 0;
+
+layout(std430, set = 0, binding = 0) readonly buffer A { vec4 a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B { vec4 b[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer C { vec4 c[]; };
+
+layout(push_constant) uniform Params {
+    uint n4;
+} pc;
+
+vec4 apply(vec4 u, vec4 v) {
+    if (OP == 0) return u + v;
+    if (OP == 1) return u - v;
+    if (OP == 2) return u * v;
+    return u / v;
+}
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < pc.n4; i += stride) {
+        c[i] = apply(a[i], b[i]);
+    }
+}

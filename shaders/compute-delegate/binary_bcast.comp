@@ -1,0 +1,42 @@
+#version 450
+// Elementwise binary ops with broadcasting, up to 6 dims: the output index is decomposed over
+// `dims` and each operand is read through its own strides (0 on broadcast dims).
+// OP: 0 add, 1 sub, 2 mul, 3 div.
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint OP = 0;
+
+layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B { float b[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer C { float c[]; };
+
+layout(push_constant) uniform Params {
+    uint n;
+    uint rank;
+    uint dims[6];
+    uint sa[6];
+    uint sb[6];
+} pc;
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += stride) {
+        uint rem = i;
+        uint ia = 0;
+        uint ib = 0;
+        for (int d = int(pc.rank) - 1; d >= 0; --d) {
+            uint q = rem / pc.dims[d];
+            uint idx = rem - q * pc.dims[d];
+            rem = q;
+            ia += idx * pc.sa[d];
+            ib += idx * pc.sb[d];
+        }
+        float u = a[ia];
+        float v = b[ib];
+        float r;
+        if (OP == 0) r = u + v;
+        else if (OP == 1) r = u - v;
+        else if (OP == 2) r = u * v;
+        else r = u / v;
+        c[i] = r;
+    }
+}

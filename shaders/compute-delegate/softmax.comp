@@ -1,0 +1,106 @@
+#version 450
+// softmax / log_softmax over the middle dim of a [outer, d, inner] view.
+// ROWS = 1 (inner == 1): one work group per row, an online max/sum per thread, then a
+// shared-memory reduction of (max, sum) pairs. ROWS = 0: one thread per (outer, inner) column.
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint LOG = 0;
+layout(constant_id = 1) const uint ROWS = 1;
+
+layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
+
+layout(push_constant) uniform Params {
+    uint outer;
+    uint d;
+    uint inner;
+} pc;
+
+shared float s_max[256];
+shared float s_sum[256];
+
+void combine(inout float m, inout float s, float m2, float s2) {
+    float mm = max(m, m2);
+    if (mm == -1.0 / 0.0) {
+        return;
+    }
+    s = s * exp(m - mm) + s2 * exp(m2 - mm);
+    m = mm;
+}
+
+void main() {
+    if (ROWS == 1) {
+        uint t = gl_LocalInvocationID.x;
+        for (uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; row < pc.outer;
+             row += gl_NumWorkGroups.x * gl_NumWorkGroups.y) {
+            uint base = row * pc.d;
+            float m = -1.0 / 0.0;
+            float s = 0.0;
+            for (uint j = t; j < pc.d; j += 256) {
+                float v = x[base + j];
+                if (v > m) {
+                    s = s * exp(m - v) + 1.0;
+                    m = v;
+                } else {
+                    s += exp(v - m);
+                }
+            }
+            s_max[t] = m;
+            s_sum[t] = s;
+            barrier();
+            for (uint w = 128; w > 0; w >>= 1) {
+                if (t < w) {
+                    float mm = s_max[t];
+                    float ss = s_sum[t];
+                    combine(mm, ss, s_max[t + w], s_sum[t + w]);
+                    s_max[t] = mm;
+                    s_sum[t] = ss;
+                }
+                barrier();
+            }
+            float gm = s_max[0];
+            float gs = s_sum[0];
+            barrier();
+            if (LOG == 1) {
+                float l = gm + log(gs);
+                for (uint j = t; j < pc.d; j += 256) {
+                    y[base + j] = x[base + j] - l;
+                }
+            } else {
+                float r = 1.0 / gs;
+                for (uint j = t; j < pc.d; j += 256) {
+                    y[base + j] = exp(x[base + j] - gm) * r;
+                }
+            }
+        }
+    } else {
+        uint cols = pc.outer * pc.inner;
+        uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+        for (uint c = gl_GlobalInvocationID.x; c < cols; c += stride) {
+            uint o = c / pc.inner;
+            uint i = c - o * pc.inner;
+            uint base = o * pc.d * pc.inner + i;
+            float m = -1.0 / 0.0;
+            float s = 0.0;
+            for (uint j = 0; j < pc.d; ++j) {
+                float v = x[base + j * pc.inner];
+                if (v > m) {
+                    s = s * exp(m - v) + 1.0;
+                    m = v;
+                } else {
+                    s += exp(v - m);
+                }
+            }
+            if (LOG == 1) {
+                float l = m + log(s);
+                for (uint j = 0; j < pc.d; ++j) {
+                    y[base + j * pc.inner] = x[base + j * pc.inner] - l;
+                }
+            } else {
+                float r = 1.0 / s;
+                for (uint j = 0; j < pc.d; ++j) {
+                    y[base + j * pc.inner] = exp(x[base + j * pc.inner] - m) * r;
+                }
+            }
+        }
+    }
+}
