@@ -29,3 +29,8 @@ mod vgf_generated;
 pub use error::{DecodeError, Error, Result};
 pub use format::{Category, ModuleType, Vgf};
 pub use inspect::inspect_json;
+pub mod model;
+pub mod requirements;
+
+pub use model::{DeviceTensor, LoadOptions, MemoryMode, Model, TensorInfo};
+pub use requirements::{requirements, requirements_for};
