@@ -15,11 +15,17 @@ layout(constant_id = 0) const uint WG = 256;
 layout(constant_id = 1) const uint TX = 16;
 layout(constant_id = 2) const uint TY = 16;
 layout(constant_id = 3) const uint MODE = 0;
+// Kernel height and width baked in for MODE 1 (0: read them from the push constants), so the
+// patch index arithmetic divides by constants.
+layout(constant_id = 4) const uint KHS = 0;
+layout(constant_id = 5) const uint KWS = 0;
 
 const uint BK = 8;
 const uint BM = TY * 8;
 const uint BN = TX * 8;
 const uint BM4 = TY * 2;
+// A rows are padded by one vec4 so that the transposing stores into As are conflict-free.
+const uint AS_ROW = BM4 + 1;
 const uint BN4 = TX * 2;
 const uint LA = (BM * BK) / WG;
 const uint LB = (BN * BK) / WG;
@@ -58,7 +64,7 @@ layout(push_constant) uniform Params {
     uint cout;
 } pc;
 
-shared vec4 As[BK * BM4];
+shared vec4 As[BK * AS_ROW];
 shared vec4 Bs[BK * BN4];
 
 // Per-thread state: B column bookkeeping (fixed across K steps) and the prefetch registers.
@@ -76,7 +82,8 @@ void load_tile(uint tid, uint m0, uint a_off, uint k0) {
         uint kk = k0 + e % BK;
         ra[r] = (mm < pc.m && kk < pc.k) ? a[a_off + mm * pc.sa_m + kk * pc.sa_k] : 0.0;
     }
-    uint khw = pc.kh * pc.kw;
+    uint kw = (KWS > 0) ? KWS : pc.kw;
+    uint khw = ((KHS > 0) ? KHS : pc.kh) * kw;
     uint ohw = pc.oh * pc.ow;
     for (uint r = 0; r < LB; ++r) {
         uint e = tid + r * WG;
@@ -90,8 +97,8 @@ void load_tile(uint tid, uint m0, uint a_off, uint k0) {
             } else {
                 uint ci = kk / khw;
                 uint rem = kk - ci * khw;
-                uint ky = rem / pc.kw;
-                uint kx = rem - ky * pc.kw;
+                uint ky = rem / kw;
+                uint kx = rem - ky * kw;
                 int iy = b_iy[r] + int(ky * pc.dh);
                 int ix = b_ix[r] + int(kx * pc.dw);
                 if (iy >= 0 && iy < int(pc.h) && ix >= 0 && ix < int(pc.w)) {
@@ -150,7 +157,7 @@ void main() {
             uint e = tid + r * WG;
             uint mm = e / BK;
             uint kk = e % BK;
-            As[kk * BM4 + mm / 4][mm % 4] = ra[r];
+            As[kk * AS_ROW + mm / 4][mm % 4] = ra[r];
         }
         for (uint r = 0; r < LB; ++r) {
             uint e = tid + r * WG;
@@ -164,8 +171,8 @@ void main() {
             load_tile(tid, m0, a_off, k0 + BK);
         }
         for (uint kk = 0; kk < BK; ++kk) {
-            vec4 a0 = As[kk * BM4 + ty];
-            vec4 a1 = As[kk * BM4 + ty + TY];
+            vec4 a0 = As[kk * AS_ROW + ty];
+            vec4 a1 = As[kk * AS_ROW + ty + TY];
             vec4 b0 = Bs[kk * BN4 + tx];
             vec4 b1 = Bs[kk * BN4 + tx + TX];
             for (uint i = 0; i < 4; ++i) {

@@ -5,9 +5,13 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint LOG = 0;
 layout(constant_id = 1) const uint ROWS = 1;
+// Rows of a multiple of 4 elements (ROWS = 1 only): vec4 loads and stores.
+layout(constant_id = 2) const uint VEC4 = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X4 { vec4 x4[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y4 { vec4 y4[]; };
 
 layout(push_constant) uniform Params {
     uint outer;
@@ -35,13 +39,25 @@ void main() {
             uint base = row * pc.d;
             float m = -1.0 / 0.0;
             float s = 0.0;
-            for (uint j = t; j < pc.d; j += 256) {
-                float v = x[base + j];
-                if (v > m) {
-                    s = s * exp(m - v) + 1.0;
-                    m = v;
-                } else {
-                    s += exp(v - m);
+            if (VEC4 == 1) {
+                uint base4 = base / 4;
+                for (uint j = t; j < pc.d / 4; j += 256) {
+                    vec4 v = x4[base4 + j];
+                    float vm = max(max(v.x, v.y), max(v.z, v.w));
+                    float mm = max(m, vm);
+                    vec4 e = exp(v - mm);
+                    s = s * exp(m - mm) + (e.x + e.y) + (e.z + e.w);
+                    m = mm;
+                }
+            } else {
+                for (uint j = t; j < pc.d; j += 256) {
+                    float v = x[base + j];
+                    if (v > m) {
+                        s = s * exp(m - v) + 1.0;
+                        m = v;
+                    } else {
+                        s += exp(v - m);
+                    }
                 }
             }
             s_max[t] = m;
@@ -60,7 +76,15 @@ void main() {
             float gm = s_max[0];
             float gs = s_sum[0];
             barrier();
-            if (LOG == 1) {
+            if (VEC4 == 1) {
+                uint base4 = base / 4;
+                float l = gm + log(gs);
+                float r = 1.0 / gs;
+                for (uint j = t; j < pc.d / 4; j += 256) {
+                    vec4 v = x4[base4 + j];
+                    y4[base4 + j] = (LOG == 1) ? v - l : exp(v - gm) * r;
+                }
+            } else if (LOG == 1) {
                 float l = gm + log(gs);
                 for (uint j = t; j < pc.d; j += 256) {
                     y[base + j] = x[base + j] - l;

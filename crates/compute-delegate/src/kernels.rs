@@ -12,6 +12,7 @@ pub(crate) enum Kernel {
     Reduce,
     LayerNorm,
     Pool,
+    Pool2x2,
     ConvDw,
     Gemm,
     FmaPeak,
@@ -29,6 +30,7 @@ impl Kernel {
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
             Kernel::Pool => include_bytes!("../spirv/pool2d.spv"),
+            Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
@@ -39,7 +41,12 @@ impl Kernel {
     pub fn bindings(self) -> usize {
         match self {
             Kernel::FmaPeak => 1,
-            Kernel::Unary | Kernel::Copy | Kernel::Softmax | Kernel::Reduce | Kernel::Pool => 2,
+            Kernel::Unary
+            | Kernel::Copy
+            | Kernel::Softmax
+            | Kernel::Reduce
+            | Kernel::Pool
+            | Kernel::Pool2x2 => 2,
             Kernel::Binary | Kernel::BinaryBcast => 3,
             Kernel::LayerNorm | Kernel::ConvDw | Kernel::Gemm => 4,
         }

@@ -196,6 +196,12 @@ impl Lowerer<'_> {
         params: [usize; 26],
         bindings: Vec<(usize, bool)>,
     ) -> Result<()> {
+        // Kernel size baked into the implicit-GEMM pipeline.
+        let (khs, kws) = if mode == 1 {
+            (params[17] as u32, params[18] as u32)
+        } else {
+            (0, 0)
+        };
         let _ = k;
         let ty: u64 = if m <= 64 { 8 } else { 16 };
         let mut tx: u64 = if n <= 64 { 8 } else { 16 };
@@ -214,7 +220,7 @@ impl Lowerer<'_> {
         let push = params.iter().map(|&v| v as u32).collect();
         self.push(
             Kernel::Gemm,
-            vec![(tx * ty) as u32, tx as u32, ty as u32, mode],
+            vec![(tx * ty) as u32, tx as u32, ty as u32, mode, khs, kws],
             bindings,
             push,
             groups,
@@ -313,7 +319,11 @@ impl Lowerer<'_> {
                 let x = self.st(*x);
                 self.push(
                     Kernel::Softmax,
-                    vec![u32::from(*log), u32::from(rows)],
+                    vec![
+                        u32::from(*log),
+                        u32::from(rows),
+                        u32::from(rows && s[*dim] % 4 == 0),
+                    ],
                     vec![(x, false), (o, true)],
                     vec![outer as u32, s[*dim] as u32, inner as u32],
                     [g, 1, 1],
@@ -389,6 +399,24 @@ impl Lowerer<'_> {
                 let r = xi.shape.len();
                 let (h, w) = (xi.shape[r - 2], xi.shape[r - 1]);
                 let (oh, ow) = (oi.shape[r - 2], oi.shape[r - 1]);
+                if p.kernel == [2, 2]
+                    && p.stride == [2, 2]
+                    && p.padding == [0, 0]
+                    && h % 2 == 0
+                    && w % 4 == 0
+                {
+                    // Vectorised 2x2 / stride 2 path: one vec4 from each of two rows.
+                    let total = n / 2;
+                    let g = self.linear_groups(total as u64);
+                    self.push(
+                        Kernel::Pool2x2,
+                        vec![u32::from(*max)],
+                        vec![(xi.storage, false), (o, true)],
+                        vec![total as u32, (w / 4) as u32, oh as u32],
+                        [g, 1, 1],
+                    );
+                    return Ok(());
+                }
                 let g = self.linear_groups(n as u64);
                 self.push(
                     Kernel::Pool,

@@ -329,6 +329,8 @@ fn pooling_with_padding_and_ceil_mode() {
     let mut rng = SmallRng::seed_from_u64(4);
     let cases: &[(&[usize], Pool2d, [usize; 2])] = &[
         (&[1, 3, 8, 8], Pool2d::new(2, 2), [4, 4]),
+        (&[2, 3, 6, 12], Pool2d::new(2, 2), [3, 6]),
+        (&[1, 5, 7], Pool2d::new(2, 2), [2, 3]),
         (&[2, 3, 7, 9], Pool2d::new(3, 2), [3, 4]),
         (
             &[2, 2, 7, 9],
