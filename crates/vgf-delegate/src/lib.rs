@@ -5,6 +5,7 @@
 //!   offset and index; a malformed file is a [`DecodeError`] naming the field, never a panic.
 //! - [`inspect_json`] describes a decoded file as JSON.
 
+pub mod bench;
 pub mod error;
 pub mod format;
 pub mod inspect;

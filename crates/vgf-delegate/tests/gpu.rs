@@ -245,3 +245,65 @@ fn inputs_are_checked_and_io_is_described() {
     assert!(e.to_string().contains("/nonexistent/model.vgf"), "{e}");
     assert_no_validation_errors_of_ours(&instance);
 }
+
+#[test]
+fn compute_segments_run_with_push_constants_and_alias_groups_share_memory() {
+    use vgf_delegate::format::test_support::{Options, compute_file};
+    let test = "compute_segments_run_with_push_constants_and_alias_groups_share_memory";
+    let Some((instance, device)) = device(test, &vgf_delegate::requirements()) else {
+        return;
+    };
+    let spirv = include_bytes!("fixtures/noop.comp.spv");
+    let words: Vec<u32> = spirv
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    for memory in [MemoryMode::Direct, MemoryMode::Staged] {
+        let file = compute_file(Options {
+            spirv: words.clone(),
+            alias_io: true,
+            ..Default::default()
+        });
+        let mut model = Model::load_with(&file, &device, &LoadOptions { memory }).unwrap();
+        assert_eq!(model.inputs()[0].name, "x");
+        assert_eq!(model.outputs()[0].name, "y");
+        let ins = model.device_inputs();
+        let outs = model.device_outputs();
+        assert_eq!(
+            ins[0].memory, outs[0].memory,
+            "alias group 5 shares one allocation"
+        );
+        // The shader writes nothing: the output is the input, through the shared memory.
+        let x = HostTensor::from_f32(vec![4], &[1.0, -2.0, 3.5, 4.25]).unwrap();
+        let y = model.execute(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(y[0], x, "{memory:?}");
+    }
+    // Without the alias, input and output have their own memory.
+    let file = compute_file(Options {
+        spirv: words,
+        ..Default::default()
+    });
+    let model = Model::load(&file, &device).unwrap();
+    assert_ne!(
+        model.device_inputs()[0].memory,
+        model.device_outputs()[0].memory
+    );
+    drop(model);
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn the_bench_reports_load_inference_and_host_overhead() {
+    let test = "the_bench_reports_load_inference_and_host_overhead";
+    let Some((instance, device)) = device(test, &corpus_requirements()) else {
+        return;
+    };
+    let bytes = std::fs::read(common::corpus_dir().join("sqplus/model.vgf")).unwrap();
+    let report = vgf_delegate::bench::bench(&bytes, &device, None, 3).unwrap();
+    eprintln!("sqplus: {report}");
+    assert_eq!(report.repeats, 3);
+    assert!(report.per_inference >= report.per_inference_min);
+    let json = report.to_json();
+    assert!(json["host_overhead_ms"].as_f64().unwrap() >= 0.0);
+    assert_no_validation_errors_of_ours(&instance);
+}

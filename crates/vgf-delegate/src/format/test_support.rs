@@ -110,6 +110,8 @@ pub struct Options {
     pub entry_point: String,
     /// Dispatch shape.
     pub dispatch: [u32; 3],
+    /// Whether the input (resource 0) joins the output's alias group 5.
+    pub alias_io: bool,
 }
 
 impl Default for Options {
@@ -124,6 +126,7 @@ impl Default for Options {
             spirv: vec![0x0723_0203, 0x0001_0500, 0, 1, 0],
             entry_point: "main".into(),
             dispatch: [4, 1, 1],
+            alias_io: false,
         }
     }
 }
@@ -206,7 +209,11 @@ pub fn compute_file(o: Options) -> Vec<u8> {
                     description: Some(desc),
                     extra_config_type,
                     extra_config,
-                    alias_group_id: if i == 1 { 5 } else { u32::MAX },
+                    alias_group_id: if i == 1 || (i == 0 && o.alias_io) {
+                        5
+                    } else {
+                        u32::MAX
+                    },
                 },
             ));
         }
