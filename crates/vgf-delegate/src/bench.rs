@@ -11,7 +11,7 @@ use vk_core::{Device, HostTensor};
 use crate::error::Result;
 use crate::model::{MemoryMode, Model};
 
-/// What [`bench`] measured.
+/// What [`bench()`] measured.
 #[derive(Debug, Clone)]
 pub struct BenchReport {
     /// Decode and load (pipelines, sessions, memory, recording).

@@ -1,9 +1,41 @@
-//! `vgf-delegate`: decodes Arm VGF files and runs them on Vulkan.
+//! `vgf-delegate`: decodes Arm VGF files and runs them on Vulkan through `VK_ARM_tensors` and
+//! `VK_ARM_data_graph`.
 //!
-//! - [`Vgf::decode`] reads a VGF 0.4.x / 0.5.x file (header, module table, model sequence
-//!   table, model resource table, constants) into borrowed views, checking every count,
-//!   offset and index; a malformed file is a [`DecodeError`] naming the field, never a panic.
-//! - [`inspect_json`] describes a decoded file as JSON.
+//! # Decoding
+//! [`Vgf::decode`] reads VGF 0.4.x and 0.5.x: the 128-byte header, the module table (SPIR-V;
+//! GLSL or HLSL code is [`DecodeError::UnsupportedModuleCode`]), the model sequence table
+//! (segments, descriptor sets, bindings, constants, dispatch shapes, push constant ranges and
+//! 0.5's graph constant bindings), the model resource table (formats, descriptor types,
+//! shapes, strides, alias groups, sampler configuration) and the constants (`CONST00` and the
+//! legacy FlatBuffers layout). Every FlatBuffers section is verified before use; every count,
+//! offset and index is checked; errors name the field and the numbers. SPIR-V code, constant
+//! data and names are borrowed from the file. [`inspect_json`] describes a decoded file.
+//!
+//! # Running
+//! [`requirements()`] is what any VGF model needs of a device; [`requirements_for`] what one
+//! model needs (from its modules' SPIR-V capabilities). [`Model::load`] builds a model on a
+//! [`vk_core::Device`] the caller supplies (checked against those requirements, with an error
+//! naming what is missing); [`Model::load_standalone`] opens its own device.
+//! [`Model::execute`] takes and returns [`vk_core::HostTensor`]s, checking count, dtype, shape
+//! and byte size. For work that stays on the device, [`Model::device_inputs`] /
+//! [`Model::device_outputs`] give the tensors and buffers of the inputs and outputs,
+//! [`Model::record_segments`] records the model into a caller's command buffer and
+//! [`Model::submit_on_device`] submits it with wait and signal semaphores. [`bench::bench`]
+//! times a model.
+//!
+//! Queue access goes through [`vk_core::Queue::lock`], held only around `vkQueueSubmit2`;
+//! fence waits happen after the guard is released, on this model's own fence only.
+//!
+//! # Features
+//! - `shared`: reserved for running on a device shared through `shared-runtime` (the choice
+//!   between standalone and shared is made at run time by the caller).
+//!
+//! # What this crate does not check
+//! The SPIR-V of a module beyond its preamble (the driver or layer validates it); that
+//! graph constant ids and bindings in the file match the module's `OpGraphConstantARM`s and
+//! interface (the data-graph implementation does); push constant values (the format declares
+//! ranges, not values: they are zero-filled). Sparse constants, non-tensor descriptor types and
+//! strided model inputs/outputs are reported as unsupported.
 
 pub mod bench;
 pub mod error;
@@ -35,3 +67,6 @@ pub mod requirements;
 
 pub use model::{DeviceTensor, LoadOptions, MemoryMode, Model, TensorInfo};
 pub use requirements::{requirements, requirements_for};
+
+#[cfg(feature = "shared")]
+pub mod shared;

@@ -125,7 +125,7 @@ pub fn requirements() -> Requirements {
         .require_queue(QueueCaps::COMPUTE | QueueCaps::DATA_GRAPH_ARM)
 }
 
-/// The requirements of one model: those of [`requirements`] that it uses, plus what the
+/// The requirements of one model: those of [`requirements()`] that it uses, plus what the
 /// capabilities of its modules need:
 ///
 /// | SPIR-V | device |
