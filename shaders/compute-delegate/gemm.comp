@@ -11,7 +11,8 @@
 //         n = (image, oy, ox); C written to NCHW; bias per output channel.
 // MODE 2: MODE 1 for 1x1 kernels with stride 1 and no padding (B is the input itself).
 layout(local_size_x_id = 0) in;
-layout(constant_id = 0) const uint WG = 256;
+// Threads per work group (spec constant 0, set to TX * TY).
+const uint WG = gl_WorkGroupSize.x;
 layout(constant_id = 1) const uint TX = 16;
 layout(constant_id = 2) const uint TY = 16;
 layout(constant_id = 3) const uint MODE = 0;
@@ -62,6 +63,12 @@ layout(push_constant) uniform Params {
     uint dh;
     uint dw;
     uint cout;
+    // Split-K: gl_WorkGroupID.z = batch * splits + split; split s covers
+    // k in [s * k_split, (s + 1) * k_split) and writes its partial sums c_split elements
+    // further on (a later dispatch sums them).
+    uint splits;
+    uint k_split;
+    uint c_split;
 } pc;
 
 shared vec4 As[BK * AS_ROW];
@@ -75,12 +82,12 @@ bool b_ok[LB];
 float ra[LA];
 float rb[LB];
 
-void load_tile(uint tid, uint m0, uint a_off, uint k0) {
+void load_tile(uint tid, uint m0, uint a_off, uint k0, uint k_end) {
     for (uint r = 0; r < LA; ++r) {
         uint e = tid + r * WG;
         uint mm = m0 + e / BK;
         uint kk = k0 + e % BK;
-        ra[r] = (mm < pc.m && kk < pc.k) ? a[a_off + mm * pc.sa_m + kk * pc.sa_k] : 0.0;
+        ra[r] = (mm < pc.m && kk < k_end) ? a[a_off + mm * pc.sa_m + kk * pc.sa_k] : 0.0;
     }
     uint kw = (KWS > 0) ? KWS : pc.kw;
     uint khw = ((KHS > 0) ? KHS : pc.kh) * kw;
@@ -89,7 +96,7 @@ void load_tile(uint tid, uint m0, uint a_off, uint k0) {
         uint e = tid + r * WG;
         uint kk = k0 + e / BN;
         float v = 0.0;
-        if (b_ok[r] && kk < pc.k) {
+        if (b_ok[r] && kk < k_end) {
             if (MODE == 0) {
                 v = b[b_col[r] + kk * pc.sb_k];
             } else if (MODE == 2) {
@@ -116,7 +123,12 @@ void main() {
     uint ty = tid / TX;
     uint m0 = gl_WorkGroupID.y * BM;
     uint n0 = gl_WorkGroupID.x * BN;
-    uint z = gl_WorkGroupID.z;
+    uint z = gl_WorkGroupID.z / pc.splits;
+    uint split = gl_WorkGroupID.z - z * pc.splits;
+    uint k_begin = split * pc.k_split;
+    uint k_end = min(pc.k, k_begin + pc.k_split);
+    uint c_off = split * pc.c_split;
+    bool add_bias = pc.has_bias == 1 && split == 0;
     uint a_off = z * pc.sa_b;
     uint ohw = pc.oh * pc.ow;
 
@@ -133,7 +145,7 @@ void main() {
             uint p = n - img * ohw;
             uint oy = p / pc.ow;
             uint ox = p - oy * pc.ow;
-            uint cin = pc.cin_g * gl_NumWorkGroups.z;
+            uint cin = pc.cin_g * (pc.cout / pc.m);
             // Plane base of input channel (z * cin_g) of this image.
             b_col[r] = (img * cin + z * pc.cin_g) * pc.h * pc.w;
             if (MODE == 2) {
@@ -150,8 +162,8 @@ void main() {
         acc[i][1] = vec4(0.0);
     }
 
-    load_tile(tid, m0, a_off, 0);
-    for (uint k0 = 0; k0 < pc.k; k0 += BK) {
+    load_tile(tid, m0, a_off, k_begin, k_end);
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
         barrier();
         for (uint r = 0; r < LA; ++r) {
             uint e = tid + r * WG;
@@ -167,8 +179,8 @@ void main() {
         }
         barrier();
         // The next tile's global loads are in flight while this one is multiplied.
-        if (k0 + BK < pc.k) {
-            load_tile(tid, m0, a_off, k0 + BK);
+        if (k0 + BK < k_end) {
+            load_tile(tid, m0, a_off, k0 + BK, k_end);
         }
         for (uint kk = 0; kk < BK; ++kk) {
             vec4 a0 = As[kk * AS_ROW + ty];
@@ -194,14 +206,14 @@ void main() {
                 if (nn >= pc.n) continue;
                 float v = acc[i][j][q];
                 if (MODE == 0) {
-                    if (pc.has_bias == 1) v += bias[nn];
-                    c[z * pc.sc_b + mm * pc.sc_m + nn] = v;
+                    if (add_bias) v += bias[nn];
+                    c[c_off + z * pc.sc_b + mm * pc.sc_m + nn] = v;
                 } else {
                     uint co = z * pc.m + mm;
-                    if (pc.has_bias == 1) v += bias[co];
+                    if (add_bias) v += bias[co];
                     uint img = nn / ohw;
                     uint p = nn - img * ohw;
-                    c[(img * pc.cout + co) * ohw + p] = v;
+                    c[c_off + (img * pc.cout + co) * ohw + p] = v;
                 }
             }
         }

@@ -65,3 +65,6 @@ pub fn requirements() -> Requirements {
                 | Features::COOPERATIVE_MATRIX,
         )
 }
+
+#[cfg(feature = "shared")]
+mod shared;

@@ -37,6 +37,11 @@ pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 
 const MAX_RANK: usize = 6;
 
+/// GEMMs with fewer output tiles than this are split along K ...
+const SPLIT_BELOW_TILES: u64 = 264;
+/// ... into about this many work groups.
+const SPLIT_TARGET_TILES: u64 = 528;
+
 /// Drops size-1 dims and merges adjacent dims that are contiguous in every stride set.
 fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut d: Vec<usize> = Vec::new();
@@ -185,6 +190,8 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// A GEMM dispatch (see `gemm.comp`), split along K into several dispatches' worth of
+    /// work groups plus a summing pass when the output has too few tiles to fill a large GPU.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         &mut self,
@@ -195,6 +202,7 @@ impl Lowerer<'_> {
         mode: u32,
         params: [usize; 26],
         bindings: Vec<(usize, bool)>,
+        out: TensorId,
     ) -> Result<()> {
         // Kernel size baked into the implicit-GEMM pipeline.
         let (khs, kws) = if mode == 1 {
@@ -202,22 +210,38 @@ impl Lowerer<'_> {
         } else {
             (0, 0)
         };
-        let _ = k;
-        let ty: u64 = if m <= 64 { 8 } else { 16 };
+        let mut ty: u64 = if m <= 64 { 8 } else { 16 };
         let mut tx: u64 = if n <= 64 { 8 } else { 16 };
-        let mut ty2 = ty;
-        let tiles = (m as u64).div_ceil(8 * ty) * (n as u64).div_ceil(8 * tx) * batch as u64;
-        if ty == 16 && tx == 16 && tiles < 256 {
-            ty2 = 8;
+        let tiles = |tx: u64, ty: u64| {
+            (m as u64).div_ceil(8 * ty) * (n as u64).div_ceil(8 * tx) * batch as u64
+        };
+        let mut splits: u64 = 1;
+        let t = tiles(tx, ty);
+        if t < SPLIT_BELOW_TILES && k >= 512 {
+            splits = SPLIT_TARGET_TILES
+                .div_ceil(t)
+                .min(k as u64 / 256)
+                .clamp(1, 16);
+        } else if t < 256 && ty == 16 && tx == 16 {
+            ty = 8;
             tx = 8;
         }
-        let ty = ty2;
+        let k_split = (k as u64).div_ceil(splits).div_ceil(8) * 8;
+        let splits = (k as u64).div_ceil(k_split);
+        let out_numel = self.t(out).numel();
         let groups = self.check_groups([
             (n as u64).div_ceil(8 * tx),
             (m as u64).div_ceil(8 * ty),
-            batch as u64,
+            batch as u64 * splits,
         ])?;
-        let push = params.iter().map(|&v| v as u32).collect();
+        let mut bindings = bindings;
+        let final_out = bindings[3];
+        let partial = (splits > 1).then(|| self.temp(out, out_numel * splits as usize));
+        if let Some(p) = partial {
+            bindings[3] = (p, true);
+        }
+        let mut push: Vec<u32> = params.iter().map(|&v| v as u32).collect();
+        push.extend([splits as u32, k_split as u32, out_numel as u32]);
         self.push(
             Kernel::Gemm,
             vec![(tx * ty) as u32, tx as u32, ty as u32, mode, khs, kws],
@@ -225,6 +249,16 @@ impl Lowerer<'_> {
             push,
             groups,
         );
+        if let Some(p) = partial {
+            let g = self.linear_groups(out_numel as u64);
+            self.push(
+                Kernel::Reduce,
+                vec![0],
+                vec![(p, false), final_out],
+                vec![1, splits as u32, out_numel as u32, 1f32.to_bits()],
+                [g, 1, 1],
+            );
+        }
         Ok(())
     }
 
@@ -525,6 +559,7 @@ impl Lowerer<'_> {
                         if pointwise { 2 } else { 1 },
                         params,
                         gb,
+                        out,
                     )?;
                 }
             }
@@ -568,7 +603,7 @@ impl Lowerer<'_> {
                         (bias_st.unwrap_or(ai.storage), false),
                         (o, true),
                     ];
-                    self.gemm(m, nout, k, 1, 0, params, bindings)?;
+                    self.gemm(m, nout, k, 1, 0, params, bindings, out)?;
                 } else {
                     let rb = bi.shape.len();
                     let m = ai.shape[ra - 2];
@@ -616,7 +651,7 @@ impl Lowerer<'_> {
                         (ai.storage, false),
                         (o, true),
                     ];
-                    self.gemm(m_eff, nn, k, batch, 0, params, bindings)?;
+                    self.gemm(m_eff, nn, k, batch, 0, params, bindings, out)?;
                 }
             }
             Op::Permute { x, perm } => {

@@ -174,7 +174,17 @@ fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
     let c = g.cat(&[x, x, x], 0).unwrap();
     g.output(c).unwrap();
     assert_eq!(g.build(&dev).unwrap().barrier_count(), 0);
-    drop((graph, graph2));
+    // A GEMM with few output tiles and a long K is split along K, then summed.
+    let mut g = GraphBuilder::new();
+    let a = g.input("a", DType::F32, &[130, 600]).unwrap();
+    let b = g.input("b", DType::F32, &[600, 70]).unwrap();
+    let c = g.matmul(a, b).unwrap();
+    g.output(c).unwrap();
+    let split = g.build(&dev).unwrap();
+    assert_eq!(split.dispatch_count(), 2);
+    assert_eq!(split.barrier_count(), 1);
+    assert_eq!(split.memory().intermediates, 2 * 130 * 70 * 4);
+    drop((graph, graph2, split));
     assert_no_validation_errors(&instance);
 }
 

@@ -569,6 +569,8 @@ fn matmul_bmm_and_linear() {
         (130, 9, 70),
         (64, 64, 64),
         (3, 200, 5),
+        (130, 600, 70),
+        (7, 1030, 9),
     ] {
         let a = rand_vec(&mut rng, m * k);
         let b = rand_vec(&mut rng, k * n);
@@ -614,7 +616,11 @@ fn matmul_bmm_and_linear() {
         );
     }
     // linear with constant weights (prepacked) and with weights as an input.
-    for (lead, k, n) in [(vec![3usize], 10usize, 7usize), (vec![2, 5], 33, 19)] {
+    for (lead, k, n) in [
+        (vec![3usize], 10usize, 7usize),
+        (vec![2, 5], 33, 19),
+        (vec![2, 5], 600, 19),
+    ] {
         let mut xs = lead.clone();
         xs.push(k);
         let m: usize = lead.iter().product();
