@@ -26,6 +26,9 @@ pub use shared_runtime as shared;
 #[cfg(feature = "vgf")]
 pub use vgf_delegate as vgf;
 
+#[cfg(any(feature = "vgf", feature = "compute"))]
+pub mod program;
+
 /// The delegates compiled into this build, by name.
 pub fn compiled_delegates() -> &'static [&'static str] {
     &[
