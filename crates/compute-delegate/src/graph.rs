@@ -224,6 +224,10 @@ pub(crate) enum Op {
         start: usize,
         step: usize,
     },
+    Cast {
+        x: TensorId,
+        to: DType,
+    },
     /// Benchmark probe: arithmetic peak (see `fma_peak.comp`).
     FmaProbe {
         groups: u32,
@@ -451,27 +455,31 @@ impl GraphBuilder {
         let index = self.outputs.len();
         let needs_copy = !matches!(self.storages[info.storage].kind, StorageKind::Temp);
         let t = if needs_copy {
-            if info.dtype.size() != 4 {
-                return Err(Error::DType {
-                    op: "output",
-                    tensor: info.name.clone(),
-                    actual: info.dtype,
-                    expected: "a 32-bit dtype when an input, constant or output is also an output",
-                });
-            }
+            let op = match info.dtype {
+                DType::F32 | DType::I32 => Op::Permute {
+                    x: t,
+                    perm: (0..info.shape.len()).collect(),
+                },
+                DType::F16 | DType::I8 => Op::Cast {
+                    x: t,
+                    to: info.dtype,
+                },
+                other => {
+                    return Err(Error::DType {
+                        op: "output",
+                        tensor: info.name.clone(),
+                        actual: other,
+                        expected: "f32, f16, i32 or i8",
+                    });
+                }
+            };
             let out = self.push_tensor(
                 format!("{}_out{index}", info.name),
                 info.dtype,
                 info.shape.clone(),
                 None,
             );
-            self.nodes.push(Node {
-                op: Op::Permute {
-                    x: t,
-                    perm: (0..info.shape.len()).collect(),
-                },
-                out,
-            });
+            self.nodes.push(Node { op, out });
             out
         } else {
             t
@@ -999,6 +1007,24 @@ impl GraphBuilder {
         ))
     }
 
+    /// Converts between f32, f16, i32 and i8 (float to integer truncates toward zero and
+    /// saturates).
+    pub fn cast(&mut self, x: TensorId, to: DType) -> Result<TensorId> {
+        const OP: &str = "cast";
+        let xi = self.info(OP, x)?.clone();
+        for (t, dtype) in [(&xi.name, xi.dtype), (&"(target)".to_string(), to)] {
+            if cast_code(dtype).is_none() {
+                return Err(Error::DType {
+                    op: OP,
+                    tensor: t.clone(),
+                    actual: dtype,
+                    expected: "f32, f16, i32 or i8",
+                });
+            }
+        }
+        Ok(self.node(Op::Cast { x, to }, OP, to, xi.shape))
+    }
+
     /// The arithmetic-peak probe of the benchmarks: `groups` work groups of 256 threads, each
     /// running `iters` rounds of 16 FMAs; one f32 output per thread.
     pub(crate) fn fma_probe(&mut self, groups: u32, iters: u32) -> TensorId {
@@ -1180,6 +1206,17 @@ impl GraphBuilder {
             xi.dtype,
             shape,
         ))
+    }
+}
+
+/// The cast shader's code of a dtype.
+pub(crate) fn cast_code(d: DType) -> Option<u32> {
+    match d {
+        DType::F32 => Some(0),
+        DType::F16 => Some(1),
+        DType::I32 => Some(2),
+        DType::I8 => Some(3),
+        _ => None,
     }
 }
 

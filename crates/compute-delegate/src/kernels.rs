@@ -8,6 +8,7 @@ pub(crate) enum Kernel {
     Binary,
     BinaryBcast,
     Copy,
+    Cast,
     Softmax,
     Reduce,
     LayerNorm,
@@ -26,6 +27,7 @@ impl Kernel {
             Kernel::Binary => include_bytes!("../spirv/binary.spv"),
             Kernel::BinaryBcast => include_bytes!("../spirv/binary_bcast.spv"),
             Kernel::Copy => include_bytes!("../spirv/copy_strided.spv"),
+            Kernel::Cast => include_bytes!("../spirv/cast.spv"),
             Kernel::Softmax => include_bytes!("../spirv/softmax.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
@@ -43,6 +45,7 @@ impl Kernel {
             Kernel::FmaPeak => 1,
             Kernel::Unary
             | Kernel::Copy
+            | Kernel::Cast
             | Kernel::Softmax
             | Kernel::Reduce
             | Kernel::Pool

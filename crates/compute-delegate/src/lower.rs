@@ -671,6 +671,27 @@ impl Lowerer<'_> {
                     off += xi.shape[*dim];
                 }
             }
+            Op::Cast { x, to } => {
+                let xi = self.t(*x).clone();
+                let code = |d| {
+                    crate::graph::cast_code(d).ok_or_else(|| Error::DType {
+                        op: "cast",
+                        tensor: xi.name.clone(),
+                        actual: d,
+                        expected: "f32, f16, i32 or i8",
+                    })
+                };
+                let (src, dst) = (code(xi.dtype)?, code(*to)?);
+                let quads = n.div_ceil(4);
+                let g = self.linear_groups(quads as u64);
+                self.push(
+                    Kernel::Cast,
+                    vec![src, dst],
+                    vec![(xi.storage, false), (o, true)],
+                    vec![quads as u32],
+                    [g, 1, 1],
+                );
+            }
             Op::FmaProbe { groups, iters } => {
                 let g = self.check_groups([u64::from(*groups), 1, 1])?;
                 self.push(
@@ -717,6 +738,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::Cat { .. } => "cat",
         Op::Slice { .. } => "slice",
         Op::FmaProbe { .. } => "fma_probe",
+        Op::Cast { .. } => "cast",
     }
 }
 

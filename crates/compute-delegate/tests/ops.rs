@@ -821,3 +821,88 @@ fn reshape_permute_cat_slice() {
     assert_eq!(got[7], x);
     assert_no_validation_errors(&instance);
 }
+
+fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = ((h >> 10) & 0x1f) as i32;
+    let frac = (h & 0x3ff) as f32;
+    sign * match exp {
+        0 => frac * 2f32.powi(-24),
+        31 => f32::INFINITY,
+        _ => (1.0 + frac / 1024.0) * 2f32.powi(exp - 15),
+    }
+}
+
+#[test]
+fn casts_between_f32_f16_i32_and_i8() {
+    let Some((instance, dev)) = device("casts_between_f32_f16_i32_and_i8") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(9);
+    let shape = [3usize, 7];
+    let mut x = rand_vec(&mut rng, 21);
+    for v in x.iter_mut() {
+        *v *= 100.0;
+    }
+    x[0] = 300.7;
+    x[1] = -300.2;
+    x[2] = 2.7;
+    x[3] = -2.7;
+    let mut g = GraphBuilder::new();
+    let t = g.input("x", DType::F32, &shape).unwrap();
+    let h = g.cast(t, DType::F16).unwrap();
+    let hf = g.cast(h, DType::F32).unwrap();
+    let i = g.cast(t, DType::I32).unwrap();
+    let i8 = g.cast(t, DType::I8).unwrap();
+    let i8i = g.cast(i8, DType::I32).unwrap();
+    let back = g.cast(i, DType::F32).unwrap();
+    for o in [h, hf, i, i8, i8i, back] {
+        g.output(o).unwrap();
+    }
+    let mut graph = g.build(&dev).unwrap();
+    let out = graph
+        .execute(&[HostTensor::from_f32(shape.to_vec(), &x).unwrap()])
+        .unwrap();
+    assert_eq!(out[0].dtype(), DType::F16);
+    let halves: Vec<f32> = out[0]
+        .bytes()
+        .chunks_exact(2)
+        .map(|c| f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])))
+        .collect();
+    let hf = out[1].to_f32().unwrap();
+    for k in 0..21 {
+        assert!(
+            (halves[k] - x[k]).abs() <= 1e-3 * x[k].abs() + 1e-4,
+            "f16 {k}: {} vs {}",
+            halves[k],
+            x[k]
+        );
+        assert_eq!(hf[k], halves[k]);
+    }
+    let want_i: Vec<i32> = x.iter().map(|v| v.trunc() as i32).collect();
+    assert_eq!(out[2].to_i32().unwrap(), want_i);
+    let want_i8: Vec<i8> = x
+        .iter()
+        .map(|v| v.trunc().clamp(-128.0, 127.0) as i8)
+        .collect();
+    assert_eq!(out[3].to_i8().unwrap(), want_i8);
+    assert_eq!(&want_i8[..4], &[127, -128, 2, -2]);
+    let want_i8i: Vec<i32> = want_i8.iter().map(|&v| v as i32).collect();
+    assert_eq!(out[4].to_i32().unwrap(), want_i8i);
+    let want_back: Vec<f32> = want_i.iter().map(|&v| v as f32).collect();
+    assert_eq!(out[5].to_f32().unwrap(), want_back);
+
+    // f16 and i8 inputs straight to outputs (identity casts).
+    let mut g = GraphBuilder::new();
+    let a = g.input("a", DType::F16, &[5]).unwrap();
+    let b = g.input("b", DType::I8, &[6]).unwrap();
+    g.output(a).unwrap();
+    g.output(b).unwrap();
+    let mut graph2 = g.build(&dev).unwrap();
+    let ha = HostTensor::new(DType::F16, vec![5], (0..10).collect()).unwrap();
+    let hb = HostTensor::from_i8(vec![6], &[1, -2, 3, -4, 5, -128]).unwrap();
+    let out = graph2.execute(&[ha.clone(), hb.clone()]).unwrap();
+    assert_eq!(out, vec![ha, hb]);
+    drop((graph, graph2));
+    assert_no_validation_errors(&instance);
+}
