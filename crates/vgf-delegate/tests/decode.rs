@@ -510,3 +510,27 @@ fn mutated_corpus_files_never_panic() {
         "only {errors} of {iterations} mutations were errors"
     );
 }
+
+#[test]
+fn a_huge_flatbuffers_vector_length_is_a_verification_error() {
+    // The SPIR-V words vector: find its length (the module's word count) in the module table
+    // and make it enormous.
+    let b = add_model();
+    let vgf = Vgf::decode(&b).unwrap();
+    let words = vgf.modules[0].spirv.unwrap().word_count() as u32;
+    let (mo, ms) = section(&b, 0);
+    let hits: Vec<usize> = (mo..mo + ms - 8)
+        .filter(|&i| {
+            b[i..i + 4] == words.to_le_bytes() && b[i + 4..i + 8] == 0x0723_0203u32.to_le_bytes()
+        })
+        .collect();
+    assert_eq!(hits.len(), 1);
+    for huge in [0x4000_0000u32, u32::MAX] {
+        let mut m = b.clone();
+        m[hits[0]..hits[0] + 4].copy_from_slice(&huge.to_le_bytes());
+        match Vgf::decode(&m).unwrap_err() {
+            DecodeError::FlatBuffer { section, .. } => assert_eq!(section, "module table"),
+            e => panic!("unexpected {e}"),
+        }
+    }
+}
