@@ -432,6 +432,13 @@ impl Model {
                             crate::inspect::descriptor_type_name(r.vk_descriptor_type)
                         )));
                     }
+                    if r.category == Category::Constant {
+                        return Err(unsupported(format!(
+                            "segment '{}' binds constant resource {} as a descriptor: constants \
+                             are supported as graph constants only",
+                            seg.name, r.index
+                        )));
+                    }
                     match seg.kind {
                         ModuleType::Graph => used_by_graph[r.index] = true,
                         ModuleType::Compute => used_by_compute[r.index] = true,
