@@ -307,3 +307,19 @@ fn the_bench_reports_load_inference_and_host_overhead() {
     assert!(json["host_overhead_ms"].as_f64().unwrap() >= 0.0);
     assert_no_validation_errors_of_ours(&instance);
 }
+
+#[test]
+fn a_standalone_model_opens_its_own_device() {
+    let test = "a_standalone_model_opens_its_own_device";
+    // Skips (visibly) where no device qualifies.
+    let Some((instance, _device)) = device(test, &corpus_requirements()) else {
+        return;
+    };
+    let dir = common::corpus_dir().join("sqplus");
+    let bytes = std::fs::read(dir.join("model.vgf")).unwrap();
+    let mut model = Model::load_standalone(&bytes).unwrap();
+    let out = model.execute(&inputs_of(&dir, 1)).unwrap();
+    let reference = load_npy(&dir.join("vgf_output_0.npy"));
+    assert_eq!(out[0], reference);
+    assert_no_validation_errors_of_ours(&instance);
+}
