@@ -219,7 +219,8 @@ pub fn run(json_out: bool, verbose: bool) -> Result {
     Ok(())
 }
 
-pub fn demo() -> Result {
+/// The device part of the demo: the table, then a real compute dispatch on the chosen device.
+pub fn demo_devices() -> Result {
     let instance = Instance::new(&InstanceDesc::default())?;
     let (adapters, order, chosen) = ranked(&instance)?;
     print_table(&instance, &adapters, &order, chosen, false);
@@ -243,14 +244,5 @@ pub fn demo() -> Result {
         )
         .into());
     }
-    println!(
-        "delegates compiled in: {}{}",
-        vkdelegate::compiled_delegates().join(", "),
-        if vkdelegate::SHARED {
-            " (+ shared runtime)"
-        } else {
-            ""
-        }
-    );
     Ok(())
 }

@@ -1,10 +1,15 @@
 //! The `vkdelegate` command.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod demo;
 mod devices;
+mod npy;
+mod run;
 
 #[derive(Parser)]
 #[command(
@@ -28,8 +33,65 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
     },
-    /// List the devices, then run a real compute dispatch on the chosen one.
-    Demo,
+    /// Describe a VGF file: modules, segments, bindings, resources, constants.
+    Inspect {
+        /// The VGF file.
+        model: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a VGF file or a program file (.toml) on the best device.
+    Run {
+        /// A `.vgf` model or a `.toml` program.
+        model: PathBuf,
+        /// Input `.npy` files: `FILE` in input order, or `NAME=FILE` for programs.
+        #[arg(long = "input", short = 'i')]
+        inputs: Vec<String>,
+        /// Where to write `output_0.npy`, `output_1.npy`, ...
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+        /// Executions to time.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Programs: pass tensors between steps through host memory instead of on the device.
+        #[arg(long)]
+        host_hand_off: bool,
+    },
+    /// Benchmarks, as ratios to baselines measured in the same run on the same device.
+    Bench {
+        /// Small shapes (seconds on a CPU driver).
+        #[arg(long)]
+        quick: bool,
+        /// Only compute ops whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Also time these VGF files (and Arm's scenario-runner on them, when given).
+        #[arg(long)]
+        vgf: Vec<PathBuf>,
+        /// Time this program file with device and host hand-off.
+        #[arg(long)]
+        program: Option<PathBuf>,
+        /// Arm's scenario-runner binary (or VKDELEGATE_SCENARIO_RUNNER).
+        #[arg(long)]
+        scenario_runner: Option<PathBuf>,
+        /// Repetitions for VGF and program timings.
+        #[arg(long, default_value_t = 20)]
+        repeat: usize,
+        /// Skip the compute op benchmarks.
+        #[arg(long)]
+        no_ops: bool,
+        /// Also write the figures as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The demo: list the devices, run a compute dispatch, and run the example program
+    /// (avg_pool2d on VGF -> sigmoid on compute -> x*x + 0.25 on VGF) against a CPU reference.
+    Demo {
+        /// The repository root (holding `examples/` and `fixtures/`).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,7 +99,40 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Devices { json, verbose } => devices::run(json, verbose),
-        Cmd::Demo => devices::demo(),
+        Cmd::Inspect { model, json } => run::inspect(&model, json),
+        Cmd::Run {
+            model,
+            inputs,
+            output_dir,
+            repeat,
+            host_hand_off,
+        } => run::run(
+            &model,
+            &inputs,
+            output_dir.as_deref(),
+            repeat,
+            host_hand_off,
+        ),
+        Cmd::Bench {
+            quick,
+            filter,
+            vgf,
+            program,
+            scenario_runner,
+            repeat,
+            no_ops,
+            json,
+        } => bench::run(&bench::BenchArgs {
+            quick,
+            filter,
+            vgf,
+            program,
+            scenario_runner,
+            repeat,
+            json,
+            skip_ops: no_ops,
+        }),
+        Cmd::Demo { root } => demo::run(&root),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,237 @@
+//! `vkdelegate bench`: figures as ratios to baselines measured in the same run on the same
+//! device.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// What to benchmark.
+pub struct BenchArgs {
+    pub quick: bool,
+    pub filter: Option<String>,
+    pub vgf: Vec<PathBuf>,
+    pub program: Option<PathBuf>,
+    pub scenario_runner: Option<PathBuf>,
+    pub repeat: usize,
+    pub json: Option<PathBuf>,
+    pub skip_ops: bool,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+pub fn run(args: &BenchArgs) -> Result {
+    let mut report = serde_json::Map::new();
+    let device = open_device(args)?;
+    println!(
+        "device: {} ({}, driver {} {})",
+        device.capabilities().name,
+        device.capabilities().device_type,
+        device.capabilities().driver_name,
+        device.capabilities().driver_version_string
+    );
+    report.insert("device".into(), json!(device.capabilities().name));
+    if !args.skip_ops {
+        report.insert("ops".into(), ops(&device, args)?);
+    }
+    if !args.vgf.is_empty() {
+        report.insert("vgf".into(), vgf(&device, args)?);
+    }
+    if let Some(p) = &args.program {
+        report.insert("program".into(), program(p, args.repeat)?);
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&Value::Object(report))?)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn open_device(args: &BenchArgs) -> Result<vkdelegate::vk_core::Device> {
+    let mut req = vkdelegate::vk_core::Requirements::new("vkdelegate bench");
+    #[cfg(feature = "compute")]
+    {
+        req = req.union(&vkdelegate::compute::requirements());
+    }
+    #[cfg(feature = "vgf")]
+    if !args.vgf.is_empty() {
+        req = req.union(&vkdelegate::vgf::requirements());
+    }
+    let _ = args;
+    Ok(vkdelegate::vk_core::Device::open(&req)?)
+}
+
+#[cfg(feature = "compute")]
+fn ops(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> {
+    println!(
+        "\ncompute ops ({} shapes; ratios to this device's vkCmdCopyBuffer bandwidth or FLOP baseline, same run):",
+        if args.quick { "quick" } else { "full" }
+    );
+    let rows = vkdelegate::compute::bench(device, args.filter.as_deref(), args.quick)?;
+    let mut out = Vec::new();
+    for r in &rows {
+        println!("  {}", r.line());
+        out.push(json!({
+            "op": r.op, "shape": r.shape, "device_ms": r.device_ms, "end_to_end_ms": r.end_to_end_ms,
+            "throughput": r.throughput, "unit": r.unit, "baseline": r.baseline,
+            "baseline_name": r.baseline_name, "ratio": r.ratio,
+        }));
+    }
+    Ok(Value::Array(out))
+}
+
+#[cfg(not(feature = "compute"))]
+fn ops(_: &vkdelegate::vk_core::Device, _: &BenchArgs) -> Result<Value> {
+    println!("compute ops: not in this build (feature `compute`)");
+    Ok(Value::Null)
+}
+
+/// Runs Arm's scenario-runner on the `scenario.json` beside `model`, returning the median GPU
+/// time of its graph dispatch (its own timestamps) and its process wall time.
+fn scenario_runner(runner: &Path, model: &Path, repeat: usize) -> Result<(f64, f64)> {
+    let dir = model.parent().unwrap_or(Path::new("."));
+    let scenario = dir.join("scenario.json");
+    if !scenario.is_file() {
+        return Err(format!("no scenario.json beside {}", model.display()).into());
+    }
+    let out = std::env::temp_dir().join(format!("vkdelegate-sr-{}", std::process::id()));
+    std::fs::create_dir_all(&out)?;
+    let profile = out.join("profile.json");
+    let t = std::time::Instant::now();
+    let status = Command::new(runner)
+        .current_dir(dir)
+        .arg("--scenario")
+        .arg(&scenario)
+        .arg("--output")
+        .arg(&out)
+        .arg("--profiling-dump-path")
+        .arg(&profile)
+        .arg("--repeat")
+        .arg(repeat.max(2).to_string())
+        .arg("--log-level")
+        .arg("error")
+        .status()?;
+    let wall = t.elapsed();
+    if !status.success() {
+        return Err(format!("{} failed: {status}", runner.display()).into());
+    }
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&profile)?)?;
+    let mut times: Vec<f64> = doc["Timestamps"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|e| e["Command type"] == "DataGraphDispatch")
+                .filter(|e| e["Iteration"].as_u64().unwrap_or(0) > 0)
+                .filter_map(|e| e["Time for command [ms]"].as_f64())
+                .collect()
+        })
+        .unwrap_or_default();
+    if times.is_empty() {
+        return Err("scenario-runner's profile has no DataGraphDispatch timestamps".into());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], wall.as_secs_f64() * 1e3))
+}
+
+#[cfg(feature = "vgf")]
+fn vgf(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> {
+    let mut out = Vec::new();
+    let runner = args
+        .scenario_runner
+        .clone()
+        .or_else(|| std::env::var_os("VKDELEGATE_SCENARIO_RUNNER").map(PathBuf::from));
+    for path in &args.vgf {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let r = vkdelegate::vgf::bench::bench(&bytes, device, None, args.repeat.max(1))?;
+        println!("\nVGF {}:\n  {r}", path.display());
+        let mut entry = json!({"model": path.display().to_string(), "ours": r.to_json()});
+        if let Some(runner) = &runner {
+            match scenario_runner(runner, path, args.repeat) {
+                Ok((gpu_ms, wall_ms)) => {
+                    let ours = ms(r.device_only);
+                    println!(
+                        "  scenario-runner: graph dispatch {gpu_ms:.3} ms (GPU timestamps, median), \
+                         process {wall_ms:.0} ms; ours, device-only submit+wait {ours:.3} ms: \
+                         ratio ours/scenario-runner {:.2} (below 1 is faster)",
+                        ours / gpu_ms
+                    );
+                    entry["scenario_runner"] = json!({
+                        "graph_dispatch_ms": gpu_ms, "process_wall_ms": wall_ms,
+                        "ratio_ours_device_only_to_theirs": ours / gpu_ms,
+                    });
+                }
+                Err(e) => println!("  scenario-runner: not measured: {e}"),
+            }
+        }
+        out.push(entry);
+    }
+    Ok(Value::Array(out))
+}
+
+#[cfg(not(feature = "vgf"))]
+fn vgf(_: &vkdelegate::vk_core::Device, _: &BenchArgs) -> Result<Value> {
+    Err("VGF benchmarks need the `vgf` feature, which this build lacks".into())
+}
+
+#[cfg(any(feature = "vgf", feature = "compute"))]
+fn program(path: &Path, repeat: usize) -> Result<Value> {
+    use vkdelegate::program::{HandOff, ProgramBuilder, ProgramFile};
+    use vkdelegate::vk_core::HostTensor;
+
+    let mut medians = Vec::new();
+    let mut result = serde_json::Map::new();
+    for hand_off in [HandOff::Device, HandOff::Host] {
+        let builder = ProgramBuilder::from_file(ProgramFile::read(path)?).hand_off(hand_off);
+        #[cfg(feature = "shared")]
+        let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
+            vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
+        ));
+        let mut p = builder.build()?;
+        let inputs: Vec<HostTensor> = p
+            .inputs()
+            .iter()
+            .map(|(_, spec)| {
+                let mut t = HostTensor::zeros(spec.dtype, spec.shape.clone())?;
+                for (i, b) in t.bytes_mut().iter_mut().enumerate() {
+                    *b = (i % 7) as u8;
+                }
+                Ok::<_, vkdelegate::vk_core::HostTensorError>(t)
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        p.execute(&inputs)?;
+        let mut times = Vec::new();
+        for _ in 0..repeat.max(5) {
+            p.execute(&inputs)?;
+            times.push(p.last_timings().total);
+        }
+        times.sort();
+        let median = times[times.len() / 2];
+        println!(
+            "\nprogram {} ({:?} hand-off): median end-to-end {:.3} ms over {} runs, {} submission(s) per run",
+            path.display(),
+            hand_off,
+            ms(median),
+            times.len(),
+            p.last_timings().submissions
+        );
+        result.insert(
+            format!("{hand_off:?}").to_lowercase(),
+            json!({"median_ms": ms(median), "submissions": p.last_timings().submissions}),
+        );
+        medians.push(median);
+    }
+    let ratio = medians[0].as_secs_f64() / medians[1].as_secs_f64();
+    println!("  device / host hand-off latency ratio: {ratio:.2}");
+    result.insert("device_to_host_ratio".into(), json!(ratio));
+    Ok(Value::Object(result))
+}
+
+#[cfg(not(any(feature = "vgf", feature = "compute")))]
+fn program(_: &Path, _: usize) -> Result<Value> {
+    Err("programs need the `vgf` or `compute` feature, which this build lacks".into())
+}

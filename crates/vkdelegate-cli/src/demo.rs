@@ -1,0 +1,127 @@
+//! `vkdelegate demo`: the devices, a compute dispatch, and the example program
+//! avg_pool2d (VGF) -> sigmoid (compute) -> x*x + 0.25 (VGF) against a CPU reference.
+
+use std::path::Path;
+
+type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+pub fn run(root: &Path) -> Result {
+    crate::devices::demo_devices()?;
+    println!(
+        "delegates compiled in: {}{}",
+        vkdelegate::compiled_delegates().join(", "),
+        if vkdelegate::SHARED {
+            " (+ shared runtime)"
+        } else {
+            ""
+        }
+    );
+    example(root)
+}
+
+#[cfg(all(feature = "vgf", feature = "compute"))]
+fn example(root: &Path) -> Result {
+    use std::time::Duration;
+    use vkdelegate::program::{HandOff, ProgramBuilder, ProgramFile};
+
+    let program_path = root.join("examples/pool_sigmoid_sqplus.toml");
+    let input_path = root.join("fixtures/vgf/avgpool/input_0.npy");
+    let x = crate::npy::read(&input_path)?;
+    let want = reference(&x.to_f32().ok_or("the example input is not f32")?);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut results = Vec::new();
+    for hand_off in [HandOff::Device, HandOff::Host] {
+        let builder =
+            ProgramBuilder::from_file(ProgramFile::read(&program_path)?).hand_off(hand_off);
+        #[cfg(feature = "shared")]
+        let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
+            vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
+        ));
+        let t = std::time::Instant::now();
+        let mut program = builder.build()?;
+        let load = t.elapsed();
+        if hand_off == HandOff::Device {
+            let seq: Vec<String> = program
+                .steps()
+                .iter()
+                .map(|(n, k)| format!("{n} [{k}]"))
+                .collect();
+            println!(
+                "\nexample program {}\n  device: {}\n  delegates: {}",
+                program_path.display(),
+                program.device().capabilities().name,
+                seq.join(" -> ")
+            );
+            let handles = program.step_handles();
+            let one = handles.windows(2).all(|w| w[0] == w[1]);
+            println!(
+                "  every step on VkDevice {:?}, VkQueue {:?}: {}",
+                handles[0].0,
+                handles[0].1,
+                if one { "yes" } else { "NO" }
+            );
+        }
+        program.execute(std::slice::from_ref(&x))?; // warm-up
+        let mut totals = Vec::new();
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            out = program.execute(std::slice::from_ref(&x))?;
+            totals.push(program.last_timings().total);
+        }
+        totals.sort();
+        let got = out[0].to_f32().ok_or("the example output is not f32")?;
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        let steps: Vec<String> = program
+            .last_timings()
+            .steps
+            .iter()
+            .map(|(n, d)| format!("{n} {:.3} ms", ms(*d)))
+            .collect();
+        println!(
+            "  {:?} hand-off: load {:.1} ms, run median {:.3} ms ({} submission(s)); steps: {}; \
+             max |error| vs CPU reference {err:.2e}",
+            hand_off,
+            ms(load),
+            ms(totals[totals.len() / 2]),
+            program.last_timings().submissions,
+            steps.join(", ")
+        );
+        if err > 1e-5 {
+            return Err(format!("the example's output differs from the reference by {err}").into());
+        }
+        results.push(totals[totals.len() / 2]);
+    }
+    println!(
+        "  device / host hand-off end-to-end latency: {:.2}",
+        results[0].as_secs_f64() / results[1].as_secs_f64()
+    );
+    Ok(())
+}
+
+/// avg_pool2d(2, 2) -> sigmoid -> x*x + 0.25 over [1, 3, 8, 8].
+#[cfg(all(feature = "vgf", feature = "compute"))]
+fn reference(v: &[f32]) -> Vec<f32> {
+    let (c, h, w) = (3, 8, 8);
+    let mut out = Vec::with_capacity(c * h * w / 4);
+    for ch in 0..c {
+        for i in 0..h / 2 {
+            for j in 0..w / 2 {
+                let at = |di: usize, dj: usize| v[ch * h * w + (2 * i + di) * w + 2 * j + dj];
+                let p = (at(0, 0) + at(0, 1) + at(1, 0) + at(1, 1)) / 4.0;
+                let s = 1.0 / (1.0 + (-p).exp());
+                out.push(s * s + 0.25);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(not(all(feature = "vgf", feature = "compute")))]
+fn example(_root: &Path) -> Result {
+    println!("example program: needs the `vgf` and `compute` features, which this build lacks");
+    Ok(())
+}
