@@ -164,6 +164,89 @@ impl Default for Conv2d {
     }
 }
 
+/// A TOSA-style rescale (`RESCALE` with `scale32` and no double rounding):
+/// `apply(v) = (v * multiplier + 2^(shift - 1)) >> shift` in 64-bit arithmetic, saturated to
+/// i32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rescale {
+    /// Multiplier (usually in `[2^30, 2^31)`).
+    pub multiplier: i32,
+    /// Right shift, 1 to 62.
+    pub shift: u32,
+}
+
+impl Rescale {
+    /// The rescale closest to multiplying by `scale` (> 0): a multiplier in `[2^30, 2^31)` and
+    /// a shift; `None` when `scale` is not positive or needs a shift outside 1 to 62.
+    pub fn from_scale(scale: f64) -> Option<Rescale> {
+        if scale.is_nan() || scale <= 0.0 || !scale.is_finite() {
+            return None;
+        }
+        let mut e = scale.log2().floor() as i32 + 1;
+        let mut m = (scale / 2f64.powi(e) * 2f64.powi(31)).round() as i64;
+        if m >= 1 << 31 {
+            m /= 2;
+            e += 1;
+        }
+        let shift = 31 - e;
+        (1..=62).contains(&shift).then_some(Rescale {
+            multiplier: m as i32,
+            shift: shift as u32,
+        })
+    }
+
+    /// Applies the rescale on the host (the same arithmetic as the shaders).
+    pub fn apply(self, v: i32) -> i32 {
+        let r = 1i64 << (self.shift - 1);
+        let x = (i64::from(v) * i64::from(self.multiplier) + r) >> self.shift;
+        x.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+    }
+
+    fn check(self, op: &'static str) -> Result<()> {
+        if !(1..=62).contains(&self.shift) {
+            return Err(shape_err(
+                op,
+                format!("rescale shift {} is outside 1..=62", self.shift),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Parameters of [`GraphBuilder::add_q8`] (the TFLite/TOSA quantized add):
+/// `a32 = a.apply((a - a_zp) << left_shift)`, `b32` likewise,
+/// `out = clamp(out.apply(a32 + b32) + out_zp, -128, 127)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QAdd {
+    /// Zero point of `a`.
+    pub a_zp: i32,
+    /// Zero point of `b`.
+    pub b_zp: i32,
+    /// Zero point of the output.
+    pub out_zp: i32,
+    /// Left shift applied to both inputs before their rescale (TFLite uses 20).
+    pub left_shift: u32,
+    /// Rescale of `a`.
+    pub a: Rescale,
+    /// Rescale of `b`.
+    pub b: Rescale,
+    /// Rescale of the sum.
+    pub out: Rescale,
+}
+
+/// Parameters of [`GraphBuilder::conv2d_q8`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QConv {
+    /// Geometry.
+    pub conv: Conv2d,
+    /// Input zero point.
+    pub x_zp: i32,
+    /// Weight zero point.
+    pub w_zp: i32,
+    /// Output zero point.
+    pub out_zp: i32,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
     Unary {
@@ -227,6 +310,19 @@ pub(crate) enum Op {
     Cast {
         x: TensorId,
         to: DType,
+    },
+    QAdd {
+        a: TensorId,
+        b: TensorId,
+        q: QAdd,
+    },
+    QConv {
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        mult: TensorId,
+        shift: TensorId,
+        q: QConv,
     },
     /// Benchmark probe: arithmetic peak (see `fma_peak.comp`).
     FmaProbe {
@@ -811,70 +907,117 @@ impl GraphBuilder {
         const OP: &str = "conv2d";
         let xi = self.f32_operand(OP, x)?;
         let wi = self.f32_operand(OP, w)?;
-        if xi.shape.len() != 4 || wi.shape.len() != 4 {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "input '{}' {:?} and weight '{}' {:?} must both have rank 4",
-                    xi.name, xi.shape, wi.name, wi.shape
-                ),
-            ));
-        }
-        let (n, cin, h, wd) = (xi.shape[0], xi.shape[1], xi.shape[2], xi.shape[3]);
-        let (cout, cin_g, kh, kw) = (wi.shape[0], wi.shape[1], wi.shape[2], wi.shape[3]);
-        let g = p.groups;
-        if g == 0 || cin % g != 0 || cout % g != 0 || cin / g != cin_g {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "groups {g}: input '{}' has {cin} channels and weight '{}' {:?} needs \
-                     c_in / groups = {cin_g} and c_out = {cout} divisible by groups",
-                    xi.name, wi.name, wi.shape
-                ),
-            ));
-        }
-        if p.stride.contains(&0) || p.dilation.contains(&0) {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "stride {:?} and dilation {:?} must be >= 1",
-                    p.stride, p.dilation
-                ),
-            ));
-        }
+        let shape = conv_shape(OP, &xi, &wi, &p)?;
         if let Some(b) = bias {
             let bi = self.f32_operand(OP, b)?;
-            if bi.shape != [cout] {
-                return Err(shape_err(
-                    OP,
-                    format!(
-                        "bias '{}' has shape {:?}, expected [{cout}]",
-                        bi.name, bi.shape
-                    ),
-                ));
-            }
+            check_bias(OP, &bi, shape[1])?;
         }
-        let mut o = [0usize; 2];
-        for i in 0..2 {
-            let size = [h, wd][i] + 2 * p.padding[i];
-            let span = p.dilation[i] * ([kh, kw][i] - 1) + 1;
-            if span > size {
-                return Err(shape_err(
-                    OP,
-                    format!(
-                        "kernel {kh}x{kw} (dilation {:?}) spans {span}, more than the padded \
-                         input '{}' {:?} (padding {:?})",
-                        p.dilation, xi.name, xi.shape, p.padding
-                    ),
-                ));
-            }
-            o[i] = (size - span) / p.stride[i] + 1;
+        Ok(self.node(Op::Conv { x, w, bias, p }, OP, DType::F32, shape))
+    }
+
+    fn typed_operand(&self, op: &'static str, t: TensorId, dtype: DType) -> Result<TensorInfo> {
+        let info = self.info(op, t)?;
+        if info.dtype != dtype {
+            return Err(Error::DType {
+                op,
+                tensor: info.name.clone(),
+                actual: info.dtype,
+                expected: dtype.name(),
+            });
         }
+        Ok(info.clone())
+    }
+
+    /// int8 add of two tensors of one shape with TOSA-style rescales (see [`QAdd`]).
+    pub fn add_q8(&mut self, a: TensorId, b: TensorId, q: &QAdd) -> Result<TensorId> {
+        const OP: &str = "add_q8";
+        let ai = self.typed_operand(OP, a, DType::I8)?;
+        let bi = self.typed_operand(OP, b, DType::I8)?;
+        if ai.shape != bi.shape {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "'{}' {:?} and '{}' {:?} must have the same shape",
+                    ai.name, ai.shape, bi.name, bi.shape
+                ),
+            ));
+        }
+        for (name, zp) in [("a_zp", q.a_zp), ("b_zp", q.b_zp), ("out_zp", q.out_zp)] {
+            check_zero_point(OP, name, zp)?;
+        }
+        for r in [q.a, q.b, q.out] {
+            r.check(OP)?;
+        }
+        if q.left_shift > 20 {
+            return Err(shape_err(
+                OP,
+                format!("left_shift {} is over 20", q.left_shift),
+            ));
+        }
+        Ok(self.node(Op::QAdd { a, b, q: *q }, OP, DType::I8, ai.shape))
+    }
+
+    /// int8 conv2d: `x` and `w` i8, `bias` i32 `[c_out]`, accumulation in i32 and a TOSA-style
+    /// rescale per output channel (`rescale` has one entry, for every channel, or `c_out`).
+    pub fn conv2d_q8(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        rescale: &[Rescale],
+        q: &QConv,
+    ) -> Result<TensorId> {
+        const OP: &str = "conv2d_q8";
+        let xi = self.typed_operand(OP, x, DType::I8)?;
+        let wi = self.typed_operand(OP, w, DType::I8)?;
+        let shape = conv_shape(OP, &xi, &wi, &q.conv)?;
+        let cout = shape[1];
+        if let Some(b) = bias {
+            let bi = self.typed_operand(OP, b, DType::I32)?;
+            check_bias(OP, &bi, cout)?;
+        }
+        for (name, zp) in [("x_zp", q.x_zp), ("w_zp", q.w_zp), ("out_zp", q.out_zp)] {
+            check_zero_point(OP, name, zp)?;
+        }
+        if rescale.len() != 1 && rescale.len() != cout {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{} rescales for weight '{}' with {cout} output channels: give 1 or {cout}",
+                    rescale.len(),
+                    wi.name
+                ),
+            ));
+        }
+        for r in rescale {
+            r.check(OP)?;
+        }
+        let per_channel = |f: &dyn Fn(&Rescale) -> i32| -> Vec<i32> {
+            (0..cout)
+                .map(|c| f(&rescale[if rescale.len() == 1 { 0 } else { c }]))
+                .collect()
+        };
+        let mult = per_channel(&|r| r.multiplier);
+        let shift = per_channel(&|r| r.shift as i32);
+        let label = format!("{}_rescale", wi.name);
+        let mk = |v: &[i32]| {
+            HostTensor::from_i32(vec![cout], v)
+                .map_err(|e| shape_err(OP, format!("rescale constants: {e}")))
+        };
+        let mult = self.constant(&format!("{label}_multiplier"), mk(&mult)?)?;
+        let shift = self.constant(&format!("{label}_shift"), mk(&shift)?)?;
         Ok(self.node(
-            Op::Conv { x, w, bias, p },
+            Op::QConv {
+                x,
+                w,
+                bias,
+                mult,
+                shift,
+                q: *q,
+            },
             OP,
-            DType::F32,
-            vec![n, cout, o[0], o[1]],
+            DType::I8,
+            shape,
         ))
     }
 
@@ -1207,6 +1350,83 @@ impl GraphBuilder {
             shape,
         ))
     }
+}
+
+fn check_zero_point(op: &'static str, name: &str, zp: i32) -> Result<()> {
+    if !(-128..=127).contains(&zp) {
+        return Err(shape_err(op, format!("{name} {zp} is outside [-128, 127]")));
+    }
+    Ok(())
+}
+
+fn check_bias(op: &'static str, bi: &TensorInfo, cout: usize) -> Result<()> {
+    if bi.shape != [cout] {
+        return Err(shape_err(
+            op,
+            format!(
+                "bias '{}' has shape {:?}, expected [{cout}]",
+                bi.name, bi.shape
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Output shape of a conv2d, checking ranks, groups, stride, dilation and that the kernel fits.
+fn conv_shape(
+    op: &'static str,
+    xi: &TensorInfo,
+    wi: &TensorInfo,
+    p: &Conv2d,
+) -> Result<Vec<usize>> {
+    if xi.shape.len() != 4 || wi.shape.len() != 4 {
+        return Err(shape_err(
+            op,
+            format!(
+                "input '{}' {:?} and weight '{}' {:?} must both have rank 4",
+                xi.name, xi.shape, wi.name, wi.shape
+            ),
+        ));
+    }
+    let (n, cin, h, wd) = (xi.shape[0], xi.shape[1], xi.shape[2], xi.shape[3]);
+    let (cout, cin_g, kh, kw) = (wi.shape[0], wi.shape[1], wi.shape[2], wi.shape[3]);
+    let g = p.groups;
+    if g == 0 || cin % g != 0 || cout % g != 0 || cin / g != cin_g {
+        return Err(shape_err(
+            op,
+            format!(
+                "groups {g}: input '{}' has {cin} channels and weight '{}' {:?} needs \
+                 c_in / groups = {cin_g} and c_out = {cout} divisible by groups",
+                xi.name, wi.name, wi.shape
+            ),
+        ));
+    }
+    if p.stride.contains(&0) || p.dilation.contains(&0) {
+        return Err(shape_err(
+            op,
+            format!(
+                "stride {:?} and dilation {:?} must be >= 1",
+                p.stride, p.dilation
+            ),
+        ));
+    }
+    let mut o = [0usize; 2];
+    for i in 0..2 {
+        let size = [h, wd][i] + 2 * p.padding[i];
+        let span = p.dilation[i] * ([kh, kw][i] - 1) + 1;
+        if span > size {
+            return Err(shape_err(
+                op,
+                format!(
+                    "kernel {kh}x{kw} (dilation {:?}) spans {span}, more than the padded \
+                     input '{}' {:?} (padding {:?})",
+                    p.dilation, xi.name, xi.shape, p.padding
+                ),
+            ));
+        }
+        o[i] = (size - span) / p.stride[i] + 1;
+    }
+    Ok(vec![n, cout, o[0], o[1]])
 }
 
 /// The cast shader's code of a dtype.

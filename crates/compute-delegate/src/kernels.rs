@@ -17,6 +17,8 @@ pub(crate) enum Kernel {
     ConvDw,
     Gemm,
     FmaPeak,
+    QAdd,
+    QConv,
 }
 
 impl Kernel {
@@ -36,6 +38,8 @@ impl Kernel {
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
+            Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
+            Kernel::QConv => include_bytes!("../spirv/qconv.spv"),
         }
     }
 
@@ -50,8 +54,9 @@ impl Kernel {
             | Kernel::Reduce
             | Kernel::Pool
             | Kernel::Pool2x2 => 2,
-            Kernel::Binary | Kernel::BinaryBcast => 3,
+            Kernel::Binary | Kernel::BinaryBcast | Kernel::QAdd => 3,
             Kernel::LayerNorm | Kernel::ConvDw | Kernel::Gemm => 4,
+            Kernel::QConv => 6,
         }
     }
 }

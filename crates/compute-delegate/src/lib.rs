@@ -39,7 +39,7 @@ mod runtime;
 
 pub use bench::{BenchRow, bench};
 pub use error::{Error, Result};
-pub use graph::{BinaryOp, Conv2d, GraphBuilder, Pool2d, TensorId, UnaryOp};
+pub use graph::{BinaryOp, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp};
 pub use memory::{Allocator, Buffer};
 pub use runtime::{BuildOptions, DeviceTensor, Graph, MemoryReport};
 

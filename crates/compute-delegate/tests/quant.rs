@@ -1,0 +1,206 @@
+//! int8 add and conv2d with TOSA-style rescales, against integer references on the host.
+
+#![allow(clippy::unwrap_used)] // helpers outside #[test] functions
+
+use compute_delegate::{Conv2d, GraphBuilder, QAdd, QConv, Rescale};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use vk_core::testing::{self, assert_no_validation_errors};
+use vk_core::{DType, HostTensor};
+
+/// `(v * m + 2^(s-1)) >> s`, saturated: written out independently of the crate's own.
+fn scale(v: i32, r: Rescale) -> i32 {
+    let wide = v as i128 * r.multiplier as i128 + (1i128 << (r.shift - 1));
+    (wide >> r.shift).clamp(i32::MIN as i128, i32::MAX as i128) as i32
+}
+
+#[test]
+fn rescale_from_scale_is_close() {
+    for s in [0.5, 0.25, 0.0009765625, 0.3333, 1.7, 1e-6, 3.9e-3] {
+        let r = Rescale::from_scale(s).unwrap();
+        assert!(
+            (1u32 << 30..1u32 << 31).contains(&(r.multiplier as u32)),
+            "{s}: {r:?}"
+        );
+        for v in [1000, -1000, 123_456, -7] {
+            let want = (v as f64 * s).round();
+            assert!((scale(v, r) as f64 - want).abs() <= 1.0, "{s} {v}: {r:?}");
+            assert_eq!(r.apply(v), scale(v, r));
+        }
+    }
+    assert!(Rescale::from_scale(0.0).is_none());
+    assert!(Rescale::from_scale(f64::NAN).is_none());
+    assert_eq!(
+        Rescale {
+            multiplier: i32::MAX,
+            shift: 1
+        }
+        .apply(i32::MAX),
+        i32::MAX
+    );
+}
+
+#[test]
+fn int8_add_and_conv_match_integer_references() {
+    let Some((instance, dev)) = testing::device(
+        "int8_add_and_conv_match_integer_references",
+        &compute_delegate::requirements(),
+    ) else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(10);
+    // add
+    let shape = [3usize, 7, 5];
+    let n = 105;
+    let a: Vec<i8> = (0..n).map(|_| rng.r#gen()).collect();
+    let b: Vec<i8> = (0..n).map(|_| rng.r#gen()).collect();
+    let q = QAdd {
+        a_zp: -3,
+        b_zp: 7,
+        out_zp: 5,
+        left_shift: 20,
+        a: Rescale::from_scale(0.02 / (2.0 * 0.03) / (1 << 20) as f64 * 1.0).unwrap(),
+        b: Rescale::from_scale(0.03 / (2.0 * 0.03) / (1 << 20) as f64).unwrap(),
+        out: Rescale::from_scale(2.0 * 0.03 / 0.04).unwrap(),
+    };
+    let mut g = GraphBuilder::new();
+    let ta = g.input("a", DType::I8, &shape).unwrap();
+    let tb = g.input("b", DType::I8, &shape).unwrap();
+    let c = g.add_q8(ta, tb, &q).unwrap();
+    g.output(c).unwrap();
+    let mut graph = g.build(&dev).unwrap();
+    let out = graph
+        .execute(&[
+            HostTensor::from_i8(shape.to_vec(), &a).unwrap(),
+            HostTensor::from_i8(shape.to_vec(), &b).unwrap(),
+        ])
+        .unwrap();
+    let want: Vec<i8> = (0..n)
+        .map(|i| {
+            let x = scale((a[i] as i32 - q.a_zp) << q.left_shift, q.a);
+            let y = scale((b[i] as i32 - q.b_zp) << q.left_shift, q.b);
+            (scale(x + y, q.out) + q.out_zp).clamp(-128, 127) as i8
+        })
+        .collect();
+    assert_eq!(out[0].to_i8().unwrap(), want);
+    assert!(want.iter().any(|&v| v == 127 || v == -128) || want.iter().any(|&v| v != 0));
+
+    // conv: per-channel and per-tensor rescales, groups, padding, stride.
+    let cases = [
+        (
+            [1usize, 4, 7, 6],
+            [6usize, 4, 3, 3],
+            Conv2d {
+                padding: [1, 1],
+                ..Conv2d::default()
+            },
+            true,
+        ),
+        (
+            [2, 4, 5, 5],
+            [4, 2, 3, 1],
+            Conv2d {
+                groups: 2,
+                stride: [2, 1],
+                ..Conv2d::default()
+            },
+            false,
+        ),
+    ];
+    for (xs, ws, p, per_channel) in cases {
+        let nx: usize = xs.iter().product();
+        let nw: usize = ws.iter().product();
+        let x: Vec<i8> = (0..nx).map(|_| rng.r#gen()).collect();
+        let w: Vec<i8> = (0..nw).map(|_| rng.r#gen()).collect();
+        let cout = ws[0];
+        let bias: Vec<i32> = (0..cout).map(|_| rng.gen_range(-5000..5000)).collect();
+        let rescales: Vec<Rescale> = (0..if per_channel { cout } else { 1 })
+            .map(|c| Rescale::from_scale(0.0007 * (c + 1) as f64).unwrap())
+            .collect();
+        let q = QConv {
+            conv: p,
+            x_zp: 3,
+            w_zp: -1,
+            out_zp: -4,
+        };
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::I8, &xs).unwrap();
+        let tw = g
+            .constant("w", HostTensor::from_i8(ws.to_vec(), &w).unwrap())
+            .unwrap();
+        let tb = g
+            .constant("b", HostTensor::from_i32(vec![cout], &bias).unwrap())
+            .unwrap();
+        let y = g.conv2d_q8(tx, tw, Some(tb), &rescales, &q).unwrap();
+        g.output(y).unwrap();
+        let os = g.shape(y).unwrap().to_vec();
+        let mut graph = g.build(&dev).unwrap();
+        let got = graph
+            .execute(&[HostTensor::from_i8(xs.to_vec(), &x).unwrap()])
+            .unwrap()[0]
+            .to_i8()
+            .unwrap();
+        let (cin, h, wd) = (xs[1], xs[2], xs[3]);
+        let (cin_g, kh, kw) = (ws[1], ws[2], ws[3]);
+        let cout_g = cout / p.groups;
+        let mut want = Vec::new();
+        for img in 0..xs[0] {
+            for co in 0..cout {
+                let grp = co / cout_g;
+                let r = rescales[if per_channel { co } else { 0 }];
+                for oy in 0..os[2] {
+                    for ox in 0..os[3] {
+                        let mut acc = bias[co];
+                        for ci in 0..cin_g {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (oy * p.stride[0] + ky) as i64 - p.padding[0] as i64;
+                                    let ix = (ox * p.stride[1] + kx) as i64 - p.padding[1] as i64;
+                                    if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
+                                        continue;
+                                    }
+                                    let xv = x[((img * cin + grp * cin_g + ci) * h + iy as usize)
+                                        * wd
+                                        + ix as usize]
+                                        as i32;
+                                    let wv = w[((co * cin_g + ci) * kh + ky) * kw + kx] as i32;
+                                    acc += (xv - q.x_zp) * (wv - q.w_zp);
+                                }
+                            }
+                        }
+                        want.push((scale(acc, r) + q.out_zp).clamp(-128, 127) as i8);
+                    }
+                }
+            }
+        }
+        assert_eq!(got, want, "conv_q8 {xs:?} {ws:?}");
+    }
+    // Errors name the tensor and numbers.
+    let mut g = GraphBuilder::new();
+    let tx = g.input("xf", DType::F32, &[1, 1, 3, 3]).unwrap();
+    let tw = g.input("wq", DType::I8, &[1, 1, 1, 1]).unwrap();
+    let e = g
+        .conv2d_q8(
+            tx,
+            tw,
+            None,
+            &[Rescale {
+                multiplier: 1 << 30,
+                shift: 31,
+            }],
+            &QConv {
+                conv: Conv2d::default(),
+                x_zp: 0,
+                w_zp: 0,
+                out_zp: 0,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("'xf'") && e.contains("f32") && e.contains("i8"),
+        "{e}"
+    );
+    drop(graph);
+    assert_no_validation_errors(&instance);
+}

@@ -1,0 +1,122 @@
+#version 450
+// int8 conv2d (groups, stride, padding, dilation) with an i32 bias and per-channel TOSA-style
+// rescales: acc = bias[co] + sum (x - x_zp) * (w - w_zp) over the window (padding contributes
+// nothing, as padding with x_zp would), out = clamp(apply_scale_32(acc, mult[co], shift[co])
+// + out_zp, -128, 127). One thread per packed output word (four outputs).
+layout(local_size_x = 256) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer X { uint x[]; };
+layout(std430, set = 0, binding = 1) readonly buffer W { uint wt[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Bias { int bias[]; };
+layout(std430, set = 0, binding = 3) readonly buffer Mult { int mult[]; };
+layout(std430, set = 0, binding = 4) readonly buffer Shift { uint shift[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer Y { uint y[]; };
+
+layout(push_constant) uniform Params {
+    uint total;
+    uint c_in;
+    uint h;
+    uint w;
+    uint c_out;
+    uint oh;
+    uint ow;
+    uint kh;
+    uint kw;
+    uint sh;
+    uint sw;
+    uint ph;
+    uint pw;
+    uint dh;
+    uint dw;
+    uint groups;
+    int x_zp;
+    int w_zp;
+    int out_zp;
+    uint has_bias;
+} pc;
+
+int apply_scale_32(int v, int m, uint s) {
+    int hi;
+    int lo_s;
+    imulExtended(v, m, hi, lo_s);
+    uint lo = uint(lo_s);
+    // + 2^(s-1)
+    if (s <= 32) {
+        uint carry;
+        lo = uaddCarry(lo, 1u << (s - 1), carry);
+        hi += int(carry);
+    } else {
+        hi += 1 << (s - 33);
+    }
+    uint rlo;
+    int rhi;
+    if (s < 32) {
+        rlo = (lo >> s) | (uint(hi) << (32 - s));
+        rhi = hi >> s;
+    } else if (s == 32) {
+        rlo = uint(hi);
+        rhi = hi >> 31;
+    } else {
+        rlo = uint(hi >> (s - 32));
+        rhi = hi >> 31;
+    }
+    // Saturate when the 64-bit result does not fit in 32 bits.
+    if (rhi != (int(rlo) >> 31)) {
+        return rhi < 0 ? -2147483647 - 1 : 2147483647;
+    }
+    return int(rlo);
+}
+
+int byte_at(uint w, uint i) {
+    return int(w << (24 - 8 * i)) >> 24;
+}
+
+int load_i8_x(uint i) {
+    return byte_at(x[i >> 2], i & 3u);
+}
+
+int load_i8_w(uint i) {
+    return byte_at(wt[i >> 2], i & 3u);
+}
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    uint words = (pc.total + 3) / 4;
+    uint cin_g = pc.c_in / pc.groups;
+    uint cout_g = pc.c_out / pc.groups;
+    for (uint q = gl_GlobalInvocationID.x; q < words; q += stride) {
+        uint r = 0;
+        for (uint e = 0; e < 4; ++e) {
+            uint i = q * 4 + e;
+            if (i >= pc.total) break;
+            uint ox = i % pc.ow;
+            uint t = i / pc.ow;
+            uint oy = t % pc.oh;
+            t /= pc.oh;
+            uint co = t % pc.c_out;
+            uint n = t / pc.c_out;
+            uint g = co / cout_g;
+            int acc = (pc.has_bias == 1) ? bias[co] : 0;
+            int y0 = int(oy * pc.sh) - int(pc.ph);
+            int x0 = int(ox * pc.sw) - int(pc.pw);
+            for (uint ci = 0; ci < cin_g; ++ci) {
+                uint xbase = (n * pc.c_in + g * cin_g + ci) * pc.h * pc.w;
+                uint wbase = (co * cin_g + ci) * pc.kh * pc.kw;
+                for (uint ky = 0; ky < pc.kh; ++ky) {
+                    int yy = y0 + int(ky * pc.dh);
+                    if (yy < 0 || yy >= int(pc.h)) continue;
+                    for (uint kx = 0; kx < pc.kw; ++kx) {
+                        int xx = x0 + int(kx * pc.dw);
+                        if (xx < 0 || xx >= int(pc.w)) continue;
+                        int xv = load_i8_x(xbase + uint(yy) * pc.w + uint(xx)) - pc.x_zp;
+                        int wv = load_i8_w(wbase + ky * pc.kw + kx) - pc.w_zp;
+                        acc += xv * wv;
+                    }
+                }
+            }
+            int o = clamp(apply_scale_32(acc, mult[co], shift[co]) + pc.out_zp, -128, 127);
+            r |= (uint(o) & 0xFFu) << (8 * e);
+        }
+        y[q] = r;
+    }
+}
