@@ -227,9 +227,9 @@ struct Sizes {
 }
 
 /// Runs the benchmarks whose op name contains `filter` (all when `None`). `quick` uses small
-/// shapes (seconds on a CPU driver); the full shapes are add 2 x [256,1024,1024], sigmoid and
-/// avg_pool 2x2 on [256,1024,1024], conv3x3 64->64 on [1,64,224,224] and 256->256 on
-/// [1,256,56,56], matmul 4096^3 and softmax [16384,4096].
+/// shapes (seconds on a CPU driver); the full shapes are add 2 x `[256,1024,1024]`, sigmoid
+/// and avg_pool 2x2 on `[256,1024,1024]`, conv3x3 64->64 on `[1,64,224,224]` and 256->256 on
+/// `[1,256,56,56]`, matmul 4096^3 and softmax `[16384,4096]`.
 pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<BenchRow>> {
     let s = if quick {
         Sizes {

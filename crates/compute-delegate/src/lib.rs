@@ -40,7 +40,7 @@ mod runtime;
 pub use bench::{BenchRow, bench};
 pub use error::{Error, Result};
 pub use graph::{BinaryOp, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp};
-pub use memory::{Allocator, Buffer};
+pub use memory::Allocator;
 pub use runtime::{BuildOptions, DeviceTensor, Graph, MemoryReport};
 
 use vk_core::{Features, QueueCaps, Requirements, Version};

@@ -19,6 +19,8 @@ pub struct BuildOptions {
     /// Data from [`Graph::pipeline_cache_data`] of an earlier build on the same driver;
     /// incompatible data is ignored by the driver.
     pub pipeline_cache: Option<Vec<u8>>,
+    /// An allocator to share with other graphs on the same device (one is made otherwise).
+    pub allocator: Option<Arc<Allocator>>,
 }
 
 /// Device memory a graph holds, in bytes.
@@ -347,7 +349,18 @@ impl GraphBuilder {
             );
         }
         let mem = plan_memory(&plan.storages, &plan.dispatches);
-        let alloc = Allocator::new(device)?;
+        let alloc = match &options.allocator {
+            Some(a) if a.device().same_as(device) => a.clone(),
+            Some(a) => {
+                return Err(Error::Graph(format!(
+                    "the allocator given in BuildOptions belongs to device '{}', not to the \
+                     device the graph is built on ('{}')",
+                    a.device().capabilities().name,
+                    device.capabilities().name
+                )));
+            }
+            None => Allocator::new(device)?,
+        };
         let unified = alloc.unified();
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
@@ -1237,6 +1250,11 @@ impl Graph {
                 .get_pipeline_cache_data(self.objects.cache)
         }
         .vk("vkGetPipelineCacheData")?)
+    }
+
+    /// The graph's allocator (to share with other graphs through [`BuildOptions::allocator`]).
+    pub fn allocator(&self) -> &Arc<Allocator> {
+        &self.alloc
     }
 
     /// Runs `execute` and returns the outputs with the wall time of the call.

@@ -201,6 +201,7 @@ fn pipeline_cache_round_trips() {
     let data = first.pipeline_cache_data().unwrap();
     let opts = compute_delegate::BuildOptions {
         pipeline_cache: Some(data),
+        allocator: Some(first.allocator().clone()),
     };
     let mut second = g.build_with(&dev, &opts).unwrap();
     let out = second
@@ -318,4 +319,13 @@ fn device_resident_chaining_with_a_semaphore() {
     assert!(a.last_device_time().is_some() || !dev.capabilities().queue_families.is_empty());
     drop((a, b));
     assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn graphs_can_move_between_threads() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<compute_delegate::Graph>();
+    sync::<compute_delegate::Graph>();
+    send::<compute_delegate::GraphBuilder>();
 }
