@@ -25,9 +25,28 @@
 //!   device buffers, [`Graph::submit_resident`] submits the dispatches alone with wait and
 //!   signal semaphores, [`Graph::record_into`] records them into a caller's command buffer.
 //!
+//! Ops (each a GLSL shader in `shaders/compute-delegate/`):
+//! - elementwise: `add`, `sub`, `mul`, `div` with PyTorch broadcasting (vec4 path for equal
+//!   shapes) and scalar forms; `relu`, `clamp` / `relu6` / `hardtanh`, `sigmoid`, `tanh`,
+//!   `gelu` (erf or tanh form), `hardswish`;
+//! - `softmax` and `log_softmax` over any dim; `sum` and `mean` over any dims; `layer_norm`;
+//! - `avg_pool2d` and `max_pool2d` (kernel, stride, padding, ceil_mode, count_include_pad;
+//!   vectorised 2x2 / stride 2 path);
+//! - `conv2d` (groups, stride, padding, dilation, bias) as a tiled implicit GEMM, with a
+//!   pointwise path and a depthwise kernel; `linear`, `matmul` (batch broadcasting), `bmm`:
+//!   one register-tiled GEMM shader (8x8 per thread, up to 128x128 per work group), split
+//!   along K when the output has too few tiles to fill the device;
+//! - `reshape` / `view` (no copy), `permute` / `transpose`, `cat`, `slice` (strided copies of
+//!   32-bit elements), `cast` between f32, f16, i32 and i8;
+//! - int8 `add_q8` and `conv2d_q8` with TOSA-style rescales (per tensor or per channel).
+//!
+//! Dtypes: compute is f32 (and i8/i32 for the quantized ops); f16 and i8 tensors are read and
+//! written as packed 32-bit words, so no 8- or 16-bit storage feature is needed.
+//!
 //! What it does not check: the validity of handles given to its `unsafe` functions; that the
 //! device passed to `build` has what [`requirements`] lists (a device made from them does).
-//! It never names a `VK_ARM_*` symbol.
+//! It does not use subgroup operations or cooperative matrices yet, so it needs neither.
+//! It never names a `VK_ARM_*` symbol and knows nothing of VGF files.
 
 pub mod bench;
 mod error;

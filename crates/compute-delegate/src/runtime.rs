@@ -324,6 +324,17 @@ impl GraphBuilder {
             return Err(Error::Graph("the graph has no outputs".into()));
         }
         let caps = device.capabilities();
+        let lim = &caps.limits;
+        if lim.max_compute_work_group_invocations < 256 || lim.max_compute_work_group_size[0] < 256
+        {
+            return Err(Error::Unsupported(format!(
+                "the op library uses work groups of 256 invocations; device '{}' allows {} \
+                 (maxComputeWorkGroupInvocations) and {} in x (maxComputeWorkGroupSize[0])",
+                caps.name,
+                lim.max_compute_work_group_invocations,
+                lim.max_compute_work_group_size[0]
+            )));
+        }
         let limit = caps.limits.max_storage_buffer_range;
         let plan = lower(self, &caps.limits)?;
         // Sizes in bytes against maxStorageBufferRange, before anything is allocated.
