@@ -59,8 +59,11 @@ fn open_device(args: &BenchArgs) -> Result<vkdelegate::vk_core::Device> {
         req = req.union(&vkdelegate::compute::requirements());
     }
     #[cfg(feature = "vgf")]
-    if !args.vgf.is_empty() {
-        req = req.union(&vkdelegate::vgf::requirements());
+    for path in &args.vgf {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let vgf =
+            vkdelegate::vgf::Vgf::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        req = req.union(&vkdelegate::vgf::requirements_for(&vgf)?);
     }
     let _ = args;
     Ok(vkdelegate::vk_core::Device::open(&req)?)
@@ -102,8 +105,18 @@ fn scenario_runner(runner: &Path, model: &Path, repeat: usize) -> Result<(f64, f
     let out = std::env::temp_dir().join(format!("vkdelegate-sr-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
     let profile = out.join("profile.json");
+    let mut cmd = Command::new(runner);
+    // scenario-runner finds Arm's emulation layers only through the loader's environment:
+    // give it the same layers, graph above tensor, that vk-core found for us.
+    if let Ok(Some(layers)) = vkdelegate::vk_core::EmulationPolicy::from_env().locate() {
+        let paths = std::env::join_paths([&layers.graph_dir, &layers.tensor_dir])?;
+        cmd.env("VK_ADD_LAYER_PATH", paths).env(
+            "VK_INSTANCE_LAYERS",
+            "VK_LAYER_ML_Graph_Emulation:VK_LAYER_ML_Tensor_Emulation",
+        );
+    }
     let t = std::time::Instant::now();
-    let status = Command::new(runner)
+    let status = cmd
         .current_dir(dir)
         .arg("--scenario")
         .arg(&scenario)
