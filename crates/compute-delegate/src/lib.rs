@@ -46,7 +46,7 @@
 //! What it does not check: the validity of handles given to its `unsafe` functions; that the
 //! device passed to `build` has what [`requirements`] lists (a device made from them does).
 //! It does not use subgroup operations or cooperative matrices yet, so it needs neither.
-//! It never names a `VK_ARM_*` symbol and knows nothing of VGF files.
+//! It never names a symbol of the ARM ML extensions and knows nothing of VGF files.
 
 pub mod bench;
 mod error;

@@ -37,6 +37,11 @@ pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 
 const MAX_RANK: usize = 6;
 
+/// Rows shorter than this are reduced by one thread each, longer ones by a work group.
+const ROW_KERNEL_MIN: usize = 64;
+/// Work groups of a row kernel (each loops over rows when there are more).
+const ROW_GROUPS: usize = 8192;
+
 /// GEMMs with fewer output tiles than this are split along K ...
 const SPLIT_BELOW_TILES: u64 = 264;
 /// ... into about this many work groups.
@@ -344,9 +349,9 @@ impl Lowerer<'_> {
                 let s = &oi.shape;
                 let outer: usize = s[..*dim].iter().product();
                 let inner: usize = s[dim + 1..].iter().product();
-                let rows = inner == 1;
+                let rows = inner == 1 && s[*dim] >= ROW_KERNEL_MIN;
                 let g = if rows {
-                    outer.min(65535) as u32
+                    outer.min(ROW_GROUPS) as u32
                 } else {
                     self.linear_groups((outer * inner) as u64)
                 };
@@ -388,9 +393,9 @@ impl Lowerer<'_> {
                         self.temp(out, outer * inner)
                     };
                     let scale = if *mean { 1.0 / r as f32 } else { 1.0 };
-                    let rows = inner == 1;
+                    let rows = inner == 1 && r >= ROW_KERNEL_MIN;
                     let g = if rows {
-                        outer.min(65535) as u32
+                        outer.min(ROW_GROUPS) as u32
                     } else {
                         self.linear_groups((outer * inner) as u64)
                     };
@@ -415,9 +420,19 @@ impl Lowerer<'_> {
                 let w = weight.map(|w| self.st(w));
                 let b = bias.map(|b| self.st(b));
                 let rows = n / d;
+                let per_thread = *d < ROW_KERNEL_MIN;
+                let g = if per_thread {
+                    self.linear_groups(rows as u64)
+                } else {
+                    rows.min(ROW_GROUPS) as u32
+                };
                 self.push(
                     Kernel::LayerNorm,
-                    vec![u32::from(w.is_some()), u32::from(b.is_some())],
+                    vec![
+                        u32::from(w.is_some()),
+                        u32::from(b.is_some()),
+                        u32::from(per_thread),
+                    ],
                     vec![
                         (x, false),
                         (w.unwrap_or(x), false),
@@ -425,7 +440,7 @@ impl Lowerer<'_> {
                         (o, true),
                     ],
                     vec![rows as u32, *d as u32, eps.to_bits()],
-                    [rows.min(65535) as u32, 1, 1],
+                    [g, 1, 1],
                 );
             }
             Op::Pool { x, max, p } => {

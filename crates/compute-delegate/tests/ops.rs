@@ -906,3 +906,49 @@ fn casts_between_f32_f16_i32_and_i8() {
     drop((graph, graph2));
     assert_no_validation_errors(&instance);
 }
+
+/// Many short rows (one thread per row) and more long rows than a row kernel has work groups
+/// (8192): the row loops of softmax, the reductions and layer_norm.
+#[test]
+fn row_kernels_loop_over_more_rows_than_work_groups() {
+    let Some((instance, dev)) = device("row_kernels_loop_over_more_rows_than_work_groups") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(11);
+    for shape in [[70_001usize, 3], [8_193, 64]] {
+        let d = shape[1];
+        let x = rand_vec(&mut rng, numel(&shape));
+        let mut g = GraphBuilder::new();
+        let t = g.input("x", DType::F32, &shape).unwrap();
+        let s = g.softmax(t, 1).unwrap();
+        let m = g.sum(t, &[1], false).unwrap();
+        let l = g.layer_norm(t, &[d], None, None, 1e-5).unwrap();
+        for o in [s, m, l] {
+            g.output(o).unwrap();
+        }
+        let got = run(&dev, &g, &[(&shape, &x)]);
+        assert_close(
+            &got[0],
+            &softmax_ref(&x, &shape, 1, false),
+            1e-5,
+            "softmax rows",
+        );
+        assert_close(
+            &got[1],
+            &reduce_ref(&x, &shape, &[1], false),
+            1e-5,
+            "sum rows",
+        );
+        let mut want = Vec::new();
+        for row in x.chunks(d) {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+            want.extend(
+                row.iter()
+                    .map(|&v| ((v as f64 - mean) / (var + 1e-5).sqrt()) as f32),
+            );
+        }
+        assert_close(&got[2], &want, 1e-4, "layer_norm rows");
+    }
+    assert_no_validation_errors(&instance);
+}
