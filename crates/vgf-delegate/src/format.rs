@@ -419,20 +419,6 @@ fn bindings(v: Option<Vector<'_, ForwardsUOffset<fb::BindingSlot<'_>>>>) -> Vec<
     .unwrap_or_default()
 }
 
-/// The bytes of a `[u32]` vector field of `table` (verified), borrowed from the buffer.
-fn u32_vector_bytes<'a>(table: &flatbuffers::Table<'a>, slot: u16) -> Option<&'a [u8]> {
-    let field = table.vtable().get(slot) as usize;
-    if field == 0 {
-        return None;
-    }
-    let buf = table.buf;
-    let field_loc = table.loc.checked_add(field)?;
-    let vec_loc = field_loc.checked_add(u32_at(buf.get(field_loc..field_loc + 4)?, 0) as usize)?;
-    let len = u32_at(buf.get(vec_loc..vec_loc + 4)?, 0) as usize;
-    let start = vec_loc + 4;
-    buf.get(start..start.checked_add(len.checked_mul(4)?)?)
-}
-
 impl<'a> Vgf<'a> {
     /// Decodes a VGF file. Every section is verified before use; the error names the field
     /// and the numbers involved.
@@ -671,11 +657,12 @@ fn decode_modules(bytes: &[u8]) -> Result<Vec<Module<'_>>, DecodeError> {
                 let code = m.code_as_spirv().ok_or_else(|| DecodeError::Missing {
                     field: format!("modules[{i}].code"),
                 })?;
-                let bytes = u32_vector_bytes(&code._tab, fb::SPIRV::VT_WORDS).ok_or_else(|| {
-                    DecodeError::Missing {
-                        field: format!("modules[{i}].code.words"),
-                    }
-                })?;
+                let bytes =
+                    code.words()
+                        .map(|w| w.bytes())
+                        .ok_or_else(|| DecodeError::Missing {
+                            field: format!("modules[{i}].code.words"),
+                        })?;
                 Some(Spirv { bytes })
             }
             fb::ModuleCode::GLSL => {
@@ -767,7 +754,7 @@ fn decode_sequence(bytes: &[u8]) -> Result<Sequence<'_>, DecodeError> {
                             .map(|p| PushConstantRange {
                                 stage_flags: p.stage_flags(),
                                 offset: p.offset(),
-                                size: p.size_(),
+                                size: p.size(),
                             })
                             .collect()
                     })
@@ -896,7 +883,7 @@ fn decode_constants(bytes: &[u8]) -> Result<(ConstantsLayout, Vec<Constant<'_>>)
             out.push(Constant {
                 mrt_index: c.mrt_index(),
                 sparsity_dimension,
-                data: c.raw().unwrap_or(&[]),
+                data: c.raw().map(|v| v.bytes()).unwrap_or(&[]),
             });
         }
     }

@@ -534,3 +534,27 @@ fn a_huge_flatbuffers_vector_length_is_a_verification_error() {
         }
     }
 }
+
+#[test]
+fn a_signed_vtable_offset_of_i32_min_is_an_error() {
+    // Found by the fuzzer: a table whose vtable offset is i32::MIN (flatbuffers 2.x's verifier
+    // overflowed negating it). Every table-bearing section gets one at its root table.
+    let b = add_model();
+    for (i, name) in [
+        "module table",
+        "model sequence table",
+        "model resource table",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (o, _) = section(&b, i);
+        let root = u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as usize;
+        let mut m = b.clone();
+        m[o + root..o + root + 4].copy_from_slice(&i32::MIN.to_le_bytes());
+        match Vgf::decode(&m).unwrap_err() {
+            DecodeError::FlatBuffer { section, .. } => assert_eq!(section, name),
+            e => panic!("unexpected {e}"),
+        }
+    }
+}

@@ -265,7 +265,7 @@ pub fn compute_file(o: Options) -> Vec<u8> {
             &fb::PushConstantRangeArgs {
                 stage_flags: 0x20,
                 offset: 0,
-                size_: 4,
+                size: 4,
             },
         );
         let pcs = fbb.create_vector(&[pc]);
