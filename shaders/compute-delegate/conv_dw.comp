@@ -2,6 +2,8 @@
 // Depthwise conv2d (groups == in channels, out channels == m * in channels), one thread per
 // output element, grid-stride. Weight layout [c_out, 1, kh, kw] as PyTorch.
 layout(local_size_x = 256) in;
+// Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh).
+layout(constant_id = 0) const uint ACT = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { float wt[]; };
@@ -25,6 +27,8 @@ layout(push_constant) uniform Params {
     uint dh;
     uint dw;
     uint has_bias;
+    float act_lo;
+    float act_hi;
 } pc;
 
 void main() {
@@ -52,6 +56,7 @@ void main() {
                 acc += x[xbase + uint(yy) * pc.w + uint(xx)] * wt[wbase + ky * pc.kw + kx];
             }
         }
+        if (ACT == 1) acc = clamp(acc, pc.act_lo, pc.act_hi);
         y[i] = acc;
     }
 }

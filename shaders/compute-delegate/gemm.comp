@@ -20,6 +20,8 @@ layout(constant_id = 3) const uint MODE = 0;
 // patch index arithmetic divides by constants.
 layout(constant_id = 4) const uint KHS = 0;
 layout(constant_id = 5) const uint KWS = 0;
+// Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh).
+layout(constant_id = 6) const uint ACT = 0;
 
 const uint BK = 8;
 const uint BM = TY * 8;
@@ -69,6 +71,8 @@ layout(push_constant) uniform Params {
     uint splits;
     uint k_split;
     uint c_split;
+    float act_lo;
+    float act_hi;
 } pc;
 
 shared vec4 As[BK * AS_ROW];
@@ -207,10 +211,12 @@ void main() {
                 float v = acc[i][j][q];
                 if (MODE == 0) {
                     if (add_bias) v += bias[nn];
+                    if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
                     c[c_off + z * pc.sc_b + mm * pc.sc_m + nn] = v;
                 } else {
                     uint co = z * pc.m + mm;
                     if (add_bias) v += bias[co];
+                    if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
                     uint img = nn / ohw;
                     uint p = nn - img * ohw;
                     c[c_off + (img * pc.cout + co) * ohw + p] = v;

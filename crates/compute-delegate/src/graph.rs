@@ -331,6 +331,44 @@ pub(crate) enum Op {
     },
 }
 
+impl Op {
+    /// The tensors the op reads.
+    pub(crate) fn inputs(&self) -> Vec<TensorId> {
+        match self {
+            Op::Unary { x, .. }
+            | Op::Softmax { x, .. }
+            | Op::Pool { x, .. }
+            | Op::Reduce { x, .. }
+            | Op::Permute { x, .. }
+            | Op::Slice { x, .. }
+            | Op::Cast { x, .. } => vec![*x],
+            Op::Binary { a, b, .. } | Op::QAdd { a, b, .. } => vec![*a, *b],
+            Op::Conv { x, w, bias, .. } => {
+                [Some(*x), Some(*w), *bias].into_iter().flatten().collect()
+            }
+            Op::Matmul { a, b, bias, .. } => {
+                [Some(*a), Some(*b), *bias].into_iter().flatten().collect()
+            }
+            Op::LayerNorm {
+                x, weight, bias, ..
+            } => [Some(*x), *weight, *bias].into_iter().flatten().collect(),
+            Op::Cat { xs, .. } => xs.clone(),
+            Op::QConv {
+                x,
+                w,
+                bias,
+                mult,
+                shift,
+                ..
+            } => [Some(*x), Some(*w), *bias, Some(*mult), Some(*shift)]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Op::FmaProbe { .. } => vec![],
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub op: Op,

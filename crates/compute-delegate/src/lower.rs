@@ -4,7 +4,9 @@
 use vk_core::{DType, Limits};
 
 use crate::error::{Error, Result};
-use crate::graph::{GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, storage_bytes};
+use crate::graph::{
+    GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
+};
 use crate::kernels::Kernel;
 
 /// One compute dispatch.
@@ -96,6 +98,8 @@ struct Lowerer<'a> {
     out: Vec<Dispatch>,
     node: usize,
     op: &'static str,
+    /// Activation fused into the current node's epilogue, and the tensor it then writes.
+    act: Option<(f32, f32, TensorId)>,
 }
 
 impl Lowerer<'_> {
@@ -208,6 +212,7 @@ impl Lowerer<'_> {
         params: [usize; 26],
         bindings: Vec<(usize, bool)>,
         out: TensorId,
+        act: Option<(f32, f32)>,
     ) -> Result<()> {
         // Kernel size baked into the implicit-GEMM pipeline.
         let (khs, kws) = if mode == 1 {
@@ -246,29 +251,63 @@ impl Lowerer<'_> {
             bindings[3] = (p, true);
         }
         let mut push: Vec<u32> = params.iter().map(|&v| v as u32).collect();
-        push.extend([splits as u32, k_split as u32, out_numel as u32]);
+        let (lo, hi) = act.unwrap_or((0.0, 0.0));
+        push.extend([
+            splits as u32,
+            k_split as u32,
+            out_numel as u32,
+            lo.to_bits(),
+            hi.to_bits(),
+        ]);
+        // With split-K the activation follows the summing pass.
+        let fused = act.is_some() && partial.is_none();
         self.push(
             Kernel::Gemm,
-            vec![(tx * ty) as u32, tx as u32, ty as u32, mode, khs, kws],
+            vec![
+                (tx * ty) as u32,
+                tx as u32,
+                ty as u32,
+                mode,
+                khs,
+                kws,
+                u32::from(fused),
+            ],
             bindings,
             push,
             groups,
         );
         if let Some(p) = partial {
             let g = self.linear_groups(out_numel as u64);
+            let sum_to = if act.is_some() {
+                (self.temp(out, out_numel), true)
+            } else {
+                final_out
+            };
             self.push(
                 Kernel::Reduce,
                 vec![0],
-                vec![(p, false), final_out],
+                vec![(p, false), sum_to],
                 vec![1, splits as u32, out_numel as u32, 1f32.to_bits()],
                 [g, 1, 1],
             );
+            if act.is_some() {
+                let n4 = out_numel.div_ceil(4);
+                let g = self.linear_groups(n4 as u64);
+                self.push(
+                    Kernel::Unary,
+                    vec![1],
+                    vec![(sum_to.0, false), final_out],
+                    vec![n4 as u32, lo.to_bits(), hi.to_bits()],
+                    [g, 1, 1],
+                );
+            }
         }
         Ok(())
     }
 
     fn lower_node(&mut self, op: &Op, out: TensorId) -> Result<()> {
-        let o = self.st(out);
+        let o = self.st(self.act.map_or(out, |a| a.2));
+        let act = self.act.map(|a| (a.0, a.1));
         let oi = self.t(out).clone();
         let n = oi.numel();
         match op {
@@ -524,11 +563,14 @@ impl Lowerer<'_> {
                         p.dilation[1],
                         has_bias,
                     ];
+                    let (lo, hi) = act.unwrap_or((0.0, 0.0));
+                    let mut push: Vec<u32> = push.iter().map(|&v| v as u32).collect();
+                    push.extend([lo.to_bits(), hi.to_bits()]);
                     self.push(
                         Kernel::ConvDw,
-                        vec![],
+                        vec![u32::from(act.is_some())],
                         bindings,
-                        push.iter().map(|&v| v as u32).collect(),
+                        push,
                         [g, 1, 1],
                     );
                 } else {
@@ -575,6 +617,7 @@ impl Lowerer<'_> {
                         params,
                         gb,
                         out,
+                        act,
                     )?;
                 }
             }
@@ -618,7 +661,7 @@ impl Lowerer<'_> {
                         (bias_st.unwrap_or(ai.storage), false),
                         (o, true),
                     ];
-                    self.gemm(m, nout, k, 1, 0, params, bindings, out)?;
+                    self.gemm(m, nout, k, 1, 0, params, bindings, out, act)?;
                 } else {
                     let rb = bi.shape.len();
                     let m = ai.shape[ra - 2];
@@ -666,7 +709,7 @@ impl Lowerer<'_> {
                         (ai.storage, false),
                         (o, true),
                     ];
-                    self.gemm(m_eff, nn, k, batch, 0, params, bindings, out)?;
+                    self.gemm(m_eff, nn, k, batch, 0, params, bindings, out, act)?;
                 }
             }
             Op::Permute { x, perm } => {
@@ -835,6 +878,66 @@ fn op_name(op: &Op) -> &'static str {
     }
 }
 
+struct Fusion {
+    /// Per node: a clamp to fuse into its epilogue, and the tensor it then writes.
+    act: Vec<Option<(f32, f32, TensorId)>>,
+    /// Per node: folded into an earlier node.
+    skip: Vec<bool>,
+}
+
+/// Finds relu / clamp nodes whose only input is the output of a conv2d, linear or matmul that
+/// nothing else reads (not an output, no view of it): the producer applies the clamp.
+fn fuse_activations(b: &GraphBuilder) -> Fusion {
+    let n = b.nodes.len();
+    let mut fusion = Fusion {
+        act: vec![None; n],
+        skip: vec![false; n],
+    };
+    // Readers per storage: node inputs, graph outputs, and views sharing it.
+    let mut readers = vec![0usize; b.storages.len()];
+    for node in &b.nodes {
+        for t in node.op.inputs() {
+            readers[b.tensors[t.0].storage] += 1;
+        }
+    }
+    for t in &b.outputs {
+        readers[b.tensors[t.0].storage] += 1;
+    }
+    let mut views = vec![0usize; b.storages.len()];
+    for t in &b.tensors {
+        views[t.storage] += 1;
+    }
+    let mut producer = vec![None; b.tensors.len()];
+    for (i, node) in b.nodes.iter().enumerate() {
+        producer[node.out.0] = Some(i);
+    }
+    for (i, node) in b.nodes.iter().enumerate() {
+        let (lo, hi, x) = match node.op {
+            Op::Unary {
+                op: UnaryOp::Relu,
+                x,
+            } => (0.0, f32::INFINITY, x),
+            Op::Unary {
+                op: UnaryOp::Clamp(lo, hi),
+                x,
+            } => (lo, hi, x),
+            _ => continue,
+        };
+        let s = b.tensors[x.0].storage;
+        let Some(j) = producer[x.0] else { continue };
+        let fusable = matches!(b.nodes[j].op, Op::Conv { .. } | Op::Matmul { .. })
+            && matches!(b.storages[s].kind, StorageKind::Temp)
+            && readers[s] == 1
+            && views[s] == 1
+            && fusion.act[j].is_none();
+        if fusable {
+            fusion.act[j] = Some((lo, hi, node.out));
+            fusion.skip[i] = true;
+        }
+    }
+    fusion
+}
+
 /// Lowers every node, in order.
 pub(crate) fn lower(b: &GraphBuilder, limits: &Limits) -> Result<Plan> {
     let mut l = Lowerer {
@@ -844,10 +947,16 @@ pub(crate) fn lower(b: &GraphBuilder, limits: &Limits) -> Result<Plan> {
         out: Vec::new(),
         node: 0,
         op: "",
+        act: None,
     };
+    let fusion = fuse_activations(b);
     for (i, node) in b.nodes.iter().enumerate() {
+        if fusion.skip[i] {
+            continue;
+        }
         l.node = i;
         l.op = op_name(&node.op);
+        l.act = fusion.act[i];
         l.lower_node(&node.op, node.out)?;
     }
     Ok(Plan {

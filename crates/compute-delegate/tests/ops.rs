@@ -952,3 +952,66 @@ fn row_kernels_loop_over_more_rows_than_work_groups() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// relu / relu6 / clamp after conv2d, depthwise conv, linear (with split-K) and matmul are
+/// applied in the producer's epilogue; a conv output that is also read elsewhere is not fused.
+#[test]
+fn activations_fuse_into_conv_and_gemm_epilogues() {
+    let Some((instance, dev)) = device("activations_fuse_into_conv_and_gemm_epilogues") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(12);
+    let xs = [1usize, 4, 6, 7];
+    let x = rand_vec(&mut rng, numel(&xs));
+    let w = rand_vec(&mut rng, 5 * 4 * 9);
+    let wd = rand_vec(&mut rng, 4 * 9);
+    let wl = rand_vec(&mut rng, 3 * 600);
+    let xl = rand_vec(&mut rng, 2 * 600);
+    let mut g = GraphBuilder::new();
+    let tx = g.input("x", DType::F32, &xs).unwrap();
+    let tl = g.input("xl", DType::F32, &[2, 600]).unwrap();
+    let tw = g.constant_f32("w", &[5, 4, 3, 3], &w).unwrap();
+    let twd = g.constant_f32("wd", &[4, 1, 3, 3], &wd).unwrap();
+    let twl = g.constant_f32("wl", &[3, 600], &wl).unwrap();
+    let p = Conv2d {
+        padding: [1, 1],
+        ..Conv2d::default()
+    };
+    let c1 = g.conv2d(tx, tw, None, p).unwrap();
+    let r1 = g.relu(c1).unwrap();
+    let c2 = g.conv2d(tx, twd, None, Conv2d { groups: 4, ..p }).unwrap();
+    let r2 = g.relu6(c2).unwrap();
+    let l = g.linear(tl, twl, None).unwrap();
+    let r3 = g.clamp(l, -1.0, 0.5).unwrap();
+    let c4 = g.conv2d(tx, tw, None, p).unwrap();
+    let r4 = g.relu(c4).unwrap();
+    for o in [r1, r2, r3, r4, c4] {
+        g.output(o).unwrap();
+    }
+    let graph = g.build(&dev).unwrap();
+    // conv+relu 1, dw+relu6 1, linear split 2 + clamp 1, conv 1 + relu 1 (not fused).
+    assert_eq!(graph.dispatch_count(), 7);
+    drop(graph);
+    let got = run(&dev, &g, &[(&xs, &x), (&[2, 600], &xl)]);
+    let conv = conv_ref(&x, &xs, &w, &[5, 4, 3, 3], None, &p, &[1, 5, 6, 7]);
+    let dw = conv_ref(
+        &x,
+        &xs,
+        &wd,
+        &[4, 1, 3, 3],
+        None,
+        &Conv2d { groups: 4, ..p },
+        &[1, 4, 6, 7],
+    );
+    let wt: Vec<f32> = (0..600 * 3).map(|i| wl[(i % 3) * 600 + i / 3]).collect();
+    let lin = matmul_ref(&xl, &wt, 1, 2, 600, 3, false, false);
+    let relu: Vec<f32> = conv.iter().map(|v| v.max(0.0)).collect();
+    assert_close(&got[0], &relu, 1e-4, "conv+relu");
+    let r6: Vec<f32> = dw.iter().map(|v| v.clamp(0.0, 6.0)).collect();
+    assert_close(&got[1], &r6, 1e-4, "depthwise+relu6");
+    let cl: Vec<f32> = lin.iter().map(|v| v.clamp(-1.0, 0.5)).collect();
+    assert_close(&got[2], &cl, 1e-4, "linear+clamp");
+    assert_close(&got[3], &relu, 1e-4, "conv+relu (unfused)");
+    assert_close(&got[4], &conv, 1e-4, "conv");
+    assert_no_validation_errors(&instance);
+}
