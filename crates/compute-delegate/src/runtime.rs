@@ -21,6 +21,9 @@ pub struct BuildOptions {
     pub pipeline_cache: Option<Vec<u8>>,
     /// An allocator to share with other graphs on the same device (one is made otherwise).
     pub allocator: Option<Arc<Allocator>>,
+    /// Copy inputs, outputs and weights through host staging buffers even where device memory
+    /// is host-visible (the discrete-GPU path, for tests on unified-memory devices).
+    pub force_staging: bool,
 }
 
 /// Device memory a graph holds, in bytes.
@@ -157,6 +160,7 @@ pub struct Graph {
     memory: MemoryReport,
     timestamps: bool,
     pending: bool,
+    staging: bool,
     last_device_time: Option<Duration>,
     barriers: usize,
     alloc: Arc<Allocator>,
@@ -372,7 +376,7 @@ impl GraphBuilder {
             }
             None => Allocator::new(device)?,
         };
-        let unified = alloc.unified();
+        let unified = alloc.unified() && !options.force_staging;
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;
@@ -748,6 +752,7 @@ impl GraphBuilder {
             memory: report,
             timestamps,
             pending: false,
+            staging: !unified,
             last_device_time: None,
             barriers: barrier_flags.iter().filter(|&&b| b).count(),
             alloc,
@@ -1243,7 +1248,7 @@ impl Graph {
 
     /// Whether inputs and outputs go through staging buffers (device memory not mapped).
     pub fn uses_staging(&self) -> bool {
-        !self.alloc.unified()
+        self.staging
     }
 
     /// Device time of the dispatches of the last execution (timestamp queries), when the

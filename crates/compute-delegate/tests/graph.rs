@@ -202,6 +202,7 @@ fn pipeline_cache_round_trips() {
     let opts = compute_delegate::BuildOptions {
         pipeline_cache: Some(data),
         allocator: Some(first.allocator().clone()),
+        ..Default::default()
     };
     let mut second = g.build_with(&dev, &opts).unwrap();
     let out = second
@@ -219,105 +220,115 @@ fn device_resident_chaining_with_a_semaphore() {
     let Some((instance, dev)) = device("device_resident_chaining_with_a_semaphore") else {
         return;
     };
-    let shape = [1usize, 3, 8, 8];
-    let mut g1 = GraphBuilder::new();
-    let x = g1.input("x", DType::F32, &shape).unwrap();
-    let p = g1.avg_pool2d(x, Pool2d::new(2, 2)).unwrap();
-    let s = g1.sigmoid(p).unwrap();
-    g1.output(s).unwrap();
-    let mut a = g1.build(&dev).unwrap();
-    let mut g2 = GraphBuilder::new();
-    let y = g2.input("y", DType::F32, &[1, 3, 4, 4]).unwrap();
-    let sq = g2.mul(y, y).unwrap();
-    let z = g2.add_scalar(sq, 0.25).unwrap();
-    g2.output(z).unwrap();
-    let mut b = g2.build(&dev).unwrap();
-
-    let xs: Vec<f32> = (0..192).map(|i| (i as f32 * 0.37).sin()).collect();
-    // Reference through host execution.
-    let mid = a
-        .execute(&[HostTensor::from_f32(shape.to_vec(), &xs).unwrap()])
-        .unwrap();
-    let want = b.execute(&mid).unwrap()[0].to_f32().unwrap();
-
-    // Clear b's output (b on zeros gives 0.25 everywhere), and put x into a's input buffer.
-    let zeros = HostTensor::from_f32(vec![1, 3, 4, 4], &[0.0; 48]).unwrap();
-    assert_eq!(
-        b.execute(&[zeros]).unwrap()[0].to_f32().unwrap(),
-        vec![0.25; 48]
-    );
-    a.write_input(0, &HostTensor::from_f32(shape.to_vec(), &xs).unwrap())
-        .unwrap();
-
-    // Device path: copy a's output buffer into b's input buffer in a command buffer of ours,
-    // ordered after a by a semaphore, and b after the copy by another.
-    let d = dev.raw();
-    let src = a.output_buffer(0).unwrap();
-    let dst = b.input_buffer(0).unwrap();
-    assert_eq!(src.bytes, dst.bytes);
-    // SAFETY: plain object creation and recording with live handles; every submission is
-    // waited for before the objects are destroyed.
-    unsafe {
-        let sem = |_: u8| {
-            d.create_semaphore(&vk::SemaphoreCreateInfo::default(), None)
-                .unwrap()
+    for force_staging in [false, true] {
+        let opts = compute_delegate::BuildOptions {
+            force_staging,
+            ..Default::default()
         };
-        let (s1, s2) = (sem(0), sem(1));
-        let pool = d
-            .create_command_pool(
-                &vk::CommandPoolCreateInfo::default().queue_family_index(dev.queue().family()),
-                None,
-            )
+        let shape = [1usize, 3, 8, 8];
+        let mut g1 = GraphBuilder::new();
+        let x = g1.input("x", DType::F32, &shape).unwrap();
+        let p = g1.avg_pool2d(x, Pool2d::new(2, 2)).unwrap();
+        let s = g1.sigmoid(p).unwrap();
+        g1.output(s).unwrap();
+        let mut a = g1.build_with(&dev, &opts).unwrap();
+        let mut g2 = GraphBuilder::new();
+        let y = g2.input("y", DType::F32, &[1, 3, 4, 4]).unwrap();
+        let sq = g2.mul(y, y).unwrap();
+        let z = g2.add_scalar(sq, 0.25).unwrap();
+        g2.output(z).unwrap();
+        let mut b = g2.build_with(&dev, &opts).unwrap();
+
+        let xs: Vec<f32> = (0..192).map(|i| (i as f32 * 0.37).sin()).collect();
+        // Reference through host execution.
+        let mid = a
+            .execute(&[HostTensor::from_f32(shape.to_vec(), &xs).unwrap()])
             .unwrap();
-        let cmd = d
-            .allocate_command_buffers(
-                &vk::CommandBufferAllocateInfo::default()
-                    .command_pool(pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1),
-            )
-            .unwrap()[0];
-        d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default())
-            .unwrap();
-        d.cmd_copy_buffer(
-            cmd,
-            src.buffer,
-            dst.buffer,
-            &[vk::BufferCopy::default().size(src.bytes)],
+        let want = b.execute(&mid).unwrap()[0].to_f32().unwrap();
+
+        // Clear b's output (b on zeros gives 0.25 everywhere), and put x into a's input buffer.
+        let zeros = HostTensor::from_f32(vec![1, 3, 4, 4], &[0.0; 48]).unwrap();
+        assert_eq!(
+            b.execute(&[zeros]).unwrap()[0].to_f32().unwrap(),
+            vec![0.25; 48]
         );
-        d.end_command_buffer(cmd).unwrap();
-        let fence = d
-            .create_fence(&vk::FenceCreateInfo::default(), None)
+        a.write_input(0, &HostTensor::from_f32(shape.to_vec(), &xs).unwrap())
             .unwrap();
 
-        a.submit_resident(&[], &[s1]).unwrap();
-        {
-            let cmds = [cmd];
-            let waits = [s1];
-            let stages = [vk::PipelineStageFlags::TRANSFER];
-            let signals = [s2];
-            let info = [vk::SubmitInfo::default()
-                .command_buffers(&cmds)
-                .wait_semaphores(&waits)
-                .wait_dst_stage_mask(&stages)
-                .signal_semaphores(&signals)];
-            let guard = dev.queue().lock();
-            guard.submit(&info, fence).unwrap();
+        // Device path: copy a's output buffer into b's input buffer in a command buffer of ours,
+        // ordered after a by a semaphore, and b after the copy by another.
+        let d = dev.raw();
+        let src = a.output_buffer(0).unwrap();
+        let dst = b.input_buffer(0).unwrap();
+        assert_eq!(src.bytes, dst.bytes);
+        // SAFETY: plain object creation and recording with live handles; every submission is
+        // waited for before the objects are destroyed.
+        unsafe {
+            let sem = |_: u8| {
+                d.create_semaphore(&vk::SemaphoreCreateInfo::default(), None)
+                    .unwrap()
+            };
+            let (s1, s2) = (sem(0), sem(1));
+            let pool = d
+                .create_command_pool(
+                    &vk::CommandPoolCreateInfo::default().queue_family_index(dev.queue().family()),
+                    None,
+                )
+                .unwrap();
+            let cmd = d
+                .allocate_command_buffers(
+                    &vk::CommandBufferAllocateInfo::default()
+                        .command_pool(pool)
+                        .level(vk::CommandBufferLevel::PRIMARY)
+                        .command_buffer_count(1),
+                )
+                .unwrap()[0];
+            d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default())
+                .unwrap();
+            d.cmd_copy_buffer(
+                cmd,
+                src.buffer,
+                dst.buffer,
+                &[vk::BufferCopy::default().size(src.bytes)],
+            );
+            d.end_command_buffer(cmd).unwrap();
+            let fence = d
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+                .unwrap();
+
+            a.submit_resident(&[], &[s1]).unwrap();
+            {
+                let cmds = [cmd];
+                let waits = [s1];
+                let stages = [vk::PipelineStageFlags::TRANSFER];
+                let signals = [s2];
+                let info = [vk::SubmitInfo::default()
+                    .command_buffers(&cmds)
+                    .wait_semaphores(&waits)
+                    .wait_dst_stage_mask(&stages)
+                    .signal_semaphores(&signals)];
+                let guard = dev.queue().lock();
+                guard.submit(&info, fence).unwrap();
+            }
+            b.submit_resident(&[(s2, vk::PipelineStageFlags::COMPUTE_SHADER)], &[])
+                .unwrap();
+            b.wait().unwrap();
+            a.wait().unwrap();
+            dev.wait_for_fence(fence, u64::MAX).unwrap();
+            d.destroy_fence(fence, None);
+            d.destroy_command_pool(pool, None);
+            d.destroy_semaphore(s1, None);
+            d.destroy_semaphore(s2, None);
         }
-        b.submit_resident(&[(s2, vk::PipelineStageFlags::COMPUTE_SHADER)], &[])
-            .unwrap();
-        b.wait().unwrap();
-        a.wait().unwrap();
-        dev.wait_for_fence(fence, u64::MAX).unwrap();
-        d.destroy_fence(fence, None);
-        d.destroy_command_pool(pool, None);
-        d.destroy_semaphore(s1, None);
-        d.destroy_semaphore(s2, None);
+        let got = b.read_output(0).unwrap().to_f32().unwrap();
+        assert_eq!(got, want);
+        assert!(a.last_device_time().is_some() || !dev.capabilities().queue_families.is_empty());
+        assert_eq!(
+            a.uses_staging(),
+            force_staging || !dev.capabilities().memory.has_unified(1 << 20)
+        );
+        drop((a, b));
     }
-    let got = b.read_output(0).unwrap().to_f32().unwrap();
-    assert_eq!(got, want);
-    assert!(a.last_device_time().is_some() || !dev.capabilities().queue_families.is_empty());
-    drop((a, b));
     assert_no_validation_errors(&instance);
 }
 

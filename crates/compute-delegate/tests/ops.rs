@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] functions
 
-use compute_delegate::{Conv2d, GraphBuilder, Pool2d};
+use compute_delegate::{BuildOptions, Conv2d, GraphBuilder, Pool2d};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vk_core::testing::{self, assert_no_validation_errors};
@@ -47,18 +47,26 @@ fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
     }
 }
 
-/// Builds `b` with one f32 input per `(shape, data)` already declared, runs it once and
-/// returns the outputs as f32.
+/// Builds `b` with one f32 input per `(shape, data)` already declared, runs it (twice), and
+/// returns the outputs as f32. A second build copies through staging buffers, the path of
+/// discrete GPUs, and must give the same bytes.
 fn run(dev: &Device, b: &GraphBuilder, inputs: &[(&[usize], &[f32])]) -> Vec<Vec<f32>> {
-    let mut g = b.build(dev).unwrap();
     let ins: Vec<HostTensor> = inputs
         .iter()
         .map(|(s, d)| HostTensor::from_f32(s.to_vec(), d).unwrap())
         .collect();
+    let mut g = b.build(dev).unwrap();
     let outs = g.execute(&ins).unwrap();
     // A second run of the recorded command buffer gives the same result.
     let again = g.execute(&ins).unwrap();
     assert_eq!(outs, again);
+    let opts = BuildOptions {
+        force_staging: true,
+        ..BuildOptions::default()
+    };
+    let mut staged = b.build_with(dev, &opts).unwrap();
+    assert!(staged.uses_staging());
+    assert_eq!(staged.execute(&ins).unwrap(), outs, "staging path");
     outs.iter().map(|o| o.to_f32().unwrap()).collect()
 }
 
