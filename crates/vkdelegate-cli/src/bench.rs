@@ -97,7 +97,8 @@ fn ops(_: &vkdelegate::vk_core::Device, _: &BenchArgs) -> Result<Value> {
 /// Runs Arm's scenario-runner on the `scenario.json` beside `model`, returning the median GPU
 /// time of its graph dispatch (its own timestamps) and its process wall time.
 fn scenario_runner(runner: &Path, model: &Path, repeat: usize) -> Result<(f64, f64)> {
-    let dir = model.parent().unwrap_or(Path::new("."));
+    let model = std::fs::canonicalize(model).map_err(|e| format!("{}: {e}", model.display()))?;
+    let dir = model.parent().unwrap_or(Path::new("/"));
     let scenario = dir.join("scenario.json");
     if !scenario.is_file() {
         return Err(format!("no scenario.json beside {}", model.display()).into());
@@ -105,7 +106,9 @@ fn scenario_runner(runner: &Path, model: &Path, repeat: usize) -> Result<(f64, f
     let out = std::env::temp_dir().join(format!("vkdelegate-sr-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
     let profile = out.join("profile.json");
-    let mut cmd = Command::new(runner);
+    // Resolved before the child's working directory changes.
+    let runner = std::fs::canonicalize(runner).map_err(|e| format!("{}: {e}", runner.display()))?;
+    let mut cmd = Command::new(&runner);
     // scenario-runner finds Arm's emulation layers only through the loader's environment:
     // give it the same layers, graph above tensor, that vk-core found for us.
     if let Ok(Some(layers)) = vkdelegate::vk_core::EmulationPolicy::from_env().locate() {
