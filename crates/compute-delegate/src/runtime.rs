@@ -1280,3 +1280,97 @@ impl Graph {
         Ok((out, start.elapsed()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Storage, TensorId};
+
+    fn storage(kind: StorageKind, bytes: u64) -> Storage {
+        Storage {
+            kind,
+            bytes,
+            tensor: TensorId(0),
+        }
+    }
+
+    fn dispatch(node: usize, bindings: &[(usize, bool)]) -> Dispatch {
+        Dispatch {
+            op: "test",
+            node,
+            kernel: Kernel::Unary,
+            spec: vec![],
+            bindings: bindings.to_vec(),
+            push: vec![],
+            groups: [1, 1, 1],
+        }
+    }
+
+    #[test]
+    fn intermediates_reuse_buffers_freed_before_their_first_use() {
+        // in -> t1 -> t2 -> t3 -> out, with t1 also read by the last op (so it stays live).
+        let storages = vec![
+            storage(StorageKind::Input, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 32),
+            storage(StorageKind::Temp, 128),
+            storage(StorageKind::Output, 64),
+            storage(StorageKind::Const(vec![0; 16]), 16),
+            storage(StorageKind::Const(vec![0; 16]), 16), // unused: no buffer
+        ];
+        let d = vec![
+            dispatch(0, &[(0, false), (5, false), (1, true)]),
+            dispatch(1, &[(1, false), (2, true)]),
+            dispatch(2, &[(2, false), (3, true)]),
+            dispatch(3, &[(3, false), (1, false), (4, true)]),
+        ];
+        let plan = plan_memory(&storages, &d);
+        assert_eq!(plan.slot_of[6], None);
+        // t2 is dead after dispatch 2 but t3 starts at dispatch 2: no reuse between them; t1
+        // lives to the end. Three temp buffers, t3 grows none of them.
+        let temps: Vec<_> = [1, 2, 3].iter().map(|&s| plan.slot_of[s]).collect();
+        assert!(temps.iter().all(Option::is_some));
+        assert_eq!(plan.report.intermediates_unshared, 64 + 32 + 128);
+        assert_eq!(plan.report.intermediates, 64 + 32 + 128);
+        assert_eq!(plan.report.weights, 16);
+        assert_eq!(plan.report.io, 128);
+
+        // A chain: each temp dies right after its reader, so two buffers alternate.
+        let storages = vec![
+            storage(StorageKind::Input, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 96),
+            storage(StorageKind::Output, 64),
+        ];
+        let d = vec![
+            dispatch(0, &[(0, false), (1, true)]),
+            dispatch(1, &[(1, false), (2, true)]),
+            dispatch(2, &[(2, false), (3, true)]),
+            dispatch(3, &[(3, false), (4, true)]),
+        ];
+        let plan = plan_memory(&storages, &d);
+        assert_eq!(plan.slot_of[1], plan.slot_of[3]);
+        assert_ne!(plan.slot_of[1], plan.slot_of[2]);
+        // The reused buffer grew to the larger tensor.
+        assert_eq!(plan.report.intermediates, 96 + 64);
+    }
+
+    #[test]
+    fn barriers_follow_read_after_write_and_write_after_read() {
+        let id = |s: usize| s;
+        let d = vec![
+            dispatch(0, &[(0, false), (1, true)]),             // writes 1
+            dispatch(1, &[(0, false), (2, true)]),             // independent: no barrier
+            dispatch(2, &[(1, false), (2, false), (3, true)]), // reads 1, 2: barrier
+            dispatch(3, &[(0, false), (1, true)]), // writes 1 after it was read: barrier
+            dispatch(4, &[(0, false), (5, true)]), // independent
+            dispatch(4, &[(0, false), (5, true)]), // same node, disjoint writes: none
+            dispatch(5, &[(0, false), (5, true)]), // another node writes 5: barrier
+        ];
+        assert_eq!(
+            barriers(&d, &id),
+            vec![false, false, true, true, false, false, true]
+        );
+    }
+}
