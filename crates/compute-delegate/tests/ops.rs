@@ -1023,3 +1023,77 @@ fn activations_fuse_into_conv_and_gemm_epilogues() {
     assert_close(&got[4], &conv, 1e-4, "conv");
     assert_no_validation_errors(&instance);
 }
+
+/// A small MobileNet-like network end to end: conv + per-channel affine + relu6, depthwise +
+/// relu6, pointwise with a residual add, global average pool, linear, softmax; against the
+/// composition of the references above.
+#[test]
+fn a_small_network_matches_the_composed_reference() {
+    let Some((instance, dev)) = device("a_small_network_matches_the_composed_reference") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(13);
+    let xs = [2usize, 3, 12, 10];
+    let x = rand_vec(&mut rng, numel(&xs));
+    let w1 = rand_vec(&mut rng, 8 * 3 * 9);
+    let scale = rand_vec(&mut rng, 8);
+    let shift = rand_vec(&mut rng, 8);
+    let wd = rand_vec(&mut rng, 8 * 9);
+    let wp = rand_vec(&mut rng, 8 * 8);
+    let wl = rand_vec(&mut rng, 5 * 8);
+    let bl = rand_vec(&mut rng, 5);
+    let p1 = Conv2d {
+        stride: [2, 2],
+        padding: [1, 1],
+        ..Conv2d::default()
+    };
+    let pd = Conv2d {
+        padding: [1, 1],
+        groups: 8,
+        ..Conv2d::default()
+    };
+
+    let mut g = GraphBuilder::new();
+    let tx = g.input("image", DType::F32, &xs).unwrap();
+    let t1 = g.constant_f32("w1", &[8, 3, 3, 3], &w1).unwrap();
+    let ts = g.constant_f32("scale", &[8, 1, 1], &scale).unwrap();
+    let tsh = g.constant_f32("shift", &[1, 8, 1, 1], &shift).unwrap();
+    let twd = g.constant_f32("wd", &[8, 1, 3, 3], &wd).unwrap();
+    let twp = g.constant_f32("wp", &[8, 8, 1, 1], &wp).unwrap();
+    let twl = g.constant_f32("wl", &[5, 8], &wl).unwrap();
+    let tbl = g.constant_f32("bl", &[5], &bl).unwrap();
+    let c1 = g.conv2d(tx, t1, None, p1).unwrap();
+    let a1 = g.mul(c1, ts).unwrap();
+    let a2 = g.add(a1, tsh).unwrap();
+    let r1 = g.relu6(a2).unwrap();
+    let d = g.conv2d(r1, twd, None, pd).unwrap();
+    let r2 = g.relu6(d).unwrap();
+    let pw = g.conv2d(r2, twp, None, Conv2d::default()).unwrap();
+    let res = g.add(pw, r1).unwrap();
+    let pooled = g.mean(res, &[2, 3], false).unwrap();
+    let logits = g.linear(pooled, twl, Some(tbl)).unwrap();
+    let probs = g.softmax(logits, -1).unwrap();
+    g.output(probs).unwrap();
+    g.output(res).unwrap();
+    let got = run(&dev, &g, &[(&xs, &x)]);
+
+    let s1 = [2usize, 8, 6, 5];
+    let c1 = conv_ref(&x, &xs, &w1, &[8, 3, 3, 3], None, &p1, &s1);
+    let (a1, _) = bcast_ref(&c1, &s1, &scale, &[8, 1, 1], |a, b| a * b);
+    let (a2, _) = bcast_ref(&a1, &s1, &shift, &[1, 8, 1, 1], |a, b| a + b);
+    let r1: Vec<f32> = a2.iter().map(|v| v.clamp(0.0, 6.0)).collect();
+    let d = conv_ref(&r1, &s1, &wd, &[8, 1, 3, 3], None, &pd, &s1);
+    let r2: Vec<f32> = d.iter().map(|v| v.clamp(0.0, 6.0)).collect();
+    let pw = conv_ref(&r2, &s1, &wp, &[8, 8, 1, 1], None, &Conv2d::default(), &s1);
+    let res: Vec<f32> = pw.iter().zip(&r1).map(|(a, b)| a + b).collect();
+    let pooled = reduce_ref(&res, &s1, &[2, 3], true);
+    let wt: Vec<f32> = (0..8 * 5).map(|i| wl[(i % 5) * 8 + i / 5]).collect();
+    let mut logits = matmul_ref(&pooled, &wt, 1, 2, 8, 5, false, false);
+    for (i, v) in logits.iter_mut().enumerate() {
+        *v += bl[i % 5];
+    }
+    let probs = softmax_ref(&logits, &[2, 5], 1, false);
+    assert_close(&got[1], &res, 1e-4, "residual");
+    assert_close(&got[0], &probs, 1e-4, "probabilities");
+    assert_no_validation_errors(&instance);
+}
