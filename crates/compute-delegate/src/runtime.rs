@@ -311,6 +311,23 @@ fn barriers(dispatches: &[Dispatch], buffer_of: &dyn Fn(usize) -> usize) -> Vec<
     out
 }
 
+/// Whether pipeline-cache data starts with a version-one header of this vendor and device
+/// (other data is not passed to the driver).
+fn cache_header_matches(data: &[u8], vendor: u32, device: u32) -> bool {
+    let word = |i: usize| {
+        data.get(i * 4..i * 4 + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let ok = word(0).is_some_and(|len| len >= 32 && len as usize <= data.len())
+        && word(1) == Some(1)
+        && word(2) == Some(vendor)
+        && word(3) == Some(device);
+    if !ok && !data.is_empty() {
+        log::warn!("compute graph: ignoring pipeline-cache data made for another device or driver");
+    }
+    ok
+}
+
 fn words(spirv: &[u8]) -> Result<Vec<u32>> {
     ash::util::read_spv(&mut std::io::Cursor::new(spirv))
         .map_err(|e| Error::Graph(format!("internal: embedded SPIR-V is unreadable: {e}")))
@@ -594,7 +611,11 @@ impl GraphBuilder {
         }
 
         // One batched pipeline creation, through a pipeline cache.
-        let initial = options.pipeline_cache.as_deref().unwrap_or(&[]);
+        let initial = options
+            .pipeline_cache
+            .as_deref()
+            .filter(|data| cache_header_matches(data, caps.vendor_id, caps.device_id))
+            .unwrap_or(&[]);
         // SAFETY: valid create info; the driver ignores incompatible initial data.
         objects.cache = unsafe {
             d.create_pipeline_cache(
@@ -1354,6 +1375,19 @@ mod tests {
         assert_ne!(plan.slot_of[1], plan.slot_of[2]);
         // The reused buffer grew to the larger tensor.
         assert_eq!(plan.report.intermediates, 96 + 64);
+    }
+
+    #[test]
+    fn foreign_pipeline_cache_data_is_ignored() {
+        let mut header = vec![32u8, 0, 0, 0, 1, 0, 0, 0];
+        header.extend(0x10de_u32.to_le_bytes());
+        header.extend(0x2335_u32.to_le_bytes());
+        header.extend([0u8; 16]);
+        assert!(cache_header_matches(&header, 0x10de, 0x2335));
+        assert!(!cache_header_matches(&header, 0x10005, 0));
+        assert!(!cache_header_matches(&header[..20], 0x10de, 0x2335));
+        assert!(!cache_header_matches(b"garbage", 0x10de, 0x2335));
+        assert!(!cache_header_matches(&[], 0, 0));
     }
 
     #[test]

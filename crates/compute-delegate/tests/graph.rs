@@ -205,6 +205,12 @@ fn pipeline_cache_round_trips() {
         ..Default::default()
     };
     let mut second = g.build_with(&dev, &opts).unwrap();
+    // Data from elsewhere is ignored, not passed to the driver.
+    let junk = compute_delegate::BuildOptions {
+        pipeline_cache: Some(b"not a pipeline cache".to_vec()),
+        ..Default::default()
+    };
+    drop(g.build_with(&dev, &junk).unwrap());
     let out = second
         .execute(&[HostTensor::from_f32(vec![2, 8], &[0.0; 16]).unwrap()])
         .unwrap();
