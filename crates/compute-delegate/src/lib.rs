@@ -23,7 +23,16 @@
 //!   graph waits only on its own fence.
 //! - Device-resident chaining: [`Graph::input_buffer`] / [`Graph::output_buffer`] expose the
 //!   device buffers, [`Graph::submit_resident`] submits the dispatches alone with wait and
-//!   signal semaphores, [`Graph::record_into`] records them into a caller's command buffer.
+//!   signal semaphores, [`Graph::record_into`] records them into a caller's command buffer;
+//!   [`Graph::write_input`] and [`Graph::read_output`] move host data at the ends of a chain
+//!   (the readback also ends with the host barrier).
+//! - [`BuildOptions::force_staging`] takes the discrete-GPU staging path on any device (the
+//!   tests run every op both ways).
+//!
+//! Benchmarks: [`bench`] measures each op's device time (timestamps, median), end-to-end
+//! time and throughput against baselines measured in the same run on the same device
+//! (`vkCmdCopyBuffer` bandwidth; an fp32 FMA peak probe). `examples/bench.rs` prints them:
+//! `cargo run --release -p compute-delegate --example bench -- [--quick] [FILTER]`.
 //!
 //! Ops (each a GLSL shader in `shaders/compute-delegate/`):
 //! - elementwise: `add`, `sub`, `mul`, `div` with PyTorch broadcasting (vec4 path for equal
