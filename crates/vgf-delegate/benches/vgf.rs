@@ -27,8 +27,23 @@ fn benches(c: &mut Criterion) {
         eprintln!("SKIPPED vgf benches: corpus not found");
         return;
     };
-    let device = match vk_core::Device::open(&vgf_delegate::requirements()) {
+    let requirements = match Vgf::decode(&add).map(|v| vgf_delegate::requirements_for(&v)) {
+        Ok(Ok(r)) => r,
+        other => {
+            eprintln!("SKIPPED vgf GPU benches: {other:?}");
+            return;
+        }
+    };
+    let device = match vk_core::Device::open(&requirements) {
         Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIPPED vgf GPU benches: {e}");
+            return;
+        }
+    };
+    // A load that fails would be timed as a (fast) error: check it once first.
+    let mut model = match Model::load(&add, &device) {
+        Ok(m) => m,
         Err(e) => {
             eprintln!("SKIPPED vgf GPU benches: {e}");
             return;
@@ -39,13 +54,6 @@ fn benches(c: &mut Criterion) {
     group.bench_function("load", |b| {
         b.iter(|| Model::load(black_box(&add), &device).map(|m| m.inputs().len()))
     });
-    let mut model = match Model::load(&add, &device) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("SKIPPED vgf execute bench: {e}");
-            return;
-        }
-    };
     let inputs = match vgf_delegate::bench::synthetic_inputs(&model) {
         Ok(i) => i,
         Err(e) => {
