@@ -29,7 +29,7 @@
 //! - [`BuildOptions::force_staging`] takes the discrete-GPU staging path on any device (the
 //!   tests run every op both ways).
 //!
-//! Benchmarks: [`bench`] measures each op's device time (timestamps, median), end-to-end
+//! Benchmarks: [`bench()`] measures each op's device time (timestamps, median), end-to-end
 //! time and throughput against baselines measured in the same run on the same device
 //! (`vkCmdCopyBuffer` bandwidth; an fp32 FMA peak probe). `examples/bench.rs` prints them:
 //! `cargo run --release -p compute-delegate --example bench -- [--quick] [FILTER]`.
