@@ -206,20 +206,31 @@ fn ci() -> Result {
                 "warnings",
             ]))
         })?;
-        step(&mut summary, "clippy (no default features)", || {
-            exec(cargo().args([
-                "clippy",
-                "--package",
-                "vkdelegate",
-                "--package",
-                "vkdelegate-cli",
-                "--all-targets",
-                "--no-default-features",
-                "--",
-                "-D",
-                "warnings",
-            ]))
-        })?;
+        for features in UMBRELLA_SETS {
+            let label = if features.is_empty() {
+                "(none)"
+            } else {
+                features
+            };
+            step(
+                &mut summary,
+                &format!("clippy umbrella + CLI [{label}]"),
+                || {
+                    let mut cmd = cargo();
+                    cmd.args([
+                        "clippy",
+                        "--package",
+                        "vkdelegate",
+                        "--package",
+                        "vkdelegate-cli",
+                    ])
+                    .arg("--all-targets")
+                    .args(feature_args(features))
+                    .args(["--", "-D", "warnings"]);
+                    exec(&mut cmd)
+                },
+            )?;
+        }
         step(&mut summary, "dependency trees", tree_checks)?;
         for (package, sets) in MATRIX {
             for features in *sets {

@@ -1,8 +1,13 @@
 //! `vkdelegate bench`: figures as ratios to baselines measured in the same run on the same
 //! device.
 
+// Builds without any delegate use none of the helpers below.
+#![cfg_attr(
+    not(any(feature = "vgf", feature = "compute")),
+    allow(dead_code, unused_imports)
+)]
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -21,6 +26,7 @@ pub struct BenchArgs {
     pub skip_ops: bool,
 }
 
+#[cfg(any(feature = "vgf", feature = "compute"))]
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -53,11 +59,11 @@ pub fn run(args: &BenchArgs) -> Result {
 }
 
 fn open_device(args: &BenchArgs) -> Result<vkdelegate::vk_core::Device> {
-    let mut req = vkdelegate::vk_core::Requirements::new("vkdelegate bench");
+    let req = vkdelegate::vk_core::Requirements::new("vkdelegate bench");
     #[cfg(feature = "compute")]
-    {
-        req = req.union(&vkdelegate::compute::requirements());
-    }
+    let req = req.union(&vkdelegate::compute::requirements());
+    #[cfg(feature = "vgf")]
+    let mut req = req;
     #[cfg(feature = "vgf")]
     for path in &args.vgf {
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -89,11 +95,13 @@ fn ops(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> 
 }
 
 #[cfg(not(feature = "compute"))]
-fn ops(_: &vkdelegate::vk_core::Device, _: &BenchArgs) -> Result<Value> {
+fn ops(_: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> {
+    let _ = (args.quick, &args.filter);
     println!("compute ops: not in this build (feature `compute`)");
     Ok(Value::Null)
 }
 
+#[cfg(feature = "vgf")]
 /// Runs Arm's scenario-runner on the `scenario.json` beside `model`, returning the median GPU
 /// time of its graph dispatch (its own timestamps) and its process wall time.
 fn scenario_runner(runner: &Path, model: &Path, repeat: usize) -> Result<(f64, f64)> {
@@ -108,7 +116,7 @@ fn scenario_runner(runner: &Path, model: &Path, repeat: usize) -> Result<(f64, f
     let profile = out.join("profile.json");
     // Resolved before the child's working directory changes.
     let runner = std::fs::canonicalize(runner).map_err(|e| format!("{}: {e}", runner.display()))?;
-    let mut cmd = Command::new(&runner);
+    let mut cmd = std::process::Command::new(&runner);
     // scenario-runner finds Arm's emulation layers only through the loader's environment:
     // give it the same layers, graph above tensor, that vk-core found for us.
     if let Ok(Some(layers)) = vkdelegate::vk_core::EmulationPolicy::from_env().locate() {
@@ -190,7 +198,8 @@ fn vgf(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> 
 }
 
 #[cfg(not(feature = "vgf"))]
-fn vgf(_: &vkdelegate::vk_core::Device, _: &BenchArgs) -> Result<Value> {
+fn vgf(_: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> {
+    let _ = &args.scenario_runner;
     Err("VGF benchmarks need the `vgf` feature, which this build lacks".into())
 }
 

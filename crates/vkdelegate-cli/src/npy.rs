@@ -1,5 +1,11 @@
 //! `.npy` files to and from host tensors.
 
+// Builds without any delegate use none of the helpers below.
+#![cfg_attr(
+    not(any(feature = "vgf", feature = "compute")),
+    allow(dead_code, unused_imports)
+)]
+
 use std::path::Path;
 
 use npyz::WriterBuilder;

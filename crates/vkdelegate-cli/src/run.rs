@@ -1,7 +1,13 @@
 //! `vkdelegate run` and `vkdelegate inspect`.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+// Builds without any delegate use none of the helpers below.
+#![cfg_attr(
+    not(any(feature = "vgf", feature = "compute")),
+    allow(dead_code, unused_imports)
+)]
+
+use std::path::Path;
+use std::time::Duration;
 
 use vkdelegate::vk_core::HostTensor;
 
@@ -53,6 +59,7 @@ pub fn run(
 
 #[cfg(feature = "vgf")]
 fn run_vgf(model: &Path, inputs: &[String], output_dir: Option<&Path>, repeat: usize) -> Result {
+    use std::time::Instant;
     use vkdelegate::vgf::{Model, Vgf, requirements_for};
     use vkdelegate::vk_core::Device;
 
@@ -113,6 +120,7 @@ fn run_program(
     repeat: usize,
     hand_off_host: bool,
 ) -> Result {
+    use std::time::Instant;
     use vkdelegate::program::{HandOff, ProgramBuilder, ProgramFile};
 
     let file = ProgramFile::read(path)?;
@@ -225,7 +233,7 @@ fn run_program(path: &Path, _: &[String], _: Option<&Path>, _: usize, _: bool) -
 
 /// `vkdelegate inspect MODEL.vgf [--json]`.
 #[cfg(feature = "vgf")]
-pub fn inspect(model: &PathBuf, json: bool) -> Result {
+pub fn inspect(model: &Path, json: bool) -> Result {
     use vkdelegate::vgf::{Vgf, inspect_json};
     let bytes = std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?;
     let vgf = Vgf::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
@@ -271,7 +279,7 @@ fn summarize(v: &serde_json::Value) -> String {
 }
 
 #[cfg(not(feature = "vgf"))]
-pub fn inspect(model: &PathBuf, _json: bool) -> Result {
+pub fn inspect(model: &Path, _json: bool) -> Result {
     Err(format!(
         "{}: inspecting VGF files needs the `vgf` feature, which this build lacks",
         model.display()

@@ -45,21 +45,8 @@ pub enum ProgramError {
         problem: String,
     },
     /// A tensor passes between two steps with different dtypes or shapes.
-    #[error(
-        "tensor '{tensor}': step '{producer}' produces {produced} but step '{consumer}' expects {expected}"
-    )]
-    Mismatch {
-        /// Tensor name.
-        tensor: String,
-        /// The producing step (or `program input`).
-        producer: String,
-        /// What it produces.
-        produced: TensorSpec,
-        /// The consuming step.
-        consumer: String,
-        /// What it expects.
-        expected: TensorSpec,
-    },
+    #[error("{0}")]
+    Mismatch(Box<TensorMismatch>),
     /// The wiring of names is wrong.
     #[error("{0}")]
     Wiring(String),
@@ -103,7 +90,7 @@ pub enum ProgramError {
         /// Step name.
         step: String,
         /// The delegate's error.
-        source: vgf_delegate::Error,
+        source: Box<vgf_delegate::Error>,
     },
     /// Errors of the compute delegate.
     #[cfg(feature = "compute")]
@@ -112,11 +99,29 @@ pub enum ProgramError {
         /// Step name.
         step: String,
         /// The delegate's error.
-        source: compute_delegate::Error,
+        source: Box<compute_delegate::Error>,
     },
 }
 
 type Result<T, E = ProgramError> = std::result::Result<T, E>;
+
+/// A tensor passed between two steps with different dtypes or shapes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tensor '{tensor}': step '{producer}' produces {produced} but step '{consumer}' expects {expected}"
+)]
+pub struct TensorMismatch {
+    /// Tensor name.
+    pub tensor: String,
+    /// The producing step (or `program input`).
+    pub producer: String,
+    /// What it produces.
+    pub produced: TensorSpec,
+    /// The consuming step.
+    pub consumer: String,
+    /// What it expects.
+    pub expected: TensorSpec,
+}
 
 /// A tensor's dtype and shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,7 +222,8 @@ impl Default for ProgramBuilder {
     }
 }
 
-/// A loaded step.
+/// A loaded step (one per step, never moved in a hot path: the size difference is harmless).
+#[allow(clippy::large_enum_variant)]
 enum Runner {
     #[cfg(feature = "vgf")]
     Vgf(vgf_delegate::Model),
@@ -302,12 +308,12 @@ impl Runner {
             #[cfg(feature = "vgf")]
             Runner::Vgf(m) => m.execute(inputs).map_err(|source| ProgramError::Vgf {
                 step: step.to_owned(),
-                source,
+                source: Box::new(source),
             }),
             #[cfg(feature = "compute")]
             Runner::Compute(g, _) => g.execute(inputs).map_err(|source| ProgramError::Compute {
                 step: step.to_owned(),
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -538,13 +544,13 @@ impl ProgramBuilder {
             for (name, want) in spec.inputs.iter().zip(&expected) {
                 match available.get(name) {
                     Some((have, producer)) if have != want => {
-                        return Err(ProgramError::Mismatch {
+                        return Err(ProgramError::Mismatch(Box::new(TensorMismatch {
                             tensor: name.clone(),
                             producer: producer.clone(),
                             produced: have.clone(),
                             consumer: spec.name.clone(),
                             expected: want.clone(),
-                        });
+                        })));
                     }
                     Some(_) => {}
                     None => {
@@ -708,11 +714,11 @@ fn vgf_requirements(spec: &StepSpec) -> Result<Requirements> {
     };
     let vgf = vgf_delegate::Vgf::decode(&bytes).map_err(|e| ProgramError::Vgf {
         step: spec.name.clone(),
-        source: e.into(),
+        source: Box::new(e.into()),
     })?;
     vgf_delegate::requirements_for(&vgf).map_err(|source| ProgramError::Vgf {
         step: spec.name.clone(),
-        source,
+        source: Box::new(source),
     })
 }
 
@@ -745,7 +751,7 @@ fn load_vgf(spec: &StepSpec, bytes: &[u8], device: &Device) -> Result<Runner> {
         .map(Runner::Vgf)
         .map_err(|source| ProgramError::Vgf {
             step: spec.name.clone(),
-            source,
+            source: Box::new(source),
         })
 }
 
@@ -784,7 +790,7 @@ fn load_compute(
         .map(|g| Runner::Compute(g, device.clone()))
         .map_err(|source| ProgramError::Compute {
             step: spec.name.clone(),
-            source,
+            source: Box::new(source),
         })
 }
 
