@@ -7,6 +7,10 @@ layout(constant_id = 0) const uint LOG = 0;
 layout(constant_id = 1) const uint ROWS = 1;
 // Rows of a multiple of 4 elements (ROWS = 1 only): vec4 loads and stores.
 layout(constant_id = 2) const uint VEC4 = 0;
+// Rows of at most 256 * 8 vec4s (VEC4 = 1 only): each thread keeps its CACHE vec4s of the row
+// in registers, so the row is read from memory once.
+layout(constant_id = 3) const uint CACHE = 0;
+const uint CACHE_LEN = (CACHE > 0) ? CACHE : 1;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
@@ -39,7 +43,22 @@ void main() {
             uint base = row * pc.d;
             float m = -1.0 / 0.0;
             float s = 0.0;
-            if (VEC4 == 1) {
+            vec4 cache[CACHE_LEN];
+            if (CACHE > 0) {
+                uint base4 = base / 4;
+                uint d4 = pc.d / 4;
+                for (uint k = 0; k < CACHE; ++k) {
+                    uint j = t + k * 256;
+                    cache[k] = (j < d4) ? x4[base4 + j] : vec4(-1.0 / 0.0);
+                    m = max(m, max(max(cache[k].x, cache[k].y), max(cache[k].z, cache[k].w)));
+                }
+                if (m != -1.0 / 0.0) {
+                    for (uint k = 0; k < CACHE; ++k) {
+                        vec4 e = exp(cache[k] - m);
+                        s += (e.x + e.y) + (e.z + e.w);
+                    }
+                }
+            } else if (VEC4 == 1) {
                 uint base4 = base / 4;
                 for (uint j = t; j < pc.d / 4; j += 256) {
                     vec4 v = x4[base4 + j];
@@ -76,7 +95,18 @@ void main() {
             float gm = s_max[0];
             float gs = s_sum[0];
             barrier();
-            if (VEC4 == 1) {
+            if (CACHE > 0) {
+                uint base4 = base / 4;
+                uint d4 = pc.d / 4;
+                float l = gm + log(gs);
+                float r = 1.0 / gs;
+                for (uint k = 0; k < CACHE; ++k) {
+                    uint j = t + k * 256;
+                    if (j < d4) {
+                        y4[base4 + j] = (LOG == 1) ? cache[k] - l : exp(cache[k] - gm) * r;
+                    }
+                }
+            } else if (VEC4 == 1) {
                 uint base4 = base / 4;
                 float l = gm + log(gs);
                 float r = 1.0 / gs;

@@ -389,6 +389,14 @@ impl Lowerer<'_> {
                 let outer: usize = s[..*dim].iter().product();
                 let inner: usize = s[dim + 1..].iter().product();
                 let rows = inner == 1 && s[*dim] >= ROW_KERNEL_MIN;
+                let vec4 = rows && s[*dim] % 4 == 0;
+                // vec4s per thread kept in registers (rows up to 8192 elements).
+                let per_thread = (s[*dim] / 4).div_ceil(256);
+                let cache = if vec4 && per_thread <= 8 {
+                    per_thread as u32
+                } else {
+                    0
+                };
                 let g = if rows {
                     outer.min(ROW_GROUPS) as u32
                 } else {
@@ -397,11 +405,7 @@ impl Lowerer<'_> {
                 let x = self.st(*x);
                 self.push(
                     Kernel::Softmax,
-                    vec![
-                        u32::from(*log),
-                        u32::from(rows),
-                        u32::from(rows && s[*dim] % 4 == 0),
-                    ],
+                    vec![u32::from(*log), u32::from(rows), u32::from(vec4), cache],
                     vec![(x, false), (o, true)],
                     vec![outer as u32, s[*dim] as u32, inner as u32],
                     [g, 1, 1],

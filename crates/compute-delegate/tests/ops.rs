@@ -268,6 +268,9 @@ fn softmax_and_log_softmax_over_any_dim() {
         &[2, 7, 5],
         &[2, 3, 4, 5],
         &[1, 513],
+        &[2, 2052],
+        &[3, 9000],
+        &[2, 64],
     ] {
         let x: Vec<f32> = rand_vec(&mut rng, numel(shape))
             .iter()
