@@ -27,8 +27,10 @@
 //! fence waits happen after the guard is released, on this model's own fence only.
 //!
 //! # Features
-//! - `shared`: reserved for running on a device shared through `shared-runtime` (the choice
-//!   between standalone and shared is made at run time by the caller).
+//! - `shared`: registers this crate's device requirements with `shared-runtime` (module `shared`),
+//!   so that whoever creates a shared device asks for what VGF models need. Whether a model
+//!   runs on a shared or its own device is the caller's run-time choice: [`Model::load`] takes
+//!   any [`vk_core::Device`].
 //!
 //! # What this crate does not check
 //! The SPIR-V of a module beyond its preamble (the driver or layer validates it); that
@@ -59,14 +61,13 @@ pub mod inspect;
 )]
 mod vgf_generated;
 
+pub mod model;
+pub mod requirements;
+#[cfg(feature = "shared")]
+pub mod shared;
+
 pub use error::{DecodeError, Error, Result};
 pub use format::{Category, ModuleType, Vgf};
 pub use inspect::inspect_json;
-pub mod model;
-pub mod requirements;
-
 pub use model::{DeviceTensor, LoadOptions, MemoryMode, Model, TensorInfo};
 pub use requirements::{requirements, requirements_for};
-
-#[cfg(feature = "shared")]
-pub mod shared;

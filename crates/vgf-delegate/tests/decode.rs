@@ -495,8 +495,9 @@ fn mutated_corpus_files_never_panic() {
         }
         match Vgf::decode(&m) {
             Ok(vgf) => {
-                // Whatever decodes must also describe itself.
+                // Whatever decodes must also describe itself and have its SPIR-V scanned.
                 let _ = inspect_json(&vgf);
+                let _ = vgf_delegate::requirements_for(&vgf);
             }
             Err(e) => {
                 assert!(!e.to_string().is_empty());
