@@ -502,6 +502,8 @@ impl GraphBuilder {
         self.storages.len() - 1
     }
 
+    /// A new tensor on a new storage of `kind`, or (with `Some(existing)`) a view of an
+    /// existing storage (then `kind` is ignored).
     fn push_tensor(
         &mut self,
         name: String,
@@ -1230,7 +1232,7 @@ impl GraphBuilder {
             .map(|&d| d as usize)
             .product();
         let infer = shape.iter().filter(|&&d| d == -1).count();
-        let bad = shape.iter().any(|&d| d < -1 || d == 0) || infer > 1;
+        let bad = shape.is_empty() || shape.iter().any(|&d| d < -1 || d == 0) || infer > 1;
         let mut out: Vec<usize> = Vec::with_capacity(shape.len());
         if !bad {
             for &d in shape {
@@ -1250,10 +1252,13 @@ impl GraphBuilder {
                 ),
             ));
         }
-        let storage = xi.storage;
         let label = format!("reshape_{}", self.tensors.len());
-        let kind = self.storages[storage].kind.clone();
-        Ok(self.push_tensor(label, xi.dtype, out, Some((kind, Some(storage)))))
+        Ok(self.push_tensor(
+            label,
+            xi.dtype,
+            out,
+            Some((StorageKind::Temp, Some(xi.storage))),
+        ))
     }
 
     /// Same as [`GraphBuilder::reshape`].

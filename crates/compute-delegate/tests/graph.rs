@@ -44,6 +44,7 @@ fn bad_graphs_name_the_tensor_and_the_numbers() {
         "{e}"
     );
 
+    assert!(g.reshape(a, &[]).is_err());
     let e = g.reshape(a, &[4, 2]).unwrap_err().to_string();
     assert!(
         e.contains("'a' [2, 3] (6 elements)") && e.contains("[4, 2]"),
