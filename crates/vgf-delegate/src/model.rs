@@ -1597,8 +1597,12 @@ impl Model {
             .collect()
     }
 
-    /// The pipeline stages the segments run in (for semaphore waits and barriers around
+    /// The pipeline stages the segments run in (for barriers and semaphore waits around
     /// [`Model::record_segments`] and [`Model::submit_on_device`]).
+    ///
+    /// Arm's emulation layer (0.11) translates the data-graph stage bit in the barriers it sees
+    /// recorded, but passes the stage masks of `vkQueueSubmit2` semaphores through to a driver
+    /// that does not know that bit: there, use `ALL_COMMANDS` for semaphores.
     pub fn stages(&self) -> vk::PipelineStageFlags2 {
         self.segment_stages()
     }

@@ -323,3 +323,38 @@ fn a_standalone_model_opens_its_own_device() {
     assert_eq!(out[0], reference);
     assert_no_validation_errors_of_ours(&instance);
 }
+
+#[test]
+fn device_submissions_wait_on_and_signal_semaphores() {
+    let test = "device_submissions_wait_on_and_signal_semaphores";
+    let Some((instance, device)) = device(test, &corpus_requirements()) else {
+        return;
+    };
+    let dir = common::corpus_dir().join("sqplus");
+    let mut model = Model::from_file(dir.join("model.vgf"), &device).unwrap();
+    let inputs = inputs_of(&dir, 1);
+    let expected = model.execute(&inputs).unwrap();
+    let d = device.raw();
+    // SAFETY: a plain binary semaphore on this device, destroyed below after the work that
+    // uses it has completed.
+    let semaphore =
+        unsafe { d.create_semaphore(&vk_core::vk::SemaphoreCreateInfo::default(), None) }.unwrap();
+    let info = [vk_core::vk::SemaphoreSubmitInfo::default()
+        .semaphore(semaphore)
+        // Not `model.stages()`: Arm's emulation layer passes semaphore stage masks through to
+        // a driver that does not know the data-graph stage bit.
+        .stage_mask(vk_core::vk::PipelineStageFlags2::ALL_COMMANDS)];
+    // SAFETY: the first submission signals the unsignaled semaphore; the second (after the
+    // first's fence, which `submit_on_device` waits for) waits on it. Inputs were written by
+    // the execution above.
+    unsafe {
+        model.submit_on_device(&[], &info).unwrap();
+        model.submit_on_device(&info, &[]).unwrap();
+    }
+    model.wait().unwrap();
+    // SAFETY: no pending work uses the semaphore any more.
+    unsafe { d.destroy_semaphore(semaphore, None) };
+    // The host path still works after device-only runs.
+    assert_eq!(model.execute(&inputs).unwrap(), expected);
+    assert_no_validation_errors_of_ours(&instance);
+}
