@@ -39,8 +39,9 @@ const FENCE_TIMEOUT_NS: u64 = 600_000_000_000;
 /// Where tensor memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MemoryMode {
-    /// Direct where the device has large host-visible device-local memory (integrated GPUs,
-    /// CPU drivers), staged otherwise.
+    /// Direct where the device's memory is unified (a host-visible, device-local, coherent
+    /// heap holding at least half of its device-local memory: integrated GPUs, CPU drivers,
+    /// resizable BAR), staged otherwise (discrete GPUs with a small BAR window).
     #[default]
     Auto,
     /// Every storage mapped; the host reads and writes tensors in place.
@@ -535,7 +536,11 @@ impl Model {
         let total: u64 = reqs.iter().flatten().map(|r| r.size).sum();
         let memory_mode = match options.memory {
             MemoryMode::Auto => {
-                if caps.memory.has_unified(total.max(1)) {
+                // Unified: a device-local, host-visible, coherent heap holding at least half the
+                // device-local memory (integrated GPUs, CPU drivers, resizable BAR) and these
+                // tensors. A small BAR window on a discrete GPU does not count.
+                let half = caps.memory.device_local_bytes() / 2;
+                if caps.memory.has_unified(total.max(half).max(1)) {
                     MemoryMode::Direct
                 } else {
                     MemoryMode::Staged
