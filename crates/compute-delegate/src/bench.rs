@@ -36,11 +36,16 @@ pub struct BenchRow {
     pub baseline_name: &'static str,
     /// `throughput / baseline`.
     pub ratio: f64,
+    /// Why this op could not be measured (its figures are NaN); the other rows still are.
+    pub error: Option<String>,
 }
 
 impl BenchRow {
     /// One line: op, shape, device ms, end-to-end ms, throughput, ratio.
     pub fn line(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!("{:<12} {:<26} FAILED: {e}", self.op, self.shape);
+        }
         format!(
             "{:<12} {:<26} device {:>10.3} ms  e2e {:>10.3} ms  {:>10.1} {:<7}  {:>6.1}% of {} ({:.1} {})",
             self.op,
@@ -215,6 +220,24 @@ fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
     result
 }
 
+/// What an op moves or computes per run.
+enum Work {
+    /// Bytes read plus written.
+    Bytes(f64),
+    /// Floating-point operations.
+    Flops(f64),
+}
+
+type MakeGraph<'a> = Box<dyn FnOnce() -> Result<(GraphBuilder, Vec<HostTensor>)> + 'a>;
+
+/// One benchmark: its graph is made only when the filter selects it.
+struct Case<'a> {
+    op: &'static str,
+    shape: String,
+    work: Work,
+    make: MakeGraph<'a>,
+}
+
 struct Sizes {
     big: Vec<usize>,
     conv: [(usize, usize); 2],
@@ -269,6 +292,7 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
         baseline: copy_gbs,
         baseline_name: COPY_BASELINE,
         ratio: 1.0,
+        error: None,
     });
 
     let mut g = GraphBuilder::new();
@@ -289,137 +313,143 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
         baseline: peak,
         baseline_name: FMA_BASELINE,
         ratio: 1.0,
+        error: None,
     });
 
     let shape_str = |v: &[usize]| format!("{v:?}").replace(' ', "");
     let big = s.big.clone();
-    let n_big: usize = big.iter().product();
-    let mem_row = |op: &str, shape: String, dev: f64, e2e: f64, bytes: f64| BenchRow {
-        op: op.into(),
-        shape,
-        device_ms: dev,
-        end_to_end_ms: e2e,
-        throughput: bytes / (dev * 1e6),
-        unit: "GB/s",
-        baseline: copy_gbs,
-        baseline_name: COPY_BASELINE,
-        ratio: bytes / (dev * 1e6) / copy_gbs,
-    };
-    let flop_row = |op: &str, shape: String, dev: f64, e2e: f64, flops: f64| BenchRow {
-        op: op.into(),
-        shape,
-        device_ms: dev,
-        end_to_end_ms: e2e,
-        throughput: flops / (dev * 1e6),
-        unit: "GFLOP/s",
-        baseline: peak,
-        baseline_name: FMA_BASELINE,
-        ratio: flops / (dev * 1e6) / peak,
-    };
-
-    if wanted("add") {
-        let mut g = GraphBuilder::new();
-        let a = g.input("a", vk_core::DType::F32, &big)?;
-        let b = g.input("b", vk_core::DType::F32, &big)?;
-        let c = g.add(a, b)?;
-        g.output(c)?;
-        let mut graph = g.build(device)?;
-        let ins = [pattern(&big, 1)?, pattern(&big, 2)?];
-        let (dev, e2e) = time_graph(&mut graph, &ins, s.e2e_runs, s.device_runs)?;
-        let bytes = 3.0 * n_big as f64 * 4.0;
-        rows.push(mem_row(
-            "add",
-            format!("2 x {}", shape_str(&big)),
-            dev,
-            e2e,
-            bytes,
-        ));
-    }
-    if wanted("sigmoid") {
-        let mut g = GraphBuilder::new();
-        let a = g.input("x", vk_core::DType::F32, &big)?;
-        let c = g.sigmoid(a)?;
-        g.output(c)?;
-        let mut graph = g.build(device)?;
-        let (dev, e2e) = time_graph(&mut graph, &[pattern(&big, 1)?], s.e2e_runs, s.device_runs)?;
-        rows.push(mem_row(
-            "sigmoid",
-            shape_str(&big),
-            dev,
-            e2e,
-            2.0 * n_big as f64 * 4.0,
-        ));
-    }
-    if wanted("avg_pool") {
-        let mut g = GraphBuilder::new();
-        let a = g.input("x", vk_core::DType::F32, &big)?;
-        let c = g.avg_pool2d(a, Pool2d::new(2, 2))?;
-        g.output(c)?;
-        let mut graph = g.build(device)?;
-        let (dev, e2e) = time_graph(&mut graph, &[pattern(&big, 1)?], s.e2e_runs, s.device_runs)?;
-        let bytes = 1.25 * n_big as f64 * 4.0;
-        rows.push(mem_row("avg_pool2x2", shape_str(&big), dev, e2e, bytes));
-    }
-    if wanted("softmax") {
-        let sh = s.softmax.to_vec();
-        let n: usize = sh.iter().product();
-        let mut g = GraphBuilder::new();
-        let a = g.input("x", vk_core::DType::F32, &sh)?;
-        let c = g.softmax(a, -1)?;
-        g.output(c)?;
-        let mut graph = g.build(device)?;
-        let (dev, e2e) = time_graph(&mut graph, &[pattern(&sh, 1)?], s.e2e_runs, s.device_runs)?;
-        rows.push(mem_row(
-            "softmax",
-            shape_str(&sh),
-            dev,
-            e2e,
-            2.0 * n as f64 * 4.0,
-        ));
-    }
-    if wanted("conv") {
-        for (c, hw) in s.conv {
-            let xs = [1, c, hw, hw];
-            let ws = [c, c, 3, 3];
+    let n_big = big.iter().product::<usize>() as f64;
+    let f32_t = vk_core::DType::F32;
+    let mut cases: Vec<Case<'_>> = Vec::new();
+    cases.push(Case {
+        op: "add",
+        shape: format!("2 x {}", shape_str(&big)),
+        work: Work::Bytes(3.0 * n_big * 4.0),
+        make: Box::new(|| {
             let mut g = GraphBuilder::new();
-            let x = g.input("x", vk_core::DType::F32, &xs)?;
-            let w = g.constant("w", pattern(&ws, 3)?)?;
-            let b = g.constant("b", pattern(&[c], 4)?)?;
-            let y = g.conv2d(
-                x,
-                w,
-                Some(b),
-                Conv2d {
+            let a = g.input("a", f32_t, &big)?;
+            let b = g.input("b", f32_t, &big)?;
+            let c = g.add(a, b)?;
+            g.output(c)?;
+            Ok((g, vec![pattern(&big, 1)?, pattern(&big, 2)?]))
+        }),
+    });
+    cases.push(Case {
+        op: "sigmoid",
+        shape: shape_str(&big),
+        work: Work::Bytes(2.0 * n_big * 4.0),
+        make: Box::new(|| {
+            let mut g = GraphBuilder::new();
+            let a = g.input("x", f32_t, &big)?;
+            let c = g.sigmoid(a)?;
+            g.output(c)?;
+            Ok((g, vec![pattern(&big, 1)?]))
+        }),
+    });
+    cases.push(Case {
+        op: "avg_pool2x2",
+        shape: shape_str(&big),
+        work: Work::Bytes(1.25 * n_big * 4.0),
+        make: Box::new(|| {
+            let mut g = GraphBuilder::new();
+            let a = g.input("x", f32_t, &big)?;
+            let c = g.avg_pool2d(a, Pool2d::new(2, 2))?;
+            g.output(c)?;
+            Ok((g, vec![pattern(&big, 1)?]))
+        }),
+    });
+    let sm = s.softmax.to_vec();
+    cases.push(Case {
+        op: "softmax",
+        shape: shape_str(&sm),
+        work: Work::Bytes(2.0 * sm.iter().product::<usize>() as f64 * 4.0),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let a = g.input("x", f32_t, &sm)?;
+            let c = g.softmax(a, -1)?;
+            g.output(c)?;
+            Ok((g, vec![pattern(&sm, 1)?]))
+        }),
+    });
+    for (c, hw) in s.conv {
+        let xs = [1, c, hw, hw];
+        cases.push(Case {
+            op: "conv3x3",
+            shape: format!("{c}->{c} {}", shape_str(&xs)),
+            work: Work::Flops(2.0 * (c * c * 9 * hw * hw) as f64),
+            make: Box::new(move || {
+                let ws = [c, c, 3, 3];
+                let mut g = GraphBuilder::new();
+                let x = g.input("x", f32_t, &xs)?;
+                let w = g.constant("w", pattern(&ws, 3)?)?;
+                let b = g.constant("b", pattern(&[c], 4)?)?;
+                let p = Conv2d {
                     padding: [1, 1],
                     ..Conv2d::default()
-                },
-            )?;
-            g.output(y)?;
-            let mut graph = g.build(device)?;
-            let (dev, e2e) =
-                time_graph(&mut graph, &[pattern(&xs, 1)?], s.e2e_runs, s.device_runs)?;
-            let flops = 2.0 * (c * c * 9 * hw * hw) as f64;
-            rows.push(flop_row(
-                "conv3x3",
-                format!("{c}->{c} {}", shape_str(&xs)),
-                dev,
-                e2e,
-                flops,
-            ));
-        }
+                };
+                let y = g.conv2d(x, w, Some(b), p)?;
+                g.output(y)?;
+                Ok((g, vec![pattern(&xs, 1)?]))
+            }),
+        });
     }
-    if wanted("matmul") {
-        let n = s.matmul;
-        let mut g = GraphBuilder::new();
-        let a = g.input("a", vk_core::DType::F32, &[n, n])?;
-        let b = g.input("b", vk_core::DType::F32, &[n, n])?;
-        let c = g.matmul(a, b)?;
-        g.output(c)?;
-        let mut graph = g.build(device)?;
-        let ins = [pattern(&[n, n], 1)?, pattern(&[n, n], 2)?];
-        let (dev, e2e) = time_graph(&mut graph, &ins, s.e2e_runs, s.device_runs)?;
-        let flops = 2.0 * (n as f64).powi(3);
-        rows.push(flop_row("matmul", format!("{n}^3"), dev, e2e, flops));
+    let n = s.matmul;
+    cases.push(Case {
+        op: "matmul",
+        shape: format!("{n}^3"),
+        work: Work::Flops(2.0 * (n as f64).powi(3)),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let a = g.input("a", f32_t, &[n, n])?;
+            let b = g.input("b", f32_t, &[n, n])?;
+            let c = g.matmul(a, b)?;
+            g.output(c)?;
+            Ok((g, vec![pattern(&[n, n], 1)?, pattern(&[n, n], 2)?]))
+        }),
+    });
+
+    for case in cases.into_iter().filter(|c| wanted(c.op)) {
+        let measured = (case.make)().and_then(|(g, inputs)| {
+            let mut graph = g.build(device)?;
+            time_graph(&mut graph, &inputs, s.e2e_runs, s.device_runs)
+        });
+        let (unit, baseline, baseline_name, amount) = match case.work {
+            Work::Bytes(b) => ("GB/s", copy_gbs, COPY_BASELINE, b),
+            Work::Flops(f) => ("GFLOP/s", peak, FMA_BASELINE, f),
+        };
+        let row = match measured {
+            Ok((dev, e2e)) => {
+                let throughput = amount / (dev * 1e6);
+                BenchRow {
+                    op: case.op.into(),
+                    shape: case.shape,
+                    device_ms: dev,
+                    end_to_end_ms: e2e,
+                    throughput,
+                    unit,
+                    baseline,
+                    baseline_name,
+                    ratio: throughput / baseline,
+                    error: None,
+                }
+            }
+            Err(e) => {
+                log::error!("bench {} {}: {e}", case.op, case.shape);
+                BenchRow {
+                    op: case.op.into(),
+                    shape: case.shape,
+                    device_ms: f64::NAN,
+                    end_to_end_ms: f64::NAN,
+                    throughput: f64::NAN,
+                    unit,
+                    baseline,
+                    baseline_name,
+                    ratio: f64::NAN,
+                    error: Some(e.to_string()),
+                }
+            }
+        };
+        rows.push(row);
     }
     Ok(rows)
 }
