@@ -20,8 +20,19 @@ vec4 apply(vec4 u, vec4 v) {
 }
 
 void main() {
+    // Two vec4s per thread and iteration, all loads issued before the stores, to keep more
+    // bytes in flight.
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-    for (uint i = gl_GlobalInvocationID.x; i < pc.n4; i += stride) {
+    uint i = gl_GlobalInvocationID.x;
+    for (; i + stride < pc.n4; i += 2 * stride) {
+        vec4 a0 = a[i];
+        vec4 b0 = b[i];
+        vec4 a1 = a[i + stride];
+        vec4 b1 = b[i + stride];
+        c[i] = apply(a0, b0);
+        c[i + stride] = apply(a1, b1);
+    }
+    if (i < pc.n4) {
         c[i] = apply(a[i], b[i]);
     }
 }

@@ -292,7 +292,7 @@ impl Lowerer<'_> {
             );
             if act.is_some() {
                 let n4 = out_numel.div_ceil(4);
-                let g = self.linear_groups(n4 as u64);
+                let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
                 self.push(
                     Kernel::Unary,
                     vec![1],
@@ -314,7 +314,7 @@ impl Lowerer<'_> {
             Op::Unary { op, x } => {
                 let (code, p0, p1) = op.code();
                 let n4 = n.div_ceil(4);
-                let g = self.linear_groups(n4 as u64);
+                let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
                 let x = self.st(*x);
                 self.push(
                     Kernel::Unary,
@@ -329,7 +329,7 @@ impl Lowerer<'_> {
                 let (sa, sb) = (ai.storage, bi.storage);
                 if ai.shape == bi.shape {
                     let n4 = n.div_ceil(4);
-                    let g = self.linear_groups(n4 as u64);
+                    let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
                     self.push(
                         Kernel::Binary,
                         vec![op.code()],

@@ -115,6 +115,7 @@ fn binary_ops_broadcast_like_pytorch() {
         (&[1, 4, 1], &[3, 1, 6]),
         (&[2, 1, 3, 1, 5], &[1, 4, 1, 7, 1]),
         (&[1], &[9, 3]),
+        (&[3, 1001], &[3, 1001]),
         (&[4, 1, 2, 1, 3, 1], &[1, 3, 1, 2, 1, 2]),
     ];
     type Ref = fn(f32, f32) -> f32;
@@ -178,7 +179,7 @@ fn unary_and_scalar_ops_match_the_reference() {
         return;
     };
     let mut rng = SmallRng::seed_from_u64(2);
-    for shape in [&[1usize][..], &[5], &[3, 7], &[2, 3, 5, 7]] {
+    for shape in [&[1usize][..], &[5], &[3, 7], &[2, 3, 5, 7], &[3, 1001]] {
         let mut x = rand_vec(&mut rng, numel(shape));
         for v in x.iter_mut() {
             *v *= 5.0;
