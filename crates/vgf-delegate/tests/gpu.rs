@@ -9,8 +9,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use vgf_delegate::{LoadOptions, MemoryMode, Model, Vgf, requirements_for};
-use vk_core::Instance;
-use vk_core::testing::{assert_no_validation_errors, device};
+// The corpus models have no COMPUTE segments, so this crate creates no compute pipeline in
+// those tests: the validation errors `assert_no_validation_errors_of_ours` excuses
+// (`VUID-VkComputePipelineCreateInfo-layout-00703`) come from the emulation layer's own
+// pipelines. The COMPUTE test below uses the strict assertion.
+use vk_core::testing::{assert_no_validation_errors, assert_no_validation_errors_of_ours, device};
 use vk_core::{DType, HostTensor, Requirements};
 
 /// Tolerance of fp32 outputs against PyTorch's (max abs error; scenario-runner's own is at
@@ -18,35 +21,6 @@ use vk_core::{DType, HostTensor, Requirements};
 const FP32_VS_PYTORCH: f32 = 1e-4;
 /// Tolerance of fp32 outputs against scenario-runner's.
 const FP32_VS_SCENARIO_RUNNER: f32 = 1e-5;
-
-/// The one validation message Arm's emulation layer (0.11.0) causes with its own compute
-/// pipelines: the Graph layer runs TOSA operators as compute shaders whose push-constant
-/// blocks the validation layer (1.3.239, below the emulation layers) finds larger than their
-/// pipeline layouts declare.
-const EMULATION_LAYER_VUID: &str = "VUID-VkComputePipelineCreateInfo-layout-00703";
-
-/// Asserts no validation errors except [`EMULATION_LAYER_VUID`], which only the emulation
-/// layer can cause here: the corpus models have no COMPUTE segments, so this crate creates no
-/// compute pipeline in these tests. Every error must have been kept to be judged.
-fn assert_no_validation_errors_of_ours(instance: &Instance) {
-    let log = instance.validation();
-    let kept = log.first_errors();
-    let ours: Vec<&String> = kept
-        .iter()
-        .filter(|m| !m.contains(EMULATION_LAYER_VUID))
-        .collect();
-    if log.error_count() as usize > kept.len() || !ours.is_empty() {
-        // Fails, printing them.
-        assert_no_validation_errors(instance);
-    }
-    if !kept.is_empty() {
-        eprintln!(
-            "note: {} validation error(s) {EMULATION_LAYER_VUID} from the emulation layer's \
-             own compute pipelines",
-            kept.len()
-        );
-    }
-}
 
 fn load_npy(path: &Path) -> HostTensor {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
