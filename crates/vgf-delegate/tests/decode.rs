@@ -559,3 +559,49 @@ fn a_signed_vtable_offset_of_i32_min_is_an_error() {
         }
     }
 }
+
+#[test]
+fn explicit_graph_constant_bindings_are_decoded_and_checked() {
+    use vgf_delegate::format::ConstantBinding;
+    use vgf_delegate::format::test_support::{Options, compute_file};
+    // Without bindings, a constant's graph constant id is its index.
+    let vgf_bytes = compute_file(Options::default());
+    let vgf = Vgf::decode(&vgf_bytes).unwrap();
+    assert_eq!(
+        vgf.sequence.segments[0].graph_constants(),
+        vec![ConstantBinding {
+            graph_constant_id: 0,
+            constant_index: 0
+        }]
+    );
+    // Explicit bindings win.
+    let file = compute_file(Options {
+        constant_bindings: vec![(7, 0)],
+        ..Default::default()
+    });
+    let vgf = Vgf::decode(&file).unwrap();
+    assert_eq!(
+        vgf.sequence.segments[0].graph_constants(),
+        vec![ConstantBinding {
+            graph_constant_id: 7,
+            constant_index: 0
+        }]
+    );
+    assert_eq!(
+        inspect_json(&vgf)["model_sequence"]["segments"][0]["constant_bindings"][0]["graph_constant_id"],
+        7
+    );
+    // A binding to a constant that does not exist.
+    let file = compute_file(Options {
+        constant_bindings: vec![(7, 3)],
+        ..Default::default()
+    });
+    assert_eq!(
+        Vgf::decode(&file).unwrap_err(),
+        DecodeError::IndexOutOfRange {
+            field: "segments[0].constant_bindings[0].constant_index".into(),
+            index: 3,
+            len: 1
+        }
+    );
+}

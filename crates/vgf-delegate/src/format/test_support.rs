@@ -112,6 +112,8 @@ pub struct Options {
     pub dispatch: [u32; 3],
     /// Whether the input (resource 0) joins the output's alias group 5.
     pub alias_io: bool,
+    /// Explicit graph constant bindings (graph constant id, constant index).
+    pub constant_bindings: Vec<(u32, u32)>,
 }
 
 impl Default for Options {
@@ -127,6 +129,7 @@ impl Default for Options {
             entry_point: "main".into(),
             dispatch: [4, 1, 1],
             alias_io: false,
+            constant_bindings: Vec::new(),
         }
     }
 }
@@ -269,6 +272,20 @@ pub fn compute_file(o: Options) -> Vec<u8> {
             },
         );
         let pcs = fbb.create_vector(&[pc]);
+        let bindings: Vec<_> = o
+            .constant_bindings
+            .iter()
+            .map(|&(graph_constant_id, constant_index)| {
+                fb::ConstantBinding::create(
+                    &mut fbb,
+                    &fb::ConstantBindingArgs {
+                        graph_constant_id,
+                        constant_index,
+                    },
+                )
+            })
+            .collect();
+        let constant_bindings = (!bindings.is_empty()).then(|| fbb.create_vector(&bindings));
         let name = fbb.create_string("segment0");
         let seg = fb::SegmentInfo::create(
             &mut fbb,
@@ -286,7 +303,7 @@ pub fn compute_file(o: Options) -> Vec<u8> {
                 constants: Some(constants),
                 dispatch_shape: Some(dispatch),
                 push_constant_ranges: Some(pcs),
-                constant_bindings: None,
+                constant_bindings,
             },
         );
         let segs = fbb.create_vector(&[seg]);
