@@ -22,6 +22,10 @@ layout(constant_id = 4) const uint KHS = 0;
 layout(constant_id = 5) const uint KWS = 0;
 // Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh).
 layout(constant_id = 6) const uint ACT = 0;
+// vec4 loads: VEC_A when A rows are contiguous along K with K and the strides multiples of 4;
+// VEC_B (MODE 0) when B rows are contiguous along N with N and the strides multiples of 4.
+layout(constant_id = 7) const uint VEC_A = 0;
+layout(constant_id = 8) const uint VEC_B = 0;
 
 const uint BK = 8;
 const uint BM = TY * 8;
@@ -32,11 +36,15 @@ const uint AS_ROW = BM4 + 1;
 const uint BN4 = TX * 2;
 const uint LA = (BM * BK) / WG;
 const uint LB = (BN * BK) / WG;
+const uint LA4 = (BM * BK / 4) / WG;
+const uint LB4 = (BN * BK / 4) / WG;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Bm { float b[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C { float c[]; };
+layout(std430, set = 0, binding = 0) readonly buffer A4 { vec4 a4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B4 { vec4 b4[]; };
 
 layout(push_constant) uniform Params {
     uint m;
@@ -85,13 +93,33 @@ int b_ix[LB];
 bool b_ok[LB];
 float ra[LA];
 float rb[LB];
+vec4 ra4[LA4];
+vec4 rb4[LB4];
 
-void load_tile(uint tid, uint m0, uint a_off, uint k0, uint k_end) {
-    for (uint r = 0; r < LA; ++r) {
-        uint e = tid + r * WG;
-        uint mm = m0 + e / BK;
-        uint kk = k0 + e % BK;
-        ra[r] = (mm < pc.m && kk < k_end) ? a[a_off + mm * pc.sa_m + kk * pc.sa_k] : 0.0;
+void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint k_end) {
+    if (VEC_A == 1) {
+        for (uint r = 0; r < LA4; ++r) {
+            uint e = tid + r * WG;
+            uint mm = m0 + e / 2;
+            uint kk = k0 + (e % 2) * 4;
+            ra4[r] = (mm < pc.m && kk < k_end) ? a4[(a_off + mm * pc.sa_m + kk) / 4] : vec4(0.0);
+        }
+    } else {
+        for (uint r = 0; r < LA; ++r) {
+            uint e = tid + r * WG;
+            uint mm = m0 + e / BK;
+            uint kk = k0 + e % BK;
+            ra[r] = (mm < pc.m && kk < k_end) ? a[a_off + mm * pc.sa_m + kk * pc.sa_k] : 0.0;
+        }
+    }
+    if (VEC_B == 1) {
+        for (uint r = 0; r < LB4; ++r) {
+            uint e = tid + r * WG;
+            uint kk = k0 + e / BN4;
+            uint nn = n0 + (e % BN4) * 4;
+            rb4[r] = (nn < pc.n && kk < k_end) ? b4[(b_off + kk * pc.sb_k + nn) / 4] : vec4(0.0);
+        }
+        return;
     }
     uint kw = (KWS > 0) ? KWS : pc.kw;
     uint khw = ((KHS > 0) ? KHS : pc.kh) * kw;
@@ -166,25 +194,44 @@ void main() {
         acc[i][1] = vec4(0.0);
     }
 
-    load_tile(tid, m0, a_off, k_begin, k_end);
+    uint b_off = z * pc.sb_b;
+    load_tile(tid, m0, n0, a_off, b_off, k_begin, k_end);
     for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
         barrier();
-        for (uint r = 0; r < LA; ++r) {
-            uint e = tid + r * WG;
-            uint mm = e / BK;
-            uint kk = e % BK;
-            As[kk * AS_ROW + mm / 4][mm % 4] = ra[r];
+        if (VEC_A == 1) {
+            for (uint r = 0; r < LA4; ++r) {
+                uint e = tid + r * WG;
+                uint mm = e / 2;
+                uint kq = (e % 2) * 4;
+                for (uint i = 0; i < 4; ++i) {
+                    As[(kq + i) * AS_ROW + mm / 4][mm % 4] = ra4[r][i];
+                }
+            }
+        } else {
+            for (uint r = 0; r < LA; ++r) {
+                uint e = tid + r * WG;
+                uint mm = e / BK;
+                uint kk = e % BK;
+                As[kk * AS_ROW + mm / 4][mm % 4] = ra[r];
+            }
         }
-        for (uint r = 0; r < LB; ++r) {
-            uint e = tid + r * WG;
-            uint kk = e / BN;
-            uint nn = e % BN;
-            Bs[kk * BN4 + nn / 4][nn % 4] = rb[r];
+        if (VEC_B == 1) {
+            for (uint r = 0; r < LB4; ++r) {
+                uint e = tid + r * WG;
+                Bs[(e / BN4) * BN4 + e % BN4] = rb4[r];
+            }
+        } else {
+            for (uint r = 0; r < LB; ++r) {
+                uint e = tid + r * WG;
+                uint kk = e / BN;
+                uint nn = e % BN;
+                Bs[kk * BN4 + nn / 4][nn % 4] = rb[r];
+            }
         }
         barrier();
         // The next tile's global loads are in flight while this one is multiplied.
         if (k0 + BK < k_end) {
-            load_tile(tid, m0, a_off, k0 + BK, k_end);
+            load_tile(tid, m0, n0, a_off, b_off, k0 + BK, k_end);
         }
         for (uint kk = 0; kk < BK; ++kk) {
             vec4 a0 = As[kk * AS_ROW + ty];

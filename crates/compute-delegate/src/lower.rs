@@ -259,6 +259,11 @@ impl Lowerer<'_> {
             lo.to_bits(),
             hi.to_bits(),
         ]);
+        // vec4 loads where rows are contiguous and everything is a multiple of 4.
+        let [_, _, _, sa_b, sa_m, sa_k, sb_b, sb_k, sb_n] =
+            [0, 1, 2, 3, 4, 5, 6, 7, 8].map(|i| params[i]);
+        let vec_a = sa_k == 1 && k % 4 == 0 && sa_m % 4 == 0 && sa_b % 4 == 0;
+        let vec_b = mode == 0 && sb_n == 1 && n % 4 == 0 && sb_k % 4 == 0 && sb_b % 4 == 0;
         // With split-K the activation follows the summing pass.
         let fused = act.is_some() && partial.is_none();
         self.push(
@@ -271,6 +276,8 @@ impl Lowerer<'_> {
                 khs,
                 kws,
                 u32::from(fused),
+                u32::from(vec_a),
+                u32::from(vec_b),
             ],
             bindings,
             push,

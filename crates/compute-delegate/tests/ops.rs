@@ -491,6 +491,16 @@ fn conv2d_general_pointwise_and_depthwise() {
             true,
         ),
         ([2, 7, 5, 6], [9, 7, 1, 1], Conv2d::default(), true),
+        ([2, 8, 4, 4], [12, 8, 1, 1], Conv2d::default(), true),
+        (
+            [1, 8, 9, 8],
+            [16, 8, 3, 3],
+            Conv2d {
+                padding: [1, 1],
+                ..Conv2d::default()
+            },
+            false,
+        ),
         (
             [1, 5, 8, 7],
             [5, 1, 3, 3],
@@ -583,6 +593,7 @@ fn matmul_bmm_and_linear() {
         (3, 200, 5),
         (130, 600, 70),
         (7, 1030, 9),
+        (9, 13, 36),
     ] {
         let a = rand_vec(&mut rng, m * k);
         let b = rand_vec(&mut rng, k * n);
@@ -604,6 +615,8 @@ fn matmul_bmm_and_linear() {
         (3, 5, 6, 7, true, true),
         (2, 9, 4, 3, true, false),
         (4, 3, 5, 6, false, true),
+        (3, 5, 8, 12, true, true),
+        (2, 4, 8, 16, false, true),
     ] {
         let a = rand_vec(&mut rng, if ab { batch } else { 1 } * m * k);
         let b = rand_vec(&mut rng, if bb { batch } else { 1 } * k * n);
