@@ -277,6 +277,18 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
             device_runs: 10,
         }
     };
+    let family = device.queue().family() as usize;
+    let ts_bits = device
+        .capabilities()
+        .queue_families
+        .get(family)
+        .map_or(0, |f| f.timestamp_valid_bits);
+    if ts_bits == 0 {
+        return Err(Error::Unsupported(format!(
+            "bench: queue family {family} of '{}' has no timestamps, so no device time",
+            device.capabilities().name
+        )));
+    }
     let wanted = |op: &str| filter.is_none_or(|f| op.contains(f));
     let mut rows = Vec::new();
 
