@@ -10,6 +10,7 @@ pub(crate) enum Kernel {
     Copy,
     Cast,
     Softmax,
+    SoftmaxSg,
     Reduce,
     LayerNorm,
     Pool,
@@ -31,6 +32,7 @@ impl Kernel {
             Kernel::Copy => include_bytes!("../spirv/copy_strided.spv"),
             Kernel::Cast => include_bytes!("../spirv/cast.spv"),
             Kernel::Softmax => include_bytes!("../spirv/softmax.spv"),
+            Kernel::SoftmaxSg => include_bytes!("../spirv/softmax_sg.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
             Kernel::Pool => include_bytes!("../spirv/pool2d.spv"),
@@ -51,6 +53,7 @@ impl Kernel {
             | Kernel::Copy
             | Kernel::Cast
             | Kernel::Softmax
+            | Kernel::SoftmaxSg
             | Kernel::Reduce
             | Kernel::Pool
             | Kernel::Pool2x2 => 2,

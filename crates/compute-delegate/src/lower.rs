@@ -100,6 +100,8 @@ struct Lowerer<'a> {
     op: &'static str,
     /// Activation fused into the current node's epilogue, and the tensor it then writes.
     act: Option<(f32, f32, TensorId)>,
+    /// Subgroup arithmetic is available in compute shaders.
+    subgroups: bool,
 }
 
 impl Lowerer<'_> {
@@ -410,8 +412,13 @@ impl Lowerer<'_> {
                     self.linear_groups((outer * inner) as u64)
                 };
                 let x = self.st(*x);
+                let kernel = if rows && self.subgroups {
+                    Kernel::SoftmaxSg
+                } else {
+                    Kernel::Softmax
+                };
                 self.push(
-                    Kernel::Softmax,
+                    kernel,
                     vec![u32::from(*log), u32::from(rows), u32::from(vec4), cache],
                     vec![(x, false), (o, true)],
                     vec![outer as u32, s[*dim] as u32, inner as u32],
@@ -950,7 +957,7 @@ fn fuse_activations(b: &GraphBuilder) -> Fusion {
 }
 
 /// Lowers every node, in order.
-pub(crate) fn lower(b: &GraphBuilder, limits: &Limits) -> Result<Plan> {
+pub(crate) fn lower(b: &GraphBuilder, limits: &Limits, subgroups: bool) -> Result<Plan> {
     let mut l = Lowerer {
         b,
         limits,
@@ -959,6 +966,7 @@ pub(crate) fn lower(b: &GraphBuilder, limits: &Limits) -> Result<Plan> {
         node: 0,
         op: "",
         act: None,
+        subgroups,
     };
     let fusion = fuse_activations(b);
     for (i, node) in b.nodes.iter().enumerate() {

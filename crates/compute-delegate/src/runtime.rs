@@ -24,6 +24,8 @@ pub struct BuildOptions {
     /// Copy inputs, outputs and weights through host staging buffers even where device memory
     /// is host-visible (the discrete-GPU path, for tests on unified-memory devices).
     pub force_staging: bool,
+    /// Use shared-memory reductions even where subgroup arithmetic is available.
+    pub disable_subgroups: bool,
 }
 
 /// Device memory a graph holds, in bytes.
@@ -311,6 +313,31 @@ fn barriers(dispatches: &[Dispatch], buffer_of: &dyn Fn(usize) -> usize) -> Vec<
     out
 }
 
+/// Whether compute shaders have subgroup arithmetic, with subgroups of at least 4
+/// invocations that divide the 256 of a work group.
+fn subgroup_arithmetic(device: &Device) -> bool {
+    if device.enabled().api_version < vk_core::Version::V1_1 {
+        return false;
+    }
+    let mut sg = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut sg);
+    // SAFETY: the physical device belongs to this instance, whose API version is at least
+    // 1.1 (the device's enabled version is not higher than the instance's).
+    unsafe {
+        device
+            .instance()
+            .raw()
+            .get_physical_device_properties2(device.physical(), &mut props)
+    };
+    let ops = vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC;
+    let min = device.capabilities().limits.subgroup_size_range[0];
+    sg.supported_stages.contains(vk::ShaderStageFlags::COMPUTE)
+        && sg.supported_operations.contains(ops)
+        && sg.subgroup_size >= 4
+        && 256 % sg.subgroup_size == 0
+        && (min == 0 || min >= 4)
+}
+
 /// Whether pipeline-cache data starts with a version-one header of this vendor and device
 /// (other data is not passed to the driver).
 fn cache_header_matches(data: &[u8], vendor: u32, device: u32) -> bool {
@@ -357,7 +384,8 @@ impl GraphBuilder {
             )));
         }
         let limit = caps.limits.max_storage_buffer_range;
-        let plan = lower(self, &caps.limits)?;
+        let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
+        let plan = lower(self, &caps.limits, subgroups)?;
         // Sizes in bytes against maxStorageBufferRange, before anything is allocated.
         for st in &plan.storages {
             if st.bytes > u64::from(limit) {

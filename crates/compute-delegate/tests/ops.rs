@@ -290,6 +290,18 @@ fn softmax_and_log_softmax_over_any_dim() {
             let what = format!("softmax {shape:?} dim {dim}");
             assert_close(&got[0], &softmax_ref(&x, shape, dim, false), 1e-5, &what);
             assert_close(&got[1], &softmax_ref(&x, shape, dim, true), 1e-5, &what);
+            // The shared-memory reduction (used where subgroup arithmetic is missing).
+            let opts = BuildOptions {
+                disable_subgroups: true,
+                ..BuildOptions::default()
+            };
+            let mut plain = g.build_with(&dev, &opts).unwrap();
+            let out = plain
+                .execute(&[HostTensor::from_f32(shape.to_vec(), &x).unwrap()])
+                .unwrap();
+            let what = format!("softmax (shared memory) {shape:?} dim {dim}");
+            let want = softmax_ref(&x, shape, dim, false);
+            assert_close(&out[0].to_f32().unwrap(), &want, 1e-5, &what);
         }
     }
     assert_no_validation_errors(&instance);
