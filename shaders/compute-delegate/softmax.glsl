@@ -25,21 +25,29 @@ layout(push_constant) uniform Params {
 } pc;
 
 #if SUBGROUP
-// Partial results of each subgroup (subgroups of at least 4 invocations).
+// Partial results of each subgroup (subgroups of at least 4 invocations), and the result.
 shared float s_part[64];
+shared float s_res;
 
+// Subgroup reduction, then the first subgroup reduces the partials; two barriers.
 float block_max(float v) {
     v = subgroupMax(v);
     if (subgroupElect()) {
         s_part[gl_SubgroupID] = v;
     }
     barrier();
-    float r = s_part[0];
-    for (uint i = 1; i < gl_NumSubgroups; ++i) {
-        r = max(r, s_part[i]);
+    if (gl_SubgroupID == 0) {
+        float r = -1.0 / 0.0;
+        for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups; i += gl_SubgroupSize) {
+            r = max(r, s_part[i]);
+        }
+        r = subgroupMax(r);
+        if (subgroupElect()) {
+            s_res = r;
+        }
     }
     barrier();
-    return r;
+    return s_res;
 }
 
 float block_sum(float v) {
@@ -48,12 +56,18 @@ float block_sum(float v) {
         s_part[gl_SubgroupID] = v;
     }
     barrier();
-    float r = 0.0;
-    for (uint i = 0; i < gl_NumSubgroups; ++i) {
-        r += s_part[i];
+    if (gl_SubgroupID == 0) {
+        float r = 0.0;
+        for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups; i += gl_SubgroupSize) {
+            r += s_part[i];
+        }
+        r = subgroupAdd(r);
+        if (subgroupElect()) {
+            s_res = r;
+        }
     }
     barrier();
-    return r;
+    return s_res;
 }
 
 // The row's max and sum of exp(x - max) from each thread's (max, sum).
