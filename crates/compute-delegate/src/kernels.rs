@@ -12,7 +12,9 @@ pub(crate) enum Kernel {
     Softmax,
     SoftmaxSg,
     Reduce,
+    ReduceSg,
     LayerNorm,
+    LayerNormSg,
     Pool,
     Pool2x2,
     ConvDw,
@@ -34,7 +36,9 @@ impl Kernel {
             Kernel::Softmax => include_bytes!("../spirv/softmax.spv"),
             Kernel::SoftmaxSg => include_bytes!("../spirv/softmax_sg.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
+            Kernel::ReduceSg => include_bytes!("../spirv/reduce_sg.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
+            Kernel::LayerNormSg => include_bytes!("../spirv/layer_norm_sg.spv"),
             Kernel::Pool => include_bytes!("../spirv/pool2d.spv"),
             Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
@@ -55,10 +59,11 @@ impl Kernel {
             | Kernel::Softmax
             | Kernel::SoftmaxSg
             | Kernel::Reduce
+            | Kernel::ReduceSg
             | Kernel::Pool
             | Kernel::Pool2x2 => 2,
             Kernel::Binary | Kernel::BinaryBcast | Kernel::QAdd => 3,
-            Kernel::LayerNorm | Kernel::ConvDw | Kernel::Gemm => 4,
+            Kernel::LayerNorm | Kernel::LayerNormSg | Kernel::ConvDw | Kernel::Gemm => 4,
             Kernel::QConv => 6,
         }
     }

@@ -54,7 +54,9 @@
 //!
 //! What it does not check: the validity of handles given to its `unsafe` functions; that the
 //! device passed to `build` has what [`requirements`] lists (a device made from them does).
-//! It does not use subgroup operations or cooperative matrices yet, so it needs neither.
+//! Subgroup arithmetic is used where the physical device offers it in compute shaders (queried
+//! at build; [`BuildOptions::disable_subgroups`] turns it off) for the row reductions of
+//! softmax, sum/mean and layer_norm; it is never required. Cooperative matrices are not used.
 //! It never names a symbol of the ARM ML extensions and knows nothing of VGF files.
 
 pub mod bench;

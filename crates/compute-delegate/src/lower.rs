@@ -456,8 +456,13 @@ impl Lowerer<'_> {
                     } else {
                         self.linear_groups((outer * inner) as u64)
                     };
+                    let kernel = if rows && self.subgroups {
+                        Kernel::ReduceSg
+                    } else {
+                        Kernel::Reduce
+                    };
                     self.push(
-                        Kernel::Reduce,
+                        kernel,
                         vec![u32::from(rows)],
                         vec![(src, false), (dst, true)],
                         vec![outer as u32, r as u32, inner as u32, scale.to_bits()],
@@ -483,8 +488,13 @@ impl Lowerer<'_> {
                 } else {
                     rows.min(ROW_GROUPS) as u32
                 };
+                let kernel = if !per_thread && self.subgroups {
+                    Kernel::LayerNormSg
+                } else {
+                    Kernel::LayerNorm
+                };
                 self.push(
-                    Kernel::LayerNorm,
+                    kernel,
                     vec![
                         u32::from(w.is_some()),
                         u32::from(b.is_some()),

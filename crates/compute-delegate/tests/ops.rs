@@ -986,6 +986,27 @@ fn row_kernels_loop_over_more_rows_than_work_groups() {
             );
         }
         assert_close(&got[2], &want, 1e-4, "layer_norm rows");
+        // The shared-memory reductions (used where subgroup arithmetic is missing).
+        let opts = BuildOptions {
+            disable_subgroups: true,
+            ..BuildOptions::default()
+        };
+        let mut plain = g.build_with(&dev, &opts).unwrap();
+        let out = plain
+            .execute(&[HostTensor::from_f32(shape.to_vec(), &x).unwrap()])
+            .unwrap();
+        assert_close(
+            &out[1].to_f32().unwrap(),
+            &reduce_ref(&x, &shape, &[1], false),
+            1e-5,
+            "sum rows (shared memory)",
+        );
+        assert_close(
+            &out[2].to_f32().unwrap(),
+            &want,
+            1e-4,
+            "layer_norm rows (shared memory)",
+        );
     }
     assert_no_validation_errors(&instance);
 }

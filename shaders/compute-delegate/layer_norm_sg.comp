@@ -1,0 +1,6 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// layer_norm with subgroup reductions (see layer_norm.glsl).
+#define SUBGROUP 1
+#include "layer_norm.glsl"
