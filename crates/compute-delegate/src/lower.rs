@@ -20,6 +20,9 @@ pub(crate) struct Dispatch {
     pub bindings: Vec<(usize, bool)>,
     pub push: Vec<u32>,
     pub groups: [u32; 3],
+    /// Each invocation reads exactly the elements it writes (vec4 elementwise kernels), so
+    /// the output may take the buffer of an input that dies here.
+    pub in_place: bool,
 }
 
 /// The lowered graph.
@@ -152,6 +155,7 @@ impl Lowerer<'_> {
             bindings,
             push,
             groups,
+            in_place: matches!(kernel, Kernel::Unary | Kernel::Binary),
         });
     }
 

@@ -246,7 +246,12 @@ fn plan_memory(storages: &[crate::graph::Storage], dispatches: &[Dispatch]) -> M
     for s in temps {
         let need = storages[s].bytes;
         report.intermediates_unshared += need;
-        let free: Vec<usize> = (0..pool.len()).filter(|&i| pool[i].1 < first[s]).collect();
+        // Free: last used before `s` is first written, or last read by the very dispatch that
+        // writes `s` when that dispatch works in place.
+        let in_place = dispatches[first[s]].in_place;
+        let free: Vec<usize> = (0..pool.len())
+            .filter(|&i| pool[i].1 < first[s] || (in_place && pool[i].1 == first[s]))
+            .collect();
         let fit = free
             .iter()
             .copied()
@@ -1352,6 +1357,7 @@ mod tests {
             bindings: bindings.to_vec(),
             push: vec![],
             groups: [1, 1, 1],
+            in_place: false,
         }
     }
 
@@ -1403,6 +1409,19 @@ mod tests {
         assert_ne!(plan.slot_of[1], plan.slot_of[2]);
         // The reused buffer grew to the larger tensor.
         assert_eq!(plan.report.intermediates, 96 + 64);
+
+        // The same chain of in-place kernels needs one buffer.
+        let d: Vec<Dispatch> = d
+            .into_iter()
+            .map(|x| Dispatch {
+                in_place: true,
+                ..x
+            })
+            .collect();
+        let plan = plan_memory(&storages, &d);
+        assert_eq!(plan.slot_of[1], plan.slot_of[2]);
+        assert_eq!(plan.slot_of[2], plan.slot_of[3]);
+        assert_eq!(plan.report.intermediates, 96);
     }
 
     #[test]

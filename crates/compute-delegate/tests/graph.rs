@@ -136,7 +136,7 @@ fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
     else {
         return;
     };
-    // A chain of five elementwise ops on 1024 floats: at most two intermediates live at once.
+    // A chain of five elementwise ops on 1024 floats.
     let mut g = GraphBuilder::new();
     let x = g.input("x", DType::F32, &[1024]).unwrap();
     let mut t = x;
@@ -146,10 +146,11 @@ fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
     g.output(t).unwrap();
     let mut graph = g.build(&dev).unwrap();
     let m = graph.memory();
+    // Elementwise kernels work in place: one buffer for all four intermediates.
     assert_eq!(m.intermediates_unshared, 4 * 4096);
-    assert_eq!(m.intermediates, 2 * 4096, "{m:?}");
+    assert_eq!(m.intermediates, 4096, "{m:?}");
     assert_eq!(m.io, 2 * 4096);
-    assert_eq!(m.peak_device_bytes(), 4 * 4096);
+    assert_eq!(m.peak_device_bytes(), 3 * 4096);
     assert_eq!(graph.dispatch_count(), 5);
     assert_eq!(graph.barrier_count(), 4);
     let out = graph
