@@ -71,7 +71,7 @@ pub use bench::{BenchRow, bench};
 pub use error::{Error, Result};
 pub use graph::{BinaryOp, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp};
 pub use memory::Allocator;
-pub use runtime::{BuildOptions, DeviceTensor, Graph, MemoryReport};
+pub use runtime::{BuildOptions, DeviceTensor, DispatchTime, Graph, MemoryReport};
 
 use vk_core::{Features, QueueCaps, Requirements, Version};
 

@@ -50,6 +50,19 @@ impl MemoryReport {
     }
 }
 
+/// One dispatch's share of the device time (see [`Graph::profile`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchTime {
+    /// The op the dispatch belongs to.
+    pub op: &'static str,
+    /// The shader.
+    pub kernel: String,
+    /// Work groups dispatched.
+    pub groups: [u32; 3],
+    /// Time from the previous timestamp to the one after this dispatch.
+    pub time: Duration,
+}
+
 /// A device buffer holding a graph input or output, for device-resident chaining.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceTensor {
@@ -135,6 +148,8 @@ impl Drop for Objects {
 /// One recorded dispatch.
 #[derive(Debug, Clone)]
 struct Recorded {
+    op: &'static str,
+    kernel: Kernel,
     pipeline: vk::Pipeline,
     layout: vk::PipelineLayout,
     set: vk::DescriptorSet,
@@ -784,6 +799,8 @@ impl GraphBuilder {
             .iter()
             .enumerate()
             .map(|(i, x)| Recorded {
+                op: x.op,
+                kernel: x.kernel,
                 pipeline: pipeline_of[&(x.kernel, x.spec.clone())],
                 layout: layout_of[&x.kernel.bindings()].1,
                 set: sets[i],
@@ -871,12 +888,21 @@ impl Graph {
     /// `cmd` must be a primary command buffer of this device in the recording state, outside a
     /// render pass, on a queue family with compute.
     unsafe fn record_dispatches(&self, cmd: vk::CommandBuffer) {
+        // SAFETY: forwarded contract.
+        unsafe { self.record_dispatches_with(cmd, &|_| {}) }
+    }
+
+    /// As [`Graph::record_dispatches`], calling `after(i)` after recording dispatch `i`.
+    ///
+    /// # Safety
+    /// As [`Graph::record_dispatches`]; `after` records only valid commands into `cmd`.
+    unsafe fn record_dispatches_with(&self, cmd: vk::CommandBuffer, after: &dyn Fn(usize)) {
         let d = self.device().raw();
         let between = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE)
             .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
         let mut bound = vk::Pipeline::null();
-        for r in &self.recorded {
+        for (i, r) in self.recorded.iter().enumerate() {
             // SAFETY: the caller's contract; every handle is live and owned by this graph.
             unsafe {
                 if r.barrier_before {
@@ -907,6 +933,7 @@ impl Graph {
                 }
                 d.cmd_dispatch(cmd, r.groups[0], r.groups[1], r.groups[2]);
             }
+            after(i);
         }
     }
 
@@ -1325,6 +1352,99 @@ impl Graph {
     /// The graph's allocator (to share with other graphs through [`BuildOptions::allocator`]).
     pub fn allocator(&self) -> &Arc<Allocator> {
         &self.alloc
+    }
+
+    /// Runs the dispatches once (device-resident, on the inputs already in the device
+    /// buffers) with a timestamp after each, and returns each dispatch's share of the device
+    /// time. Dispatches without a barrier between them may overlap on the device, so their
+    /// shares are approximate.
+    pub fn profile(&mut self) -> Result<Vec<DispatchTime>> {
+        self.wait()?;
+        if !self.timestamps {
+            return Err(Error::Unsupported(
+                "profile: the queue family has no timestamps".into(),
+            ));
+        }
+        let d = self.device().raw().clone();
+        let n = self.recorded.len() as u32;
+        // SAFETY: valid create info; destroyed below after the fence wait.
+        let pool = unsafe {
+            d.create_query_pool(
+                &vk::QueryPoolCreateInfo::default()
+                    .query_type(vk::QueryType::TIMESTAMP)
+                    .query_count(n + 1),
+                None,
+            )
+        }
+        .vk("vkCreateQueryPool")?;
+        let result = (|| -> Result<Vec<DispatchTime>> {
+            // SAFETY: the graph's command pool is live; the buffer is freed below.
+            let cmd = unsafe {
+                d.allocate_command_buffers(
+                    &vk::CommandBufferAllocateInfo::default()
+                        .command_pool(self.objects.command_pool)
+                        .level(vk::CommandBufferLevel::PRIMARY)
+                        .command_buffer_count(1),
+                )
+            }
+            .vk("vkAllocateCommandBuffers")?[0];
+            let run = (|| -> Result<Vec<u64>> {
+                // SAFETY: recording a fresh command buffer with live handles; the query pool
+                // has n + 1 queries, reset first.
+                unsafe {
+                    d.begin_command_buffer(
+                        cmd,
+                        &vk::CommandBufferBeginInfo::default()
+                            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+                    )
+                    .vk("vkBeginCommandBuffer")?;
+                    d.cmd_reset_query_pool(cmd, pool, 0, n + 1);
+                    d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, pool, 0);
+                    self.record_dispatches_with(cmd, &|i| {
+                        d.cmd_write_timestamp(
+                            cmd,
+                            vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                            pool,
+                            i as u32 + 1,
+                        )
+                    });
+                    d.end_command_buffer(cmd).vk("vkEndCommandBuffer")?;
+                }
+                submit_and_wait(self.device(), self.objects.fence, cmd, &[], &[])?;
+                let mut ts = vec![0u64; n as usize + 1];
+                // SAFETY: every query was written by the finished submission.
+                unsafe {
+                    d.get_query_pool_results(
+                        pool,
+                        0,
+                        &mut ts,
+                        vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                    )
+                }
+                .vk("vkGetQueryPoolResults")?;
+                Ok(ts)
+            })();
+            // SAFETY: the submission finished (or never started); the buffer is ours.
+            unsafe { d.free_command_buffers(self.objects.command_pool, &[cmd]) };
+            let ts = run?;
+            let period = f64::from(self.device().capabilities().limits.timestamp_period());
+            Ok(self
+                .recorded
+                .iter()
+                .enumerate()
+                .map(|(i, r)| DispatchTime {
+                    op: r.op,
+                    kernel: format!("{:?}", r.kernel),
+                    groups: r.groups,
+                    time: Duration::from_nanos(
+                        (ts[i + 1].saturating_sub(ts[i]) as f64 * period) as u64,
+                    ),
+                })
+                .collect())
+        })();
+        // SAFETY: created above; the submission using it was waited for.
+        unsafe { d.destroy_query_pool(pool, None) };
+        result
     }
 
     /// Runs `execute` and returns the outputs with the wall time of the call.

@@ -182,8 +182,16 @@ fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
     let b = g.input("b", DType::F32, &[600, 70]).unwrap();
     let c = g.matmul(a, b).unwrap();
     g.output(c).unwrap();
-    let split = g.build(&dev).unwrap();
+    let mut split = g.build(&dev).unwrap();
     assert_eq!(split.dispatch_count(), 2);
+    let profile = split.profile().unwrap();
+    assert_eq!(profile.len(), 2);
+    assert_eq!(
+        (profile[0].op, profile[0].kernel.as_str()),
+        ("matmul", "Gemm")
+    );
+    assert_eq!(profile[1].kernel, "Reduce");
+    assert_eq!(profile[0].groups[2], 2, "two K splits");
     assert_eq!(split.barrier_count(), 1);
     assert_eq!(split.memory().intermediates, 2 * 130 * 70 * 4);
     drop((graph, graph2, split));
