@@ -8,7 +8,7 @@
 //!   device, never destroyed here), [`Registry::unregister`] (holders keep the context alive),
 //!   replacement of invalidated contexts, and [`Registry::clear`] for tests.
 //! - Per delegate instance, at run time: [`SharingOptions`] parsed from string key/value pairs
-//!   (`shared.mode`, `shared.token`, `shared.group_id`), and [`acquire`], which honours the
+//!   (`shared.mode`, `shared.token`, `shared.group_id`), and [`acquire()`], which honours the
 //!   mode (`disabled`, `lookup_only`, `lookup_or_create`, `create_only`).
 //! - Load order does not matter: whoever creates the shared device asks for the union of the
 //!   requirements of every delegate compiled into the process ([`DELEGATE_REQUIREMENTS`]) that
@@ -22,7 +22,7 @@
 //! lock, and the registry lock is never taken while holding a queue guard.
 //!
 //! Nothing process-wide exists unless sharing is used: the global registry is created on the
-//! first [`acquire`] with sharing enabled (or the first call to [`global`]).
+//! first [`acquire()`] with sharing enabled (or the first call to [`global`]).
 //!
 //! What this crate does not do: it creates no command pools, fences or semaphores; each
 //! delegate owns its own and waits only on them.

@@ -2,7 +2,7 @@
 //!
 //! Invariant: no context (and so no anchor or device) is ever dropped while the registry lock
 //! is held. Every operation collects what it removes into a list that is dropped after the
-//! lock is released ([`Registry::locked`]); `SharedContext::drop` asserts it in debug builds.
+//! lock is released (`Registry::locked`); `SharedContext::drop` asserts it in debug builds.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -1,0 +1,169 @@
+//! The `vkdelegate` binary, end to end.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+#![cfg_attr(not(feature = "vgf"), allow(dead_code, unused_imports))]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vkdelegate"));
+    c.env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    c
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let out = bin().arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in ["devices", "inspect", "run", "bench", "demo"] {
+        assert!(text.contains(cmd), "{text}");
+    }
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let out = bin()
+        .args(["inspect", "/nonexistent/model.vgf"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/model.vgf"), "{err}");
+}
+
+/// `inspect --json` carries the facts of Arm's `vgf_dump.json` for every corpus file: the
+/// same JSON the library's differential test checks against `vgf_dump.json`.
+#[cfg(feature = "vgf")]
+#[test]
+fn inspect_json_matches_the_library_on_every_corpus_file() {
+    let corpus = root().join("../shared/corpus/vgf");
+    let Ok(entries) = std::fs::read_dir(&corpus) else {
+        vk_core_skip(
+            "inspect_json",
+            &format!("no corpus at {}", corpus.display()),
+        );
+        return;
+    };
+    let mut n = 0;
+    for e in entries.flatten() {
+        let model = e.path().join("model.vgf");
+        if !model.is_file() {
+            continue;
+        }
+        let out = bin()
+            .args(["inspect", "--json"])
+            .arg(&model)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ours: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let bytes = std::fs::read(&model).unwrap();
+        let vgf = vkdelegate::vgf::Vgf::decode(&bytes).unwrap();
+        assert_eq!(
+            ours,
+            vkdelegate::vgf::inspect_json(&vgf),
+            "{}",
+            model.display()
+        );
+        // Spot-check against Arm's own dump: module and resource counts.
+        let dump: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(e.path().join("vgf_dump.json")).unwrap())
+                .unwrap();
+        for key in ["modules", "resources"] {
+            if let (Some(a), Some(b)) = (ours[key].as_array(), dump[key].as_array()) {
+                assert_eq!(a.len(), b.len(), "{key} of {}", model.display());
+            }
+        }
+        n += 1;
+    }
+    assert!(n >= 9, "only {n} corpus files");
+}
+
+#[cfg(feature = "vgf")]
+fn vk_core_skip(test: &str, reason: &str) {
+    vkdelegate::vk_core::testing::skip(test, reason);
+}
+
+/// `run` on a program file and on a single VGF writes outputs that match the references.
+#[cfg(all(feature = "vgf", feature = "compute"))]
+#[test]
+fn run_writes_outputs() {
+    if !vkdelegate::vk_core::InstanceDesc::default().validation {
+        vk_core_skip("run_writes_outputs", "VKDELEGATE_VALIDATION=1 is not set");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vkdelegate-cli-{}", std::process::id()));
+    let fixtures = root().join("fixtures/vgf");
+    let out = bin()
+        .arg("run")
+        .arg(fixtures.join("sqplus_1x3x4x4/model.vgf"))
+        .arg("--input")
+        .arg(fixtures.join("sqplus_1x3x4x4/input_0.npy"))
+        .arg("--output-dir")
+        .arg(dir.join("vgf"))
+        .args(["--repeat", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("loaded in") && stdout.contains("per run"),
+        "{stdout}"
+    );
+    let got = std::fs::read(dir.join("vgf/output_0.npy")).unwrap();
+    let want = std::fs::read(fixtures.join("sqplus_1x3x4x4/vgf_output_0.npy")).unwrap();
+    // Same data (headers may pad differently): compare the last 48 floats.
+    assert_eq!(got[got.len() - 192..], want[want.len() - 192..]);
+
+    let out = bin()
+        .arg("run")
+        .arg(root().join("examples/pool_sigmoid_sqplus.toml"))
+        .arg("--input")
+        .arg(format!(
+            "x={}",
+            fixtures.join("avgpool/input_0.npy").display()
+        ))
+        .arg("--output-dir")
+        .arg(dir.join("program"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("avg_pool (vgf) -> sigmoid (compute) -> square_plus (vgf)"),
+        "{stdout}"
+    );
+    assert!(dir.join("program/output_0.npy").is_file());
+
+    // A wrong input name is refused by name.
+    let out = bin()
+        .arg("run")
+        .arg(root().join("examples/pool_sigmoid_sqplus.toml"))
+        .arg("--input")
+        .arg(format!(
+            "z={}",
+            fixtures.join("avgpool/input_0.npy").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no input 'z'"), "{err}");
+}
