@@ -1,9 +1,17 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 // Tiled GEMM, C[m][n] = sum_k A[m][k] * B[k][n] (+ bias), used for matmul, bmm, linear and
 // (as an implicit GEMM) conv2d. A work group computes a BM x BN tile (BM = 8 * TY,
 // BN = 8 * TX), each thread an 8 x 8 register tile (two vec4 rows x two vec4 columns, split so
-// that shared-memory reads are conflict-free), stepping K by 8 with the next tile prefetched
-// into registers while the current one is multiplied from shared memory.
+// that shared-memory reads are conflict-free), stepping K by BK through two shared-memory
+// stages: the next tile's global loads are in flight in registers while the current stage is
+// multiplied, then stored into the other stage, one barrier per step.
+//
+// Every loop over registers has a constant trip count and is unrolled in the SPIR-V
+// ([[unroll]]), so the accumulators, fragments and prefetch registers are plain registers:
+// an array indexed at run time would live in local memory (the cause of a 10x slowdown).
+// Loops whose trip count depends on the tile size run to the largest count and test a
+// specialization constant, which the driver folds.
 //
 // MODE 0: matmul with strides; batch index = gl_WorkGroupID.z; bias (if any) per column.
 // MODE 1: conv2d as implicit GEMM: A = weights [c_out][c_in/g * kh * kw] of group z,
@@ -11,7 +19,7 @@
 //         n = (image, oy, ox); C written to NCHW; bias per output channel.
 // MODE 2: MODE 1 for 1x1 kernels with stride 1 and no padding (B is the input itself).
 layout(local_size_x_id = 0) in;
-// Threads per work group (spec constant 0, set to TX * TY).
+// Threads per work group (spec constant 0, set to TX * TY; TX and TY are 8 or 16).
 const uint WG = gl_WorkGroupSize.x;
 layout(constant_id = 1) const uint TX = 16;
 layout(constant_id = 2) const uint TY = 16;
@@ -27,17 +35,32 @@ layout(constant_id = 6) const uint ACT = 0;
 layout(constant_id = 7) const uint VEC_A = 0;
 layout(constant_id = 8) const uint VEC_B = 0;
 
-const uint BK = 8;
+#ifndef GEMM_BK
+#define GEMM_BK 8
+#endif
+const uint BK = GEMM_BK;
 const uint BM = TY * 8;
 const uint BN = TX * 8;
 const uint BM4 = TY * 2;
 // A rows are padded by one vec4 so that the transposing stores into As are conflict-free.
-const uint AS_ROW = BM4 + 1;
+#ifndef GEMM_APAD
+#define GEMM_APAD 1
+#endif
+const uint AS_ROW = BM4 + GEMM_APAD;
 const uint BN4 = TX * 2;
+// Elements (or vec4s) of A and B each thread loads per K step, and the largest of each
+// (TX = TY = 8 on 64 threads; compile-time bounds for the unrolled loops).
 const uint LA = (BM * BK) / WG;
 const uint LB = (BN * BK) / WG;
 const uint LA4 = (BM * BK / 4) / WG;
 const uint LB4 = (BN * BK / 4) / WG;
+const uint MAX_L = BK;
+const uint MAX_L4 = BK / 4;
+// A thread's B column is fixed (WG is a multiple of BN); its rows step by RB.
+const uint RB = WG / BN;
+// Each stage: As is [BK][AS_ROW] vec4, Bs is [BK][BN4] vec4.
+const uint AS_STAGE = BK * AS_ROW;
+const uint BS_STAGE = BK * BN4;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Bm { float b[]; };
@@ -83,69 +106,122 @@ layout(push_constant) uniform Params {
     float act_hi;
 } pc;
 
-shared vec4 As[BK * AS_ROW];
-shared vec4 Bs[BK * BN4];
+shared vec4 As[2 * AS_STAGE];
+shared vec4 Bs[2 * BS_STAGE];
 
 // Per-thread state: B column bookkeeping (fixed across K steps) and the prefetch registers.
-uint b_col[LB];
-int b_iy[LB];
-int b_ix[LB];
-bool b_ok[LB];
-float ra[LA];
-float rb[LB];
-vec4 ra4[LA4];
-vec4 rb4[LB4];
+uint b_col;
+int b_iy;
+int b_ix;
+bool b_ok;
+float ra[MAX_L];
+float rb[MAX_L];
+vec4 ra4[MAX_L4];
+vec4 rb4[MAX_L4];
 
 void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint k_end) {
     if (VEC_A == 1) {
-        for (uint r = 0; r < LA4; ++r) {
-            uint e = tid + r * WG;
-            uint mm = m0 + e / 2;
-            uint kk = k0 + (e % 2) * 4;
-            ra4[r] = (mm < pc.m && kk < k_end) ? a4[(a_off + mm * pc.sa_m + kk) / 4] : vec4(0.0);
+        [[unroll]] for (uint r = 0; r < MAX_L4; ++r) {
+            if (r < LA4) {
+                uint e = tid + r * WG;
+                uint mm = m0 + e / (BK / 4);
+                uint kk = k0 + (e % (BK / 4)) * 4;
+                ra4[r] = (mm < pc.m && kk < k_end) ? a4[(a_off + mm * pc.sa_m + kk) / 4] : vec4(0.0);
+            }
         }
     } else {
-        for (uint r = 0; r < LA; ++r) {
-            uint e = tid + r * WG;
-            uint mm = m0 + e / BK;
-            uint kk = k0 + e % BK;
-            ra[r] = (mm < pc.m && kk < k_end) ? a[a_off + mm * pc.sa_m + kk * pc.sa_k] : 0.0;
+        [[unroll]] for (uint r = 0; r < MAX_L; ++r) {
+            if (r < LA) {
+                uint e = tid + r * WG;
+                uint mm = m0 + e / BK;
+                uint kk = k0 + e % BK;
+                ra[r] = (mm < pc.m && kk < k_end) ? a[a_off + mm * pc.sa_m + kk * pc.sa_k] : 0.0;
+            }
         }
     }
     if (VEC_B == 1) {
-        for (uint r = 0; r < LB4; ++r) {
-            uint e = tid + r * WG;
-            uint kk = k0 + e / BN4;
-            uint nn = n0 + (e % BN4) * 4;
-            rb4[r] = (nn < pc.n && kk < k_end) ? b4[(b_off + kk * pc.sb_k + nn) / 4] : vec4(0.0);
+        [[unroll]] for (uint r = 0; r < MAX_L4; ++r) {
+            if (r < LB4) {
+                uint e = tid + r * WG;
+                uint kk = k0 + e / BN4;
+                uint nn = n0 + (e % BN4) * 4;
+                rb4[r] = (nn < pc.n && kk < k_end) ? b4[(b_off + kk * pc.sb_k + nn) / 4] : vec4(0.0);
+            }
         }
         return;
     }
     uint kw = (KWS > 0) ? KWS : pc.kw;
     uint khw = ((KHS > 0) ? KHS : pc.kh) * kw;
     uint ohw = pc.oh * pc.ow;
-    for (uint r = 0; r < LB; ++r) {
-        uint e = tid + r * WG;
-        uint kk = k0 + e / BN;
-        float v = 0.0;
-        if (b_ok[r] && kk < k_end) {
-            if (MODE == 0) {
-                v = b[b_col[r] + kk * pc.sb_k];
-            } else if (MODE == 2) {
-                v = b[b_col[r] + kk * ohw];
-            } else {
-                uint ci = kk / khw;
-                uint rem = kk - ci * khw;
-                uint ky = rem / kw;
-                uint kx = rem - ky * kw;
-                int iy = b_iy[r] + int(ky * pc.dh);
-                int ix = b_ix[r] + int(kx * pc.dw);
-                if (iy >= 0 && iy < int(pc.h) && ix >= 0 && ix < int(pc.w)) {
-                    v = b[b_col[r] + ci * pc.h * pc.w + uint(iy) * pc.w + uint(ix)];
+    uint hw = pc.h * pc.w;
+    [[unroll]] for (uint r = 0; r < MAX_L; ++r) {
+        if (r < LB) {
+            uint kk = k0 + tid / BN + r * RB;
+            float v = 0.0;
+            if (b_ok && kk < k_end) {
+                if (MODE == 0) {
+                    v = b[b_col + kk * pc.sb_k];
+                } else if (MODE == 2) {
+                    v = b[b_col + kk * ohw];
+                } else {
+                    uint ci = kk / khw;
+                    uint rem = kk - ci * khw;
+                    uint ky = rem / kw;
+                    uint kx = rem - ky * kw;
+                    int iy = b_iy + int(ky * pc.dh);
+                    int ix = b_ix + int(kx * pc.dw);
+                    if (uint(iy) < pc.h && uint(ix) < pc.w) {
+                        v = b[b_col + ci * hw + uint(iy) * pc.w + uint(ix)];
+                    }
                 }
             }
+            rb[r] = v;
         }
-        rb[r] = v;
+    }
+}
+
+void store_tile(uint tid, uint stage) {
+    uint as0 = stage * AS_STAGE;
+    uint bs0 = stage * BS_STAGE;
+    if (VEC_A == 1) {
+        [[unroll]] for (uint r = 0; r < MAX_L4; ++r) {
+            if (r < LA4) {
+                uint e = tid + r * WG;
+                uint mm = e / (BK / 4);
+                uint kq = (e % (BK / 4)) * 4;
+                uint base = as0 + kq * AS_ROW + mm / 4;
+                uint lane = mm % 4;
+                vec4 v = ra4[r];
+                As[base][lane] = v.x;
+                As[base + AS_ROW][lane] = v.y;
+                As[base + 2 * AS_ROW][lane] = v.z;
+                As[base + 3 * AS_ROW][lane] = v.w;
+            }
+        }
+    } else {
+        [[unroll]] for (uint r = 0; r < MAX_L; ++r) {
+            if (r < LA) {
+                uint e = tid + r * WG;
+                uint mm = e / BK;
+                uint kk = e % BK;
+                As[as0 + kk * AS_ROW + mm / 4][mm % 4] = ra[r];
+            }
+        }
+    }
+    if (VEC_B == 1) {
+        [[unroll]] for (uint r = 0; r < MAX_L4; ++r) {
+            if (r < LB4) {
+                Bs[bs0 + tid + r * WG] = rb4[r];
+            }
+        }
+    } else {
+        uint nn = tid % BN;
+        [[unroll]] for (uint r = 0; r < MAX_L; ++r) {
+            if (r < LB) {
+                uint kk = tid / BN + r * RB;
+                Bs[bs0 + kk * BN4 + nn / 4][nn % 4] = rb[r];
+            }
+        }
     }
 }
 
@@ -164,14 +240,13 @@ void main() {
     uint a_off = z * pc.sa_b;
     uint ohw = pc.oh * pc.ow;
 
-    for (uint r = 0; r < LB; ++r) {
-        uint e = tid + r * WG;
-        uint n = n0 + e % BN;
-        b_ok[r] = n < pc.n;
-        b_iy[r] = 0;
-        b_ix[r] = 0;
+    {
+        uint n = n0 + tid % BN;
+        b_ok = n < pc.n;
+        b_iy = 0;
+        b_ix = 0;
         if (MODE == 0) {
-            b_col[r] = z * pc.sb_b + n * pc.sb_n;
+            b_col = z * pc.sb_b + n * pc.sb_n;
         } else {
             uint img = n / ohw;
             uint p = n - img * ohw;
@@ -179,94 +254,74 @@ void main() {
             uint ox = p - oy * pc.ow;
             uint cin = pc.cin_g * (pc.cout / pc.m);
             // Plane base of input channel (z * cin_g) of this image.
-            b_col[r] = (img * cin + z * pc.cin_g) * pc.h * pc.w;
+            b_col = (img * cin + z * pc.cin_g) * pc.h * pc.w;
             if (MODE == 2) {
-                b_col[r] += p;
+                b_col += p;
             }
-            b_iy[r] = int(oy * pc.sh) - int(pc.ph);
-            b_ix[r] = int(ox * pc.sw) - int(pc.pw);
+            b_iy = int(oy * pc.sh) - int(pc.ph);
+            b_ix = int(ox * pc.sw) - int(pc.pw);
         }
     }
 
     vec4 acc[8][2];
-    for (uint i = 0; i < 8; ++i) {
+    [[unroll]] for (uint i = 0; i < 8; ++i) {
         acc[i][0] = vec4(0.0);
         acc[i][1] = vec4(0.0);
     }
 
     uint b_off = z * pc.sb_b;
     load_tile(tid, m0, n0, a_off, b_off, k_begin, k_end);
+    store_tile(tid, 0);
+    barrier();
+    uint stage = 0;
     for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
-        barrier();
-        if (VEC_A == 1) {
-            for (uint r = 0; r < LA4; ++r) {
-                uint e = tid + r * WG;
-                uint mm = e / 2;
-                uint kq = (e % 2) * 4;
-                for (uint i = 0; i < 4; ++i) {
-                    As[(kq + i) * AS_ROW + mm / 4][mm % 4] = ra4[r][i];
-                }
-            }
-        } else {
-            for (uint r = 0; r < LA; ++r) {
-                uint e = tid + r * WG;
-                uint mm = e / BK;
-                uint kk = e % BK;
-                As[kk * AS_ROW + mm / 4][mm % 4] = ra[r];
-            }
-        }
-        if (VEC_B == 1) {
-            for (uint r = 0; r < LB4; ++r) {
-                uint e = tid + r * WG;
-                Bs[(e / BN4) * BN4 + e % BN4] = rb4[r];
-            }
-        } else {
-            for (uint r = 0; r < LB; ++r) {
-                uint e = tid + r * WG;
-                uint kk = e / BN;
-                uint nn = e % BN;
-                Bs[kk * BN4 + nn / 4][nn % 4] = rb[r];
-            }
-        }
-        barrier();
-        // The next tile's global loads are in flight while this one is multiplied.
-        if (k0 + BK < k_end) {
+        bool more = k0 + BK < k_end;
+        // The next tile's global loads are in flight while this stage is multiplied.
+        if (more) {
             load_tile(tid, m0, n0, a_off, b_off, k0 + BK, k_end);
         }
-        for (uint kk = 0; kk < BK; ++kk) {
-            vec4 a0 = As[kk * AS_ROW + ty];
-            vec4 a1 = As[kk * AS_ROW + ty + TY];
-            vec4 b0 = Bs[kk * BN4 + tx];
-            vec4 b1 = Bs[kk * BN4 + tx + TX];
-            for (uint i = 0; i < 4; ++i) {
-                acc[i][0] += a0[i] * b0;
-                acc[i][1] += a0[i] * b1;
-                acc[i + 4][0] += a1[i] * b0;
-                acc[i + 4][1] += a1[i] * b1;
+        uint as0 = stage * AS_STAGE;
+        uint bs0 = stage * BS_STAGE;
+        [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
+            vec4 a0 = As[as0 + kk * AS_ROW + ty];
+            vec4 a1 = As[as0 + kk * AS_ROW + ty + TY];
+            vec4 b0 = Bs[bs0 + kk * BN4 + tx];
+            vec4 b1 = Bs[bs0 + kk * BN4 + tx + TX];
+            [[unroll]] for (uint i = 0; i < 4; ++i) {
+                acc[i][0] = fma(vec4(a0[i]), b0, acc[i][0]);
+                acc[i][1] = fma(vec4(a0[i]), b1, acc[i][1]);
+                acc[i + 4][0] = fma(vec4(a1[i]), b0, acc[i + 4][0]);
+                acc[i + 4][1] = fma(vec4(a1[i]), b1, acc[i + 4][1]);
             }
         }
+        // The other stage was last read before the previous barrier.
+        if (more) {
+            store_tile(tid, stage ^ 1);
+        }
+        barrier();
+        stage ^= 1;
     }
 
-    for (uint i = 0; i < 8; ++i) {
+    [[unroll]] for (uint i = 0; i < 8; ++i) {
         uint mm = m0 + ((i < 4) ? (ty * 4 + i) : ((ty + TY) * 4 + i - 4));
-        if (mm >= pc.m) continue;
-        for (uint j = 0; j < 2; ++j) {
+        [[unroll]] for (uint j = 0; j < 2; ++j) {
             uint nb = n0 + ((j == 0) ? tx : (tx + TX)) * 4;
-            for (uint q = 0; q < 4; ++q) {
+            [[unroll]] for (uint q = 0; q < 4; ++q) {
                 uint nn = nb + q;
-                if (nn >= pc.n) continue;
                 float v = acc[i][j][q];
-                if (MODE == 0) {
-                    if (add_bias) v += bias[nn];
-                    if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
-                    c[c_off + z * pc.sc_b + mm * pc.sc_m + nn] = v;
-                } else {
-                    uint co = z * pc.m + mm;
-                    if (add_bias) v += bias[co];
-                    if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
-                    uint img = nn / ohw;
-                    uint p = nn - img * ohw;
-                    c[c_off + (img * pc.cout + co) * ohw + p] = v;
+                if (mm < pc.m && nn < pc.n) {
+                    if (MODE == 0) {
+                        if (add_bias) v += bias[nn];
+                        if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
+                        c[c_off + z * pc.sc_b + mm * pc.sc_m + nn] = v;
+                    } else {
+                        uint co = z * pc.m + mm;
+                        if (add_bias) v += bias[co];
+                        if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
+                        uint img = nn / ohw;
+                        uint p = nn - img * ohw;
+                        c[c_off + (img * pc.cout + co) * ohw + p] = v;
+                    }
                 }
             }
         }
