@@ -1,8 +1,8 @@
-//! Benchmarks: per op and shape, device time (timestamp queries, median of several runs),
-//! end-to-end time (host inputs to host outputs), throughput, and the ratio to a baseline
-//! measured in the same run on the same device: the device's `vkCmdCopyBuffer` bandwidth for
-//! memory-bound ops, and the device's fp32 FMA peak (a register-only FMA probe) for conv and
-//! matmul.
+//! Benchmarks: per op and shape, device time (timestamp queries, median of several runs, each
+//! after untimed work that brings the GPU's clocks up), end-to-end time (host inputs to host
+//! outputs), throughput, and the ratio to a baseline measured in the same run on the same
+//! device: the device's `vkCmdCopyBuffer` bandwidth for memory-bound ops, and the device's fp32
+//! FMA peak (a register-only FMA probe) for conv and matmul.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,6 +65,10 @@ impl BenchRow {
 const COPY_BASELINE: &str = "vkCmdCopyBuffer bandwidth";
 const FMA_BASELINE: &str = "fp32 FMA peak";
 
+/// How long each measurement first submits untimed work, so that the GPU's clocks are up
+/// (see `time_graph`).
+const WARM_UP: Duration = Duration::from_millis(200);
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -87,11 +91,18 @@ fn pattern(shape: &[usize], seed: usize) -> Result<HostTensor> {
 
 /// Device and end-to-end medians of a graph: `e2e_runs` host executions, then
 /// `device_runs` device-resident submissions timed by timestamps.
+///
+/// The GPU drops its clocks while it idles (an H200 falls from 1980 to 345 MHz during the
+/// host-side runs of the large cases) and short dispatches separated by host waits do not bring
+/// them back up. So before timing, and again before each timed submission, `warmer` (a graph
+/// that keeps the GPU busy for a few milliseconds: the FMA probe) runs untimed; without one,
+/// the graph itself is submitted untimed for a while first.
 fn time_graph(
     g: &mut Graph,
     inputs: &[HostTensor],
     e2e_runs: usize,
     device_runs: usize,
+    mut warmer: Option<&mut Graph>,
 ) -> Result<(f64, f64)> {
     let mut e2e = Vec::new();
     for _ in 0..e2e_runs.max(1) {
@@ -99,8 +110,23 @@ fn time_graph(
         g.execute(inputs)?;
         e2e.push(ms(start.elapsed()));
     }
+    let warm = Instant::now();
+    while warm.elapsed() < WARM_UP {
+        let w = match warmer.as_deref_mut() {
+            Some(w) => w,
+            None => &mut *g,
+        };
+        // SAFETY: no semaphores.
+        unsafe { w.submit_resident(&[], &[]) }?;
+        w.wait()?;
+    }
     let mut dev = Vec::new();
     for _ in 0..device_runs.max(1) {
+        if let Some(w) = warmer.as_deref_mut() {
+            // SAFETY: no semaphores.
+            unsafe { w.submit_resident(&[], &[]) }?;
+            w.wait()?;
+        }
         // SAFETY: no semaphores.
         unsafe { g.submit_resident(&[], &[]) }?;
         g.wait()?;
@@ -183,7 +209,9 @@ fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
         }
         let period = f64::from(device.capabilities().limits.timestamp_period());
         let mut times = Vec::new();
-        for _ in 0..runs.max(1) + 1 {
+        let warm = Instant::now();
+        let mut warming = true;
+        while warming || times.len() < runs.max(1) {
             let cmds = [cmd];
             let info = [vk::SubmitInfo::default().command_buffers(&cmds)];
             {
@@ -206,9 +234,13 @@ fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
                 )
             }
             .vk("vkGetQueryPoolResults")?;
-            times.push(ts[1].wrapping_sub(ts[0]) as f64 * period * 1e-6);
+            if warming {
+                // Untimed until the clocks have come up (see `time_graph`).
+                warming = warm.elapsed() < WARM_UP;
+            } else {
+                times.push(ts[1].wrapping_sub(ts[0]) as f64 * period * 1e-6);
+            }
         }
-        times.remove(0);
         Ok(median(times))
     })();
     // SAFETY: created above from this device (or null); the last submission was waited for.
@@ -310,9 +342,8 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
     let mut g = GraphBuilder::new();
     let probe = g.fma_probe(s.fma.0, s.fma.1);
     g.output(probe)?;
-    let mut graph = g.build(device)?;
-    let (fma_ms, _) = time_graph(&mut graph, &[], 1, s.device_runs)?;
-    drop(graph);
+    let mut probe_graph = g.build(device)?;
+    let (fma_ms, _) = time_graph(&mut probe_graph, &[], 1, s.device_runs, None)?;
     let fma_flops = f64::from(s.fma.0) * 256.0 * 16.0 * 2.0 * f64::from(s.fma.1);
     let peak = fma_flops / (fma_ms * 1e6);
     rows.push(BenchRow {
@@ -423,7 +454,13 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
     for case in cases.into_iter().filter(|c| wanted(c.op)) {
         let measured = (case.make)().and_then(|(g, inputs)| {
             let mut graph = g.build(device)?;
-            time_graph(&mut graph, &inputs, s.e2e_runs, s.device_runs)
+            time_graph(
+                &mut graph,
+                &inputs,
+                s.e2e_runs,
+                s.device_runs,
+                Some(&mut probe_graph),
+            )
         });
         let (unit, baseline, baseline_name, amount) = match case.work {
             Work::Bytes(b) => ("GB/s", copy_gbs, COPY_BASELINE, b),
