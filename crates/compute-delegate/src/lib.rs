@@ -76,8 +76,9 @@ pub use runtime::{BuildOptions, DeviceTensor, DispatchTime, Graph, MemoryReport}
 use vk_core::{Features, QueueCaps, Requirements, Version};
 
 /// What the delegate needs from a device: a compute queue on Vulkan 1.1. Features the op
-/// library can use (16-bit and 8-bit types and storage, 64-bit types, subgroup size control,
-/// cooperative matrix) are optional: enabled only where the device has them.
+/// library can use (16-bit and 8-bit types and storage, 64-bit types, subgroup size control)
+/// are optional: enabled only where the device has them. Cooperative matrix is not asked for:
+/// no shader uses it.
 pub fn requirements() -> Requirements {
     Requirements::new("compute-delegate")
         .min_api(Version::V1_1)
@@ -91,8 +92,7 @@ pub fn requirements() -> Requirements {
                 | Features::STORAGE_BUFFER_8BIT
                 | Features::STORAGE_BUFFER_16BIT
                 | Features::SUBGROUP_SIZE_CONTROL
-                | Features::COMPUTE_FULL_SUBGROUPS
-                | Features::COOPERATIVE_MATRIX,
+                | Features::COMPUTE_FULL_SUBGROUPS,
         )
 }
 

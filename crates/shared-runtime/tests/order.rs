@@ -41,6 +41,14 @@ static COMPUTE_LIKE: DelegateRequirements = DelegateRequirements {
     requirements: compute_like,
 };
 
+/// One test of this binary at a time: each creates its own devices, and Arm's emulation layer
+/// 0.11 was seen to crash the process on the NVIDIA driver when two devices were used from two
+/// threads at once (lavapipe is unaffected).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn has_arm(test: &str) -> Option<InstanceDesc> {
     let desc = InstanceDesc {
         validation: true,
@@ -91,6 +99,7 @@ fn run_order(first: fn() -> Requirements, second: fn() -> Requirements, desc: &I
 
 #[test]
 fn compiled_in_delegates_are_listed() {
+    let _serial = serial();
     let names: Vec<&str> = shared_runtime::compiled_requirements()
         .into_iter()
         .map(|(n, _)| n)
@@ -100,6 +109,7 @@ fn compiled_in_delegates_are_listed() {
 
 #[test]
 fn graph_first_then_compute_share_one_device() {
+    let _serial = serial();
     let Some(desc) = has_arm("graph_first_then_compute") else {
         return;
     };
@@ -108,6 +118,7 @@ fn graph_first_then_compute_share_one_device() {
 
 #[test]
 fn compute_first_then_graph_share_one_device() {
+    let _serial = serial();
     let Some(desc) = has_arm("compute_first_then_graph") else {
         return;
     };

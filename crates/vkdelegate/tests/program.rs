@@ -107,6 +107,14 @@ fn example(hand_off: HandOff, device: DeviceChoice) -> Program {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// One test of this binary at a time: each builds its own shared context (its own device), and
+/// Arm's emulation layer 0.11 was seen to crash the process on the NVIDIA driver when two
+/// devices were used from two threads at once (lavapipe is unaffected).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Validation on, the ARM extensions present (natively or emulated), or a visible skip.
 fn ready(test: &str) -> bool {
     // Contexts created through shared-runtime use InstanceDesc::default(): validation from
@@ -152,6 +160,7 @@ fn check(out: &[HostTensor], want: &[f32]) -> f32 {
 
 #[test]
 fn the_example_runs_on_one_device_in_both_hand_off_modes() {
+    let _serial = serial();
     if !ready("the_example_runs_on_one_device_in_both_hand_off_modes") {
         return;
     }
@@ -197,6 +206,7 @@ fn the_example_runs_on_one_device_in_both_hand_off_modes() {
 
 #[test]
 fn load_order_does_not_matter() {
+    let _serial = serial();
     if !ready("load_order_does_not_matter") {
         return;
     }
@@ -246,6 +256,7 @@ fn load_order_does_not_matter() {
 
 #[test]
 fn a_shape_mismatch_between_steps_names_both_steps() {
+    let _serial = serial();
     if !ready("a_shape_mismatch_between_steps_names_both_steps") {
         return;
     }
@@ -284,6 +295,7 @@ fn a_shape_mismatch_between_steps_names_both_steps() {
 
 #[test]
 fn two_programs_on_two_threads_share_one_device() {
+    let _serial = serial();
     if !ready("two_programs_on_two_threads_share_one_device") {
         return;
     }
@@ -317,6 +329,7 @@ fn two_programs_on_two_threads_share_one_device() {
 
 #[test]
 fn a_program_file_runs() {
+    let _serial = serial();
     if !ready("a_program_file_runs") {
         return;
     }
