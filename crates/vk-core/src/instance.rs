@@ -233,7 +233,13 @@ impl Instance {
         let mut layers: Vec<CString> = Vec::new();
         let mut emulation: Option<EmulationLayers> = None;
         if let Some(found) = desc.emulation.locate()? {
-            if any_native_arm(&entry, api_version)? {
+            // The drivers a process sees do not change: probe once.
+            static NATIVE_ARM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            // A probe that fails (no driver) reports no native support; the instance
+            // creation below then reports the real problem.
+            let native =
+                *NATIVE_ARM.get_or_init(|| any_native_arm(&entry, api_version).unwrap_or(false));
+            if native {
                 log::info!(
                     "a device offers the ARM ML extensions natively: emulation layers unused"
                 );
