@@ -73,27 +73,17 @@ pub use graph::{BinaryOp, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, Te
 pub use memory::Allocator;
 pub use runtime::{BuildOptions, DeviceTensor, DispatchTime, Graph, MemoryReport};
 
-use vk_core::{Features, QueueCaps, Requirements, Version};
+use vk_core::{QueueCaps, Requirements, Version};
 
-/// What the delegate needs from a device: a compute queue on Vulkan 1.1. Features the op
-/// library can use (16-bit and 8-bit types and storage, 64-bit types, subgroup size control)
-/// are optional: enabled only where the device has them. Cooperative matrix is not asked for:
-/// no shader uses it.
+/// What the delegate needs from a device: a compute queue on Vulkan 1.1. Nothing optional is
+/// asked for: the shaders use 32-bit types only (f16 and i8 tensors are packed into 32-bit
+/// words) and subgroup operations, which are core and queried from the device's properties, so
+/// no 8/16/64-bit, subgroup-size or cooperative-matrix feature is enabled on the delegate's
+/// behalf. A shader that needs one would add it here.
 pub fn requirements() -> Requirements {
     Requirements::new("compute-delegate")
         .min_api(Version::V1_1)
         .require_queue(QueueCaps::COMPUTE)
-        .optional_features(
-            Features::SHADER_FLOAT16
-                | Features::SHADER_INT8
-                | Features::SHADER_INT16
-                | Features::SHADER_INT64
-                | Features::SHADER_FLOAT64
-                | Features::STORAGE_BUFFER_8BIT
-                | Features::STORAGE_BUFFER_16BIT
-                | Features::SUBGROUP_SIZE_CONTROL
-                | Features::COMPUTE_FULL_SUBGROUPS,
-        )
 }
 
 #[cfg(feature = "shared")]
