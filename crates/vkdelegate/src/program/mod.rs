@@ -258,48 +258,38 @@ impl Runner {
     }
 
     fn inputs(&self) -> Vec<TensorSpec> {
-        match self {
-            #[cfg(feature = "vgf")]
-            Runner::Vgf(m) => m
-                .inputs()
-                .iter()
-                .map(|t| TensorSpec {
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                })
-                .collect(),
-            #[cfg(feature = "compute")]
-            Runner::Compute(g, _) => g
-                .inputs()
-                .into_iter()
-                .map(|(_, dtype, shape)| TensorSpec {
-                    dtype,
-                    shape: shape.to_vec(),
-                })
-                .collect(),
-        }
+        self.specs(false)
     }
 
     fn outputs(&self) -> Vec<TensorSpec> {
+        self.specs(true)
+    }
+
+    /// Dtypes and shapes of the step's inputs, or of its outputs.
+    fn specs(&self, outputs: bool) -> Vec<TensorSpec> {
         match self {
             #[cfg(feature = "vgf")]
-            Runner::Vgf(m) => m
-                .outputs()
-                .iter()
-                .map(|t| TensorSpec {
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                })
-                .collect(),
+            Runner::Vgf(m) => {
+                let infos = if outputs { m.outputs() } else { m.inputs() };
+                infos
+                    .iter()
+                    .map(|t| TensorSpec {
+                        dtype: t.dtype,
+                        shape: t.shape.clone(),
+                    })
+                    .collect()
+            }
             #[cfg(feature = "compute")]
-            Runner::Compute(g, _) => g
-                .outputs()
-                .into_iter()
-                .map(|(_, dtype, shape)| TensorSpec {
-                    dtype,
-                    shape: shape.to_vec(),
-                })
-                .collect(),
+            Runner::Compute(g, _) => {
+                let infos = if outputs { g.outputs() } else { g.inputs() };
+                infos
+                    .into_iter()
+                    .map(|(_, dtype, shape)| TensorSpec {
+                        dtype,
+                        shape: shape.to_vec(),
+                    })
+                    .collect()
+            }
         }
     }
 
