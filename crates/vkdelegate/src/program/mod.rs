@@ -367,6 +367,8 @@ struct DevicePlan {
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
     fence: vk::Fence,
+    /// A submission signals `fence` and has not been waited for successfully yet.
+    pending: bool,
     queries: vk::QueryPool,
     query_count: u32,
     /// Host buffers of program inputs, then outputs.
@@ -389,10 +391,15 @@ unsafe impl Send for DevicePlan {}
 impl Drop for DevicePlan {
     fn drop(&mut self) {
         let d = self.device.raw();
-        // SAFETY: the plan's own fence guards its only submission; every handle was created
-        // from `d` and is destroyed once.
+        if self.pending {
+            // SAFETY: the plan's own fence, signaled by its pending submission.
+            if let Err(e) = unsafe { self.device.wait_for_fence(self.fence, u64::MAX) } {
+                log::error!("program teardown: waiting for the last execution failed: {e}");
+            }
+        }
+        // SAFETY: no submission of the plan is pending (waited above, or the device is lost);
+        // every handle was created from `d` and is destroyed once.
         unsafe {
-            let _ = d.wait_for_fences(&[self.fence], true, u64::MAX);
             d.destroy_fence(self.fence, None);
             d.destroy_command_pool(self.pool, None);
             if self.queries != vk::QueryPool::null() {
@@ -420,11 +427,13 @@ pub struct Timings {
 
 /// A loaded program.
 pub struct Program {
+    // Field order is drop order: the plan waits for its last submission before the steps'
+    // models and graphs are destroyed.
+    plan: Option<DevicePlan>,
     steps: Vec<Step>,
     inputs: Vec<(String, TensorSpec)>,
     outputs: Vec<(String, TensorSpec)>,
     hand_off: HandOff,
-    plan: Option<DevicePlan>,
     last: Timings,
 }
 
@@ -502,8 +511,18 @@ impl ProgramBuilder {
             }
         }
 
+        // Each VGF file is read once; each step's requirements are derived once.
+        let specs: Vec<StepSpec> = self.steps.iter().map(read_once).collect::<Result<_>>()?;
+        let requirements: Vec<Requirements> =
+            specs.iter().map(step_requirements).collect::<Result<_>>()?;
         let standalone = match &self.device {
-            DeviceChoice::Standalone => Some(Device::open(&self.union_requirements()?)?),
+            DeviceChoice::Standalone => {
+                let union = requirements
+                    .iter()
+                    .skip(1)
+                    .fold(requirements[0].clone(), |u, r| u.union(r));
+                Some(Device::open(&union)?)
+            }
             _ => None,
         };
 
@@ -511,14 +530,15 @@ impl ProgramBuilder {
         let mut available: BTreeMap<String, (TensorSpec, String)> = BTreeMap::new();
         let mut program_inputs: Vec<(String, TensorSpec)> = Vec::new();
         let mut steps: Vec<Step> = Vec::new();
-        for spec in &self.steps {
+        for (spec, requirements) in specs.iter().zip(&requirements) {
             // Specs of this step's inputs as far as producers know them.
             let known: Vec<Option<TensorSpec>> = spec
                 .inputs
                 .iter()
                 .map(|n| available.get(n).map(|(s, _)| s.clone()))
                 .collect();
-            let (runner, lease) = self.load_step(spec, &known, standalone.as_ref())?;
+            let (runner, lease) =
+                self.load_step(spec, requirements, &known, standalone.as_ref())?;
             let expected = runner.inputs();
             if expected.len() != spec.inputs.len() {
                 return Err(ProgramError::Step {
@@ -624,33 +644,20 @@ impl ProgramBuilder {
         Ok(program)
     }
 
-    /// The union of every step's delegate requirements (for a standalone device).
-    fn union_requirements(&self) -> Result<Requirements> {
-        let mut req: Option<Requirements> = None;
-        for s in &self.steps {
-            let r = step_requirements(s)?;
-            req = Some(match req {
-                None => r,
-                Some(u) => u.union(&r),
-            });
-        }
-        req.ok_or_else(|| ProgramError::Wiring("a program needs at least one step".into()))
-    }
-
     #[allow(unused_variables)]
     fn load_step(
         &self,
         spec: &StepSpec,
+        requirements: &Requirements,
         known_inputs: &[Option<TensorSpec>],
         standalone: Option<&Device>,
     ) -> Result<(Runner, Option<LeaseHolder>)> {
-        let requirements = step_requirements(spec)?;
         let (device, lease): (Device, Option<LeaseHolder>) = match (&self.device, standalone) {
             (_, Some(d)) => (d.clone(), None),
             (DeviceChoice::Device(d), _) => (d.clone(), None),
             #[cfg(feature = "shared")]
             (DeviceChoice::Shared(options), _) => {
-                let lease = shared_runtime::acquire(options, &requirements, &spec.name)?
+                let lease = shared_runtime::acquire(options, requirements, &spec.name)?
                     .ok_or_else(|| {
                         ProgramError::Wiring(
                             "DeviceChoice::Shared needs a sharing mode other than disabled".into(),
@@ -658,16 +665,16 @@ impl ProgramBuilder {
                     })?;
                 (lease.device().clone(), Some(lease))
             }
-            (DeviceChoice::Standalone, None) => Device::open(&requirements).map(|d| (d, None))?,
+            (DeviceChoice::Standalone, None) => Device::open(requirements).map(|d| (d, None))?,
         };
-        device.check(&requirements)?;
+        device.check(requirements)?;
         let runner = match &spec.kind {
+            // `read_once` turned every path into bytes.
             StepKind::Vgf { path } => {
-                let bytes = std::fs::read(path).map_err(|e| ProgramError::Step {
+                return Err(ProgramError::Step {
                     step: spec.name.clone(),
-                    problem: format!("cannot read {}: {e}", path.display()),
-                })?;
-                load_vgf(spec, &bytes, &device)?
+                    problem: format!("{} was not read", path.display()),
+                });
             }
             StepKind::VgfBytes { bytes } => load_vgf(spec, bytes, &device)?,
             StepKind::Compute { op, attributes } => {
@@ -682,6 +689,25 @@ impl ProgramBuilder {
 type LeaseHolder = shared_runtime::Lease;
 #[cfg(not(feature = "shared"))]
 type LeaseHolder = ();
+
+/// The step with its VGF file (if any) read into memory.
+fn read_once(spec: &StepSpec) -> Result<StepSpec> {
+    match &spec.kind {
+        StepKind::Vgf { path } => {
+            let bytes = std::fs::read(path).map_err(|e| ProgramError::Step {
+                step: spec.name.clone(),
+                problem: format!("cannot read {}: {e}", path.display()),
+            })?;
+            Ok(StepSpec {
+                kind: StepKind::VgfBytes {
+                    bytes: bytes.into(),
+                },
+                ..spec.clone()
+            })
+        }
+        _ => Ok(spec.clone()),
+    }
+}
 
 fn step_requirements(spec: &StepSpec) -> Result<Requirements> {
     match &spec.kind {
@@ -960,20 +986,16 @@ impl Program {
             pool,
             cmd: vk::CommandBuffer::null(),
             fence: vk::Fence::null(),
+            pending: false,
             queries: vk::QueryPool::null(),
             query_count: 0,
             host: Vec::new(),
             inputs_at: 0,
             outputs_at: 0,
         };
-        // SAFETY: valid create info; a signaled fence so the first wait returns at once.
-        plan.fence = unsafe {
-            d.create_fence(
-                &vk::FenceCreateInfo::default().flags(vk::FenceCreateFlags::SIGNALED),
-                None,
-            )
-        }
-        .map_err(vkerr("vkCreateFence"))?;
+        // SAFETY: valid create info.
+        plan.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
+            .map_err(vkerr("vkCreateFence"))?;
         // SAFETY: the pool is live.
         plan.cmd = unsafe {
             d.allocate_command_buffers(
@@ -1225,26 +1247,32 @@ impl Program {
         let d = device.raw();
         let vkerr =
             |call: &'static str| move |e| vk_core::Error::from(vk_core::VkError::new(call, e));
-        // SAFETY: the plan's fence guards its previous submission.
-        unsafe { device.wait_for_fence(plan.fence, u64::MAX) }.map_err(vk_core::Error::from)?;
+        if plan.pending {
+            // An earlier wait failed: its submission must finish before the buffers are reused.
+            // SAFETY: the plan's own fence, signaled by that submission.
+            unsafe { device.wait_for_fence(plan.fence, u64::MAX) }.map_err(vk_core::Error::from)?;
+            plan.pending = false;
+        }
         for (i, t) in inputs.iter().enumerate() {
             let h = &plan.host[plan.inputs_at + i];
             // SAFETY: the mapping holds `h.bytes` bytes (checked against the input's spec); no
             // submission uses it now.
             unsafe { std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), h.ptr, h.bytes) };
         }
-        // SAFETY: the fence is not in use (waited above).
-        unsafe { d.reset_fences(&[plan.fence]) }.map_err(vkerr("vkResetFences"))?;
         let cmds = [plan.cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         {
             let guard = device.queue().lock();
-            // SAFETY: the command buffer is executable and not pending (fence waited); the
-            // fence is unsignaled. The guard is held only around the submission.
+            // SAFETY: the command buffer is executable and not pending; the fence is unsignaled
+            // (reset after every successful wait). The guard is held only around the submission.
             unsafe { guard.submit(&submit, plan.fence) }.map_err(vk_core::Error::from)?;
         }
+        plan.pending = true;
         // SAFETY: the plan's own fence.
         unsafe { device.wait_for_fence(plan.fence, u64::MAX) }.map_err(vk_core::Error::from)?;
+        // SAFETY: the fence is signaled and no submission uses it.
+        unsafe { d.reset_fences(&[plan.fence]) }.map_err(vkerr("vkResetFences"))?;
+        plan.pending = false;
         let mut outputs = Vec::with_capacity(self.outputs.len());
         for (i, (_, spec)) in self.outputs.iter().enumerate() {
             let h = &plan.host[plan.outputs_at + i];
