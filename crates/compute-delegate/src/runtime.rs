@@ -1256,8 +1256,10 @@ impl Graph {
     /// Waits for a submission made by [`Graph::submit_resident`], if any.
     pub fn wait(&mut self) -> Result<()> {
         if self.pending {
-            self.pending = false;
+            // Cleared only after a successful wait: a failed wait leaves the submission
+            // pending, so drop still waits for it before destroying what it uses.
             wait_fence(self.device(), self.objects.fence)?;
+            self.pending = false;
             self.read_timestamps()?;
         }
         Ok(())

@@ -16,9 +16,11 @@ use crate::lock_order;
 pub struct ContextParts {
     /// The device; owned (made by `vk-core`) or adopted (`Device::from_raw`).
     pub device: Device,
-    /// Anything whose lifetime must cover every holder of the context (application resources,
-    /// a keep-alive for externally owned handles). Dropped after the last holder, never under
-    /// the registry lock.
+    /// Anything that must live as long as the context (application resources tied to it).
+    /// Dropped with the context, after its last holder, never under the registry lock. A
+    /// delegate may keep a clone of the device beyond that: to keep application-owned Vulkan
+    /// handles alive, use the `on_drop` callback of `vk_core::Device::from_raw`, which runs
+    /// after the device's last clone.
     pub anchor: Option<Arc<dyn Any + Send + Sync>>,
 }
 
@@ -121,7 +123,8 @@ impl SharedContext {
         self.device.physical()
     }
 
-    /// The queue handle (for identity checks; submit through a [`Lease`]).
+    /// The queue handle (for identity checks; submit through the device's queue guard or a
+    /// [`Lease`]).
     pub fn queue(&self) -> vk::Queue {
         self.device.queue().raw()
     }

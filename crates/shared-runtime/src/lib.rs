@@ -14,8 +14,10 @@
 //!   requirements of every delegate compiled into the process ([`DELEGATE_REQUIREMENTS`]) that
 //!   the device can meet; whoever reuses one checks its own requirements and gets an error
 //!   naming what is missing.
-//! - Queue access through a [`Lease`]: the queue lock is held only for the closure given to
-//!   [`Lease::submit`], meant to contain nothing but the submission.
+//! - Queue access: every submission on the shared device goes through its queue guard
+//!   (`vk_core::Queue::lock`), whoever submits; a [`Lease`] is a delegate instance's handle on
+//!   the context, and [`Lease::submit`] takes the same guard with the lock-order check added.
+//!   The guard is held only around the submission.
 //!
 //! Lock order (checked in debug builds, see [`lock_order`]): registry lock, then a pending
 //! creation's lock, then a queue lock; no context or anchor is ever dropped under the registry
