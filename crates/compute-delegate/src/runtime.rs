@@ -1207,12 +1207,14 @@ impl Graph {
                 });
             }
         }
-        for (t, io) in inputs.iter().zip(self.inputs.clone()) {
-            let target = io.staging.unwrap_or(io.buffer);
+        for (i, t) in inputs.iter().enumerate() {
+            let target = self.inputs[i].staging.unwrap_or(self.inputs[i].buffer);
             self.buffers[target].write(t.bytes())?;
         }
-        submit_and_wait(self.device(), self.objects.fence, self.cmd_host, &[], &[])?;
-        self.read_timestamps()?;
+        submit(self.device(), self.objects.fence, self.cmd_host, &[], &[])?;
+        // Pending until a wait succeeds, so that drop waits for it if this wait fails.
+        self.pending = true;
+        self.wait()?;
         let mut out = Vec::with_capacity(self.outputs.len());
         for io in &self.outputs {
             let mut data = vec![0u8; io.bytes];
