@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod isolate;
 mod setup;
 mod shaders;
 
@@ -44,8 +45,9 @@ fn usage() -> &'static str {
      commands:\n\
      \x20 setup            install what the tests need (Debian packages, Arm's emulation layer)\n\
      \x20 shaders [--check] compile shaders/**/*.comp to committed SPIR-V (--check: fail if stale)\n\
-     \x20 ci               setup, then fmt, clippy, the feature matrix with validation, docs,\n\
-     \x20                  the shader check and dependency-tree checks\n\
+     \x20 ci               from a copy of the repository in an empty folder: setup, then fmt,\n\
+     \x20                  clippy, the feature matrix with validation, docs, the shader check\n\
+     \x20                  and dependency-tree checks (VKDELEGATE_CI_IN_PLACE=1: no copy)\n\
      \x20 demo             setup, then run the CLI's demo on the best device found\n\
      \x20 bench [ARGS]     setup, then run the CLI's bench command (release build)"
 }
@@ -186,6 +188,9 @@ fn step(summary: &mut String, name: &str, f: impl FnOnce() -> Result) -> Result 
 }
 
 fn ci() -> Result {
+    if !isolate::in_place() {
+        return isolate::run_ci_in_copy();
+    }
     let start = Instant::now();
     let mut summary = String::new();
     let mut counts = String::new();

@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use criterion::{Criterion, criterion_group, criterion_main};
 use vgf_delegate::{Model, Vgf};
 
+/// A fixture model from the repository's `fixtures/vgf`.
 fn corpus(model: &str) -> Option<Vec<u8>> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .map(|p| p.join("shared/corpus/vgf").join(model).join("model.vgf"))
-        .find(|p| p.is_file())
-        .and_then(|p| std::fs::read(p).ok())
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/vgf")
+        .join(model)
+        .join("model.vgf");
+    std::fs::read(path).ok()
 }
 
 fn benches(c: &mut Criterion) {
@@ -24,7 +24,7 @@ fn benches(c: &mut Criterion) {
         });
     }
     let Some(add) = corpus("add") else {
-        eprintln!("SKIPPED vgf benches: corpus not found");
+        eprintln!("SKIPPED vgf benches: fixtures/vgf/add/model.vgf not found");
         return;
     };
     let requirements = match Vgf::decode(&add).map(|v| vgf_delegate::requirements_for(&v)) {

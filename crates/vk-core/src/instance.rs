@@ -2,7 +2,7 @@
 
 use std::ffi::{CStr, CString, c_void};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ash::vk;
@@ -15,10 +15,20 @@ use crate::error::{Error, VkResultExt};
 
 /// The Khronos validation layer.
 pub const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
-/// Environment variable that turns validation on (`1`).
+/// Environment variable that turns validation on: `1` (core and synchronization validation)
+/// or `core` (core validation only).
 pub const ENV_VALIDATION: &str = "VKDELEGATE_VALIDATION";
 /// Environment variable that picks a device by enumeration index.
 pub const ENV_DEVICE_INDEX: &str = "VKDELEGATE_DEVICE_INDEX";
+
+/// Set by [`crate::testing::validate_every_instance`]: every [`InstanceDesc::default`] asks for
+/// validation, whatever the environment says.
+static VALIDATE_EVERY_INSTANCE: AtomicBool = AtomicBool::new(false);
+
+/// Makes every later [`InstanceDesc::default`] ask for validation (test harnesses).
+pub(crate) fn validate_every_instance() {
+    VALIDATE_EVERY_INSTANCE.store(true, Ordering::SeqCst);
+}
 
 /// Serializes instance creation: the loader reads its layer environment while creating an
 /// instance, and `vk-core` may extend that environment just before.
@@ -39,7 +49,9 @@ pub(crate) fn emulation_serial(emulated: bool) -> Option<std::sync::MutexGuard<'
 pub struct InstanceDesc {
     /// Application name given to the driver.
     pub app_name: String,
-    /// Enable the Khronos validation layer (an error when it is not installed).
+    /// Enable the Khronos validation layer (an error when it is not installed), with its
+    /// synchronization validation (`VK_EXT_validation_features`) unless `VKDELEGATE_VALIDATION`
+    /// says `core`.
     pub validation: bool,
     /// What to do about Arm's emulation layers.
     pub emulation: EmulationPolicy,
@@ -48,13 +60,15 @@ pub struct InstanceDesc {
 }
 
 impl Default for InstanceDesc {
-    /// Validation from `VKDELEGATE_VALIDATION`, emulation from the environment or beside the
-    /// executable, API up to 1.3.
+    /// Validation from `VKDELEGATE_VALIDATION` (or always, after
+    /// [`crate::testing::validate_every_instance`]), emulation from the environment or beside
+    /// the executable, API up to 1.3.
     fn default() -> Self {
         InstanceDesc {
             app_name: "vkdelegate".to_owned(),
-            validation: std::env::var(ENV_VALIDATION)
-                .is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "on" | "yes")),
+            validation: VALIDATE_EVERY_INSTANCE.load(Ordering::SeqCst)
+                || std::env::var(ENV_VALIDATION)
+                    .is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "on" | "yes" | "core")),
             emulation: EmulationPolicy::Auto,
             max_api_version: Version::V1_3,
         }
@@ -147,6 +161,7 @@ pub(crate) struct InstanceShared {
     debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
     pub(crate) validation: Arc<ValidationLog>,
     pub(crate) validation_enabled: bool,
+    pub(crate) sync_validation_enabled: bool,
     pub(crate) emulated: bool,
     pub(crate) layers: Vec<String>,
     owned: bool,
@@ -191,6 +206,22 @@ fn instance_layer_names(entry: &ash::Entry) -> Result<Vec<String>, Error> {
     let props = unsafe { entry.enumerate_instance_layer_properties() }
         .vk("vkEnumerateInstanceLayerProperties")?;
     Ok(props.iter().map(|p| fixed_str(&p.layer_name)).collect())
+}
+
+/// Whether synchronization validation goes with validation: always, unless
+/// `VKDELEGATE_VALIDATION=core`.
+fn sync_validation_wanted() -> bool {
+    std::env::var(ENV_VALIDATION).map_or(true, |v| v != "core")
+}
+
+/// Whether the validation layer provides the instance extension `name`.
+fn validation_layer_has(entry: &ash::Entry, name: &CStr) -> Result<bool, Error> {
+    // SAFETY: plain query on a loaded entry, for a layer listed as available.
+    let props = unsafe { entry.enumerate_instance_extension_properties(Some(VALIDATION_LAYER)) }
+        .vk("vkEnumerateInstanceExtensionProperties")?;
+    Ok(props
+        .iter()
+        .any(|p| fixed_str(&p.extension_name).as_bytes() == name.to_bytes()))
 }
 
 /// Whether any physical device offers the ARM extensions without layers.
@@ -284,7 +315,14 @@ impl Instance {
             // Below the emulation layers: it validates what reaches the driver.
             layers.push(VALIDATION_LAYER.to_owned());
             extensions.push(ash::ext::debug_utils::NAME);
+            if sync_validation_wanted() {
+                if !validation_layer_has(&entry, ash::ext::validation_features::NAME)? {
+                    return Err(Error::ValidationLayerMissing);
+                }
+                extensions.push(ash::ext::validation_features::NAME);
+            }
         }
+        let sync_validation = desc.validation && sync_validation_wanted();
 
         let validation = Arc::new(ValidationLog::default());
         let mut messenger_info = vk::DebugUtilsMessengerCreateInfoEXT::default()
@@ -313,8 +351,14 @@ impl Instance {
             .application_info(&app)
             .enabled_layer_names(&layer_ptrs)
             .enabled_extension_names(&ext_ptrs);
+        let enables = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let mut features =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enables);
         if desc.validation {
             info = info.push_next(&mut messenger_info);
+        }
+        if sync_validation {
+            info = info.push_next(&mut features);
         }
         // SAFETY: every pointer in `info` refers to locals alive across the call; the layers and
         // extensions were checked to exist.
@@ -356,6 +400,7 @@ impl Instance {
                 debug,
                 validation,
                 validation_enabled: desc.validation,
+                sync_validation_enabled: sync_validation,
                 emulated: emulation.is_some(),
                 layers,
                 owned: true,
@@ -387,6 +432,7 @@ impl Instance {
                 debug: None,
                 validation: Arc::new(ValidationLog::default()),
                 validation_enabled: false,
+                sync_validation_enabled: false,
                 emulated: emulation_layers,
                 layers: Vec::new(),
                 owned: false,
@@ -422,6 +468,11 @@ impl Instance {
     /// Whether the validation layer is enabled on this instance.
     pub fn validation_enabled(&self) -> bool {
         self.shared.validation_enabled
+    }
+
+    /// Whether the validation layer's synchronization validation is on too.
+    pub fn sync_validation_enabled(&self) -> bool {
+        self.shared.sync_validation_enabled
     }
 
     /// The validation messages seen so far (all zero when validation is off).

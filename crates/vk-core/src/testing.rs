@@ -19,6 +19,14 @@ pub fn skips_are_failures() -> bool {
     std::env::var(ENV_REQUIRE_GPU).is_ok_and(|v| v == "1" || v == "true")
 }
 
+/// Makes every instance this process creates from [`InstanceDesc::default`] ask for the
+/// validation layer, as if `VKDELEGATE_VALIDATION=1` were set: for tests whose instances are
+/// created inside the code under test (shared contexts, programs). [`instance`] and [`device`]
+/// call it, so a test binary run on its own validates as it does under `cargo xtask ci`.
+pub fn validate_every_instance() {
+    crate::instance::validate_every_instance();
+}
+
 /// Reports a test that cannot run: a visible `SKIPPED` line, or a panic when skips are
 /// failures.
 ///
@@ -33,6 +41,7 @@ pub fn skip(test: &str, reason: &str) {
 
 /// An instance with validation on, or `None` after [`skip`].
 pub fn instance(test: &str) -> Option<Instance> {
+    validate_every_instance();
     let desc = InstanceDesc {
         validation: true,
         ..InstanceDesc::default()

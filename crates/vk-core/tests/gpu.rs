@@ -379,3 +379,75 @@ fn validation_errors_are_counted_not_ignored() {
         instance.validation().first_errors()
     );
 }
+
+/// One barrier too few: a fill then a copy that reads the filled buffer, with no barrier
+/// between them. Synchronization validation (on in every test) must report the hazard.
+#[test]
+fn a_missing_barrier_is_a_sync_validation_error() {
+    let req = Requirements::new("vk-core test");
+    let Some((instance, device)) =
+        testing::device("a_missing_barrier_is_a_sync_validation_error", &req)
+    else {
+        return;
+    };
+    assert!(instance.sync_validation_enabled());
+    let d = device.raw();
+    let size = 4096;
+    let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
+    let mut buffers = Vec::new();
+    let mut memories = Vec::new();
+    for _ in 0..2 {
+        let info = vk::BufferCreateInfo::default().size(size).usage(usage);
+        // SAFETY: valid create info.
+        let buffer = unsafe { d.create_buffer(&info, None) }.unwrap();
+        // SAFETY: `buffer` is live.
+        let need = unsafe { d.get_buffer_memory_requirements(buffer) };
+        let type_index = device
+            .capabilities()
+            .memory
+            .find(need.memory_type_bits, vk::MemoryPropertyFlags::empty())
+            .unwrap();
+        let alloc = vk::MemoryAllocateInfo::default()
+            .allocation_size(need.size)
+            .memory_type_index(type_index);
+        // SAFETY: valid allocate info; bound to a fresh buffer of a compatible type.
+        let memory = unsafe { d.allocate_memory(&alloc, None) }.unwrap();
+        // SAFETY: as above.
+        unsafe { d.bind_buffer_memory(buffer, memory, 0) }.unwrap();
+        buffers.push(buffer);
+        memories.push(memory);
+    }
+    let pool_info =
+        vk::CommandPoolCreateInfo::default().queue_family_index(device.queue().family());
+    // SAFETY: valid create info for the device's queue family.
+    let pool = unsafe { d.create_command_pool(&pool_info, None) }.unwrap();
+    let alloc = vk::CommandBufferAllocateInfo::default()
+        .command_pool(pool)
+        .level(vk::CommandBufferLevel::PRIMARY)
+        .command_buffer_count(1);
+    // SAFETY: valid allocate info from a live pool.
+    let cmd = unsafe { d.allocate_command_buffers(&alloc) }.unwrap()[0];
+    let region = [vk::BufferCopy::default().size(size)];
+    // SAFETY: recording into a fresh command buffer; the copy reads what the fill wrote with no
+    // barrier between them (the hazard under test); it is never submitted.
+    unsafe {
+        d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default())
+            .unwrap();
+        d.cmd_fill_buffer(cmd, buffers[0], 0, size, 7);
+        d.cmd_copy_buffer(cmd, buffers[0], buffers[1], &region);
+        d.end_command_buffer(cmd).unwrap();
+    }
+    let errors = instance.validation().first_errors();
+    // SAFETY: nothing was submitted; every object is destroyed once.
+    unsafe {
+        d.destroy_command_pool(pool, None);
+        for (b, m) in buffers.into_iter().zip(memories) {
+            d.destroy_buffer(b, None);
+            d.free_memory(m, None);
+        }
+    }
+    assert!(
+        errors.iter().any(|e| e.contains("SYNC-HAZARD-READ")),
+        "no read-after-write hazard reported: {errors:?}"
+    );
+}

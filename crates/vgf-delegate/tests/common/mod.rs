@@ -1,28 +1,22 @@
-//! Shared test helpers: the corpus location.
+//! Shared test helpers: the fixture location.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
-/// `shared/corpus/vgf`, found from the crate directory.
+/// `fixtures/vgf` in the repository, found from the crate directory.
 pub fn corpus_dir() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for up in manifest.ancestors() {
-        let candidate = up.join("shared/corpus/vgf");
-        if candidate.is_dir() {
-            return candidate;
-        }
-    }
-    panic!("shared/corpus/vgf not found above {}", manifest.display());
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/vgf")
 }
 
-/// Every corpus model folder, sorted.
+/// Every fixture model folder, sorted.
 pub fn corpus_models() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
-        .expect("read corpus dir")
+    let dir = corpus_dir();
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("model.vgf").is_file())
         .collect();
     out.sort();
-    assert!(!out.is_empty(), "no corpus models");
+    assert!(!out.is_empty(), "no models in {}", dir.display());
     out
 }
