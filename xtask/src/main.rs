@@ -300,7 +300,7 @@ fn tree_checks() -> Result {
     };
     for package in FEATURED_PACKAGES {
         let vgf = crates_in(&tree(package, "vgf")?);
-        if vgf.iter().any(|c| c == "compute-delegate" || c == "vk-mem") {
+        if vgf.iter().any(|c| c == "compute-delegate") {
             return Err(format!("{package} with only `vgf` pulls in compute code"));
         }
         if !vgf.iter().any(|c| c == "vgf-delegate") {

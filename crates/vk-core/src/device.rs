@@ -10,6 +10,7 @@ use crate::adapter::Adapter;
 use crate::arm::ArmFns;
 use crate::caps::Capabilities;
 use crate::error::{Error, VkError, VkResultExt};
+use crate::fault::{FaultPoint, Faults};
 use crate::features::{ChainScope, FeatureChain};
 use crate::instance::Instance;
 use crate::queue::{DefaultQueueLock, Queue, QueueLock};
@@ -40,11 +41,18 @@ struct DeviceShared {
     caps: Arc<Capabilities>,
     physical: vk::PhysicalDevice,
     ownership: Ownership,
+    /// Set once, by the first call that saw `VK_ERROR_DEVICE_LOST`.
+    lost: std::sync::OnceLock<String>,
+    faults: Faults,
+    /// The device's one vk-mem allocator, made on first use; destroyed before the device.
+    allocator: std::sync::OnceLock<Result<vk_mem::Allocator, vk::Result>>,
     instance: Instance,
 }
 
 impl Drop for DeviceShared {
     fn drop(&mut self) {
+        // Every buffer holds a `Device`, so none is left: the allocator goes before the device.
+        drop(self.allocator.take());
         match &mut self.ownership {
             Ownership::Owned => {
                 let _serial = crate::instance::emulation_serial(self.instance.emulation_enabled());
@@ -168,6 +176,9 @@ impl Device {
                 caps: Arc::new(caps.clone()),
                 physical: adapter.raw(),
                 ownership: Ownership::Owned,
+                lost: std::sync::OnceLock::new(),
+                faults: Faults::default(),
+                allocator: std::sync::OnceLock::new(),
                 instance: instance.clone(),
             }),
         })
@@ -236,6 +247,9 @@ impl Device {
                 caps: Arc::new(adapter.capabilities().clone()),
                 physical: adapter.raw(),
                 ownership: Ownership::Borrowed(on_drop),
+                lost: std::sync::OnceLock::new(),
+                faults: Faults::default(),
+                allocator: std::sync::OnceLock::new(),
                 instance: instance.clone(),
             }),
         })
@@ -284,6 +298,42 @@ impl Device {
     /// Whether two values are the same `VkDevice`.
     pub fn same_as(&self, other: &Device) -> bool {
         self.shared.raw.handle() == other.shared.raw.handle()
+    }
+
+    /// Whether a call on this device returned `VK_ERROR_DEVICE_LOST`, and where.
+    pub fn lost(&self) -> Option<String> {
+        self.shared.lost.get().cloned()
+    }
+
+    /// Records that the device was lost (the first record wins).
+    pub(crate) fn mark_lost(&self, when: String) {
+        if self.shared.lost.set(when.clone()).is_ok() {
+            log::error!("device '{}' lost {when}", self.shared.caps.name);
+        }
+    }
+
+    /// Test hook: the next [`crate::Submission`] submit or wait on this device (at `point`)
+    /// returns `result` instead of calling the driver. `VK_ERROR_DEVICE_LOST` then marks the
+    /// device lost, as a real loss would.
+    pub fn inject_fault(&self, point: FaultPoint, result: vk::Result) {
+        self.shared.faults.arm(point, result);
+    }
+
+    pub(crate) fn take_fault(&self, point: FaultPoint) -> Option<vk::Result> {
+        self.shared.faults.take(point)
+    }
+
+    /// The device's vk-mem allocator (one per device, shared by every delegate on it).
+    pub(crate) fn vma(&self) -> Result<&vk_mem::Allocator, Error> {
+        let made = self
+            .shared
+            .allocator
+            .get_or_init(|| crate::memory::new_allocator(self));
+        made.as_ref().map_err(|&result| Error::Allocation {
+            what: "the device's memory allocator".into(),
+            bytes: 0,
+            result,
+        })
     }
 
     /// Checks `requirements` against what this device has enabled (for reuse of an existing

@@ -16,6 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
+use crate::requirements::Missing;
 
 /// Name of the directory the xtask set-up installs the layers into, under `target/`.
 pub const INSTALL_DIR_NAME: &str = "vk-emulation-layer";
@@ -82,6 +83,32 @@ impl EmulationPolicy {
             },
         }
     }
+}
+
+/// What to do when a device lacks `VK_ARM_tensors` or `VK_ARM_data_graph`: where Arm's ML
+/// emulation layer comes from. `None` when `missing` names neither extension.
+pub fn missing_arm_hint(missing: &Missing) -> Option<&'static str> {
+    let arm = [
+        crate::arm::TENSORS_EXTENSION_NAME,
+        crate::arm::DATA_GRAPH_EXTENSION_NAME,
+    ];
+    missing
+        .extensions
+        .iter()
+        .any(|e| arm.iter().any(|a| a.to_bytes() == e.as_bytes()))
+        .then_some(
+            "no device offers VK_ARM_tensors / VK_ARM_data_graph natively and Arm's ML \
+             emulation layer, which adds them, was not loaded: run `cargo xtask setup` (it \
+             installs the layer into target/vk-emulation-layer, found beside the executables \
+             built there), or set VKDELEGATE_EMULATION_LAYER_DIR to a directory holding the \
+             layers as graph/VkLayer_Graph.json and tensor/VkLayer_Tensor.json; \
+             VKDELEGATE_EMULATION_LAYER=off disables the layer",
+        )
+}
+
+/// `"; <hint>"` for an error message, or nothing.
+pub(crate) fn hint_suffix(missing: &Missing) -> String {
+    missing_arm_hint(missing).map_or_else(String::new, |h| format!("; {h}"))
 }
 
 /// Searches the executable's ancestors for [`INSTALL_DIR_NAME`].
@@ -154,5 +181,34 @@ mod tests {
         let err = inspect(&dir).unwrap_err().to_string();
         assert!(err.contains("VkLayer_Graph.json"), "{err}");
         assert!(err.contains("vkdelegate-no-layers-here"), "{err}");
+    }
+
+    #[test]
+    fn a_device_without_the_arm_extensions_is_told_where_the_layer_comes_from() {
+        let missing = Missing {
+            extensions: vec!["VK_ARM_tensors".into(), "VK_ARM_data_graph".into()],
+            ..Missing::default()
+        };
+        let err = Error::Unsupported {
+            device: "llvmpipe".into(),
+            requester: "vgf-delegate".into(),
+            missing,
+        }
+        .to_string();
+        for needle in [
+            "missing extension VK_ARM_tensors",
+            "cargo xtask setup",
+            "target/vk-emulation-layer",
+            ENV_DIR,
+            "graph/",
+            "tensor/",
+        ] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        let other = Missing {
+            extensions: vec!["VK_KHR_cooperative_matrix".into()],
+            ..Missing::default()
+        };
+        assert_eq!(missing_arm_hint(&other), None);
     }
 }

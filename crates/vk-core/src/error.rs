@@ -36,8 +36,10 @@ impl VkError {
     }
 }
 
-/// Extension trait turning `ash` results into [`VkError`]s that name the call.
-pub(crate) trait VkResultExt<T> {
+/// Extension trait turning `ash` results into [`VkError`]s that name the call: the one
+/// `VkResult` mapping every crate of the workspace uses.
+pub trait VkResultExt<T> {
+    /// Maps the error code to a [`VkError`] naming `call`.
     fn vk(self, call: &'static str) -> Result<T, VkError>;
 }
 
@@ -99,8 +101,13 @@ pub enum Error {
         /// What is wrong with it.
         problem: String,
     },
-    /// A device does not meet declared requirements.
-    #[error("device '{device}' does not meet the requirements of {requester}: {missing}")]
+    /// A device does not meet declared requirements. When `VK_ARM_tensors` or
+    /// `VK_ARM_data_graph` is missing, the message says how to get Arm's emulation layer
+    /// ([`crate::emulation::missing_arm_hint`]).
+    #[error(
+        "device '{device}' does not meet the requirements of {requester}: {missing}{hint}",
+        hint = crate::emulation::hint_suffix(missing)
+    )]
     Unsupported {
         /// Device name.
         device: String,
@@ -132,6 +139,41 @@ pub enum Error {
         /// Wanted property flags.
         wanted: vk::MemoryPropertyFlags,
     },
+    /// Device or host memory could not be allocated.
+    #[error("allocating {bytes} bytes for {what} failed: {result}")]
+    Allocation {
+        /// What the memory was for.
+        what: String,
+        /// Bytes asked for.
+        bytes: u64,
+        /// What the allocator returned.
+        result: vk::Result,
+    },
+    /// Submitted work did not finish within the wait timeout; it stays pending.
+    #[error(
+        "{what} did not finish within {timeout:?} (the work stays pending; a later wait may \
+         still see it finish)"
+    )]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// How long the wait took before giving up.
+        timeout: std::time::Duration,
+    },
+    /// An earlier call lost the device (`VK_ERROR_DEVICE_LOST`): nothing on it works any more.
+    #[error(
+        "device '{device}' was lost (VK_ERROR_DEVICE_LOST) {when}; models on it cannot run \
+         again: drop them and create a new device"
+    )]
+    DeviceLost {
+        /// Device name.
+        device: String,
+        /// Where the loss was first seen, e.g. `in vkQueueSubmit`.
+        when: String,
+    },
+    /// An input or output does not match what a model declares.
+    #[error(transparent)]
+    Io(#[from] crate::tensor::IoError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vk(#[from] VkError),

@@ -27,30 +27,45 @@
 
 pub mod adapter;
 pub mod arm;
+pub mod barrier;
 pub mod caps;
+pub mod command;
 pub mod conv;
 pub mod device;
 pub mod emulation;
 pub mod error;
+pub mod fault;
 pub mod features;
 pub mod host;
 pub mod instance;
+pub mod memory;
+pub mod query;
 pub mod queue;
 pub mod requirements;
 pub mod selftest;
+pub mod tensor;
 pub mod testing;
+pub mod timing;
 
 pub use adapter::{Adapter, DeviceSummary, rank, select_index};
+pub use barrier::Access;
 pub use caps::{ArmSupport, Capabilities, Limits, MemoryHeap, MemoryInfo, MemoryType, QueueFamily};
+pub use command::{SemaphoreSignal, SemaphoreWait, Submission, WaitPolicy};
 pub use conv::{DeviceType, QueueCaps, Version};
 pub use device::{Device, DropCallback};
 pub use emulation::EmulationPolicy;
-pub use error::{Error, Result, VkError};
+pub use error::{Error, Result, VkError, VkResultExt};
+pub use fault::FaultPoint;
 pub use features::Features;
 pub use host::{DType, HostTensor, HostTensorError};
 pub use instance::{Instance, InstanceDesc, ValidationLog};
+pub use memory::{Buffer, HostIo, MemoryBlock, MemoryLocation};
+pub use query::Timestamps;
 pub use queue::{DefaultQueueLock, Queue, QueueGuard, QueueLock, QueueStats};
 pub use requirements::{Enabled, Missing, Requirements};
+pub use tensor::{BufferSlice, DeviceTensor, IoError, TensorSpec, check_inputs};
+pub use timing::Summary;
 
 pub use ash;
 pub use ash::vk;
+pub use vk_mem;

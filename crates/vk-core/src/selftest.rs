@@ -6,8 +6,11 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 
+use crate::barrier::host_read_barrier;
+use crate::command::Submission;
 use crate::device::Device;
 use crate::error::{Error, VkResultExt};
+use crate::memory::{Buffer, MemoryLocation};
 
 /// The self-test shader's SPIR-V (`shaders/vk-core/selftest_saxpy.comp`).
 pub const SAXPY_SPIRV: &[u8] = include_bytes!("../spirv/selftest_saxpy.spv");
@@ -30,37 +33,25 @@ pub struct SelfTestReport {
 /// Objects created by the self-test, destroyed in reverse order whatever happens.
 struct Scratch<'d> {
     device: &'d ash::Device,
-    buffers: Vec<vk::Buffer>,
-    memories: Vec<vk::DeviceMemory>,
     shader: vk::ShaderModule,
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pipeline: vk::Pipeline,
     pool: vk::DescriptorPool,
-    command_pool: vk::CommandPool,
-    fence: vk::Fence,
 }
 
 impl Drop for Scratch<'_> {
     fn drop(&mut self) {
         let d = self.device;
         // SAFETY: every handle below was created from `d` by `run_saxpy`, is null or live, is
-        // destroyed once, and no submitted work still uses it (the fence was waited for, or
-        // nothing was submitted).
+        // destroyed once, and no submitted work still uses it (the submission, declared after
+        // the scratch objects, waits for its work when dropped, before them).
         unsafe {
-            d.destroy_fence(self.fence, None);
-            d.destroy_command_pool(self.command_pool, None);
             d.destroy_descriptor_pool(self.pool, None);
             d.destroy_pipeline(self.pipeline, None);
             d.destroy_pipeline_layout(self.layout, None);
             d.destroy_descriptor_set_layout(self.set_layout, None);
             d.destroy_shader_module(self.shader, None);
-            for b in self.buffers.drain(..) {
-                d.destroy_buffer(b, None);
-            }
-            for m in self.memories.drain(..) {
-                d.free_memory(m, None);
-            }
         }
     }
 }
@@ -87,52 +78,26 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
 
     let mut s = Scratch {
         device: d,
-        buffers: Vec::new(),
-        memories: Vec::new(),
         shader: vk::ShaderModule::null(),
         set_layout: vk::DescriptorSetLayout::null(),
         layout: vk::PipelineLayout::null(),
         pipeline: vk::Pipeline::null(),
         pool: vk::DescriptorPool::null(),
-        command_pool: vk::CommandPool::null(),
-        fence: vk::Fence::null(),
     };
 
-    // Buffers in host-visible, coherent memory (the self-test is about the dispatch path).
-    let host = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
-    let mut ptrs = Vec::new();
-    for data in [&xs, &ys] {
-        let info = vk::BufferCreateInfo::default()
-            .size(bytes)
-            .usage(vk::BufferUsageFlags::STORAGE_BUFFER)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: valid create info.
-        let buffer = unsafe { d.create_buffer(&info, None) }.vk("vkCreateBuffer")?;
-        s.buffers.push(buffer);
-        // SAFETY: `buffer` is live.
-        let req = unsafe { d.get_buffer_memory_requirements(buffer) };
-        let type_index =
-            caps.memory
-                .find(req.memory_type_bits, host)
-                .ok_or(Error::NoMemoryType {
-                    type_bits: req.memory_type_bits,
-                    wanted: host,
-                })?;
-        let alloc = vk::MemoryAllocateInfo::default()
-            .allocation_size(req.size)
-            .memory_type_index(type_index);
-        // SAFETY: valid allocate info for an existing memory type.
-        let memory = unsafe { d.allocate_memory(&alloc, None) }.vk("vkAllocateMemory")?;
-        s.memories.push(memory);
-        // SAFETY: fresh buffer and memory of a compatible type and sufficient size.
-        unsafe { d.bind_buffer_memory(buffer, memory, 0) }.vk("vkBindBufferMemory")?;
-        // SAFETY: the memory is host-visible and not mapped yet.
-        let ptr = unsafe { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-            .vk("vkMapMemory")?
-            .cast::<f32>();
-        // SAFETY: the mapping is at least `bytes` long and nothing else accesses it.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, n as usize) };
-        ptrs.push(ptr);
+    // Buffers in mapped host memory (the self-test is about the dispatch path).
+    let mut buffers = Vec::new();
+    for (data, what) in [(&xs, "self-test x"), (&ys, "self-test y")] {
+        let mut b = Buffer::new(
+            device,
+            bytes,
+            MemoryLocation::Host,
+            vk::BufferUsageFlags::STORAGE_BUFFER,
+            what,
+        )?;
+        let raw: Vec<u8> = data.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        b.write(0, &raw)?;
+        buffers.push(b);
     }
 
     let code = ash::util::read_spv(&mut std::io::Cursor::new(SAXPY_SPIRV))
@@ -204,7 +169,7 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
         )
     }
     .vk("vkAllocateDescriptorSets")?[0];
-    let infos = [s.buffers[0], s.buffers[1]].map(|b| {
+    let infos = [buffers[0].raw(), buffers[1].raw()].map(|b| {
         [vk::DescriptorBufferInfo::default()
             .buffer(b)
             .range(vk::WHOLE_SIZE)]
@@ -224,41 +189,14 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
     // SAFETY: writes reference a live set and live buffers.
     unsafe { d.update_descriptor_sets(&writes, &[]) };
 
-    let queue = device.queue();
-    // SAFETY: valid create info for the device's queue family.
-    s.command_pool = unsafe {
-        d.create_command_pool(
-            &vk::CommandPoolCreateInfo::default().queue_family_index(queue.family()),
-            None,
-        )
-    }
-    .vk("vkCreateCommandPool")?;
-    // SAFETY: the pool is live.
-    let cmd = unsafe {
-        d.allocate_command_buffers(
-            &vk::CommandBufferAllocateInfo::default()
-                .command_pool(s.command_pool)
-                .level(vk::CommandBufferLevel::PRIMARY)
-                .command_buffer_count(1),
-        )
-    }
-    .vk("vkAllocateCommandBuffers")?[0];
-
+    let mut submission = Submission::new(device, 1, "the self-test")?;
+    let cmd = submission.begin(0)?;
     let mut params = [0u8; 8];
     params[..4].copy_from_slice(&a.to_ne_bytes());
     params[4..].copy_from_slice(&n.to_ne_bytes());
-    let to_host = [vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
-        .dst_access_mask(vk::AccessFlags::HOST_READ)];
     // SAFETY: recording into a fresh primary command buffer; every handle is live and the
     // dispatch stays within the device's work-group count limit (checked below).
     unsafe {
-        d.begin_command_buffer(
-            cmd,
-            &vk::CommandBufferBeginInfo::default()
-                .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-        )
-        .vk("vkBeginCommandBuffer")?;
         d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, s.pipeline);
         d.cmd_bind_descriptor_sets(
             cmd,
@@ -280,36 +218,21 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
     // SAFETY: as above; the barrier makes shader writes visible to host reads after the fence.
     unsafe {
         d.cmd_dispatch(cmd, groups, 1, 1);
-        d.cmd_pipeline_barrier(
-            cmd,
-            vk::PipelineStageFlags::ALL_COMMANDS,
-            vk::PipelineStageFlags::HOST,
-            vk::DependencyFlags::empty(),
-            &to_host,
-            &[],
-            &[],
-        );
-        d.end_command_buffer(cmd).vk("vkEndCommandBuffer")?;
+        host_read_barrier(device, cmd);
     }
-    // SAFETY: valid create info.
-    s.fence =
-        unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.vk("vkCreateFence")?;
-
-    let cmds = [cmd];
-    let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+    submission.end(0)?;
     let start = Instant::now();
-    {
-        let guard = queue.lock();
-        // SAFETY: the command buffer is executable, the fence unsignaled; the guard is held
-        // only around the submission.
-        unsafe { guard.submit(&submit, s.fence) }?;
-    }
-    // SAFETY: `s.fence` was created from this device above.
-    unsafe { device.wait_for_fence(s.fence, u64::MAX) }?;
+    // SAFETY: the command buffer is executable; no semaphores.
+    unsafe { submission.submit(0, &[], &[]) }?;
+    submission.wait()?;
     let submit_and_wait = start.elapsed();
 
-    // SAFETY: the fence wait and the host barrier make the writes visible; memory is coherent.
-    let out = unsafe { std::slice::from_raw_parts(ptrs[1], n as usize) };
+    let mut raw = vec![0u8; bytes as usize];
+    buffers[1].read(0, &mut raw)?;
+    let out: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     let mut mismatches = 0;
     let mut max_abs_error = 0f32;
     for i in 0..n as usize {

@@ -1,0 +1,158 @@
+//! What every delegate says about its inputs and outputs: [`TensorSpec`] (name, dtype, shape),
+//! the one input check ([`check_inputs`]), and [`DeviceTensor`], a tensor resident in a device
+//! buffer that another delegate on the same device can read or write directly.
+
+use std::fmt;
+
+use ash::vk;
+
+use crate::host::{DType, HostTensor, element_count};
+
+/// A named tensor's element type and shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorSpec {
+    /// Name (from the model; `input_<i>` / `output_<i>` where it has none).
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape, outermost dimension first.
+    pub shape: Vec<usize>,
+}
+
+impl TensorSpec {
+    /// A spec.
+    pub fn new(name: impl Into<String>, dtype: DType, shape: Vec<usize>) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            dtype,
+            shape,
+        }
+    }
+
+    /// Packed size in bytes (`None` on overflow).
+    pub fn bytes(&self) -> Option<usize> {
+        element_count(&self.shape)?.checked_mul(self.dtype.size())
+    }
+
+    /// Whether `other` has the same dtype and shape (names may differ).
+    pub fn same_layout(&self, other: &TensorSpec) -> bool {
+        self.dtype == other.dtype && self.shape == other.shape
+    }
+
+    /// Checks a host tensor given as input `index` against this spec.
+    pub fn check(&self, index: usize, tensor: &HostTensor) -> Result<(), IoError> {
+        let bytes = self.bytes().unwrap_or(usize::MAX);
+        if tensor.dtype() == self.dtype
+            && tensor.shape() == self.shape.as_slice()
+            && tensor.bytes().len() == bytes
+        {
+            return Ok(());
+        }
+        Err(IoError::Mismatch {
+            index,
+            name: self.name.clone(),
+            want_dtype: self.dtype,
+            want_shape: self.shape.clone(),
+            got_dtype: tensor.dtype(),
+            got_shape: tensor.shape().to_vec(),
+        })
+    }
+}
+
+impl fmt::Display for TensorSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "'{}' {}{:?}", self.name, self.dtype, self.shape)
+    }
+}
+
+/// Checks inputs against specs: the count, then each input's dtype and shape.
+pub fn check_inputs(specs: &[TensorSpec], inputs: &[HostTensor]) -> Result<(), IoError> {
+    if specs.len() != inputs.len() {
+        return Err(IoError::Count {
+            expected: specs.len(),
+            actual: inputs.len(),
+        });
+    }
+    specs
+        .iter()
+        .zip(inputs)
+        .enumerate()
+        .try_for_each(|(i, (s, t))| s.check(i, t))
+}
+
+/// An input or output that does not match its spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IoError {
+    /// Wrong number of inputs.
+    #[error("expected {expected} input(s), got {actual}")]
+    Count {
+        /// Inputs declared.
+        expected: usize,
+        /// Inputs given.
+        actual: usize,
+    },
+    /// An input's dtype or shape differs from its spec.
+    #[error(
+        "input {index} ('{name}'): expected {want_dtype}{want_shape:?}, got {got_dtype}{got_shape:?}"
+    )]
+    Mismatch {
+        /// Position.
+        index: usize,
+        /// Name.
+        name: String,
+        /// Declared dtype.
+        want_dtype: DType,
+        /// Declared shape.
+        want_shape: Vec<usize>,
+        /// Given dtype.
+        got_dtype: DType,
+        /// Given shape.
+        got_shape: Vec<usize>,
+    },
+}
+
+/// A range of a device buffer, with the memory it is bound to (so that a consumer can also
+/// bind a resource of its own, such as a `VK_ARM_tensors` tensor, to the same bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferSlice {
+    /// The buffer.
+    pub buffer: vk::Buffer,
+    /// Offset of the range in `buffer`.
+    pub offset: vk::DeviceSize,
+    /// Size of the range in bytes.
+    pub size: vk::DeviceSize,
+    /// The memory `buffer` is bound to.
+    pub memory: vk::DeviceMemory,
+    /// Offset of the range in `memory`.
+    pub memory_offset: vk::DeviceSize,
+}
+
+/// A tensor resident on the device: what it is and where its bytes are (packed, row-major).
+/// Valid while the delegate that owns the buffer is alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceTensor {
+    /// Name, dtype and shape.
+    pub spec: TensorSpec,
+    /// Where the bytes are.
+    pub slice: BufferSlice,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_are_checked_by_count_then_each_spec() {
+        let specs = vec![TensorSpec::new("x", DType::F32, vec![2, 3])];
+        let ok = HostTensor::zeros(DType::F32, vec![2, 3]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(check_inputs(&specs, std::slice::from_ref(&ok)), Ok(()));
+        let e = check_inputs(&specs, &[]).unwrap_err();
+        assert_eq!(e.to_string(), "expected 1 input(s), got 0");
+        let bad = HostTensor::zeros(DType::I8, vec![3, 2]).unwrap_or_else(|e| panic!("{e}"));
+        let e = check_inputs(&specs, &[bad]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "input 0 ('x'): expected f32[2, 3], got i8[3, 2]"
+        );
+    }
+}
