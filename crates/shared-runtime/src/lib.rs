@@ -36,6 +36,10 @@ pub mod key;
 pub mod lock_order;
 pub mod options;
 pub mod registry;
+mod sync;
+
+#[cfg(all(test, loom))]
+mod loom_models;
 
 pub use acquire::{
     DELEGATE_REQUIREMENTS, DelegateRequirements, acquire, acquire_in, compiled_requirements,

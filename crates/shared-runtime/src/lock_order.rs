@@ -11,8 +11,14 @@
 
 use std::cell::Cell;
 
-thread_local! {
+// Per thread (per modelled thread under `cfg(loom)`, whose threads share one OS thread).
+#[cfg(not(loom))]
+std::thread_local! {
     static REGISTRY_HELD: Cell<bool> = const { Cell::new(false) };
+}
+#[cfg(loom)]
+loom::thread_local! {
+    static REGISTRY_HELD: Cell<bool> = Cell::new(false);
 }
 
 /// Marks the registry lock held by this thread for the guard's lifetime.

@@ -6,32 +6,76 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::Arc;
 
 use crate::context::{ContextParts, SharedContext};
 use crate::error::Error;
 use crate::key::SharedKey;
 use crate::lock_order::RegistryHeld;
+use crate::sync::{self, Condvar, Mutex, MutexGuard, OnceLock};
+
+/// What the registry keeps under a key: a cheap, clonable handle on a context. The public
+/// [`Registry`] keeps `Arc<SharedContext>`; the `loom` models keep a stand-in that needs no
+/// device. The protocol (one creator per key, waiters, stale replacement, nothing dropped
+/// under the lock) lives in [`Core`], once, for both.
+pub(crate) trait Entry: Clone + Send + Sync {
+    /// What a creator returns.
+    type Parts;
+    /// The context a successful creator's parts become.
+    fn from_parts(key: &SharedKey, parts: Self::Parts) -> Self;
+    /// The key it was created or registered under.
+    fn key(&self) -> &SharedKey;
+    /// Whether it may still be used.
+    fn is_valid(&self) -> bool;
+    /// Its generation (named in errors).
+    fn generation(&self) -> u64;
+    /// Whether both handles name the same context.
+    fn same(&self, other: &Self) -> bool;
+}
+
+impl Entry for Arc<SharedContext> {
+    type Parts = ContextParts;
+
+    fn from_parts(key: &SharedKey, parts: ContextParts) -> Self {
+        Arc::new(SharedContext::new(key.clone(), parts, false))
+    }
+
+    fn key(&self) -> &SharedKey {
+        SharedContext::key(self)
+    }
+
+    fn is_valid(&self) -> bool {
+        SharedContext::is_valid(self)
+    }
+
+    fn generation(&self) -> u64 {
+        SharedContext::generation(self)
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(self, other)
+    }
+}
 
 /// A creation in flight: waiters block on it, the creator completes it.
-struct Pending {
-    result: Mutex<Option<Result<Arc<SharedContext>, Error>>>,
+struct Pending<C> {
+    result: Mutex<Option<Result<C, Error>>>,
     done: Condvar,
 }
 
-impl Pending {
-    fn new() -> Arc<Pending> {
-        Arc::new(Pending {
+impl<C: Entry> Pending<C> {
+    fn new() -> sync::Arc<Pending<C>> {
+        sync::Arc::new(Pending {
             result: Mutex::new(None),
             done: Condvar::new(),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Result<Arc<SharedContext>, Error>>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Result<C, Error>>> {
         self.result.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn wait(&self) -> Result<Arc<SharedContext>, Error> {
+    fn wait(&self) -> Result<C, Error> {
         let mut r = self.lock();
         loop {
             if let Some(result) = r.as_ref() {
@@ -41,7 +85,7 @@ impl Pending {
         }
     }
 
-    fn complete(&self, result: Result<Arc<SharedContext>, Error>) {
+    fn complete(&self, result: Result<C, Error>) {
         let mut r = self.lock();
         *r = Some(result);
         drop(r);
@@ -49,15 +93,28 @@ impl Pending {
     }
 }
 
-enum Slot {
-    Ready(Arc<SharedContext>),
-    Creating(Arc<Pending>),
+enum Slot<C> {
+    Ready(C),
+    Creating(sync::Arc<Pending<C>>),
 }
 
-type Map = HashMap<SharedKey, Slot>;
+type Map<C> = HashMap<SharedKey, Slot<C>>;
 
 /// What an operation removed from the map, dropped after the lock is released.
-type Garbage = Vec<Slot>;
+type Garbage<C> = Vec<Slot<C>>;
+
+/// The registry's protocol over any [`Entry`]; [`Registry`] is `Core<Arc<SharedContext>>`.
+pub(crate) struct Core<C> {
+    map: Mutex<Map<C>>,
+}
+
+impl<C> Default for Core<C> {
+    fn default() -> Self {
+        Core {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
 
 /// A registry of shared contexts keyed by [`SharedKey`].
 ///
@@ -65,7 +122,7 @@ type Garbage = Vec<Slot>;
 /// tests.
 #[derive(Default)]
 pub struct Registry {
-    map: Mutex<Map>,
+    core: Core<Arc<SharedContext>>,
 }
 
 impl fmt::Debug for Registry {
@@ -97,18 +154,18 @@ pub struct Acquired {
 
 /// Completes a pending creation on every exit path, including a panicking creator, so that
 /// waiters are never orphaned and the key is left free.
-struct CreationGuard<'r> {
-    registry: &'r Registry,
+struct CreationGuard<'r, C: Entry> {
+    core: &'r Core<C>,
     key: SharedKey,
-    pending: Arc<Pending>,
+    pending: sync::Arc<Pending<C>>,
     finished: bool,
 }
 
-impl CreationGuard<'_> {
-    fn finish(&mut self, result: Result<Arc<SharedContext>, Error>) {
+impl<C: Entry> CreationGuard<'_, C> {
+    fn finish(&mut self, result: Result<C, Error>) {
         self.finished = true;
-        self.registry.locked(|map, garbage| {
-            let ours = matches!(map.get(&self.key), Some(Slot::Creating(p)) if Arc::ptr_eq(p, &self.pending));
+        self.core.locked(|map, garbage| {
+            let ours = matches!(map.get(&self.key), Some(Slot::Creating(p)) if sync::Arc::ptr_eq(p, &self.pending));
             if ours {
                 // A clear() that ran meanwhile removed the slot: then the result is handed to
                 // the callers but not registered.
@@ -123,7 +180,7 @@ impl CreationGuard<'_> {
     }
 }
 
-impl Drop for CreationGuard<'_> {
+impl<C: Entry> Drop for CreationGuard<'_, C> {
     fn drop(&mut self) {
         if !self.finished {
             let key = self.key.clone();
@@ -137,15 +194,10 @@ impl Drop for CreationGuard<'_> {
     }
 }
 
-impl Registry {
-    /// A new, empty registry.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
+impl<C: Entry> Core<C> {
     /// Runs `f` under the registry lock; whatever `f` puts in the garbage list is dropped
     /// after the lock is released.
-    fn locked<R>(&self, f: impl FnOnce(&mut Map, &mut Garbage) -> R) -> R {
+    fn locked<R>(&self, f: impl FnOnce(&mut Map<C>, &mut Garbage<C>) -> R) -> R {
         let mut garbage = Garbage::new();
         let result = {
             let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,12 +208,11 @@ impl Registry {
         result
     }
 
-    /// The valid context under `key`. Waits for a creation in flight. A stale (invalidated)
-    /// context is removed and reported as absent.
-    pub fn lookup(&self, key: &SharedKey) -> Option<Arc<SharedContext>> {
-        enum Step {
-            Found(Option<Arc<SharedContext>>),
-            Wait(Arc<Pending>),
+    /// See [`Registry::lookup`].
+    pub(crate) fn lookup(&self, key: &SharedKey) -> Option<C> {
+        enum Step<C: Entry> {
+            Found(Option<C>),
+            Wait(sync::Arc<Pending<C>>),
         }
         loop {
             let step = self.locked(|map, garbage| match map.get(key) {
@@ -184,18 +235,15 @@ impl Registry {
         }
     }
 
-    /// The valid context under `key`, created by `create` when there is none. The creator runs
-    /// once per key: concurrent callers wait and receive the same context, or the same error;
-    /// a failed creation leaves the key free for a retry. A stale context is replaced (and
-    /// dropped outside the lock).
-    pub fn lookup_or_create<F>(&self, key: &SharedKey, create: F) -> Result<Acquired, Error>
+    /// See [`Registry::lookup_or_create`]; the flag says whether this call ran the creator.
+    pub(crate) fn lookup_or_create<F>(&self, key: &SharedKey, create: F) -> Result<(C, bool), Error>
     where
-        F: FnOnce() -> Result<ContextParts, vk_core::Error>,
+        F: FnOnce() -> Result<C::Parts, vk_core::Error>,
     {
-        enum Step {
-            Found(Arc<SharedContext>),
-            Wait(Arc<Pending>),
-            Create(Arc<Pending>),
+        enum Step<C: Entry> {
+            Found(C),
+            Wait(sync::Arc<Pending<C>>),
+            Create(sync::Arc<Pending<C>>),
         }
         let mut create = Some(create);
         loop {
@@ -210,19 +258,9 @@ impl Registry {
                 }
             });
             match step {
-                Step::Found(context) => {
-                    return Ok(Acquired {
-                        context,
-                        created: false,
-                    });
-                }
+                Step::Found(context) => return Ok((context, false)),
                 Step::Wait(p) => match p.wait() {
-                    Ok(context) if context.is_valid() => {
-                        return Ok(Acquired {
-                            context,
-                            created: false,
-                        });
-                    }
+                    Ok(context) if context.is_valid() => return Ok((context, false)),
                     Ok(_) => continue,
                     Err(e) => return Err(e),
                 },
@@ -232,33 +270,29 @@ impl Registry {
                         continue;
                     };
                     let mut guard = CreationGuard {
-                        registry: self,
+                        core: self,
                         key: key.clone(),
                         pending,
                         finished: false,
                     };
                     let result = create()
-                        .map(|parts| Arc::new(SharedContext::new(key.clone(), parts, false)))
+                        .map(|parts| C::from_parts(key, parts))
                         .map_err(|e| Error::CreateFailed {
                             key: key.clone(),
                             source: Arc::new(e),
                         });
                     guard.finish(result.clone());
-                    return result.map(|context| Acquired {
-                        context,
-                        created: true,
-                    });
+                    return result.map(|context| (context, true));
                 }
             }
         }
     }
 
-    /// Registers a context made elsewhere under `key`. A valid context already under the key
-    /// is refused (unless it is this one); a stale one is replaced.
-    pub fn register(&self, context: Arc<SharedContext>) -> Result<(), Error> {
+    /// See [`Registry::register`].
+    pub(crate) fn register(&self, context: C) -> Result<(), Error> {
         let key = context.key().clone();
         self.locked(|map, garbage| match map.get(&key) {
-            Some(Slot::Ready(c)) if Arc::ptr_eq(c, &context) => Ok(()),
+            Some(Slot::Ready(c)) if c.same(&context) => Ok(()),
             Some(Slot::Ready(c)) if c.is_valid() => Err(Error::WrongContext {
                 key: key.clone(),
                 registered: c.generation(),
@@ -270,6 +304,68 @@ impl Registry {
                 Ok(())
             }
         })
+    }
+
+    /// See [`Registry::unregister`].
+    pub(crate) fn unregister(&self, context: &C) -> Result<(), Error> {
+        let key = context.key().clone();
+        self.locked(|map, garbage| match map.get(&key) {
+            Some(Slot::Ready(c)) if c.same(context) => {
+                garbage.extend(map.remove(&key));
+                Ok(())
+            }
+            Some(Slot::Ready(c)) => Err(Error::WrongContext {
+                key: key.clone(),
+                registered: c.generation(),
+                given: context.generation(),
+            }),
+            Some(Slot::Creating(_)) | None => Err(Error::NotFound {
+                key: key.clone(),
+                hint: " (nothing to unregister)",
+            }),
+        })
+    }
+
+    /// Number of keys with a context or a creation in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.locked(|map, _| map.len())
+    }
+
+    /// See [`Registry::clear`].
+    pub(crate) fn clear(&self) {
+        self.locked(|map, garbage| garbage.extend(map.drain().map(|(_, slot)| slot)));
+    }
+}
+
+impl Registry {
+    /// A new, empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The valid context under `key`. Waits for a creation in flight. A stale (invalidated)
+    /// context is removed and reported as absent.
+    pub fn lookup(&self, key: &SharedKey) -> Option<Arc<SharedContext>> {
+        self.core.lookup(key)
+    }
+
+    /// The valid context under `key`, created by `create` when there is none. The creator runs
+    /// once per key: concurrent callers wait and receive the same context, or the same error;
+    /// a failed creation leaves the key free for a retry. A stale context is replaced (and
+    /// dropped outside the lock).
+    pub fn lookup_or_create<F>(&self, key: &SharedKey, create: F) -> Result<Acquired, Error>
+    where
+        F: FnOnce() -> Result<ContextParts, vk_core::Error>,
+    {
+        self.core
+            .lookup_or_create(key, create)
+            .map(|(context, created)| Acquired { context, created })
+    }
+
+    /// Registers a context made elsewhere under `key`. A valid context already under the key
+    /// is refused (unless it is this one); a stale one is replaced.
+    pub fn register(&self, context: Arc<SharedContext>) -> Result<(), Error> {
+        self.core.register(context)
     }
 
     /// Makes a context from `parts` (a device `vk-core` created) and registers it.
@@ -309,27 +405,12 @@ impl Registry {
     /// Removes `context` from the registry. Holders keep it (and its anchor) alive; only
     /// discoverability ends.
     pub fn unregister(&self, context: &Arc<SharedContext>) -> Result<(), Error> {
-        let key = context.key().clone();
-        self.locked(|map, garbage| match map.get(&key) {
-            Some(Slot::Ready(c)) if Arc::ptr_eq(c, context) => {
-                garbage.extend(map.remove(&key));
-                Ok(())
-            }
-            Some(Slot::Ready(c)) => Err(Error::WrongContext {
-                key: key.clone(),
-                registered: c.generation(),
-                given: context.generation(),
-            }),
-            Some(Slot::Creating(_)) | None => Err(Error::NotFound {
-                key: key.clone(),
-                hint: " (nothing to unregister)",
-            }),
-        })
+        self.core.unregister(context)
     }
 
     /// Number of keys with a context or a creation in flight.
     pub fn len(&self) -> usize {
-        self.locked(|map, _| map.len())
+        self.core.len()
     }
 
     /// Whether the registry is empty.
@@ -340,6 +421,6 @@ impl Registry {
     /// Removes everything (for tests). A creation in flight is not orphaned: it completes, its
     /// caller and waiters receive its context, which is simply not registered.
     pub fn clear(&self) {
-        self.locked(|map, garbage| garbage.extend(map.drain().map(|(_, slot)| slot)));
+        self.core.clear();
     }
 }
