@@ -9,6 +9,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 mod isolate;
+mod loom;
 mod setup;
 mod shaders;
 
@@ -237,6 +238,7 @@ fn ci() -> Result {
             )?;
         }
         step(&mut summary, "dependency trees", tree_checks)?;
+        step(&mut summary, "loom (shared registry)", loom::run)?;
         for (package, sets) in MATRIX {
             for features in *sets {
                 let label = if features.is_empty() {
