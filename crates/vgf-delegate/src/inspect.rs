@@ -3,9 +3,80 @@
 //! (constant sizes, alias groups, sampler configuration, SPIR-V sizes).
 
 use serde_json::{Value, json};
-use vk_core::vk;
+use vk_core::{DType, vk};
 
 use crate::format::{Binding, DESCRIPTOR_TYPE_TENSOR_ARM, Vgf};
+
+/// A model input or output as the file declares it: known from the decoded file alone,
+/// before anything is created on a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoDecl {
+    /// Position among the model's inputs (or outputs).
+    pub index: usize,
+    /// Name from the file; `input_<i>` / `output_<i>` when it has none (as [`crate::Model`]).
+    pub name: String,
+    /// Index in the model resource table.
+    pub mrt_index: u32,
+    /// The stored `VkFormat` number.
+    pub vk_format: u32,
+    /// Element type, when the format is a single-channel tensor format.
+    pub dtype: Option<DType>,
+    /// Shape as stored (`-1` or `0` where the file leaves a dimension open).
+    pub shape: Vec<i64>,
+}
+
+impl IoDecl {
+    /// The dtype's name, or the format's name when it is not a tensor dtype.
+    pub fn dtype_name(&self) -> String {
+        match self.dtype {
+            Some(d) => d.name().to_string(),
+            None => format_name(self.vk_format),
+        }
+    }
+}
+
+/// The model's inputs, in order.
+pub fn model_inputs(vgf: &Vgf<'_>) -> Vec<IoDecl> {
+    io_decls(
+        vgf,
+        &vgf.sequence.inputs,
+        &vgf.sequence.input_names,
+        "input",
+    )
+}
+
+/// The model's outputs, in order.
+pub fn model_outputs(vgf: &Vgf<'_>) -> Vec<IoDecl> {
+    io_decls(
+        vgf,
+        &vgf.sequence.outputs,
+        &vgf.sequence.output_names,
+        "output",
+    )
+}
+
+fn io_decls(vgf: &Vgf<'_>, slots: &[Binding], names: &[&str], prefix: &str) -> Vec<IoDecl> {
+    slots
+        .iter()
+        .enumerate()
+        .map(|(index, b)| {
+            let resource = vgf.resource(b.mrt_index);
+            let vk_format = resource.map_or(0, |r| r.vk_format);
+            IoDecl {
+                index,
+                name: names
+                    .get(index)
+                    .filter(|n| !n.is_empty())
+                    .map_or_else(|| format!("{prefix}_{index}"), |n| n.to_string()),
+                mrt_index: b.mrt_index,
+                vk_format,
+                dtype: resource
+                    .and_then(|_| DType::from_vk_format(vk::Format::from_raw(vk_format as i32))),
+                shape: resource.map(|r| r.shape.clone()).unwrap_or_default(),
+            }
+        })
+        .collect()
+}
 
 /// `VK_FORMAT_*` name of a stored format number (the number itself when unknown).
 pub fn format_name(format: u32) -> String {

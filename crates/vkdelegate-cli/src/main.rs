@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod devices;
+mod inspect;
 mod npy;
 mod run;
 
@@ -33,13 +34,17 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
     },
-    /// Describe a VGF file: modules, segments, bindings, resources, constants.
+    /// Describe a VGF file: inputs, outputs, segments, constants (`--verbose`: every resource
+    /// and constant).
     Inspect {
         /// The VGF file.
         model: PathBuf,
-        /// Print JSON.
+        /// Print JSON (every fact the decoder knows, laid out like Arm's `vgf_dump`).
         #[arg(long)]
         json: bool,
+        /// Also list every resource and every constant.
+        #[arg(long, short)]
+        verbose: bool,
     },
     /// Run a VGF file or a program file (.toml) on the best device.
     Run {
@@ -99,7 +104,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Devices { json, verbose } => devices::run(json, verbose),
-        Cmd::Inspect { model, json } => run::inspect(&model, json),
+        Cmd::Inspect {
+            model,
+            json,
+            verbose,
+        } => inspect::run(&model, json, verbose),
         Cmd::Run {
             model,
             inputs,

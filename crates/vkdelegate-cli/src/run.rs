@@ -1,4 +1,4 @@
-//! `vkdelegate run` and `vkdelegate inspect`.
+//! `vkdelegate run`.
 
 // Builds without any delegate use none of the helpers below.
 #![cfg_attr(
@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use vkdelegate::vk_core::HostTensor;
+use vkdelegate::vk_core::{DType, HostTensor};
 
 use crate::npy;
 
@@ -60,12 +60,23 @@ pub fn run(
 #[cfg(feature = "vgf")]
 fn run_vgf(model: &Path, inputs: &[String], output_dir: Option<&Path>, repeat: usize) -> Result {
     use std::time::Instant;
+    use vkdelegate::vgf::inspect::model_inputs;
     use vkdelegate::vgf::{Model, Vgf, requirements_for};
     use vkdelegate::vk_core::Device;
 
     let bytes = std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?;
     let t = Instant::now();
     let vgf = Vgf::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+    // Every input is read and checked before anything is created on a device.
+    let wanted: Vec<Wanted> = model_inputs(&vgf)
+        .into_iter()
+        .map(|d| Wanted {
+            name: d.name,
+            dtype: d.dtype,
+            shape: d.shape,
+        })
+        .collect();
+    let tensors = read_inputs(model, inputs, &wanted, &mut npy::read)?;
     let device = Device::open(&requirements_for(&vgf)?)?;
     let device_time = t.elapsed();
     let t = Instant::now();
@@ -78,10 +89,6 @@ fn run_vgf(model: &Path, inputs: &[String], output_dir: Option<&Path>, repeat: u
         model.display(),
         ms(load)
     );
-    let tensors: Vec<HostTensor> = inputs
-        .iter()
-        .map(|p| npy::read(Path::new(p.split_once('=').map_or(p.as_str(), |(_, f)| f))))
-        .collect::<std::result::Result<_, _>>()?;
     let mut times = Vec::new();
     let mut outputs = Vec::new();
     for _ in 0..repeat.max(1) {
@@ -92,7 +99,7 @@ fn run_vgf(model: &Path, inputs: &[String], output_dir: Option<&Path>, repeat: u
     println!(
         "per run: median {:.3} ms, first {:.3} ms, min {:.3} ms ({} run(s))",
         ms(median(times.clone())),
-        ms(times[0]),
+        ms(times.first().copied().unwrap_or_default()),
         ms(times.iter().min().copied().unwrap_or_default()),
         times.len()
     );
@@ -101,6 +108,205 @@ fn run_vgf(model: &Path, inputs: &[String], output_dir: Option<&Path>, repeat: u
         write_outputs(dir, &outputs, Some(&names))?;
     }
     Ok(())
+}
+
+/// What a model or program expects of one input.
+#[derive(Debug, Clone)]
+struct Wanted {
+    name: String,
+    /// `None`: the file's format is not a tensor dtype (loading reports it).
+    dtype: Option<DType>,
+    /// Stored dimensions; one below 1 is not checked.
+    shape: Vec<i64>,
+}
+
+impl Wanted {
+    fn describe(&self) -> String {
+        let dtype = self.dtype.map_or("?".to_string(), |d| d.name().to_string());
+        format!("{dtype}{:?}", self.shape)
+    }
+
+    fn accepts_shape(&self, shape: &[usize]) -> bool {
+        self.shape.len() == shape.len()
+            && self
+                .shape
+                .iter()
+                .zip(shape)
+                .all(|(&w, &g)| w < 1 || u64::try_from(w).ok() == u64::try_from(g).ok())
+    }
+}
+
+/// Why the `--input` files do not fit the model.
+#[derive(Debug)]
+enum InputError {
+    /// More `--input` files than the model has inputs.
+    Count {
+        model: String,
+        expected: usize,
+        got: usize,
+        listing: String,
+    },
+    /// `NAME=FILE` names no input.
+    UnknownName {
+        model: String,
+        name: String,
+        listing: String,
+    },
+    /// An input has no file.
+    Missing {
+        index: usize,
+        name: String,
+        wanted: String,
+    },
+    /// The file could not be read or parsed (the message names the file).
+    Read {
+        index: usize,
+        name: String,
+        detail: String,
+    },
+    /// The file's dtype or shape is not the input's.
+    Mismatch {
+        index: usize,
+        name: String,
+        file: String,
+        what: &'static str,
+        expected: String,
+        got: String,
+    },
+}
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InputError::Count {
+                model,
+                expected,
+                got,
+                listing,
+            } => write!(
+                f,
+                "{model} takes {expected} input(s) ({listing}); {got} --input file(s) given"
+            ),
+            InputError::UnknownName {
+                model,
+                name,
+                listing,
+            } => write!(f, "{model} has no input '{name}' (inputs: {listing})"),
+            InputError::Missing {
+                index,
+                name,
+                wanted,
+            } => write!(
+                f,
+                "input {index} '{name}' ({wanted}) has no file: add --input {name}=FILE.npy"
+            ),
+            InputError::Read {
+                index,
+                name,
+                detail,
+            } => write!(f, "input {index} '{name}': {detail}"),
+            InputError::Mismatch {
+                index,
+                name,
+                file,
+                what,
+                expected,
+                got,
+            } => write!(
+                f,
+                "input {index} '{name}' from {file}: wrong {what}: expected {expected}, got {got}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+/// Reads the `--input` files (`FILE` in input order, or `NAME=FILE`) through `load` and checks
+/// each against what `model` expects: count, dtype, shape.
+fn read_inputs(
+    model: &Path,
+    args: &[String],
+    wanted: &[Wanted],
+    load: &mut dyn FnMut(&Path) -> std::result::Result<HostTensor, String>,
+) -> std::result::Result<Vec<HostTensor>, InputError> {
+    let listing = || {
+        let items: Vec<String> = wanted
+            .iter()
+            .map(|w| format!("{}: {}", w.name, w.describe()))
+            .collect();
+        items.join(", ")
+    };
+    if args.len() > wanted.len() {
+        return Err(InputError::Count {
+            model: model.display().to_string(),
+            expected: wanted.len(),
+            got: args.len(),
+            listing: listing(),
+        });
+    }
+    let mut files: Vec<Option<&str>> = vec![None; wanted.len()];
+    for (position, arg) in args.iter().enumerate() {
+        let (slot, file) = match arg.split_once('=') {
+            Some((name, file)) => {
+                let slot = wanted.iter().position(|w| w.name == name).ok_or_else(|| {
+                    InputError::UnknownName {
+                        model: model.display().to_string(),
+                        name: name.to_string(),
+                        listing: listing(),
+                    }
+                })?;
+                (slot, file)
+            }
+            None => (position, arg.as_str()),
+        };
+        if let Some(f) = files.get_mut(slot) {
+            *f = Some(file);
+        }
+    }
+    wanted
+        .iter()
+        .zip(files)
+        .enumerate()
+        .map(|(index, (w, file))| {
+            let file = file.ok_or_else(|| InputError::Missing {
+                index,
+                name: w.name.clone(),
+                wanted: w.describe(),
+            })?;
+            let file = Path::new(file);
+            let t = load(file).map_err(|detail| InputError::Read {
+                index,
+                name: w.name.clone(),
+                detail,
+            })?;
+            check_one(index, w, file, t)
+        })
+        .collect()
+}
+
+fn check_one(
+    index: usize,
+    w: &Wanted,
+    file: &Path,
+    t: HostTensor,
+) -> std::result::Result<HostTensor, InputError> {
+    let mismatch = |what, got: String| InputError::Mismatch {
+        index,
+        name: w.name.clone(),
+        file: file.display().to_string(),
+        what,
+        expected: w.describe(),
+        got,
+    };
+    let got = format!("{}{:?}", t.dtype(), t.shape());
+    if w.dtype.is_some_and(|d| d != t.dtype()) {
+        return Err(mismatch("dtype", got));
+    }
+    if !w.accepts_shape(t.shape()) {
+        return Err(mismatch("shape", got));
+    }
+    Ok(t)
 }
 
 #[cfg(not(feature = "vgf"))]
@@ -124,6 +330,16 @@ fn run_program(
     use vkdelegate::program::{HandOff, ProgramBuilder, ProgramFile};
 
     let file = ProgramFile::read(path)?;
+    // The input files are read before the program is built, so a bad file fails at once.
+    let files = inputs
+        .iter()
+        .map(|arg| {
+            let file = Path::new(arg.split_once('=').map_or(arg.as_str(), |(_, f)| f));
+            npy::read(file)
+                .map(|t| (file.to_path_buf(), t))
+                .map_err(|e| format!("--input {arg}: {e}"))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     let t = Instant::now();
     let builder = ProgramBuilder::from_file(file).hand_off(if hand_off_host {
         HandOff::Host
@@ -148,42 +364,25 @@ fn run_program(
         .map(|(n, k)| format!("{n} ({k})"))
         .collect();
     println!("steps: {}", steps.join(" -> "));
-    // Inputs: NAME=FILE, or FILE for the inputs in order.
-    let mut by_name: Vec<Option<HostTensor>> = vec![None; program.inputs().len()];
-    for (i, arg) in inputs.iter().enumerate() {
-        let (slot, file) = match arg.split_once('=') {
-            Some((name, file)) => (
-                program
-                    .inputs()
-                    .iter()
-                    .position(|(n, _)| n == name)
-                    .ok_or_else(|| {
-                        let names: Vec<&str> =
-                            program.inputs().iter().map(|(n, _)| n.as_str()).collect();
-                        format!(
-                            "--input {arg}: the program has no input '{name}' (inputs: {names:?})"
-                        )
-                    })?,
-                file,
-            ),
-            None => (i, arg.as_str()),
-        };
-        if slot >= by_name.len() {
-            return Err(format!(
-                "--input {arg}: the program takes {} input(s)",
-                by_name.len()
-            )
-            .into());
-        }
-        by_name[slot] = Some(npy::read(Path::new(file))?);
-    }
-    let tensors: Vec<HostTensor> = by_name
-        .into_iter()
-        .zip(program.inputs())
-        .map(|(t, (name, spec))| {
-            t.ok_or_else(|| format!("missing --input {name}=FILE.npy ({spec})"))
+    let wanted: Vec<Wanted> = program
+        .inputs()
+        .iter()
+        .map(|(name, spec)| Wanted {
+            name: name.clone(),
+            dtype: Some(spec.dtype),
+            shape: spec
+                .shape
+                .iter()
+                .map(|&d| i64::try_from(d).unwrap_or(i64::MAX))
+                .collect(),
         })
-        .collect::<std::result::Result<_, _>>()?;
+        .collect();
+    let tensors = read_inputs(path, inputs, &wanted, &mut |file| {
+        files
+            .iter()
+            .find(|(f, _)| f.as_path() == file)
+            .map_or_else(|| npy::read(file), |(_, t)| Ok(t.clone()))
+    })?;
     let mut totals = Vec::new();
     let mut per_step: Vec<Vec<Duration>> = Vec::new();
     let mut outputs = Vec::new();
@@ -227,62 +426,6 @@ fn run_program(path: &Path, _: &[String], _: Option<&Path>, _: usize, _: bool) -
     Err(format!(
         "{}: programs need the `vgf` or `compute` feature, which this build lacks",
         path.display()
-    )
-    .into())
-}
-
-/// `vkdelegate inspect MODEL.vgf [--json]`.
-#[cfg(feature = "vgf")]
-pub fn inspect(model: &Path, json: bool) -> Result {
-    use vkdelegate::vgf::{Vgf, inspect_json};
-    let bytes = std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?;
-    let vgf = Vgf::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
-    let doc = inspect_json(&vgf);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
-    // A readable summary of the same facts.
-    println!("{}: {} bytes", model.display(), bytes.len());
-    for key in ["header", "version"] {
-        if let Some(v) = doc.get(key) {
-            println!("{key}: {v}");
-        }
-    }
-    if let Some(obj) = doc.as_object() {
-        for (key, value) in obj {
-            if matches!(key.as_str(), "header" | "version") {
-                continue;
-            }
-            match value {
-                serde_json::Value::Array(items) => {
-                    println!("{key}: {} item(s)", items.len());
-                    for (i, item) in items.iter().enumerate() {
-                        println!("  [{i}] {}", summarize(item));
-                    }
-                }
-                other => println!("{key}: {}", summarize(other)),
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(feature = "vgf")]
-fn summarize(v: &serde_json::Value) -> String {
-    let mut s = v.to_string();
-    if s.len() > 160 {
-        s.truncate(157);
-        s.push_str("...");
-    }
-    s
-}
-
-#[cfg(not(feature = "vgf"))]
-pub fn inspect(model: &Path, _json: bool) -> Result {
-    Err(format!(
-        "{}: inspecting VGF files needs the `vgf` feature, which this build lacks",
-        model.display()
     )
     .into())
 }

@@ -165,3 +165,68 @@ fn run_writes_outputs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no input 'z'"), "{err}");
 }
+
+/// A wrong-shape input is refused before any device is opened, naming the input, the file,
+/// and the expected and actual dtype and shape.
+#[cfg(feature = "vgf")]
+#[test]
+fn a_wrong_shape_input_is_refused_before_loading() {
+    let fixtures = root().join("fixtures/vgf");
+    let wrong = fixtures.join("avgpool/input_0.npy");
+    let out = bin()
+        .arg("run")
+        .arg(fixtures.join("sqplus_1x3x4x4/model.vgf"))
+        .arg("--input")
+        .arg(&wrong)
+        // No device is needed to refuse it: with no usable layer, opening one would fail.
+        .env("VKDELEGATE_EMULATION_LAYER", "off")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "input 0 'input_0'",
+        &wrong.display().to_string(),
+        "wrong shape",
+        "expected f32[1, 3, 4, 4]",
+        "got f32[1, 3, 8, 8]",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert!(String::from_utf8_lossy(&out.stdout).is_empty());
+}
+
+/// `inspect` starts with the inputs and outputs and lists constants only with `--verbose`.
+#[cfg(feature = "vgf")]
+#[test]
+fn inspect_summarizes_and_details_on_request() {
+    let model = root().join("fixtures/vgf/conv_int8/model.vgf");
+    let out = bin().arg("inspect").arg(&model).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[1].starts_with("inputs (1):"), "{text}");
+    assert!(
+        lines[2].contains("input_0") && lines[2].contains("i8"),
+        "{text}"
+    );
+    assert!(lines[2].contains("[1, 3, 16, 16]"), "{text}");
+    assert!(text.contains("constants: 1, 216 bytes"), "{text}");
+    assert!(!text.contains("resource 0, 216 bytes"), "{text}");
+
+    let out = bin()
+        .args(["inspect", "--verbose"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("resource 0, 216 bytes, dense"), "{text}");
+    assert!(
+        text.contains("INPUT        VK_FORMAT_R8_SINT [1, 3, 16, 16]"),
+        "{text}"
+    );
+}
