@@ -1,8 +1,15 @@
-//! Benchmarks: per op and shape, device time (timestamp queries, median of several runs, each
-//! after untimed work that brings the GPU's clocks up), end-to-end time (host inputs to host
-//! outputs), throughput, and the ratio to a baseline measured in the same run on the same
-//! device: the device's `vkCmdCopyBuffer` bandwidth for memory-bound ops, and the device's fp32
-//! FMA peak (a register-only FMA probe) for conv and matmul.
+//! Benchmarks: per op and shape, device time (timestamp queries; min, median and max of
+//! several runs), end-to-end time (host inputs to host outputs; min, median and max),
+//! throughput, and the ratio to a baseline measured in the same run on the same device: a
+//! vec4 copy shader's bandwidth (what the device's shaders can stream) for memory-bound ops,
+//! and the fp32 FMA peak (a register-only FMA probe) for conv and matmul. `vkCmdCopyBuffer`
+//! is measured as an extra row (`copy_buffer`): some drivers run it far below what shaders
+//! stream, so it is no baseline.
+//!
+//! The timed runs of a case follow an untimed warm-up (the FMA probe, for about
+//! [`WARM_UP`]) in the same command buffer, each run between two timestamps of one query pool,
+//! so the host does not wait between warm-up and timed runs and the GPU's clocks stay up.
+//! A case whose spread (`(max - min) / median`) exceeds [`NOISY_SPREAD`] is flagged.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,22 +18,98 @@ use vk_core::{Device, HostTensor, vk};
 
 use crate::error::{Error, Result, VkExt};
 use crate::graph::{Conv2d, GraphBuilder, Pool2d};
+use crate::kernels::Kernel;
 use crate::memory::{Allocator, Buffer, MemKind};
 use crate::runtime::Graph;
+
+/// A row whose device or end-to-end spread, `(max - min) / median`, is above this is flagged
+/// as noisy.
+pub const NOISY_SPREAD: f64 = 0.10;
+
+/// How long the untimed warm-up before each case's timed runs keeps the GPU busy.
+pub const WARM_UP: Duration = Duration::from_millis(200);
+
+/// At most this many warm-up dispatches are recorded (for a very fast probe).
+const MAX_WARM_UP_DISPATCHES: usize = 10_000;
+
+/// Min, median and max of several timed runs, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// Fastest run.
+    pub min: f64,
+    /// Median run (the mean of the two middle runs for an even count).
+    pub median: f64,
+    /// Slowest run.
+    pub max: f64,
+    /// Number of runs.
+    pub runs: usize,
+}
+
+impl Spread {
+    /// All NaN: not measured.
+    pub const NAN: Spread = Spread {
+        min: f64::NAN,
+        median: f64::NAN,
+        max: f64::NAN,
+        runs: 0,
+    };
+
+    /// The spread of `samples` (NaN figures when there are none).
+    pub fn of(samples: &[f64]) -> Spread {
+        let mut v = samples.to_vec();
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        match (v.first(), v.last()) {
+            (Some(&min), Some(&max)) => {
+                let median = if n % 2 == 1 {
+                    v[n / 2]
+                } else {
+                    (v[n / 2 - 1] + v[n / 2]) / 2.0
+                };
+                Spread {
+                    min,
+                    median,
+                    max,
+                    runs: n,
+                }
+            }
+            _ => Spread::NAN,
+        }
+    }
+
+    /// `(max - min) / median` (NaN when the median is not positive).
+    pub fn relative(&self) -> f64 {
+        if self.median > 0.0 {
+            (self.max - self.min) / self.median
+        } else {
+            f64::NAN
+        }
+    }
+
+    /// Whether the spread is above [`NOISY_SPREAD`].
+    pub fn is_noisy(&self) -> bool {
+        self.relative() > NOISY_SPREAD
+    }
+}
 
 /// One benchmark result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchRow {
-    /// Op name (`add`, `conv3x3`, ..., or a baseline: `copy`, `fma_peak`).
+    /// Op name (`add`, `conv3x3`, ..., `copy_buffer` for `vkCmdCopyBuffer`, or a baseline:
+    /// `copy` for the copy shader, `fma_peak`).
     pub op: String,
     /// Shape description.
     pub shape: String,
-    /// Median device time in milliseconds (timestamps around the dispatches).
+    /// Median device time in milliseconds (`device.median`).
     pub device_ms: f64,
-    /// Median wall time of one `execute` in milliseconds (host copies included); 0 for
-    /// baselines.
+    /// Median wall time of one `execute` in milliseconds (host copies included); 0 where
+    /// not measured (baselines, `copy_buffer`).
     pub end_to_end_ms: f64,
-    /// Throughput in `unit`, from the device time.
+    /// Device time of the timed runs (timestamps around each run's dispatches).
+    pub device: Spread,
+    /// Wall time of the `execute` calls; `None` where not measured.
+    pub end_to_end: Option<Spread>,
+    /// Throughput in `unit`, from the median device time.
     pub throughput: f64,
     /// `GB/s` (bytes read + written) or `GFLOP/s`.
     pub unit: &'static str,
@@ -41,17 +124,43 @@ pub struct BenchRow {
 }
 
 impl BenchRow {
-    /// One line: op, shape, device ms, end-to-end ms, throughput, ratio.
+    /// Whether the device or the end-to-end spread is above [`NOISY_SPREAD`].
+    pub fn noisy(&self) -> bool {
+        self.device.is_noisy() || self.end_to_end.is_some_and(|s| s.is_noisy())
+    }
+
+    /// One line: op, shape, device ms (min / median / max), end-to-end ms (same), throughput,
+    /// ratio, and a `NOISY` flag naming the spreads above [`NOISY_SPREAD`].
     pub fn line(&self) -> String {
         if let Some(e) = &self.error {
             return format!("{:<12} {:<26} FAILED: {e}", self.op, self.shape);
         }
+        let three = |s: &Spread| format!("{:>9.3} {:>9.3} {:>9.3}", s.min, s.median, s.max);
+        let e2e = self
+            .end_to_end
+            .as_ref()
+            .map_or_else(|| format!("{:>29}", "-"), three);
+        let mut flags = Vec::new();
+        if self.device.is_noisy() {
+            flags.push(format!(
+                "device spread {:.0}%",
+                self.device.relative() * 100.0
+            ));
+        }
+        if let Some(s) = self.end_to_end.filter(Spread::is_noisy) {
+            flags.push(format!("e2e spread {:.0}%", s.relative() * 100.0));
+        }
+        let flag = if flags.is_empty() {
+            String::new()
+        } else {
+            format!("  NOISY ({})", flags.join(", "))
+        };
         format!(
-            "{:<12} {:<26} device {:>10.3} ms  e2e {:>10.3} ms  {:>10.1} {:<7}  {:>6.1}% of {} ({:.1} {})",
+            "{:<12} {:<26} device {} ms  e2e {} ms  {:>10.1} {:<7}  {:>6.1}% of {} ({:.1} {}){flag}",
             self.op,
             self.shape,
-            self.device_ms,
-            self.end_to_end_ms,
+            three(&self.device),
+            e2e,
             self.throughput,
             self.unit,
             self.ratio * 100.0,
@@ -60,22 +169,18 @@ impl BenchRow {
             self.unit
         )
     }
-}
 
-const COPY_BASELINE: &str = "vkCmdCopyBuffer bandwidth";
-const FMA_BASELINE: &str = "fp32 FMA peak";
-
-/// How long each measurement first submits untimed work, so that the GPU's clocks are up
-/// (see `time_graph`).
-const WARM_UP: Duration = Duration::from_millis(200);
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
+    /// The header matching [`BenchRow::line`]'s columns.
+    pub fn header() -> String {
+        format!(
+            "{:<12} {:<26} device {:>9} {:>9} {:>9} ms  e2e {:>9} {:>9} {:>9} ms",
+            "op", "shape", "min", "median", "max", "min", "median", "max"
+        )
     }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
+
+const COPY_BASELINE: &str = "copy shader bandwidth";
+const FMA_BASELINE: &str = "fp32 FMA peak";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -89,167 +194,566 @@ fn pattern(shape: &[usize], seed: usize) -> Result<HostTensor> {
     HostTensor::from_f32(shape.to_vec(), &v).map_err(|e| Error::Graph(format!("bench input: {e}")))
 }
 
-/// Device and end-to-end medians of a graph: `e2e_runs` host executions, then
-/// `device_runs` device-resident submissions timed by timestamps.
+/// Records `cmd`'s barrier between two segments of timed work: everything before finishes
+/// (and its writes are visible) before anything after starts.
 ///
-/// The GPU drops its clocks while it idles (an H200 falls from 1980 to 345 MHz during the
-/// host-side runs of the large cases) and short dispatches separated by host waits do not bring
-/// them back up. So before timing, and again before each timed submission, `warmer` (a graph
-/// that keeps the GPU busy for a few milliseconds: the FMA probe) runs untimed; without one,
-/// the graph itself is submitted untimed for a while first.
-fn time_graph(
-    g: &mut Graph,
-    inputs: &[HostTensor],
-    e2e_runs: usize,
-    device_runs: usize,
-    mut warmer: Option<&mut Graph>,
-) -> Result<(f64, f64)> {
-    let mut e2e = Vec::new();
-    for _ in 0..e2e_runs.max(1) {
-        let start = Instant::now();
-        g.execute(inputs)?;
-        e2e.push(ms(start.elapsed()));
-    }
-    let warm = Instant::now();
-    while warm.elapsed() < WARM_UP {
-        let w = match warmer.as_deref_mut() {
-            Some(w) => w,
-            None => &mut *g,
-        };
-        // SAFETY: no semaphores.
-        unsafe { w.submit_resident(&[], &[]) }?;
-        w.wait()?;
-    }
-    let mut dev = Vec::new();
-    for _ in 0..device_runs.max(1) {
-        if let Some(w) = warmer.as_deref_mut() {
-            // SAFETY: no semaphores.
-            unsafe { w.submit_resident(&[], &[]) }?;
-            w.wait()?;
-        }
-        // SAFETY: no semaphores.
-        unsafe { g.submit_resident(&[], &[]) }?;
-        g.wait()?;
-        let t = g.last_device_time().ok_or_else(|| {
-            Error::Unsupported("the queue family has no timestamps: no device time".into())
-        })?;
-        dev.push(ms(t));
-    }
-    Ok((median(dev), median(e2e)))
+/// # Safety
+/// `cmd` is a command buffer of `d`, recording, outside a render pass.
+unsafe fn full_barrier(d: &ash::Device, cmd: vk::CommandBuffer) {
+    let all = [vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
+        .dst_access_mask(vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE)];
+    // SAFETY: the caller's contract; a global memory barrier needs no resources.
+    unsafe {
+        d.cmd_pipeline_barrier(
+            cmd,
+            vk::PipelineStageFlags::ALL_COMMANDS,
+            vk::PipelineStageFlags::ALL_COMMANDS,
+            vk::DependencyFlags::empty(),
+            &all,
+            &[],
+            &[],
+        )
+    };
 }
 
-/// Raw `vkCmdCopyBuffer` between two device buffers, timed by timestamps.
-fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
-    let alloc: Arc<Allocator> = Allocator::new(device)?;
-    let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-    let src = Buffer::new(
-        &alloc,
-        bytes,
-        MemKind::Device,
-        usage,
-        "copy baseline source",
-    )?;
-    let dst = Buffer::new(
-        &alloc,
-        bytes,
-        MemKind::Device,
-        usage,
-        "copy baseline destination",
-    )?;
-    let d = device.raw();
-    let mut pool = vk::CommandPool::null();
-    let mut qp = vk::QueryPool::null();
-    let mut fence = vk::Fence::null();
-    let result = (|| -> Result<f64> {
-        // SAFETY: valid create infos; objects destroyed below after the last fence wait.
+/// Records commands into a command buffer: `cmd` is a primary command buffer of the timer's
+/// device, recording, outside a render pass, on a queue family with compute.
+type Record<'a> = &'a dyn Fn(vk::CommandBuffer);
+
+/// What [`Timer::time`] measured.
+struct Timed {
+    /// Device time of each timed run, in milliseconds.
+    runs: Vec<f64>,
+    /// Device time of the warm-up, in milliseconds.
+    warm_up_ms: f64,
+}
+
+/// Times recorded work on the device. One command buffer holds an untimed warm-up and then
+/// the timed runs, each between two timestamps (one query pool, two queries per run, two more
+/// around the warm-up), separated by full barriers; it is submitted once and the host waits
+/// only at the end, so the GPU stays busy from the warm-up to the last timed run.
+struct Timer {
+    device: Device,
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    queries: vk::QueryPool,
+    /// Timed runs the query pool has room for.
+    capacity: usize,
+    fence: vk::Fence,
+    /// A submission not yet waited for (drop waits for it, or leaks what it uses).
+    pending: bool,
+    /// `timestamp_valid_bits` of the queue family, as a mask.
+    mask: u64,
+}
+
+impl Timer {
+    fn new(device: &Device, capacity: usize, valid_bits: u32) -> Result<Timer> {
+        let capacity = capacity.max(1);
+        let mut t = Timer {
+            device: device.clone(),
+            pool: vk::CommandPool::null(),
+            cmd: vk::CommandBuffer::null(),
+            queries: vk::QueryPool::null(),
+            capacity,
+            fence: vk::Fence::null(),
+            pending: false,
+            mask: if valid_bits >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << valid_bits) - 1
+            },
+        };
+        let count = u32::try_from(2 * capacity + 2).map_err(|_| {
+            Error::Unsupported(format!("bench: {capacity} timed runs are too many"))
+        })?;
+        let d = device.raw();
+        // SAFETY: valid create infos; each object is destroyed once, in `Drop`.
         unsafe {
-            pool = d
+            t.pool = d
                 .create_command_pool(
                     &vk::CommandPoolCreateInfo::default()
                         .queue_family_index(device.queue().family()),
                     None,
                 )
                 .vk("vkCreateCommandPool")?;
-            qp = d
+            t.queries = d
                 .create_query_pool(
                     &vk::QueryPoolCreateInfo::default()
                         .query_type(vk::QueryType::TIMESTAMP)
-                        .query_count(2),
+                        .query_count(count),
                     None,
                 )
                 .vk("vkCreateQueryPool")?;
-            fence = d
+            t.fence = d
                 .create_fence(&vk::FenceCreateInfo::default(), None)
                 .vk("vkCreateFence")?;
+            t.cmd = d
+                .allocate_command_buffers(
+                    &vk::CommandBufferAllocateInfo::default()
+                        .command_pool(t.pool)
+                        .level(vk::CommandBufferLevel::PRIMARY)
+                        .command_buffer_count(1),
+                )
+                .vk("vkAllocateCommandBuffers")?[0];
         }
-        // SAFETY: the pool is live.
-        let cmd = unsafe {
-            d.allocate_command_buffers(
-                &vk::CommandBufferAllocateInfo::default()
-                    .command_pool(pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1),
-            )
+        Ok(t)
+    }
+
+    /// Records `warm` `warm_count` times, then `runs` timed runs of `run`, submits them at
+    /// once and waits for the end.
+    ///
+    /// # Safety
+    /// `warm` and `run` record only valid commands into the command buffer they are given
+    /// (see [`Record`]), using objects of this device that stay alive until this returns and
+    /// that no other pending submission uses. The timer puts a full barrier before each
+    /// recorded segment.
+    unsafe fn time(
+        &mut self,
+        warm: Record<'_>,
+        warm_count: usize,
+        run: Record<'_>,
+        runs: usize,
+    ) -> Result<Timed> {
+        if self.pending {
+            return Err(Error::Unsupported(
+                "bench: an earlier timed submission never finished".into(),
+            ));
         }
-        .vk("vkAllocateCommandBuffers")?[0];
-        // SAFETY: recording with live handles; the copy stays within both buffers.
+        let runs = runs.clamp(1, self.capacity);
+        let d = self.device.raw().clone();
+        let (cmd, qp) = (self.cmd, self.queries);
+        let count = 2 * runs as u32 + 2;
+        let stamp = |stage, query| {
+            // SAFETY: `cmd` is recording; `query` is below `count`, reset at the start.
+            unsafe { d.cmd_write_timestamp(cmd, stage, qp, query) }
+        };
+        // SAFETY: the command buffer is not pending (every submission is waited for before
+        // the next recording); recording with live handles; the closures' commands are the
+        // caller's contract.
         unsafe {
-            d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default())
-                .vk("vkBeginCommandBuffer")?;
-            d.cmd_reset_query_pool(cmd, qp, 0, 2);
-            d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, qp, 0);
-            d.cmd_copy_buffer(
+            d.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
+                .vk("vkResetCommandPool")?;
+            d.begin_command_buffer(
                 cmd,
-                src.raw(),
-                dst.raw(),
-                &[vk::BufferCopy::default().size(bytes)],
-            );
-            d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, qp, 1);
+                &vk::CommandBufferBeginInfo::default()
+                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            )
+            .vk("vkBeginCommandBuffer")?;
+            d.cmd_reset_query_pool(cmd, qp, 0, count);
+            stamp(vk::PipelineStageFlags::TOP_OF_PIPE, 0);
+            for _ in 0..warm_count {
+                full_barrier(&d, cmd);
+                warm(cmd);
+            }
+            stamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE, 1);
+            for i in 0..runs as u32 {
+                full_barrier(&d, cmd);
+                // After the barrier, at the bottom of the pipe: when everything before has
+                // finished, i.e. when this run can start.
+                stamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE, 2 + 2 * i);
+                run(cmd);
+                stamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE, 3 + 2 * i);
+            }
             d.end_command_buffer(cmd).vk("vkEndCommandBuffer")?;
         }
-        let period = f64::from(device.capabilities().limits.timestamp_period());
-        let mut times = Vec::new();
-        let warm = Instant::now();
-        let mut warming = true;
-        while warming || times.len() < runs.max(1) {
-            let cmds = [cmd];
-            let info = [vk::SubmitInfo::default().command_buffers(&cmds)];
-            {
-                let guard = device.queue().lock();
-                // SAFETY: executable command buffer, unsignaled fence; guard held only here.
-                unsafe { guard.submit(&info, fence) }?;
-            }
+        self.submit_and_wait()?;
+        let mut ts = vec![0u64; count as usize];
+        // SAFETY: every query was written by the finished submission.
+        unsafe {
+            d.get_query_pool_results(
+                qp,
+                0,
+                &mut ts,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        }
+        .vk("vkGetQueryPoolResults")?;
+        let period = f64::from(self.device.capabilities().limits.timestamp_period());
+        let span =
+            |a: usize, b: usize| (ts[b].wrapping_sub(ts[a]) & self.mask) as f64 * period * 1e-6;
+        Ok(Timed {
+            runs: (0..runs).map(|i| span(2 + 2 * i, 3 + 2 * i)).collect(),
+            warm_up_ms: span(0, 1),
+        })
+    }
+
+    fn submit_and_wait(&mut self) -> Result<()> {
+        let cmds = [self.cmd];
+        let info = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        {
+            let guard = self.device.queue().lock();
+            // SAFETY: an executable command buffer that is not pending, an unsignaled fence;
+            // the guard is held only around the submission.
+            unsafe { guard.submit(&info, self.fence) }?;
+        }
+        self.pending = true;
+        // SAFETY: our fence.
+        unsafe { self.device.wait_for_fence(self.fence, u64::MAX) }?;
+        self.pending = false;
+        // SAFETY: signaled and no longer in use.
+        unsafe { self.device.raw().reset_fences(&[self.fence]) }.vk("vkResetFences")?;
+        Ok(())
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if self.pending {
             // SAFETY: our fence.
-            unsafe { device.wait_for_fence(fence, u64::MAX) }?;
-            // SAFETY: signaled, unused fence.
-            unsafe { d.reset_fences(&[fence]) }.vk("vkResetFences")?;
-            let mut ts = [0u64; 2];
-            // SAFETY: both queries were written by the finished submission.
-            unsafe {
-                d.get_query_pool_results(
-                    qp,
-                    0,
-                    &mut ts,
-                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
-                )
-            }
-            .vk("vkGetQueryPoolResults")?;
-            if warming {
-                // Untimed until the clocks have come up (see `time_graph`).
-                warming = warm.elapsed() < WARM_UP;
-            } else {
-                times.push(ts[1].wrapping_sub(ts[0]) as f64 * period * 1e-6);
+            if unsafe { self.device.wait_for_fence(self.fence, u64::MAX) }.is_err() {
+                log::error!("bench: a timed submission did not finish; leaking its objects");
+                return;
             }
         }
-        Ok(median(times))
-    })();
-    // SAFETY: created above from this device (or null); the last submission was waited for.
-    unsafe {
-        d.destroy_fence(fence, None);
-        d.destroy_query_pool(qp, None);
-        d.destroy_command_pool(pool, None);
+        let d = self.device.raw();
+        // SAFETY: created from this device (or null), destroyed once, no submission pending.
+        unsafe {
+            d.destroy_fence(self.fence, None);
+            d.destroy_query_pool(self.queries, None);
+            d.destroy_command_pool(self.pool, None);
+        }
     }
-    result
+}
+
+/// How many warm-up dispatches of a probe taking `probe_ms` last about [`WARM_UP`].
+fn warm_up_count(probe_ms: f64) -> usize {
+    if probe_ms.is_finite() && probe_ms > 0.0 {
+        ((ms(WARM_UP) / probe_ms).ceil() as usize).clamp(1, MAX_WARM_UP_DISPATCHES)
+    } else {
+        MAX_WARM_UP_DISPATCHES
+    }
+}
+
+/// Two device buffers and the vec4 copy shader between them (`copy_vec4.comp`), for the
+/// copy-shader baseline and the `vkCmdCopyBuffer` row.
+struct CopyBaseline {
+    device: Device,
+    src: Buffer,
+    dst: Buffer,
+    /// Bytes copied per run.
+    bytes: u64,
+    groups: u32,
+    module: vk::ShaderModule,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+    descriptor_pool: vk::DescriptorPool,
+    set: vk::DescriptorSet,
+}
+
+impl CopyBaseline {
+    /// Buffers of `bytes` (rounded down to whole vec4s and to what one storage binding may
+    /// hold) and the pipeline.
+    fn new(device: &Device, bytes: u64) -> Result<CopyBaseline> {
+        let lim = &device.capabilities().limits;
+        let bytes = bytes.min(u64::from(lim.max_storage_buffer_range)) / 16 * 16;
+        let n4 = u32::try_from(bytes / 16).map_err(|_| {
+            Error::Unsupported(format!("bench: a copy of {bytes} bytes has too many vec4s"))
+        })?;
+        if n4 == 0 {
+            return Err(Error::Unsupported(format!(
+                "bench: a copy baseline of {bytes} bytes (maxStorageBufferRange {})",
+                lim.max_storage_buffer_range
+            )));
+        }
+        let alloc: Arc<Allocator> = Allocator::new(device)?;
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST;
+        let buffer = |what| Buffer::new(&alloc, bytes, MemKind::Device, usage, what);
+        let cap = u64::from(lim.max_compute_work_group_count[0].min(65535));
+        let mut c = CopyBaseline {
+            device: device.clone(),
+            src: buffer("copy baseline source")?,
+            dst: buffer("copy baseline destination")?,
+            bytes,
+            // Two vec4s per thread and iteration, as in the elementwise kernels.
+            groups: u64::from(n4).div_ceil(2).div_ceil(256).clamp(1, cap) as u32,
+            module: vk::ShaderModule::null(),
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipeline: vk::Pipeline::null(),
+            descriptor_pool: vk::DescriptorPool::null(),
+            set: vk::DescriptorSet::null(),
+        };
+        c.create_pipeline()?;
+        c.create_descriptors()?;
+        Ok(c)
+    }
+
+    fn create_pipeline(&mut self) -> Result<()> {
+        let d = self.device.raw();
+        let code = ash::util::read_spv(&mut std::io::Cursor::new(Kernel::CopyVec4.spirv()))
+            .map_err(|e| Error::Graph(format!("internal: embedded SPIR-V is unreadable: {e}")))?;
+        let bindings: Vec<_> = (0..Kernel::CopyVec4.bindings() as u32)
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let push = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .size(4)];
+        // SAFETY: valid create infos; every object is destroyed once, in `Drop`.
+        unsafe {
+            self.module = d
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
+                .vk("vkCreateShaderModule")?;
+            self.set_layout = d
+                .create_descriptor_set_layout(
+                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                    None,
+                )
+                .vk("vkCreateDescriptorSetLayout")?;
+            let set_layouts = [self.set_layout];
+            self.layout = d
+                .create_pipeline_layout(
+                    &vk::PipelineLayoutCreateInfo::default()
+                        .set_layouts(&set_layouts)
+                        .push_constant_ranges(&push),
+                    None,
+                )
+                .vk("vkCreatePipelineLayout")?;
+            let info = [vk::ComputePipelineCreateInfo::default()
+                .stage(
+                    vk::PipelineShaderStageCreateInfo::default()
+                        .stage(vk::ShaderStageFlags::COMPUTE)
+                        .module(self.module)
+                        .name(c"main"),
+                )
+                .layout(self.layout)];
+            self.pipeline = d
+                .create_compute_pipelines(vk::PipelineCache::null(), &info, None)
+                .map_err(|(_, r)| r)
+                .vk("vkCreateComputePipelines")?[0];
+        }
+        Ok(())
+    }
+
+    fn create_descriptors(&mut self) -> Result<()> {
+        let d = self.device.raw();
+        let sizes = [vk::DescriptorPoolSize::default()
+            .ty(vk::DescriptorType::STORAGE_BUFFER)
+            .descriptor_count(2)];
+        let infos = [self.src.raw(), self.dst.raw()].map(|b| {
+            [vk::DescriptorBufferInfo::default()
+                .buffer(b)
+                .offset(0)
+                .range(self.bytes)]
+        });
+        // SAFETY: valid create and allocate infos; the pool is destroyed once, in `Drop`; the
+        // writes name live buffers within their sizes and the set's two bindings.
+        unsafe {
+            self.descriptor_pool = d
+                .create_descriptor_pool(
+                    &vk::DescriptorPoolCreateInfo::default()
+                        .max_sets(1)
+                        .pool_sizes(&sizes),
+                    None,
+                )
+                .vk("vkCreateDescriptorPool")?;
+            let layouts = [self.set_layout];
+            self.set = d
+                .allocate_descriptor_sets(
+                    &vk::DescriptorSetAllocateInfo::default()
+                        .descriptor_pool(self.descriptor_pool)
+                        .set_layouts(&layouts),
+                )
+                .vk("vkAllocateDescriptorSets")?[0];
+            let writes: Vec<_> = infos
+                .iter()
+                .enumerate()
+                .map(|(i, info)| {
+                    vk::WriteDescriptorSet::default()
+                        .dst_set(self.set)
+                        .dst_binding(i as u32)
+                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                        .buffer_info(info)
+                })
+                .collect();
+            d.update_descriptor_sets(&writes, &[]);
+        }
+        Ok(())
+    }
+
+    /// Records one run of the copy shader.
+    ///
+    /// # Safety
+    /// `cmd` is as [`Record`] says; it is not submitted after `self` drops.
+    unsafe fn record_shader(&self, cmd: vk::CommandBuffer) {
+        let d = self.device.raw();
+        let n4 = (self.bytes / 16) as u32;
+        // SAFETY: the caller's contract; the pipeline, layout and set are live and match.
+        unsafe {
+            d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, self.pipeline);
+            d.cmd_bind_descriptor_sets(
+                cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                self.layout,
+                0,
+                &[self.set],
+                &[],
+            );
+            d.cmd_push_constants(
+                cmd,
+                self.layout,
+                vk::ShaderStageFlags::COMPUTE,
+                0,
+                &n4.to_le_bytes(),
+            );
+            d.cmd_dispatch(cmd, self.groups, 1, 1);
+        }
+    }
+
+    /// Records one `vkCmdCopyBuffer` of the same bytes.
+    ///
+    /// # Safety
+    /// As [`CopyBaseline::record_shader`].
+    unsafe fn record_copy_buffer(&self, cmd: vk::CommandBuffer) {
+        let region = [vk::BufferCopy::default().size(self.bytes)];
+        // SAFETY: the caller's contract; the copy stays within both buffers.
+        unsafe {
+            self.device
+                .raw()
+                .cmd_copy_buffer(cmd, self.src.raw(), self.dst.raw(), &region)
+        };
+    }
+}
+
+impl Drop for CopyBaseline {
+    fn drop(&mut self) {
+        let d = self.device.raw();
+        // SAFETY: created from this device (or null), destroyed once; every submission that
+        // used them was waited for by the timer. The buffers drop after this.
+        unsafe {
+            d.destroy_descriptor_pool(self.descriptor_pool, None);
+            d.destroy_pipeline(self.pipeline, None);
+            d.destroy_pipeline_layout(self.layout, None);
+            d.destroy_descriptor_set_layout(self.set_layout, None);
+            d.destroy_shader_module(self.module, None);
+        }
+    }
+}
+
+/// Runs `run` (the probe itself when `None`) `runs` times after `warm_count` runs of the FMA
+/// probe, all in one submission (see [`Timer`]).
+///
+/// # Safety
+/// `run` as [`Timer::time`] requires; `probe` has no pending submission.
+unsafe fn time_after_probe(
+    timer: &mut Timer,
+    probe: &Graph,
+    warm_count: usize,
+    runs: usize,
+    run: Option<Record<'_>>,
+) -> Result<Spread> {
+    let warm = |cmd| {
+        // SAFETY: `cmd` is the timer's recording command buffer; the probe is not pending,
+        // outlives the timing and writes only its own output buffer.
+        unsafe { probe.record_into(cmd) }
+    };
+    // SAFETY: `warm` as above; `run` is the caller's contract.
+    let t = unsafe { timer.time(&warm, warm_count, run.unwrap_or(&warm), runs) }?;
+    log::debug!(
+        "bench: warm-up of {warm_count} probe dispatches took {:.1} ms of device time",
+        t.warm_up_ms
+    );
+    Ok(Spread::of(&t.runs))
+}
+
+/// The timer, the FMA probe that warms the GPU up, and how often to run things.
+struct Bench {
+    timer: Timer,
+    probe: Graph,
+    /// Probe dispatches that keep the GPU busy for about [`WARM_UP`].
+    warm_count: usize,
+    device_runs: usize,
+    e2e_runs: usize,
+}
+
+impl Bench {
+    fn new(device: &Device, s: &Sizes, valid_bits: u32) -> Result<Bench> {
+        let mut g = GraphBuilder::new();
+        let probe = g.fma_probe(s.fma.0, s.fma.1);
+        g.output(probe)?;
+        Ok(Bench {
+            timer: Timer::new(device, s.device_runs, valid_bits)?,
+            probe: g.build(device)?,
+            warm_count: 1,
+            device_runs: s.device_runs,
+            e2e_runs: s.e2e_runs,
+        })
+    }
+
+    /// Times the FMA probe and sets the warm-up from its time: a first pass, sized from one
+    /// lone run (at whatever clocks the GPU had), only calibrates.
+    fn measure_probe(&mut self) -> Result<Spread> {
+        // SAFETY: no semaphores.
+        unsafe { self.probe.submit_resident(&[], &[]) }?;
+        self.probe.wait()?;
+        let lone = self.probe.last_device_time().ok_or_else(|| {
+            Error::Unsupported("bench: the queue family has no timestamps: no device time".into())
+        })?;
+        self.warm_count = warm_up_count(ms(lone));
+        let mut spread = Spread::NAN;
+        for _ in 0..2 {
+            // SAFETY: the probe is not pending (waited above, and by each timing).
+            spread = unsafe {
+                time_after_probe(
+                    &mut self.timer,
+                    &self.probe,
+                    self.warm_count,
+                    self.device_runs,
+                    None,
+                )
+            }?;
+            self.warm_count = warm_up_count(spread.median);
+        }
+        Ok(spread)
+    }
+
+    /// Times `run` after the warm-up.
+    ///
+    /// # Safety
+    /// As [`Timer::time`] requires of `run`.
+    unsafe fn time(&mut self, run: Record<'_>) -> Result<Spread> {
+        // SAFETY: the caller's contract for `run`; the probe is never left pending.
+        unsafe {
+            time_after_probe(
+                &mut self.timer,
+                &self.probe,
+                self.warm_count,
+                self.device_runs,
+                Some(run),
+            )
+        }
+    }
+
+    /// Device and end-to-end spreads of a graph: `e2e_runs` host executions, then the timed
+    /// device-resident runs after the warm-up.
+    fn time_graph(&mut self, g: &mut Graph, inputs: &[HostTensor]) -> Result<(Spread, Spread)> {
+        let mut e2e = Vec::new();
+        for _ in 0..self.e2e_runs.max(1) {
+            let start = Instant::now();
+            g.execute(inputs)?;
+            e2e.push(ms(start.elapsed()));
+        }
+        g.wait()?;
+        let graph = &*g;
+        let run = |cmd| {
+            // SAFETY: `cmd` is the timer's recording command buffer; the graph is not pending
+            // (waited above), its inputs were written by a finished execution, the timer's
+            // barriers order the runs, and the graph outlives the timing.
+            unsafe { graph.record_into(cmd) }
+        };
+        // SAFETY: `run` as above.
+        let device = unsafe { self.time(&run) }?;
+        Ok((device, Spread::of(&e2e)))
+    }
 }
 
 /// What an op moves or computes per run.
@@ -260,14 +764,14 @@ enum Work {
     Flops(f64),
 }
 
-type MakeGraph<'a> = Box<dyn FnOnce() -> Result<(GraphBuilder, Vec<HostTensor>)> + 'a>;
+type MakeGraph = Box<dyn FnOnce() -> Result<(GraphBuilder, Vec<HostTensor>)>>;
 
 /// One benchmark: its graph is made only when the filter selects it.
-struct Case<'a> {
+struct Case {
     op: &'static str,
     shape: String,
     work: Work,
-    make: MakeGraph<'a>,
+    make: MakeGraph,
 }
 
 struct Sizes {
@@ -281,34 +785,80 @@ struct Sizes {
     device_runs: usize,
 }
 
-/// Runs the benchmarks whose op name contains `filter` (all when `None`). `quick` uses small
-/// shapes (seconds on a CPU driver); the full shapes are add 2 x `[256,1024,1024]`, sigmoid
-/// and avg_pool 2x2 on `[256,1024,1024]`, conv3x3 64->64 on `[1,64,224,224]` and 256->256 on
-/// `[1,256,56,56]`, matmul 4096^3 and softmax `[16384,4096]`.
-pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<BenchRow>> {
-    let s = if quick {
-        Sizes {
-            big: vec![4, 256, 256],
-            conv: [(16, 32), (32, 16)],
-            matmul: 256,
-            softmax: [256, 1024],
-            copy_bytes: 16 << 20,
-            fma: (64, 256),
-            e2e_runs: 3,
-            device_runs: 5,
+impl Sizes {
+    fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                big: vec![4, 256, 256],
+                conv: [(16, 32), (32, 16)],
+                matmul: 256,
+                softmax: [256, 1024],
+                copy_bytes: 16 << 20,
+                fma: (64, 256),
+                e2e_runs: 5,
+                device_runs: 7,
+            }
+        } else {
+            Sizes {
+                big: vec![256, 1024, 1024],
+                conv: [(64, 224), (256, 56)],
+                matmul: 4096,
+                softmax: [16384, 4096],
+                copy_bytes: 1 << 30,
+                fma: (8192, 4096),
+                e2e_runs: 3,
+                device_runs: 20,
+            }
         }
-    } else {
-        Sizes {
-            big: vec![256, 1024, 1024],
-            conv: [(64, 224), (256, 56)],
-            matmul: 4096,
-            softmax: [16384, 4096],
-            copy_bytes: 1 << 30,
-            fma: (8192, 4096),
-            e2e_runs: 3,
-            device_runs: 10,
+    }
+}
+
+/// Throughput in units per second (`amount` per run over the median device time, giga).
+fn throughput(amount: f64, device: &Spread) -> f64 {
+    amount / (device.median * 1e6)
+}
+
+/// A row of a measured (or failed) case against a baseline.
+fn row(
+    op: &str,
+    shape: String,
+    work: &Work,
+    measured: Result<(Spread, Option<Spread>)>,
+    baseline: (f64, &'static str),
+) -> BenchRow {
+    let (unit, amount) = match *work {
+        Work::Bytes(b) => ("GB/s", b),
+        Work::Flops(f) => ("GFLOP/s", f),
+    };
+    let (device, end_to_end, error) = match measured {
+        Ok((d, e)) => (d, e, None),
+        Err(e) => {
+            log::error!("bench {op} {shape}: {e}");
+            (Spread::NAN, None, Some(e.to_string()))
         }
     };
+    let throughput = throughput(amount, &device);
+    BenchRow {
+        op: op.into(),
+        shape,
+        device_ms: device.median,
+        end_to_end_ms: match (&end_to_end, &error) {
+            (Some(e), _) => e.median,
+            (None, None) => 0.0,
+            (None, Some(_)) => f64::NAN,
+        },
+        device,
+        end_to_end,
+        throughput,
+        unit,
+        baseline: baseline.0,
+        baseline_name: baseline.1,
+        ratio: throughput / baseline.0,
+        error,
+    }
+}
+
+fn check_timestamps(device: &Device) -> Result<u32> {
     let family = device.queue().family() as usize;
     let ts_bits = device
         .capabilities()
@@ -321,84 +871,137 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
             device.capabilities().name
         )));
     }
+    Ok(ts_bits)
+}
+
+/// The copy-shader baseline row and, when `with_copy_buffer`, the `vkCmdCopyBuffer` row, of
+/// `bytes` each.
+fn copy_rows(
+    b: &mut Bench,
+    device: &Device,
+    bytes: u64,
+    with_copy_buffer: bool,
+) -> Result<Vec<BenchRow>> {
+    let copy = CopyBaseline::new(device, bytes)?;
+    let shape = format!("{} MiB", copy.bytes >> 20);
+    let amount = 2.0 * copy.bytes as f64;
+    let work = Work::Bytes(amount);
+    let shader = |cmd| {
+        // SAFETY: `cmd` is the timer's recording command buffer; `copy` outlives the timing.
+        unsafe { copy.record_shader(cmd) }
+    };
+    // SAFETY: `shader` as above.
+    let spread = unsafe { b.time(&shader) }?;
+    let gbs = throughput(amount, &spread);
+    let mut rows = vec![row(
+        "copy",
+        format!("{shape} vec4 shader"),
+        &work,
+        Ok((spread, None)),
+        (gbs, COPY_BASELINE),
+    )];
+    if with_copy_buffer {
+        let copy_buffer = |cmd| {
+            // SAFETY: as for `shader`.
+            unsafe { copy.record_copy_buffer(cmd) }
+        };
+        // SAFETY: `copy_buffer` as above.
+        let measured = unsafe { b.time(&copy_buffer) }.map(|s| (s, None));
+        rows.push(row(
+            "copy_buffer",
+            format!("{shape} vkCmdCopyBuffer"),
+            &work,
+            measured,
+            (gbs, COPY_BASELINE),
+        ));
+    }
+    Ok(rows)
+}
+
+/// Runs the benchmarks whose op name contains `filter` (all when `None`; the `copy` and
+/// `fma_peak` baselines always run). `quick` uses small shapes (seconds on a CPU driver);
+/// the full shapes are a 1 GiB copy, add 2 x `[256,1024,1024]`, sigmoid and avg_pool 2x2 on
+/// `[256,1024,1024]`, conv3x3 64->64 on `[1,64,224,224]` and 256->256 on `[1,256,56,56]`,
+/// matmul 4096^3 and softmax `[16384,4096]`.
+pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<BenchRow>> {
+    let s = Sizes::new(quick);
+    let ts_bits = check_timestamps(device)?;
     let wanted = |op: &str| filter.is_none_or(|f| op.contains(f));
-    let mut rows = Vec::new();
+    let mut b = Bench::new(device, &s, ts_bits)?;
 
-    let copy_ms = copy_bandwidth(device, s.copy_bytes, s.device_runs)?;
-    let copy_gbs = 2.0 * s.copy_bytes as f64 / (copy_ms * 1e6);
-    rows.push(BenchRow {
-        op: "copy".into(),
-        shape: format!("{} MiB", s.copy_bytes >> 20),
-        device_ms: copy_ms,
-        end_to_end_ms: 0.0,
-        throughput: copy_gbs,
-        unit: "GB/s",
-        baseline: copy_gbs,
-        baseline_name: COPY_BASELINE,
-        ratio: 1.0,
-        error: None,
-    });
-
-    let mut g = GraphBuilder::new();
-    let probe = g.fma_probe(s.fma.0, s.fma.1);
-    g.output(probe)?;
-    let mut probe_graph = g.build(device)?;
-    let (fma_ms, _) = time_graph(&mut probe_graph, &[], 1, s.device_runs, None)?;
+    let fma = b.measure_probe()?;
     let fma_flops = f64::from(s.fma.0) * 256.0 * 16.0 * 2.0 * f64::from(s.fma.1);
-    let peak = fma_flops / (fma_ms * 1e6);
-    rows.push(BenchRow {
-        op: "fma_peak".into(),
-        shape: format!("{} x 256 threads x {} x 16 FMA", s.fma.0, s.fma.1),
-        device_ms: fma_ms,
-        end_to_end_ms: 0.0,
-        throughput: peak,
-        unit: "GFLOP/s",
-        baseline: peak,
-        baseline_name: FMA_BASELINE,
-        ratio: 1.0,
-        error: None,
-    });
+    let peak = throughput(fma_flops, &fma);
+    let mut rows = copy_rows(&mut b, device, s.copy_bytes, wanted("copy_buffer"))?;
+    let copy_gbs = rows[0].throughput;
+    rows.push(row(
+        "fma_peak",
+        format!("{} x 256 threads x {} x 16 FMA", s.fma.0, s.fma.1),
+        &Work::Flops(fma_flops),
+        Ok((fma, None)),
+        (peak, FMA_BASELINE),
+    ));
 
+    for case in cases(&s).into_iter().filter(|c| wanted(c.op)) {
+        let measured = (case.make)().and_then(|(g, inputs)| {
+            let mut graph = g.build(device)?;
+            let (dev, e2e) = b.time_graph(&mut graph, &inputs)?;
+            Ok((dev, Some(e2e)))
+        });
+        let baseline = match case.work {
+            Work::Bytes(_) => (copy_gbs, COPY_BASELINE),
+            Work::Flops(_) => (peak, FMA_BASELINE),
+        };
+        rows.push(row(case.op, case.shape, &case.work, measured, baseline));
+    }
+    Ok(rows)
+}
+
+/// The op cases of the sizes `s`.
+fn cases(s: &Sizes) -> Vec<Case> {
     let shape_str = |v: &[usize]| format!("{v:?}").replace(' ', "");
     let big = s.big.clone();
     let n_big = big.iter().product::<usize>() as f64;
     let f32_t = vk_core::DType::F32;
-    let mut cases: Vec<Case<'_>> = Vec::new();
+    let mut cases: Vec<Case> = Vec::new();
+    let b = big.clone();
     cases.push(Case {
         op: "add",
         shape: format!("2 x {}", shape_str(&big)),
         work: Work::Bytes(3.0 * n_big * 4.0),
-        make: Box::new(|| {
+        make: Box::new(move || {
             let mut g = GraphBuilder::new();
-            let a = g.input("a", f32_t, &big)?;
-            let b = g.input("b", f32_t, &big)?;
-            let c = g.add(a, b)?;
+            let x = g.input("a", f32_t, &b)?;
+            let y = g.input("b", f32_t, &b)?;
+            let c = g.add(x, y)?;
             g.output(c)?;
-            Ok((g, vec![pattern(&big, 1)?, pattern(&big, 2)?]))
+            Ok((g, vec![pattern(&b, 1)?, pattern(&b, 2)?]))
         }),
     });
+    let b = big.clone();
     cases.push(Case {
         op: "sigmoid",
         shape: shape_str(&big),
         work: Work::Bytes(2.0 * n_big * 4.0),
-        make: Box::new(|| {
+        make: Box::new(move || {
             let mut g = GraphBuilder::new();
-            let a = g.input("x", f32_t, &big)?;
+            let a = g.input("x", f32_t, &b)?;
             let c = g.sigmoid(a)?;
             g.output(c)?;
-            Ok((g, vec![pattern(&big, 1)?]))
+            Ok((g, vec![pattern(&b, 1)?]))
         }),
     });
+    let b = big.clone();
     cases.push(Case {
         op: "avg_pool2x2",
         shape: shape_str(&big),
         work: Work::Bytes(1.25 * n_big * 4.0),
-        make: Box::new(|| {
+        make: Box::new(move || {
             let mut g = GraphBuilder::new();
-            let a = g.input("x", f32_t, &big)?;
+            let a = g.input("x", f32_t, &b)?;
             let c = g.avg_pool2d(a, Pool2d::new(2, 2))?;
             g.output(c)?;
-            Ok((g, vec![pattern(&big, 1)?]))
+            Ok((g, vec![pattern(&b, 1)?]))
         }),
     });
     let sm = s.softmax.to_vec();
@@ -450,55 +1053,66 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
             Ok((g, vec![pattern(&[n, n], 1)?, pattern(&[n, n], 2)?]))
         }),
     });
+    cases
+}
 
-    for case in cases.into_iter().filter(|c| wanted(c.op)) {
-        let measured = (case.make)().and_then(|(g, inputs)| {
-            let mut graph = g.build(device)?;
-            time_graph(
-                &mut graph,
-                &inputs,
-                s.e2e_runs,
-                s.device_runs,
-                Some(&mut probe_graph),
-            )
-        });
-        let (unit, baseline, baseline_name, amount) = match case.work {
-            Work::Bytes(b) => ("GB/s", copy_gbs, COPY_BASELINE, b),
-            Work::Flops(f) => ("GFLOP/s", peak, FMA_BASELINE, f),
-        };
-        let row = match measured {
-            Ok((dev, e2e)) => {
-                let throughput = amount / (dev * 1e6);
-                BenchRow {
-                    op: case.op.into(),
-                    shape: case.shape,
-                    device_ms: dev,
-                    end_to_end_ms: e2e,
-                    throughput,
-                    unit,
-                    baseline,
-                    baseline_name,
-                    ratio: throughput / baseline,
-                    error: None,
-                }
-            }
-            Err(e) => {
-                log::error!("bench {} {}: {e}", case.op, case.shape);
-                BenchRow {
-                    op: case.op.into(),
-                    shape: case.shape,
-                    device_ms: f64::NAN,
-                    end_to_end_ms: f64::NAN,
-                    throughput: f64::NAN,
-                    unit,
-                    baseline,
-                    baseline_name,
-                    ratio: f64::NAN,
-                    error: Some(e.to_string()),
-                }
-            }
-        };
-        rows.push(row);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_orders_min_median_max_and_flags_noise() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]);
+        assert_eq!((s.min, s.median, s.max, s.runs), (1.0, 2.0, 3.0, 3));
+        assert!(s.is_noisy());
+        let even = Spread::of(&[1.0, 1.02, 1.04, 1.06]);
+        assert!(even.min <= even.median && even.median <= even.max);
+        assert!((even.median - 1.03).abs() < 1e-12);
+        assert!(!even.is_noisy(), "{even:?}");
+        let none = Spread::of(&[]);
+        assert_eq!(none.runs, 0);
+        assert!(none.median.is_nan() && !none.is_noisy());
     }
-    Ok(rows)
+
+    #[test]
+    fn a_noisy_row_says_so() {
+        let tight = Spread::of(&[1.0, 1.0, 1.01]);
+        let wide = Spread::of(&[1.0, 1.5, 2.0]);
+        let work = Work::Bytes(1e6);
+        let quiet = row(
+            "add",
+            "[4]".into(),
+            &work,
+            Ok((tight, Some(tight))),
+            (1.0, "x"),
+        );
+        assert!(
+            !quiet.noisy() && !quiet.line().contains("NOISY"),
+            "{}",
+            quiet.line()
+        );
+        let noisy = row(
+            "add",
+            "[4]".into(),
+            &work,
+            Ok((tight, Some(wide))),
+            (1.0, "x"),
+        );
+        assert!(noisy.noisy() && noisy.line().contains("NOISY (e2e spread 67%)"));
+        let failed = row(
+            "add",
+            "[4]".into(),
+            &work,
+            Err(Error::Graph("no".into())),
+            (1.0, "x"),
+        );
+        assert!(failed.error.is_some() && failed.device_ms.is_nan());
+    }
+
+    #[test]
+    fn warm_up_count_covers_the_warm_up_time() {
+        assert_eq!(warm_up_count(ms(WARM_UP) / 4.0), 4);
+        assert_eq!(warm_up_count(1e9), 1);
+        assert_eq!(warm_up_count(0.0), MAX_WARM_UP_DISPATCHES);
+    }
 }

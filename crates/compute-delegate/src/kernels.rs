@@ -20,6 +20,7 @@ pub(crate) enum Kernel {
     ConvDw,
     Gemm,
     FmaPeak,
+    CopyVec4,
     QAdd,
     QConv,
 }
@@ -44,6 +45,7 @@ impl Kernel {
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
+            Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
             Kernel::QConv => include_bytes!("../spirv/qconv.spv"),
         }
@@ -55,6 +57,7 @@ impl Kernel {
             Kernel::FmaPeak => 1,
             Kernel::Unary
             | Kernel::Copy
+            | Kernel::CopyVec4
             | Kernel::Cast
             | Kernel::Softmax
             | Kernel::SoftmaxSg

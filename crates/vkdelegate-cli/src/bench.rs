@@ -77,21 +77,41 @@ fn open_device(args: &BenchArgs) -> Result<vkdelegate::vk_core::Device> {
 
 #[cfg(feature = "compute")]
 fn ops(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> {
+    use vkdelegate::compute::bench::{BenchRow, NOISY_SPREAD};
     println!(
-        "\ncompute ops ({} shapes; ratios to this device's vkCmdCopyBuffer bandwidth or FLOP baseline, same run):",
-        if args.quick { "quick" } else { "full" }
+        "\ncompute ops ({} shapes; device and end-to-end ms as min / median / max of the timed \
+         runs; ratios to this device's copy-shader bandwidth or fp32 FMA peak, same run; \
+         NOISY: a spread (max - min) / median over {:.0}%):",
+        if args.quick { "quick" } else { "full" },
+        NOISY_SPREAD * 100.0
     );
     let rows = vkdelegate::compute::bench(device, args.filter.as_deref(), args.quick)?;
+    println!("  {}", BenchRow::header());
     let mut out = Vec::new();
     for r in &rows {
         println!("  {}", r.line());
-        out.push(json!({
-            "op": r.op, "shape": r.shape, "device_ms": r.device_ms, "end_to_end_ms": r.end_to_end_ms,
-            "throughput": r.throughput, "unit": r.unit, "baseline": r.baseline,
-            "baseline_name": r.baseline_name, "ratio": r.ratio,
-        }));
+        out.push(row_json(r));
     }
     Ok(Value::Array(out))
+}
+
+/// One row as JSON: the medians under the names they had before (`device_ms`,
+/// `end_to_end_ms`), min / max / spread beside them, and `noisy` (a spread over
+/// `NOISY_SPREAD`). Figures that are NaN (a failed case) become `null`.
+#[cfg(feature = "compute")]
+fn row_json(r: &vkdelegate::compute::BenchRow) -> Value {
+    let spread = |s: &vkdelegate::compute::bench::Spread| {
+        json!({
+            "min_ms": s.min, "median_ms": s.median, "max_ms": s.max, "runs": s.runs,
+            "spread": s.relative(), "noisy": s.is_noisy(),
+        })
+    };
+    json!({
+        "op": r.op, "shape": r.shape, "device_ms": r.device_ms, "end_to_end_ms": r.end_to_end_ms,
+        "device": spread(&r.device), "end_to_end": r.end_to_end.as_ref().map(spread),
+        "noisy": r.noisy(), "throughput": r.throughput, "unit": r.unit, "baseline": r.baseline,
+        "baseline_name": r.baseline_name, "ratio": r.ratio, "error": r.error,
+    })
 }
 
 #[cfg(not(feature = "compute"))]
