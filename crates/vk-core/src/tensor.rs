@@ -93,7 +93,7 @@ pub enum IoError {
     },
     /// An input's dtype or shape differs from its spec.
     #[error(
-        "input {index} ('{name}'): expected {want_dtype}{want_shape:?}, got {got_dtype}{got_shape:?}"
+        "input '{name}' (#{index}): expected {want_dtype}{want_shape:?}, got {got_dtype}{got_shape:?}"
     )]
     Mismatch {
         /// Position.
@@ -152,7 +152,7 @@ mod tests {
         let e = check_inputs(&specs, &[bad]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "input 0 ('x'): expected f32[2, 3], got i8[3, 2]"
+            "input 'x' (#0): expected f32[2, 3], got i8[3, 2]"
         );
     }
 }
