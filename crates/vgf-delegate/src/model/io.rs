@@ -1,13 +1,11 @@
 //! Host input and output: the model's input and output descriptions, staging buffers, input
 //! checks, the copies of [`Model::execute`], and the device tensors of inputs and outputs.
 
-use std::ptr;
+use vk_core::{Buffer, HostTensor, MemoryLocation, vk};
 
-use vk_core::{HostTensor, vk};
-
-use super::objects::{Objects, Staging};
+use super::objects::Objects;
 use super::resources::{dims_usize, dtype_of, packed_bytes};
-use super::{DeviceTensor, MemoryMode, Model, TensorInfo, unsupported, vkerr};
+use super::{DeviceTensor, HOST_CB, MemoryMode, Model, TensorInfo, unsupported};
 use crate::error::{Error, Result};
 use crate::format::{Binding, Vgf};
 
@@ -31,7 +29,15 @@ pub(super) fn describe(
         let r = &vgf.resources[b.mrt_index as usize];
         let bytes = packed_bytes(r)?;
         let staging = if memory_mode == MemoryMode::Staged {
-            let staging = create_staging(objects, bytes as u64)?;
+            let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
+            let what = format!("staging of {prefix} {i}");
+            let staging = Buffer::new(
+                &objects.device,
+                bytes as u64,
+                MemoryLocation::Host,
+                usage,
+                &what,
+            )?;
             objects.staging.push(staging);
             Some(objects.staging.len() - 1)
         } else {
@@ -54,75 +60,6 @@ pub(super) fn describe(
         });
     }
     Ok((infos, ios))
-}
-
-fn create_staging(objects: &mut Objects, size: u64) -> Result<Staging> {
-    let d = objects.device.raw();
-    let caps = objects.device.capabilities();
-    let info = vk::BufferCreateInfo::default()
-        .size(size.max(1))
-        .usage(vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST)
-        .sharing_mode(vk::SharingMode::EXCLUSIVE);
-    // SAFETY: valid create info.
-    let buffer = unsafe { d.create_buffer(&info, None) }.map_err(vkerr("vkCreateBuffer"))?;
-    // SAFETY: `buffer` is live.
-    let req = unsafe { d.get_buffer_memory_requirements(buffer) };
-    let prefs = [
-        vk::MemoryPropertyFlags::HOST_VISIBLE
-            | vk::MemoryPropertyFlags::HOST_COHERENT
-            | vk::MemoryPropertyFlags::HOST_CACHED,
-        vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_CACHED,
-        vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
-        vk::MemoryPropertyFlags::HOST_VISIBLE,
-    ];
-    let Some(type_index) = prefs
-        .iter()
-        .find_map(|f| caps.memory.find(req.memory_type_bits, *f))
-    else {
-        // SAFETY: created above, unused.
-        unsafe { d.destroy_buffer(buffer, None) };
-        return Err(vk_core::Error::NoMemoryType {
-            type_bits: req.memory_type_bits,
-            wanted: vk::MemoryPropertyFlags::HOST_VISIBLE,
-        }
-        .into());
-    };
-    let info = vk::MemoryAllocateInfo::default()
-        .allocation_size(req.size)
-        .memory_type_index(type_index);
-    // SAFETY: valid allocate info.
-    let memory = match unsafe { d.allocate_memory(&info, None) } {
-        Ok(m) => m,
-        Err(e) => {
-            // SAFETY: created above, unused.
-            unsafe { d.destroy_buffer(buffer, None) };
-            return Err(vkerr("vkAllocateMemory")(e));
-        }
-    };
-    let cleanup = |e: Error| {
-        // SAFETY: created above, unused by the device.
-        unsafe {
-            d.destroy_buffer(buffer, None);
-            d.free_memory(memory, None);
-        }
-        e
-    };
-    // SAFETY: buffer and memory are live and compatible.
-    unsafe { d.bind_buffer_memory(buffer, memory, 0) }
-        .map_err(vkerr("vkBindBufferMemory"))
-        .map_err(cleanup)?;
-    // SAFETY: host-visible memory, not yet mapped.
-    let mapped = unsafe { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-        .map_err(vkerr("vkMapMemory"))
-        .map_err(cleanup)?;
-    Ok(Staging {
-        buffer,
-        memory,
-        mapped: mapped.cast::<u8>(),
-        coherent: caps.memory.types[type_index as usize]
-            .flags
-            .contains(vk::MemoryPropertyFlags::HOST_COHERENT),
-    })
 }
 
 impl Model {
@@ -163,19 +100,10 @@ impl Model {
         Ok(())
     }
 
-    /// Host pointer, memory and coherence of where an input or output is read or written.
-    fn host_side(&self, io: &Io) -> Result<(*mut u8, vk::DeviceMemory, bool)> {
-        if let Some(s) = io.staging {
-            let st = &self.objects.staging[s];
-            return Ok((st.mapped, st.memory, st.coherent));
-        }
-        let s = self.resource_storage[io.mrt]
-            .ok_or_else(|| unsupported(format!("resource {} has no storage", io.mrt)))?;
-        let st = &self.objects.storages[s];
-        let p = st
-            .mapped
-            .ok_or_else(|| unsupported(format!("resource {} is not host-visible", io.mrt)))?;
-        Ok((p, st.memory, st.coherent))
+    /// The storage of resource `mrt`.
+    fn storage_of(&self, mrt: usize) -> Result<usize> {
+        self.resource_storage[mrt]
+            .ok_or_else(|| unsupported(format!("resource {mrt} has no storage")))
     }
 
     /// Runs the model: copies `inputs` in, executes every segment, copies the outputs out.
@@ -183,51 +111,40 @@ impl Model {
         self.wait()?;
         self.check_inputs(inputs)?;
         self.write_inputs(inputs)?;
-        let cb = self.host_cb;
-        self.submit_cb(cb, &[], &[])?;
+        // SAFETY: the host command buffer is executable and uses only this model's objects,
+        // alive until the wait below; no semaphores.
+        unsafe { self.submission.submit(HOST_CB, &[], &[]) }?;
         self.wait()?;
         self.read_outputs()
     }
 
-    fn write_inputs(&self, inputs: &[HostTensor]) -> Result<()> {
-        let d = self.objects.device.raw();
+    /// Writes the inputs into their staging buffers or (direct) their mapped storage; the
+    /// allocator's mapping is flushed where it is not coherent.
+    fn write_inputs(&mut self, inputs: &[HostTensor]) -> Result<()> {
         for (t, io) in inputs.iter().zip(&self.input_io) {
-            let (p, memory, coherent) = self.host_side(io)?;
-            let src = t.bytes();
-            // SAFETY: `p` maps at least `src.len()` bytes (checked against the resource's
-            // size, which the allocation covers); no GPU work is in flight (waited before).
-            unsafe { ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
-            if !coherent {
-                let range = vk::MappedMemoryRange::default()
-                    .memory(memory)
-                    .offset(0)
-                    .size(vk::WHOLE_SIZE);
-                // SAFETY: the memory is mapped in full.
-                unsafe { d.flush_mapped_memory_ranges(&[range]) }
-                    .map_err(vkerr("vkFlushMappedMemoryRanges"))?;
+            match io.staging {
+                Some(s) => self.objects.staging[s].write(0, t.bytes())?,
+                None => {
+                    let s = self.resource_storage[io.mrt].ok_or_else(|| {
+                        unsupported(format!("resource {} has no storage", io.mrt))
+                    })?;
+                    self.objects.storages[s].write(0, t.bytes())?;
+                }
             }
         }
         Ok(())
     }
 
+    /// Reads the outputs from their staging buffers or (direct) their mapped storage, after
+    /// the fence wait and the recorded host-read barrier.
     fn read_outputs(&self) -> Result<Vec<HostTensor>> {
-        let d = self.objects.device.raw();
         let mut out = Vec::with_capacity(self.outputs.len());
         for (info, io) in self.outputs.iter().zip(&self.output_io) {
-            let (p, memory, coherent) = self.host_side(io)?;
-            if !coherent {
-                let range = vk::MappedMemoryRange::default()
-                    .memory(memory)
-                    .offset(0)
-                    .size(vk::WHOLE_SIZE);
-                // SAFETY: the memory is mapped in full.
-                unsafe { d.invalidate_mapped_memory_ranges(&[range]) }
-                    .map_err(vkerr("vkInvalidateMappedMemoryRanges"))?;
-            }
             let mut data = vec![0u8; info.bytes];
-            // SAFETY: `p` maps at least `bytes` bytes; the GPU finished (fence waited) and the
-            // final barrier made its writes visible to the host.
-            unsafe { ptr::copy_nonoverlapping(p, data.as_mut_ptr(), info.bytes) };
+            match io.staging {
+                Some(s) => self.objects.staging[s].read(0, &mut data)?,
+                None => self.objects.storages[self.storage_of(io.mrt)?].read(0, &mut data)?,
+            }
             out.push(
                 HostTensor::new(info.dtype, info.shape.clone(), data)
                     .map_err(|e| unsupported(e.to_string()))?,
@@ -242,8 +159,8 @@ impl Model {
             tensor: self.objects.tensors[io.mrt],
             view: self.objects.views[io.mrt],
             buffer: self.objects.buffers[io.mrt],
-            memory: self.objects.storages[s].memory,
-            offset: 0,
+            memory: self.objects.storages[s].memory(),
+            offset: self.objects.storages[s].offset(),
             size: bytes as u64,
         })
     }

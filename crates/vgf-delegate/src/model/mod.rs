@@ -33,7 +33,7 @@ mod resources;
 use std::path::Path;
 
 use vk_core::arm::{self, DataGraphFns, TensorFns};
-use vk_core::{DType, Device, vk};
+use vk_core::{DType, Device, SemaphoreSignal, SemaphoreWait, Submission, vk};
 
 use crate::error::{Error, Result};
 use crate::format::{ModuleType, Vgf};
@@ -42,18 +42,20 @@ use io::Io;
 use objects::Objects;
 use pipelines::SegmentRun;
 
-/// How long an execution may take before it is reported as an error.
-const FENCE_TIMEOUT_NS: u64 = 600_000_000_000;
+/// The submission's command buffer with host copies and the host-read barrier.
+const HOST_CB: usize = 0;
+/// The submission's command buffer with the segments alone.
+const DEVICE_CB: usize = 1;
 
 /// Where tensor memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MemoryMode {
-    /// Direct where the device's memory is unified (a host-visible, device-local, coherent
-    /// heap holding at least half of its device-local memory: integrated GPUs, CPU drivers,
-    /// resizable BAR), staged otherwise (discrete GPUs with a small BAR window).
+    /// As [`vk_core::HostIo::for_device`] says for this device: direct where device memory
+    /// is the host's own (CPU drivers, integrated GPUs), staged on discrete GPUs.
     #[default]
     Auto,
-    /// Every storage mapped; the host reads and writes tensors in place.
+    /// Input and output storage mapped (device-local where the device has such memory
+    /// host-visible, host memory otherwise); the host reads and writes tensors in place.
     Direct,
     /// Device-local storage; inputs and outputs through host-visible staging buffers.
     Staged,
@@ -110,17 +112,12 @@ pub struct Model {
     /// Per resource: the storage it lives in (None for constants).
     resource_storage: Vec<Option<usize>>,
     memory_mode: MemoryMode,
-    host_cb: vk::CommandBuffer,
-    device_cb: vk::CommandBuffer,
-    in_flight: bool,
+    /// The command pool, the host ([`HOST_CB`]) and device-only ([`DEVICE_CB`]) command
+    /// buffers, the fence and the pending state.
+    submission: Submission,
     runs: Vec<SegmentRun>,
     sets: Vec<Vec<vk::DescriptorSet>>,
 }
-
-// SAFETY: the raw pointers are mappings of memory this model owns; all access to them goes
-// through `&mut self` (execute) or `&self` reads that do not race with GPU writes (the fence
-// is waited before outputs are read).
-unsafe impl Send for Model {}
 
 fn unsupported(msg: impl Into<String>) -> Error {
     Error::Unsupported(msg.into())
@@ -209,10 +206,10 @@ impl Model {
         let mut objects = Objects::new(device, tensor_fns, data_graph_fns, vgf.resources.len());
         let usage = resources::Usage::of(vgf)?;
         let tensors = resources::create_tensors(&mut objects, vgf, &usage)?;
-        let memory_mode = resources::choose_memory_mode(&objects, &tensors, options.memory);
-        let (resource_storage, storage_reqs) = resources::plan_storages(vgf, &tensors);
-        resources::allocate_storages(&mut objects, &storage_reqs, memory_mode)?;
-        resources::bind_resources(&mut objects, vgf, &resource_storage)?;
+        let memory_mode = resources::choose_memory_mode(device, options.memory);
+        let plan = resources::plan_storages(vgf, &tensors, &usage);
+        resources::allocate_storages(&mut objects, &plan, memory_mode)?;
+        resources::bind_resources(&mut objects, vgf, &plan)?;
         let seq = &vgf.sequence;
         let (inputs, input_io) = io::describe(
             &mut objects,
@@ -229,61 +226,29 @@ impl Model {
         let (runs, tensor_descriptors) =
             pipelines::create_segments(&mut objects, vgf, &tensors.descs)?;
         let sets = pipelines::create_descriptor_sets(&mut objects, &runs, tensor_descriptors)?;
-        let [host_cb, device_cb] = create_command_buffers(&mut objects)?;
-        let model = Model {
+        let submission = Submission::new(device, 2, "VGF model")?;
+        let mut model = Model {
             objects,
             inputs,
             outputs,
             input_io,
             output_io,
-            resource_storage,
+            resource_storage: plan.resource_storage,
             memory_mode,
-            host_cb,
-            device_cb,
-            in_flight: false,
+            submission,
             runs,
             sets,
         };
-        model.record(model.host_cb, true)?;
-        model.record(model.device_cb, false)?;
+        model.record(HOST_CB)?;
+        model.record(DEVICE_CB)?;
         Ok(model)
     }
 
-    fn submit_cb(
-        &mut self,
-        cb: vk::CommandBuffer,
-        waits: &[vk::SemaphoreSubmitInfo<'_>],
-        signals: &[vk::SemaphoreSubmitInfo<'_>],
-    ) -> Result<()> {
-        let cbs = [vk::CommandBufferSubmitInfo::default().command_buffer(cb)];
-        let submit = vk::SubmitInfo2::default()
-            .wait_semaphore_infos(waits)
-            .command_buffer_infos(&cbs)
-            .signal_semaphore_infos(signals);
-        {
-            let guard = self.objects.device.queue().lock();
-            // SAFETY: `cb` is executable and not pending (the fence was waited); the fence is
-            // unsignaled; semaphores are the caller's contract (`submit_on_device`).
-            unsafe { guard.submit2(&[submit], self.objects.fence) }?;
-        }
-        self.in_flight = true;
-        Ok(())
-    }
-
-    /// Waits for this model's submitted work (if any) to finish. Waits on this model's own
-    /// fence only, never on the whole queue.
+    /// Waits for this model's submitted work (if any) to finish, under the submission's wait
+    /// policy (600 s by default). Waits on this model's own fence only, never on the whole
+    /// queue; a timed-out wait leaves the work pending.
     pub fn wait(&mut self) -> Result<()> {
-        if !self.in_flight {
-            return Ok(());
-        }
-        let fence = self.objects.fence;
-        // SAFETY: the fence belongs to this model's device.
-        unsafe { self.objects.device.wait_for_fence(fence, FENCE_TIMEOUT_NS) }?;
-        self.in_flight = false;
-        // SAFETY: the fence is signaled and not in use.
-        unsafe { self.objects.device.raw().reset_fences(&[fence]) }
-            .map_err(vkerr("vkResetFences"))?;
-        Ok(())
+        Ok(self.submission.wait()?)
     }
 
     /// Submits the model's segments alone (no host copies), waiting on and signaling the
@@ -302,9 +267,25 @@ impl Model {
         waits: &[vk::SemaphoreSubmitInfo<'_>],
         signals: &[vk::SemaphoreSubmitInfo<'_>],
     ) -> Result<()> {
-        self.wait()?;
-        let cb = self.device_cb;
-        self.submit_cb(cb, waits, signals)
+        let waits: Vec<SemaphoreWait> = waits
+            .iter()
+            .map(|w| SemaphoreWait {
+                semaphore: w.semaphore,
+                stage: vk::PipelineStageFlags::from_raw(w.stage_mask.as_raw() as u32),
+                value: w.value,
+            })
+            .collect();
+        let signals: Vec<SemaphoreSignal> = signals
+            .iter()
+            .map(|s| SemaphoreSignal {
+                semaphore: s.semaphore,
+                value: s.value,
+            })
+            .collect();
+        // SAFETY: the device command buffer is executable and uses only this model's objects
+        // (alive until a wait); the semaphores are the caller's contract.
+        unsafe { self.submission.submit(DEVICE_CB, &waits, &signals) }?;
+        Ok(())
     }
 
     /// The pipeline stages the segments run in (for barriers and semaphore waits around
@@ -318,36 +299,17 @@ impl Model {
     }
 }
 
-/// The command pool, the host and device-only command buffers, and the fence.
-fn create_command_buffers(objects: &mut Objects) -> Result<[vk::CommandBuffer; 2]> {
-    let device = objects.device.clone();
-    let d = device.raw();
-    let info = vk::CommandPoolCreateInfo::default().queue_family_index(device.queue().family());
-    // SAFETY: valid create info.
-    objects.command_pool =
-        unsafe { d.create_command_pool(&info, None) }.map_err(vkerr("vkCreateCommandPool"))?;
-    let info = vk::CommandBufferAllocateInfo::default()
-        .command_pool(objects.command_pool)
-        .level(vk::CommandBufferLevel::PRIMARY)
-        .command_buffer_count(2);
-    // SAFETY: valid allocate info.
-    let cbs =
-        unsafe { d.allocate_command_buffers(&info) }.map_err(vkerr("vkAllocateCommandBuffers"))?;
-    // SAFETY: valid create info.
-    objects.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
-        .map_err(vkerr("vkCreateFence"))?;
-    Ok([cbs[0], cbs[1]])
-}
-
 impl Drop for Model {
     fn drop(&mut self) {
-        if self.in_flight {
-            let fence = self.objects.fence;
-            // SAFETY: the fence belongs to this model's device.
-            if let Err(e) = unsafe { self.objects.device.wait_for_fence(fence, FENCE_TIMEOUT_NS) } {
-                log::error!("vgf-delegate: waiting for the model's fence on drop failed: {e}");
+        // Objects may be destroyed only once the GPU is done with them (or the device is
+        // lost: then no work runs again); otherwise they are leaked.
+        match self.submission.wait() {
+            Ok(()) | Err(vk_core::Error::DeviceLost { .. }) => {}
+            Err(e) => {
+                log::error!("vgf-delegate: waiting for the model on drop failed: {e}");
+                self.objects.leak = self.submission.is_pending();
             }
         }
-        // `objects` drops next and destroys everything.
+        // `objects` drops next and destroys everything, then `submission` its pool and fence.
     }
 }

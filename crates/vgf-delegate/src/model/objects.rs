@@ -3,45 +3,33 @@
 use std::ptr;
 
 use vk_core::arm::{self, DataGraphFns, TensorFns};
-use vk_core::{Device, vk};
-
-/// One allocation shared by the resources of an alias group (or holding one resource).
-#[derive(Debug, Default)]
-pub(super) struct Storage {
-    pub(super) memory: vk::DeviceMemory,
-    pub(super) mapped: Option<*mut u8>,
-    pub(super) coherent: bool,
-}
-
-/// A host-visible buffer through which an input or output is copied.
-#[derive(Debug)]
-pub(super) struct Staging {
-    pub(super) buffer: vk::Buffer,
-    pub(super) memory: vk::DeviceMemory,
-    pub(super) mapped: *mut u8,
-    pub(super) coherent: bool,
-}
+use vk_core::{Buffer, Device, MemoryBlock, vk};
 
 /// All Vulkan objects of a model; destroyed in reverse dependency order on drop. Built
-/// incrementally, so a failed load destroys what it had created.
+/// incrementally, so a failed load destroys what it had created. Memory comes from the
+/// device's allocator ([`MemoryBlock`], [`Buffer`]) and is freed after the objects bound to
+/// it (fields drop after [`Drop::drop`]).
 pub(super) struct Objects {
     pub(super) device: Device,
     pub(super) tensor_fns: TensorFns,
     pub(super) data_graph_fns: Option<DataGraphFns>,
-    pub(super) storages: Vec<Storage>,
+    /// One block per storage (alias group, or resource outside any group).
+    pub(super) storages: Vec<MemoryBlock>,
     pub(super) tensors: Vec<arm::TensorARM>,
     pub(super) views: Vec<arm::TensorViewARM>,
     pub(super) buffers: Vec<vk::Buffer>,
-    pub(super) staging: Vec<Staging>,
+    /// Host staging buffers of inputs and outputs.
+    pub(super) staging: Vec<Buffer>,
     pub(super) shader_modules: Vec<vk::ShaderModule>,
     pub(super) set_layouts: Vec<vk::DescriptorSetLayout>,
     pub(super) pipeline_layouts: Vec<vk::PipelineLayout>,
     pub(super) pipelines: Vec<vk::Pipeline>,
     pub(super) sessions: Vec<arm::DataGraphPipelineSessionARM>,
-    pub(super) session_memory: Vec<vk::DeviceMemory>,
+    /// Memory bound at the sessions' bind points.
+    pub(super) session_memory: Vec<MemoryBlock>,
     pub(super) descriptor_pool: vk::DescriptorPool,
-    pub(super) command_pool: vk::CommandPool,
-    pub(super) fence: vk::Fence,
+    /// Set when the GPU may still use the objects (a wait failed): nothing is destroyed.
+    pub(super) leak: bool,
 }
 
 impl Objects {
@@ -68,8 +56,7 @@ impl Objects {
             sessions: Vec::new(),
             session_memory: Vec::new(),
             descriptor_pool: vk::DescriptorPool::null(),
-            command_pool: vk::CommandPool::null(),
-            fence: vk::Fence::null(),
+            leak: false,
         }
     }
 }
@@ -86,18 +73,19 @@ impl std::fmt::Debug for Objects {
 
 impl Drop for Objects {
     fn drop(&mut self) {
+        if self.leak {
+            // The GPU may still use them: leak rather than free memory in use.
+            std::mem::forget(std::mem::take(&mut self.storages));
+            std::mem::forget(std::mem::take(&mut self.staging));
+            std::mem::forget(std::mem::take(&mut self.session_memory));
+            return;
+        }
         let d = self.device.raw();
         let h = d.handle();
         // SAFETY: every handle was created from this device by this struct and is destroyed
-        // once; the owner waited for its fence before dropping (no GPU work in flight uses
-        // them). Null handles are skipped or accepted by the destroy calls.
+        // once; the owner waited for its submission before dropping (no GPU work in flight
+        // uses them; otherwise `leak` is set). Null handles are skipped.
         unsafe {
-            if self.command_pool != vk::CommandPool::null() {
-                d.destroy_command_pool(self.command_pool, None);
-            }
-            if self.fence != vk::Fence::null() {
-                d.destroy_fence(self.fence, None);
-            }
             if self.descriptor_pool != vk::DescriptorPool::null() {
                 d.destroy_descriptor_pool(self.descriptor_pool, None);
             }
@@ -118,9 +106,6 @@ impl Drop for Objects {
             for m in self.shader_modules.drain(..) {
                 d.destroy_shader_module(m, None);
             }
-            for m in self.session_memory.drain(..) {
-                d.free_memory(m, None);
-            }
             for v in self.views.drain(..) {
                 if !v.is_null() {
                     (self.tensor_fns.destroy_tensor_view)(h, v, ptr::null());
@@ -131,18 +116,9 @@ impl Drop for Objects {
                     d.destroy_buffer(b, None);
                 }
             }
-            for s in self.staging.drain(..) {
-                d.destroy_buffer(s.buffer, None);
-                d.free_memory(s.memory, None);
-            }
             for t in self.tensors.drain(..) {
                 if !t.is_null() {
                     (self.tensor_fns.destroy_tensor)(h, t, ptr::null());
-                }
-            }
-            for s in self.storages.drain(..) {
-                if s.memory != vk::DeviceMemory::null() {
-                    d.free_memory(s.memory, None);
                 }
             }
         }

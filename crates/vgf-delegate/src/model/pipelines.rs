@@ -8,7 +8,7 @@ use std::ptr;
 
 use vk_core::arm::{self, DataGraphFns};
 use vk_core::host::element_count;
-use vk_core::vk;
+use vk_core::{MemoryBlock, MemoryLocation, vk};
 
 use super::objects::Objects;
 use super::resources::{Desc, dims_usize, dtype_of};
@@ -425,7 +425,6 @@ fn bind_session_memory(
     let device = objects.device.clone();
     let d = device.raw();
     let h = d.handle();
-    let caps = device.capabilities();
     let info = arm::DataGraphPipelineSessionMemoryRequirementsInfoARM {
         session,
         bind_point,
@@ -439,32 +438,20 @@ fn bind_session_memory(
     if req.size == 0 {
         return Ok(());
     }
-    let type_index = caps
-        .memory
-        .find(req.memory_type_bits, vk::MemoryPropertyFlags::DEVICE_LOCAL)
-        .or_else(|| {
-            caps.memory
-                .find(req.memory_type_bits, vk::MemoryPropertyFlags::empty())
-        })
-        .ok_or(vk_core::Error::NoMemoryType {
-            type_bits: req.memory_type_bits,
-            wanted: vk::MemoryPropertyFlags::DEVICE_LOCAL,
-        })?;
-    let alloc = vk::MemoryAllocateInfo::default()
-        .allocation_size(req.size)
-        .memory_type_index(type_index);
-    // SAFETY: valid allocate info.
-    let memory = unsafe { d.allocate_memory(&alloc, None) }.map_err(vkerr("vkAllocateMemory"))?;
-    objects.session_memory.push(memory);
+    let what = format!("data-graph session bind point {bind_point} object {object_index}");
+    let block = MemoryBlock::new(&device, &req, MemoryLocation::Device, &what)?;
+    let (memory, memory_offset) = (block.memory(), block.offset());
+    objects.session_memory.push(block);
     let bind = arm::BindDataGraphPipelineSessionMemoryInfoARM {
         session,
         bind_point,
         object_index,
         memory,
-        memory_offset: 0,
+        memory_offset,
         ..Default::default()
     };
-    // SAFETY: session and memory are live; the memory meets the requirements.
+    // SAFETY: session and memory are live; the block meets the requirements (the allocator
+    // was given them) from `memory_offset` on.
     let res = unsafe { (dg.bind_data_graph_pipeline_session_memory)(h, 1, &bind) };
     if res != vk::Result::SUCCESS {
         return Err(vkerr("vkBindDataGraphPipelineSessionMemoryARM")(res));

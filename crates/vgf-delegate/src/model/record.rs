@@ -7,7 +7,7 @@ use std::ptr;
 use vk_core::arm;
 use vk_core::vk;
 
-use super::{MemoryMode, Model, vkerr};
+use super::{HOST_CB, MemoryMode, Model};
 use crate::error::Result;
 use crate::format::ModuleType;
 
@@ -119,15 +119,14 @@ impl Model {
         }
     }
 
-    /// Records the host command buffer (`host`: staging copies and the host-read barrier) or
-    /// the device-only one.
-    pub(super) fn record(&self, cb: vk::CommandBuffer, host: bool) -> Result<()> {
+    /// Records the submission's command buffer `index`: the host one ([`HOST_CB`]: staging
+    /// copies and the host-read barrier) or the device-only one.
+    pub(super) fn record(&mut self, index: usize) -> Result<()> {
+        let host = index == HOST_CB;
+        let cb = self.submission.begin(index)?;
         let d = self.objects.device.raw();
         let stages = self.segment_stages();
         let staged = host && self.memory_mode == MemoryMode::Staged;
-        // SAFETY: `cb` was allocated from this model's pool and is in the initial state.
-        unsafe { d.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }
-            .map_err(vkerr("vkBeginCommandBuffer"))?;
         if staged {
             self.record_staging_copies(cb, true);
             barrier(
@@ -155,18 +154,10 @@ impl Model {
             self.record_staging_copies(cb, false);
         }
         if host {
-            barrier(
-                d,
-                cb,
-                (
-                    vk::PipelineStageFlags2::ALL_COMMANDS,
-                    vk::AccessFlags2::MEMORY_WRITE,
-                ),
-                (vk::PipelineStageFlags2::HOST, vk::AccessFlags2::HOST_READ),
-            );
+            // SAFETY: `cb` is recording, outside a render pass, on this model's device.
+            unsafe { vk_core::barrier::host_read_barrier(&self.objects.device, cb) };
         }
-        // SAFETY: `cb` is recording.
-        unsafe { d.end_command_buffer(cb) }.map_err(vkerr("vkEndCommandBuffer"))?;
+        self.submission.end(index)?;
         Ok(())
     }
 
@@ -181,7 +172,8 @@ impl Model {
         for (io, info) in ios.iter().zip(infos) {
             let Some(s) = io.staging else { continue };
             let region = [vk::BufferCopy::default().size(info.bytes as u64)];
-            let (staging, tensor) = (self.objects.staging[s].buffer, self.objects.buffers[io.mrt]);
+            let staging = self.objects.staging[s].raw();
+            let tensor = self.objects.buffers[io.mrt];
             let (src, dst) = if inputs {
                 (staging, tensor)
             } else {

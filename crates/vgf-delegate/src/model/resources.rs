@@ -6,9 +6,9 @@ use std::ptr;
 
 use vk_core::arm;
 use vk_core::host::element_count;
-use vk_core::{DType, vk};
+use vk_core::{DType, Device, HostIo, MemoryBlock, MemoryLocation, vk};
 
-use super::objects::{Objects, Storage};
+use super::objects::Objects;
 use super::{MemoryMode, unsupported, vkerr};
 use crate::error::Result;
 use crate::format::{Category, DESCRIPTOR_TYPE_TENSOR_ARM, ModuleType, Resource, Vgf};
@@ -236,14 +236,22 @@ fn create_tensor(
         return Err(vkerr("vkCreateTensorARM")(res));
     }
     objects.tensors[index] = tensor;
-    let mut req2 = vk::MemoryRequirements2::default();
+    let mut dedicated = vk::MemoryDedicatedRequirements::default();
+    let mut req2 = vk::MemoryRequirements2::default().push_next(&mut dedicated);
     let req_info = arm::TensorMemoryRequirementsInfoARM {
         tensor,
         ..Default::default()
     };
-    // SAFETY: `tensor` is live; `req2` is a valid output structure.
+    // SAFETY: `tensor` is live; `req2` and its chained structure are valid outputs.
     unsafe { (fns.get_tensor_memory_requirements)(h, &req_info, &mut req2) };
-    Ok(req2.memory_requirements)
+    let req = req2.memory_requirements;
+    if dedicated.requires_dedicated_allocation == vk::TRUE {
+        // The allocator cannot make a dedicated allocation for a tensor.
+        return Err(unsupported(format!(
+            "resource {index}: the device requires a dedicated allocation for its tensor"
+        )));
+    }
+    Ok(req)
 }
 
 /// Creates the buffer over input or output resource `index`; returns its memory requirements.
@@ -268,39 +276,36 @@ fn create_io_buffer(
     Ok(unsafe { d.get_buffer_memory_requirements(buffer) })
 }
 
-/// Where inputs and outputs live, from the option and the device.
-pub(super) fn choose_memory_mode(
-    objects: &Objects,
-    tensors: &Tensors,
-    wanted: MemoryMode,
-) -> MemoryMode {
-    let caps = objects.device.capabilities();
-    let total: u64 = tensors.reqs.iter().flatten().map(|r| r.size).sum();
+/// Where inputs and outputs live: `Auto` follows [`HostIo::for_device`], the workspace's one
+/// rule; `Direct` and `Staged` are explicit.
+pub(super) fn choose_memory_mode(device: &Device, wanted: MemoryMode) -> MemoryMode {
     match wanted {
-        MemoryMode::Auto => {
-            // Unified: a device-local, host-visible, coherent heap holding at least half the
-            // device-local memory (integrated GPUs, CPU drivers, resizable BAR) and these
-            // tensors. A small BAR window on a discrete GPU does not count.
-            let half = caps.memory.device_local_bytes() / 2;
-            if caps.memory.has_unified(total.max(half).max(1)) {
-                MemoryMode::Direct
-            } else {
-                MemoryMode::Staged
-            }
-        }
+        MemoryMode::Auto => match HostIo::for_device(device) {
+            HostIo::Direct => MemoryMode::Direct,
+            HostIo::Staged => MemoryMode::Staged,
+        },
         m => m,
     }
 }
 
-/// Groups resources into storages (an alias group shares one, merging requirements).
-/// Returns, per resource, its storage (None: no tensor), and each storage's requirements.
-pub(super) fn plan_storages(
-    vgf: &Vgf<'_>,
-    tensors: &Tensors,
-) -> (Vec<Option<usize>>, Vec<vk::MemoryRequirements>) {
-    let mut resource_storage: Vec<Option<usize>> = vec![None; vgf.resources.len()];
+/// Resources grouped into storages: an alias group shares one, with merged requirements.
+pub(super) struct StoragePlan {
+    /// Per resource: its storage (None: no tensor).
+    pub(super) resource_storage: Vec<Option<usize>>,
+    /// Per storage: what its memory must satisfy.
+    reqs: Vec<vk::MemoryRequirements>,
+    /// Per storage: whether it holds a model input or output (the host reads or writes it).
+    holds_io: Vec<bool>,
+}
+
+/// Groups resources into storages.
+pub(super) fn plan_storages(vgf: &Vgf<'_>, tensors: &Tensors, usage: &Usage) -> StoragePlan {
+    let mut plan = StoragePlan {
+        resource_storage: vec![None; vgf.resources.len()],
+        reqs: Vec::new(),
+        holds_io: Vec::new(),
+    };
     let mut group_storage: Vec<(u32, usize)> = Vec::new();
-    let mut storage_reqs: Vec<vk::MemoryRequirements> = Vec::new();
     for r in &vgf.resources {
         let Some(req) = tensors.reqs[r.index] else {
             continue;
@@ -310,85 +315,48 @@ pub(super) fn plan_storages(
             .and_then(|g| group_storage.iter().find(|(id, _)| *id == g).map(|x| x.1));
         let s = match existing {
             Some(s) => {
-                let sr = &mut storage_reqs[s];
+                let sr = &mut plan.reqs[s];
                 sr.size = sr.size.max(req.size);
                 sr.alignment = sr.alignment.max(req.alignment);
                 sr.memory_type_bits &= req.memory_type_bits;
                 s
             }
             None => {
-                storage_reqs.push(req);
-                let s = storage_reqs.len() - 1;
+                plan.reqs.push(req);
+                plan.holds_io.push(false);
+                let s = plan.reqs.len() - 1;
                 if let Some(g) = r.alias_group {
                     group_storage.push((g, s));
                 }
                 s
             }
         };
-        resource_storage[r.index] = Some(s);
+        plan.holds_io[s] |= usage.is_io[r.index];
+        plan.resource_storage[r.index] = Some(s);
     }
-    (resource_storage, storage_reqs)
+    plan
 }
 
-/// Allocates one storage per entry of `reqs`: mapped in direct mode, device-local otherwise.
+/// Allocates one block per storage from the device's allocator. In direct mode, storages
+/// holding inputs or outputs are mapped: device-local where the device has such memory
+/// host-visible, host memory otherwise; every other storage is device memory.
 pub(super) fn allocate_storages(
     objects: &mut Objects,
-    reqs: &[vk::MemoryRequirements],
+    plan: &StoragePlan,
     memory_mode: MemoryMode,
 ) -> Result<()> {
     let device = objects.device.clone();
-    let d = device.raw();
-    let caps = device.capabilities();
-    for req in reqs {
-        let (flags_pref, needs_map): (&[vk::MemoryPropertyFlags], bool) = match memory_mode {
-            MemoryMode::Direct => (
-                &[
-                    vk::MemoryPropertyFlags::DEVICE_LOCAL
-                        | vk::MemoryPropertyFlags::HOST_VISIBLE
-                        | vk::MemoryPropertyFlags::HOST_COHERENT,
-                    vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE,
-                    vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
-                    vk::MemoryPropertyFlags::HOST_VISIBLE,
-                ],
-                true,
-            ),
-            _ => (
-                &[
-                    vk::MemoryPropertyFlags::DEVICE_LOCAL,
-                    vk::MemoryPropertyFlags::empty(),
-                ],
-                false,
-            ),
+    for (s, (req, &io)) in plan.reqs.iter().zip(&plan.holds_io).enumerate() {
+        let what = format!("VGF tensor storage {s}");
+        let mut req = *req;
+        req.size = req.size.max(1);
+        let block = if io && memory_mode == MemoryMode::Direct {
+            MemoryBlock::new(&device, &req, MemoryLocation::DeviceMapped, &what)
+                .or_else(|_| MemoryBlock::new(&device, &req, MemoryLocation::Host, &what))?
+        } else {
+            MemoryBlock::new(&device, &req, MemoryLocation::Device, &what)?
         };
-        let type_index = flags_pref
-            .iter()
-            .find_map(|f| caps.memory.find(req.memory_type_bits, *f))
-            .ok_or(vk_core::Error::NoMemoryType {
-                type_bits: req.memory_type_bits,
-                wanted: flags_pref[flags_pref.len() - 1],
-            })?;
-        let info = vk::MemoryAllocateInfo::default()
-            .allocation_size(req.size.max(1))
-            .memory_type_index(type_index);
-        // SAFETY: valid allocate info.
-        let memory =
-            unsafe { d.allocate_memory(&info, None) }.map_err(vkerr("vkAllocateMemory"))?;
-        let coherent = caps.memory.types[type_index as usize]
-            .flags
-            .contains(vk::MemoryPropertyFlags::HOST_COHERENT);
-        objects.storages.push(Storage {
-            memory,
-            mapped: None,
-            coherent,
-        });
-        if needs_map {
-            // SAFETY: host-visible memory, not yet mapped.
-            let p = unsafe { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-                .map_err(vkerr("vkMapMemory"))?;
-            if let Some(s) = objects.storages.last_mut() {
-                s.mapped = Some(p.cast::<u8>());
-            }
-        }
+        objects.storages.push(block);
     }
     Ok(())
 }
@@ -397,33 +365,33 @@ pub(super) fn allocate_storages(
 pub(super) fn bind_resources(
     objects: &mut Objects,
     vgf: &Vgf<'_>,
-    resource_storage: &[Option<usize>],
+    plan: &StoragePlan,
 ) -> Result<()> {
     let device = objects.device.clone();
     let d = device.raw();
     let h = d.handle();
     let fns = objects.tensor_fns;
     for r in &vgf.resources {
-        let Some(s) = resource_storage[r.index] else {
+        let Some(s) = plan.resource_storage[r.index] else {
             continue;
         };
-        let memory = objects.storages[s].memory;
+        let (memory, offset) = (objects.storages[s].memory(), objects.storages[s].offset());
         let bind = arm::BindTensorMemoryInfoARM {
             tensor: objects.tensors[r.index],
             memory,
-            memory_offset: 0,
+            memory_offset: offset,
             ..Default::default()
         };
-        // SAFETY: tensor and memory are live; the memory satisfies the tensor's
-        // requirements (size, alignment, type) by construction.
+        // SAFETY: tensor and memory are live; the block satisfies the tensor's requirements
+        // (size, alignment, type: the allocator was given them) from `offset` on.
         let res = unsafe { (fns.bind_tensor_memory)(h, 1, &bind) };
         if res != vk::Result::SUCCESS {
             return Err(vkerr("vkBindTensorMemoryARM")(res));
         }
         if objects.buffers[r.index] != vk::Buffer::null() {
-            // SAFETY: buffer and memory are live; requirements were merged into the
-            // storage's.
-            unsafe { d.bind_buffer_memory(objects.buffers[r.index], memory, 0) }
+            // SAFETY: buffer and memory are live; the buffer's requirements were merged into
+            // the storage's; it aliases the tensor's bytes at the same offset.
+            unsafe { d.bind_buffer_memory(objects.buffers[r.index], memory, offset) }
                 .map_err(vkerr("vkBindBufferMemory"))?;
         }
         let view_info = arm::TensorViewCreateInfoARM {
