@@ -1,7 +1,5 @@
 //! Errors: [`DecodeError`] for files, [`Error`] for everything else.
 
-use vk_core::DType;
-
 use crate::format::FormatVersion;
 
 /// Why a VGF file could not be decoded. Each variant names the field and the numbers.
@@ -178,12 +176,15 @@ pub enum Error {
     Decode(#[from] DecodeError),
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
-    Io {
+    File {
         /// The path.
         path: String,
         /// The cause.
         source: std::io::Error,
     },
+    /// Inputs that do not match the model (count, dtype, shape).
+    #[error(transparent)]
+    Io(#[from] vk_core::IoError),
     /// The device layer failed (including unmet requirements).
     #[error(transparent)]
     Device(#[from] vk_core::Error),
@@ -193,50 +194,6 @@ pub enum Error {
     /// The model uses something this runtime does not support; the message says what.
     #[error("unsupported model: {0}")]
     Unsupported(String),
-    /// The wrong number of inputs.
-    #[error("the model takes {expected} input(s), {got} given")]
-    InputCount {
-        /// Inputs the model takes.
-        expected: usize,
-        /// Inputs given.
-        got: usize,
-    },
-    /// An input of the wrong dtype.
-    #[error("input {index} ('{name}') must be {expected}, got {got}")]
-    InputDType {
-        /// Input position.
-        index: usize,
-        /// Input name.
-        name: String,
-        /// The model's dtype.
-        expected: DType,
-        /// Given dtype.
-        got: DType,
-    },
-    /// An input of the wrong shape.
-    #[error("input {index} ('{name}') must have shape {expected:?}, got {got:?}")]
-    InputShape {
-        /// Input position.
-        index: usize,
-        /// Input name.
-        name: String,
-        /// The model's shape.
-        expected: Vec<usize>,
-        /// Given shape.
-        got: Vec<usize>,
-    },
-    /// An input of the wrong byte size.
-    #[error("input {index} ('{name}') must be {expected} bytes, got {got}")]
-    InputBytes {
-        /// Input position.
-        index: usize,
-        /// Input name.
-        name: String,
-        /// Bytes the model takes.
-        expected: usize,
-        /// Bytes given.
-        got: usize,
-    },
 }
 
 /// Shorthand for `Result<T, vgf_delegate::Error>`.

@@ -16,15 +16,17 @@
 //! model needs (from its modules' SPIR-V capabilities). [`Model::load`] builds a model on a
 //! [`vk_core::Device`] the caller supplies (checked against those requirements, with an error
 //! naming what is missing); [`Model::load_standalone`] opens its own device.
-//! [`Model::execute`] takes and returns [`vk_core::HostTensor`]s, checking count, dtype, shape
-//! and byte size. For work that stays on the device, [`Model::device_inputs`] /
-//! [`Model::device_outputs`] give the tensors and buffers of the inputs and outputs,
-//! [`Model::record_segments`] records the model into a caller's command buffer and
-//! [`Model::submit_on_device`] submits it with wait and signal semaphores. [`bench::bench`]
-//! times a model.
+//! [`Model::inputs`] / [`Model::outputs`] are [`vk_core::TensorSpec`]s;
+//! [`Model::execute`] takes and returns [`vk_core::HostTensor`]s, checked by
+//! [`vk_core::check_inputs`]. For work that stays on the device, [`Model::device_inputs`] /
+//! [`Model::device_outputs`] give [`vk_core::DeviceTensor`]s (a buffer over each tensor's
+//! bytes, with its memory), [`Model::record_into`] records the model into a caller's command
+//! buffer, [`Model::submit`] submits it with wait and signal semaphores and [`Model::wait`]
+//! waits for it. [`bench::bench`] times a model.
 //!
-//! Queue access goes through [`vk_core::Queue::lock`], held only around `vkQueueSubmit2`;
-//! fence waits happen after the guard is released, on this model's own fence only.
+//! Submission, fence and waits are one [`vk_core::Submission`]: queue access only around
+//! `vkQueueSubmit`, fence waits after the guard is released, on this model's own fence only.
+//! Memory comes from the device's allocator (`vk_core::memory`).
 //!
 //! # Features
 //! - `shared`: registers this crate's device requirements with `shared-runtime` (module `shared`),
@@ -69,5 +71,5 @@ pub mod shared;
 pub use error::{DecodeError, Error, Result};
 pub use format::{Category, ModuleType, Vgf};
 pub use inspect::inspect_json;
-pub use model::{DeviceTensor, LoadOptions, MemoryMode, Model, TensorInfo};
+pub use model::{DeviceTensor, IoTensor, LoadOptions, MemoryMode, Model, TensorSpec};
 pub use requirements::{requirements, requirements_for};

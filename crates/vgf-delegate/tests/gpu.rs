@@ -190,24 +190,27 @@ fn inputs_are_checked_and_io_is_described() {
     assert!(
         matches!(
             e,
-            vgf_delegate::Error::InputCount {
+            vgf_delegate::Error::Io(vk_core::IoError::Count {
                 expected: 2,
-                got: 1
-            }
+                actual: 1
+            })
         ),
         "{e}"
     );
     let wrong_dtype = HostTensor::zeros(DType::I8, vec![1, 3, 8, 8]).unwrap();
     let e = model.execute(&[good[0].clone(), wrong_dtype]).unwrap_err();
     assert!(
-        matches!(e, vgf_delegate::Error::InputDType { index: 1, .. }),
+        matches!(
+            e,
+            vgf_delegate::Error::Io(vk_core::IoError::Mismatch { index: 1, .. })
+        ),
         "{e}"
     );
     let wrong_shape = HostTensor::zeros(DType::F32, vec![1, 3, 8, 9]).unwrap();
     let e = model.execute(&[wrong_shape, good[1].clone()]).unwrap_err();
+    let message = e.to_string();
     assert!(
-        e.to_string()
-            .contains("input 0 ('input_0') must have shape [1, 3, 8, 8]"),
+        message.contains("'input_0'") && message.contains("expected f32[1, 3, 8, 8]"),
         "{e}"
     );
     // Still usable after refused inputs.
@@ -218,14 +221,16 @@ fn inputs_are_checked_and_io_is_described() {
     let ins = model.device_inputs();
     let outs = model.device_outputs();
     assert_eq!((ins.len(), outs.len()), (2, 1));
+    let tensors = model.input_tensors();
     assert!(
         ins.iter()
             .chain(&outs)
-            .all(|t| !t.tensor.is_null() && t.size == 3 * 64 * 4)
+            .zip(tensors.iter().chain(&model.output_tensors()))
+            .all(|(t, arm)| !arm.tensor.is_null() && t.slice.size == 3 * 64 * 4)
     );
     // SAFETY: no semaphores; the inputs were written by the previous execution, which was
     // waited for.
-    unsafe { model.submit_on_device(&[], &[]) }.unwrap();
+    unsafe { model.submit(&[], &[]) }.unwrap();
     model.wait().unwrap();
     drop(model);
 
@@ -259,8 +264,8 @@ fn compute_segments_run_with_push_constants_and_alias_groups_share_memory() {
         let ins = model.device_inputs();
         let outs = model.device_outputs();
         assert_eq!(
-            (ins[0].memory, ins[0].offset),
-            (outs[0].memory, outs[0].offset),
+            (ins[0].slice.memory, ins[0].slice.memory_offset),
+            (outs[0].slice.memory, outs[0].slice.memory_offset),
             "alias group 5 shares one allocation"
         );
         // The shader writes nothing: the output is the input, through the shared memory.
@@ -276,7 +281,10 @@ fn compute_segments_run_with_push_constants_and_alias_groups_share_memory() {
     let model = Model::load(&file, &device).unwrap();
     // (One allocator: separate storages may be blocks of one `VkDeviceMemory`.)
     let (i, o) = (&model.device_inputs()[0], &model.device_outputs()[0]);
-    assert_ne!((i.memory, i.offset), (o.memory, o.offset));
+    assert_ne!(
+        (i.slice.memory, i.slice.memory_offset),
+        (o.slice.memory, o.slice.memory_offset)
+    );
     drop(model);
     assert_no_validation_errors(&instance);
 }
@@ -328,17 +336,19 @@ fn device_submissions_wait_on_and_signal_semaphores() {
     // uses it has completed.
     let semaphore =
         unsafe { d.create_semaphore(&vk_core::vk::SemaphoreCreateInfo::default(), None) }.unwrap();
-    let info = [vk_core::vk::SemaphoreSubmitInfo::default()
-        .semaphore(semaphore)
-        // Not `model.stages()`: Arm's emulation layer passes semaphore stage masks through to
-        // a driver that does not know the data-graph stage bit.
-        .stage_mask(vk_core::vk::PipelineStageFlags2::ALL_COMMANDS)];
+    // Not `model.stages()`: Arm's emulation layer passes semaphore stage masks through to
+    // a driver that does not know the data-graph stage bit.
+    let wait = [vk_core::SemaphoreWait::binary(
+        semaphore,
+        vk_core::vk::PipelineStageFlags::ALL_COMMANDS,
+    )];
+    let signal = [vk_core::SemaphoreSignal::binary(semaphore)];
     // SAFETY: the first submission signals the unsignaled semaphore; the second (after the
-    // first's fence, which `submit_on_device` waits for) waits on it. Inputs were written by
+    // first's fence, which `submit` waits for) waits on it. Inputs were written by
     // the execution above.
     unsafe {
-        model.submit_on_device(&[], &info).unwrap();
-        model.submit_on_device(&info, &[]).unwrap();
+        model.submit(&[], &signal).unwrap();
+        model.submit(&wait, &[]).unwrap();
     }
     model.wait().unwrap();
     // SAFETY: no pending work uses the semaphore any more.

@@ -1,18 +1,19 @@
 //! Host input and output: the model's input and output descriptions, staging buffers, input
 //! checks, the copies of [`Model::execute`], and the device tensors of inputs and outputs.
 
-use vk_core::{Buffer, HostTensor, MemoryLocation, vk};
+use vk_core::{Buffer, BufferSlice, HostTensor, MemoryLocation, vk};
 
 use super::objects::Objects;
 use super::resources::{dims_usize, dtype_of, packed_bytes};
-use super::{DeviceTensor, HOST_CB, MemoryMode, Model, TensorInfo, unsupported};
-use crate::error::{Error, Result};
+use super::{DeviceTensor, HOST_CB, IoTensor, MemoryMode, Model, TensorSpec, unsupported};
+use crate::error::Result;
 use crate::format::{Binding, Vgf};
 
-/// Where an input or output lives: its resource, and its staging buffer when staged.
+/// Where an input or output lives: its resource, packed size, and staging buffer when staged.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Io {
     pub(super) mrt: usize,
+    pub(super) bytes: usize,
     pub(super) staging: Option<usize>,
 }
 
@@ -22,8 +23,8 @@ pub(super) fn describe(
     vgf: &Vgf<'_>,
     (slots, names, prefix): (&[Binding], &[&str], &str),
     memory_mode: MemoryMode,
-) -> Result<(Vec<TensorInfo>, Vec<Io>)> {
-    let mut infos = Vec::with_capacity(slots.len());
+) -> Result<(Vec<TensorSpec>, Vec<Io>)> {
+    let mut specs = Vec::with_capacity(slots.len());
     let mut ios = Vec::with_capacity(slots.len());
     for (i, b) in slots.iter().enumerate() {
         let r = &vgf.resources[b.mrt_index as usize];
@@ -43,63 +44,22 @@ pub(super) fn describe(
         } else {
             None
         };
-        infos.push(TensorInfo {
-            name: names
-                .get(i)
-                .filter(|n| !n.is_empty())
-                .map(|n| n.to_string())
-                .unwrap_or_else(|| format!("{prefix}_{i}")),
-            shape: dims_usize(r)?,
-            dtype: dtype_of(r)?,
-            mrt_index: b.mrt_index,
-            bytes,
-        });
+        let name = names
+            .get(i)
+            .filter(|n| !n.is_empty())
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| format!("{prefix}_{i}"));
+        specs.push(TensorSpec::new(name, dtype_of(r)?, dims_usize(r)?));
         ios.push(Io {
             mrt: r.index,
+            bytes,
             staging,
         });
     }
-    Ok((infos, ios))
+    Ok((specs, ios))
 }
 
 impl Model {
-    /// Checks inputs against the model: count, dtype, shape, byte size.
-    fn check_inputs(&self, inputs: &[HostTensor]) -> Result<()> {
-        if inputs.len() != self.inputs.len() {
-            return Err(Error::InputCount {
-                expected: self.inputs.len(),
-                got: inputs.len(),
-            });
-        }
-        for (index, (t, info)) in inputs.iter().zip(&self.inputs).enumerate() {
-            if t.dtype() != info.dtype {
-                return Err(Error::InputDType {
-                    index,
-                    name: info.name.clone(),
-                    expected: info.dtype,
-                    got: t.dtype(),
-                });
-            }
-            if t.shape() != info.shape.as_slice() {
-                return Err(Error::InputShape {
-                    index,
-                    name: info.name.clone(),
-                    expected: info.shape.clone(),
-                    got: t.shape().to_vec(),
-                });
-            }
-            if t.bytes().len() != info.bytes {
-                return Err(Error::InputBytes {
-                    index,
-                    name: info.name.clone(),
-                    expected: info.bytes,
-                    got: t.bytes().len(),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// The storage of resource `mrt`.
     fn storage_of(&self, mrt: usize) -> Result<usize> {
         self.resource_storage[mrt]
@@ -109,7 +69,7 @@ impl Model {
     /// Runs the model: copies `inputs` in, executes every segment, copies the outputs out.
     pub fn execute(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         self.wait()?;
-        self.check_inputs(inputs)?;
+        vk_core::check_inputs(&self.inputs, inputs)?;
         self.write_inputs(inputs)?;
         // SAFETY: the host command buffer is executable and uses only this model's objects,
         // alive until the wait below; no semaphores.
@@ -139,47 +99,69 @@ impl Model {
     /// the fence wait and the recorded host-read barrier.
     fn read_outputs(&self) -> Result<Vec<HostTensor>> {
         let mut out = Vec::with_capacity(self.outputs.len());
-        for (info, io) in self.outputs.iter().zip(&self.output_io) {
-            let mut data = vec![0u8; info.bytes];
+        for (spec, io) in self.outputs.iter().zip(&self.output_io) {
+            let mut data = vec![0u8; io.bytes];
             match io.staging {
                 Some(s) => self.objects.staging[s].read(0, &mut data)?,
                 None => self.objects.storages[self.storage_of(io.mrt)?].read(0, &mut data)?,
             }
             out.push(
-                HostTensor::new(info.dtype, info.shape.clone(), data)
+                HostTensor::new(spec.dtype, spec.shape.clone(), data)
                     .map_err(|e| unsupported(e.to_string()))?,
             );
         }
         Ok(out)
     }
 
-    fn device_tensor(&self, io: &Io, bytes: usize) -> Option<DeviceTensor> {
-        let s = self.resource_storage[io.mrt]?;
-        Some(DeviceTensor {
-            tensor: self.objects.tensors[io.mrt],
-            view: self.objects.views[io.mrt],
+    fn device_tensor(&self, spec: &TensorSpec, io: &Io) -> Option<DeviceTensor> {
+        let block = &self.objects.storages[self.resource_storage[io.mrt]?];
+        let slice = BufferSlice {
             buffer: self.objects.buffers[io.mrt],
-            memory: self.objects.storages[s].memory(),
-            offset: self.objects.storages[s].offset(),
-            size: bytes as u64,
+            offset: 0,
+            size: io.bytes as u64,
+            memory: block.memory(),
+            memory_offset: block.offset(),
+        };
+        Some(DeviceTensor {
+            spec: spec.clone(),
+            slice,
         })
     }
 
-    /// The device tensors of the inputs, in order (for chaining on the device).
+    /// The inputs on the device, in order: each a buffer over the input tensor's bytes
+    /// (packed, row-major), with the memory it is bound to.
     pub fn device_inputs(&self) -> Vec<DeviceTensor> {
-        self.input_io
+        self.inputs
             .iter()
-            .zip(&self.inputs)
-            .filter_map(|(io, info)| self.device_tensor(io, info.bytes))
+            .zip(&self.input_io)
+            .filter_map(|(spec, io)| self.device_tensor(spec, io))
             .collect()
     }
 
-    /// The device tensors of the outputs, in order (for chaining on the device).
+    /// The outputs on the device, in order (as [`Model::device_inputs`]).
     pub fn device_outputs(&self) -> Vec<DeviceTensor> {
-        self.output_io
+        self.outputs
             .iter()
-            .zip(&self.outputs)
-            .filter_map(|(io, info)| self.device_tensor(io, info.bytes))
+            .zip(&self.output_io)
+            .filter_map(|(spec, io)| self.device_tensor(spec, io))
             .collect()
+    }
+
+    fn io_tensor(&self, io: &Io) -> IoTensor {
+        IoTensor {
+            mrt_index: io.mrt as u32,
+            tensor: self.objects.tensors[io.mrt],
+            view: self.objects.views[io.mrt],
+        }
+    }
+
+    /// The tensors and views of the inputs, in order.
+    pub fn input_tensors(&self) -> Vec<IoTensor> {
+        self.input_io.iter().map(|io| self.io_tensor(io)).collect()
+    }
+
+    /// The tensors and views of the outputs, in order.
+    pub fn output_tensors(&self) -> Vec<IoTensor> {
+        self.output_io.iter().map(|io| self.io_tensor(io)).collect()
     }
 }

@@ -32,8 +32,10 @@ mod resources;
 
 use std::path::Path;
 
-use vk_core::arm::{self, DataGraphFns, TensorFns};
-use vk_core::{DType, Device, SemaphoreSignal, SemaphoreWait, Submission, vk};
+use vk_core::arm;
+use vk_core::arm::{DataGraphFns, TensorFns};
+use vk_core::{Device, SemaphoreSignal, SemaphoreWait, Submission, vk};
+pub use vk_core::{DeviceTensor, TensorSpec};
 
 use crate::error::{Error, Result};
 use crate::format::{ModuleType, Vgf};
@@ -68,45 +70,25 @@ pub struct LoadOptions {
     pub memory: MemoryMode,
 }
 
-/// A model input or output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TensorInfo {
-    /// Name (from the file; `input_<i>` / `output_<i>` when it has none).
-    pub name: String,
-    /// Shape.
-    pub shape: Vec<usize>,
-    /// Element type.
-    pub dtype: DType,
+/// The `VK_ARM_tensors` objects of a model input or output (for work beyond the buffers of
+/// [`Model::device_inputs`] / [`Model::device_outputs`], such as binding the tensor view in a
+/// descriptor set of one's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoTensor {
     /// Index in the model resource table.
     pub mrt_index: u32,
-    /// Size in bytes.
-    pub bytes: usize,
-}
-
-/// Where an input or output lives on the device: a tensor, its view, and a buffer over the
-/// same bytes (packed, row-major).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceTensor {
     /// The tensor.
     pub tensor: arm::TensorARM,
     /// Its view.
     pub view: arm::TensorViewARM,
-    /// A buffer bound to the same memory (usage: storage, transfer source and destination).
-    pub buffer: vk::Buffer,
-    /// The memory.
-    pub memory: vk::DeviceMemory,
-    /// Offset of the tensor in `memory`.
-    pub offset: vk::DeviceSize,
-    /// Size in bytes.
-    pub size: vk::DeviceSize,
 }
 
 /// A VGF model loaded on a device, ready to execute.
 #[derive(Debug)]
 pub struct Model {
     objects: Objects,
-    inputs: Vec<TensorInfo>,
-    outputs: Vec<TensorInfo>,
+    inputs: Vec<TensorSpec>,
+    outputs: Vec<TensorSpec>,
     input_io: Vec<Io>,
     output_io: Vec<Io>,
     /// Per resource: the storage it lives in (None for constants).
@@ -159,7 +141,7 @@ impl Model {
     /// Loads a model from a file on `device`.
     pub fn from_file(path: impl AsRef<Path>, device: &Device) -> Result<Model> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        let bytes = std::fs::read(path).map_err(|source| Error::File {
             path: path.display().to_string(),
             source,
         })?;
@@ -179,13 +161,13 @@ impl Model {
         Model::from_decoded(&vgf, device, options)
     }
 
-    /// The model's inputs, in order.
-    pub fn inputs(&self) -> &[TensorInfo] {
+    /// The model's inputs, in order (names from the file; `input_<i>` where it has none).
+    pub fn inputs(&self) -> &[TensorSpec] {
         &self.inputs
     }
 
-    /// The model's outputs, in order.
-    pub fn outputs(&self) -> &[TensorInfo] {
+    /// The model's outputs, in order (names from the file; `output_<i>` where it has none).
+    pub fn outputs(&self) -> &[TensorSpec] {
         &self.outputs
     }
 
@@ -251,48 +233,34 @@ impl Model {
         Ok(self.submission.wait()?)
     }
 
-    /// Submits the model's segments alone (no host copies), waiting on and signaling the
+    /// Submits the model's segments alone (no host copies), waiting on and signalling the
     /// given semaphores. Inputs are read from, and outputs written to, the device tensors of
-    /// [`Model::device_inputs`] / [`Model::device_outputs`]. Call [`Model::wait`] (or
-    /// [`Model::execute`], which waits first) before the next submission.
+    /// [`Model::device_inputs`] / [`Model::device_outputs`]. Waits for earlier work first;
+    /// [`Model::wait`] waits for this one ([`Model::execute`] waits first too).
     ///
     /// # Safety
-    /// The semaphores must be valid for this device and usable as
-    /// `vkQueueSubmit2` requires (binary ones: a signal pending for each wait, unsignaled for
-    /// each signal). Whoever writes the inputs must have made those writes available and
-    /// visible to the segment stages (the semaphore wait's stage mask covers them), and the
-    /// caller must not touch the outputs before the signaled semaphore or [`Model::wait`].
-    pub unsafe fn submit_on_device(
+    /// Every semaphore must be a live semaphore of this device whose state allows the wait or
+    /// signal, as `vkQueueSubmit` requires (binary waits with a pending signal, binary
+    /// signals unsignaled, timeline values increasing). Whoever writes the inputs must have
+    /// made those writes available and visible to the segment stages (the semaphore wait's
+    /// stage mask covers them), and the caller must not touch the outputs before the signalled
+    /// semaphore or [`Model::wait`].
+    pub unsafe fn submit(
         &mut self,
-        waits: &[vk::SemaphoreSubmitInfo<'_>],
-        signals: &[vk::SemaphoreSubmitInfo<'_>],
+        waits: &[SemaphoreWait],
+        signals: &[SemaphoreSignal],
     ) -> Result<()> {
-        let waits: Vec<SemaphoreWait> = waits
-            .iter()
-            .map(|w| SemaphoreWait {
-                semaphore: w.semaphore,
-                stage: vk::PipelineStageFlags::from_raw(w.stage_mask.as_raw() as u32),
-                value: w.value,
-            })
-            .collect();
-        let signals: Vec<SemaphoreSignal> = signals
-            .iter()
-            .map(|s| SemaphoreSignal {
-                semaphore: s.semaphore,
-                value: s.value,
-            })
-            .collect();
         // SAFETY: the device command buffer is executable and uses only this model's objects
         // (alive until a wait); the semaphores are the caller's contract.
-        unsafe { self.submission.submit(DEVICE_CB, &waits, &signals) }?;
+        unsafe { self.submission.submit(DEVICE_CB, waits, signals) }?;
         Ok(())
     }
 
     /// The pipeline stages the segments run in (for barriers and semaphore waits around
-    /// [`Model::record_segments`] and [`Model::submit_on_device`]).
+    /// [`Model::record_into`] and [`Model::submit`]).
     ///
     /// Arm's emulation layer (0.11) translates the data-graph stage bit in the barriers it sees
-    /// recorded, but passes the stage masks of `vkQueueSubmit2` semaphores through to a driver
+    /// recorded, but passes the stage masks of semaphore waits through to a driver
     /// that does not know that bit: there, use `ALL_COMMANDS` for semaphores.
     pub fn stages(&self) -> vk::PipelineStageFlags2 {
         self.segment_stages()

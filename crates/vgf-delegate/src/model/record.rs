@@ -58,7 +58,7 @@ impl Model {
     /// caller orders writes of the inputs before, and reads of the outputs after, these
     /// commands (barriers or semaphores covering the segment stages), keeps the model alive
     /// and does not execute the model concurrently from two command buffers.
-    pub unsafe fn record_segments(&self, cb: vk::CommandBuffer) {
+    pub unsafe fn record_into(&self, cb: vk::CommandBuffer) {
         let d = self.objects.device.raw();
         let stages = self.segment_stages();
         for i in 0..self.runs.len() {
@@ -75,10 +75,19 @@ impl Model {
         }
     }
 
+    /// [`Model::record_into`] under its earlier name.
+    ///
+    /// # Safety
+    /// As [`Model::record_into`].
+    pub unsafe fn record_segments(&self, cb: vk::CommandBuffer) {
+        // SAFETY: forwarded contract.
+        unsafe { self.record_into(cb) }
+    }
+
     /// Records segment `i`: pipeline, sets, zero-filled push constants, dispatch.
     ///
     /// # Safety
-    /// As [`Model::record_segments`].
+    /// As [`Model::record_into`].
     unsafe fn record_segment(&self, cb: vk::CommandBuffer, i: usize) {
         let d = self.objects.device.raw();
         let run = &self.runs[i];
@@ -140,7 +149,7 @@ impl Model {
             );
         }
         // SAFETY: `cb` is recording, on this model's device and queue family.
-        unsafe { self.record_segments(cb) };
+        unsafe { self.record_into(cb) };
         if staged {
             barrier(
                 d,
@@ -164,14 +173,14 @@ impl Model {
     /// Copies from the input staging buffers (`inputs`), or to the output ones.
     fn record_staging_copies(&self, cb: vk::CommandBuffer, inputs: bool) {
         let d = self.objects.device.raw();
-        let (ios, infos) = if inputs {
-            (&self.input_io, &self.inputs)
+        let ios = if inputs {
+            &self.input_io
         } else {
-            (&self.output_io, &self.outputs)
+            &self.output_io
         };
-        for (io, info) in ios.iter().zip(infos) {
+        for io in ios {
             let Some(s) = io.staging else { continue };
-            let region = [vk::BufferCopy::default().size(info.bytes as u64)];
+            let region = [vk::BufferCopy::default().size(io.bytes as u64)];
             let staging = self.objects.staging[s].raw();
             let tensor = self.objects.buffers[io.mrt];
             let (src, dst) = if inputs {
