@@ -1,7 +1,10 @@
 //! The `vkdelegate` binary, end to end.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
-#![cfg_attr(not(feature = "vgf"), allow(dead_code, unused_imports))]
+#![cfg_attr(
+    not(all(feature = "vgf", feature = "compute")),
+    allow(dead_code, unused_imports)
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
