@@ -185,6 +185,9 @@ pub enum Error {
     /// Inputs that do not match the model (count, dtype, shape).
     #[error(transparent)]
     Io(#[from] vk_core::IoError),
+    /// Memory a caller provides cannot hold an input or output.
+    #[error(transparent)]
+    Bind(#[from] BindError),
     /// The device layer failed (including unmet requirements).
     #[error(transparent)]
     Device(#[from] vk_core::Error),
@@ -194,6 +197,61 @@ pub enum Error {
     /// The model uses something this runtime does not support; the message says what.
     #[error("unsupported model: {0}")]
     Unsupported(String),
+}
+
+/// Why memory a caller provides ([`crate::model::External`]) cannot hold an input or output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    /// No input or output has that name or index.
+    #[error("the model has no {io} to bind to external memory")]
+    UnknownIo {
+        /// The name or index asked for.
+        io: String,
+    },
+    /// The same tensor was given external memory twice.
+    #[error("{io} is given external memory twice")]
+    Twice {
+        /// The input or output.
+        io: String,
+    },
+    /// The memory belongs to another device.
+    #[error("the external memory for {io} belongs to another device")]
+    OtherDevice {
+        /// The input or output.
+        io: String,
+    },
+    /// The slice is smaller than the tensor's memory requirements.
+    #[error("the external memory for {io} is {size} bytes; its tensor needs {need}")]
+    TooSmall {
+        /// The input or output.
+        io: String,
+        /// Bytes the tensor and its buffer need.
+        need: u64,
+        /// Bytes in the slice.
+        size: u64,
+    },
+    /// The slice's memory offset is not aligned as the tensor requires.
+    #[error(
+        "the external memory for {io} starts at offset {offset}, not a multiple of {alignment}"
+    )]
+    Misaligned {
+        /// The input or output.
+        io: String,
+        /// Offset in the memory.
+        offset: u64,
+        /// Required alignment.
+        alignment: u64,
+    },
+    /// The tensor shares an alias group with other resources, which must stay in one storage.
+    #[error(
+        "{io} is in alias group {group} with other resources: it cannot be bound to external memory"
+    )]
+    Aliased {
+        /// The input or output.
+        io: String,
+        /// The alias group.
+        group: u32,
+    },
 }
 
 /// Shorthand for `Result<T, vgf_delegate::Error>`.

@@ -22,7 +22,9 @@
 //! [`Model::device_outputs`] give [`vk_core::DeviceTensor`]s (a buffer over each tensor's
 //! bytes, with its memory), [`Model::record_into`] records the model into a caller's command
 //! buffer, [`Model::submit`] submits it with wait and signal semaphores and [`Model::wait`]
-//! waits for it. [`bench::bench`] times a model.
+//! waits for it. [`LoadOptions::external`] binds an input or output tensor to memory the
+//! caller provides ([`External`]: e.g. another model's output on the same device), so that
+//! a producer hands its result to a VGF consumer with no copy. [`bench::bench`] times a model.
 //!
 //! Submission, fence and waits are one [`vk_core::Submission`]: queue access only around
 //! `vkQueueSubmit`, fence waits after the guard is released, on this model's own fence only.
@@ -68,8 +70,10 @@ pub mod requirements;
 #[cfg(feature = "shared")]
 pub mod shared;
 
-pub use error::{DecodeError, Error, Result};
+pub use error::{BindError, DecodeError, Error, Result};
 pub use format::{Category, ModuleType, Vgf};
 pub use inspect::inspect_json;
-pub use model::{DeviceTensor, IoTensor, LoadOptions, MemoryMode, Model, TensorSpec};
+pub use model::{
+    DeviceTensor, External, IoRef, IoTensor, LoadOptions, MemoryMode, Model, TensorSpec,
+};
 pub use requirements::{requirements, requirements_for};

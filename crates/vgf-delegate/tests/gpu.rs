@@ -157,6 +157,7 @@ fn the_staged_memory_path_gives_the_same_results() {
         let bytes = std::fs::read(dir.join("model.vgf")).unwrap();
         let options = LoadOptions {
             memory: MemoryMode::Staged,
+            ..Default::default()
         };
         let mut model = Model::load_with(&bytes, &device, &options).unwrap();
         assert_eq!(model.memory_mode(), MemoryMode::Staged);
@@ -258,7 +259,15 @@ fn compute_segments_run_with_push_constants_and_alias_groups_share_memory() {
             alias_io: true,
             ..Default::default()
         });
-        let mut model = Model::load_with(&file, &device, &LoadOptions { memory }).unwrap();
+        let mut model = Model::load_with(
+            &file,
+            &device,
+            &LoadOptions {
+                memory,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(model.inputs()[0].name, "x");
         assert_eq!(model.outputs()[0].name, "y");
         let ins = model.device_inputs();
@@ -355,5 +364,146 @@ fn device_submissions_wait_on_and_signal_semaphores() {
     unsafe { d.destroy_semaphore(semaphore, None) };
     // The host path still works after device-only runs.
     assert_eq!(model.execute(&inputs).unwrap(), expected);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
+#[test]
+fn an_input_bound_to_another_models_output_memory_reads_it_with_no_copy() {
+    use vgf_delegate::{BindError, Error, External, IoRef};
+    use vk_core::vk;
+    let test = "an_input_bound_to_another_models_output_memory_reads_it_with_no_copy";
+    let Some((instance, device)) = device(test, &corpus_requirements()) else {
+        return;
+    };
+    let dir = common::corpus_dir().join("sqplus");
+    let bytes = std::fs::read(dir.join("model.vgf")).unwrap();
+    let x = inputs_of(&dir, 1);
+    // Separately: y1 = f(x), y2 = f(y1).
+    let mut alone = Model::load(&bytes, &device).unwrap();
+    let y1 = alone.execute(&x).unwrap();
+    let y2 = alone.execute(&y1).unwrap();
+    drop(alone);
+
+    let mut producer = Model::load(&bytes, &device).unwrap();
+    let out = producer.device_outputs()[0].slice;
+    // SAFETY: the producer's output memory lives on this device and outlives the consumer
+    // (dropped first below); its accesses are ordered by the barriers recorded below.
+    let external = unsafe { External::new(IoRef::Input(0), out, &device) };
+    let options = LoadOptions {
+        external: vec![external.clone()],
+        ..Default::default()
+    };
+    let mut consumer = Model::load_with(&bytes, &device, &options).unwrap();
+    let input = consumer.device_inputs()[0].slice;
+    assert_eq!(
+        (input.memory, input.memory_offset),
+        (out.memory, out.memory_offset)
+    );
+
+    // The producer's input holds x; the shared bytes are then overwritten with zeros by the
+    // consumer's host path, so the consumer sees y1 only if the producer writes it there.
+    producer.execute(&x).unwrap();
+    let zeros = HostTensor::zeros(x[0].dtype(), x[0].shape().to_vec()).unwrap();
+    let from_zeros = consumer.execute(std::slice::from_ref(&zeros)).unwrap();
+    assert_ne!(from_zeros, y2);
+
+    // One command buffer: producer, barrier, consumer, copy of the consumer's output.
+    let result = consumer.device_outputs()[0].slice;
+    let readback = vk_core::Buffer::new(
+        &device,
+        result.size,
+        vk_core::MemoryLocation::Host,
+        vk::BufferUsageFlags::TRANSFER_DST,
+        "readback",
+    )
+    .unwrap();
+    let mut submission = vk_core::Submission::new(&device, 1, "chain").unwrap();
+    let cmd = submission.begin(0).unwrap();
+    let stages = producer.stages() | consumer.stages();
+    let barrier = |src: (vk::PipelineStageFlags2, vk::AccessFlags2),
+                   dst: (vk::PipelineStageFlags2, vk::AccessFlags2)| {
+        let mb = [vk::MemoryBarrier2::default()
+            .src_stage_mask(src.0)
+            .src_access_mask(src.1)
+            .dst_stage_mask(dst.0)
+            .dst_access_mask(dst.1)];
+        // SAFETY: `cmd` is recording on this device.
+        unsafe {
+            device
+                .raw()
+                .cmd_pipeline_barrier2(cmd, &vk::DependencyInfo::default().memory_barriers(&mb))
+        };
+    };
+    let rw = vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE;
+    // SAFETY: `cmd` is a recording primary command buffer of this device's queue family;
+    // the barriers order the consumer's execution above, the producer, the consumer and the
+    // copy; both models outlive the submission (waited below).
+    unsafe {
+        producer.record_into(cmd);
+        barrier((stages, vk::AccessFlags2::MEMORY_WRITE), (stages, rw));
+        consumer.record_into(cmd);
+        barrier(
+            (stages, vk::AccessFlags2::MEMORY_WRITE),
+            (
+                vk::PipelineStageFlags2::COPY,
+                vk::AccessFlags2::TRANSFER_READ,
+            ),
+        );
+        let region = [vk::BufferCopy::default()
+            .src_offset(result.offset)
+            .size(result.size)];
+        device
+            .raw()
+            .cmd_copy_buffer(cmd, result.buffer, readback.raw(), &region);
+        vk_core::barrier::host_read_barrier(&device, cmd);
+    }
+    submission.end(0).unwrap();
+    // SAFETY: the command buffer is executable; everything it uses lives until the wait.
+    unsafe { submission.submit(0, &[], &[]) }.unwrap();
+    submission.wait().unwrap();
+    let mut data = vec![0u8; result.size as usize];
+    readback.read(0, &mut data).unwrap();
+    let chained = HostTensor::new(y2[0].dtype(), y2[0].shape().to_vec(), data).unwrap();
+    assert_eq!(chained, y2[0], "chained on the device = run separately");
+    // The host path of a model with external memory still works.
+    assert_eq!(consumer.execute(&y1).unwrap(), y2);
+
+    // Named errors: unknown tensor, too small, twice.
+    let bad = |e: External| {
+        let options = LoadOptions {
+            external: vec![e],
+            ..Default::default()
+        };
+        Model::load_with(&bytes, &device, &options).unwrap_err()
+    };
+    // SAFETY: these loads fail before binding anything.
+    let (unknown, small) = unsafe {
+        (
+            External::new("no_such_tensor", out, &device),
+            External::new(
+                IoRef::Input(0),
+                vk_core::BufferSlice { size: 4, ..out },
+                &device,
+            ),
+        )
+    };
+    assert!(
+        matches!(bad(unknown), Error::Bind(BindError::UnknownIo { .. })),
+        "unknown"
+    );
+    assert!(
+        matches!(bad(small), Error::Bind(BindError::TooSmall { size: 4, .. })),
+        "too small"
+    );
+    let options = LoadOptions {
+        external: vec![external.clone(), external],
+        ..Default::default()
+    };
+    let e = Model::load_with(&bytes, &device, &options).unwrap_err();
+    assert!(matches!(e, Error::Bind(BindError::Twice { .. })), "{e}");
+    drop(readback);
+    drop(submission);
+    drop(consumer);
+    drop(producer);
     assert_no_validation_errors_of_ours(&instance);
 }

@@ -3,6 +3,7 @@
 
 use vk_core::{Buffer, BufferSlice, HostTensor, MemoryLocation, vk};
 
+use super::external::io_name;
 use super::objects::Objects;
 use super::resources::{dims_usize, dtype_of, packed_bytes};
 use super::{DeviceTensor, HOST_CB, IoTensor, MemoryMode, Model, TensorSpec, unsupported};
@@ -22,14 +23,15 @@ pub(super) fn describe(
     objects: &mut Objects,
     vgf: &Vgf<'_>,
     (slots, names, prefix): (&[Binding], &[&str], &str),
-    memory_mode: MemoryMode,
+    (memory_mode, external): (MemoryMode, &[Option<BufferSlice>]),
 ) -> Result<(Vec<TensorSpec>, Vec<Io>)> {
     let mut specs = Vec::with_capacity(slots.len());
     let mut ios = Vec::with_capacity(slots.len());
     for (i, b) in slots.iter().enumerate() {
         let r = &vgf.resources[b.mrt_index as usize];
         let bytes = packed_bytes(r)?;
-        let staging = if memory_mode == MemoryMode::Staged {
+        // External memory is not ours to map: the host reaches it through staging.
+        let staging = if memory_mode == MemoryMode::Staged || external[r.index].is_some() {
             let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
             let what = format!("staging of {prefix} {i}");
             let staging = Buffer::new(
@@ -44,11 +46,7 @@ pub(super) fn describe(
         } else {
             None
         };
-        let name = names
-            .get(i)
-            .filter(|n| !n.is_empty())
-            .map(|n| n.to_string())
-            .unwrap_or_else(|| format!("{prefix}_{i}"));
+        let name = io_name(names, i, prefix);
         specs.push(TensorSpec::new(name, dtype_of(r)?, dims_usize(r)?));
         ios.push(Io {
             mrt: r.index,
@@ -114,13 +112,19 @@ impl Model {
     }
 
     fn device_tensor(&self, spec: &TensorSpec, io: &Io) -> Option<DeviceTensor> {
-        let block = &self.objects.storages[self.resource_storage[io.mrt]?];
+        let (memory, memory_offset) = match self.external[io.mrt] {
+            Some(e) => (e.memory, e.memory_offset),
+            None => {
+                let block = &self.objects.storages[self.resource_storage[io.mrt]?];
+                (block.memory(), block.offset())
+            }
+        };
         let slice = BufferSlice {
             buffer: self.objects.buffers[io.mrt],
             offset: 0,
             size: io.bytes as u64,
-            memory: block.memory(),
-            memory_offset: block.offset(),
+            memory,
+            memory_offset,
         };
         Some(DeviceTensor {
             spec: spec.clone(),
@@ -128,8 +132,9 @@ impl Model {
         })
     }
 
-    /// The inputs on the device, in order: each a buffer over the input tensor's bytes
-    /// (packed, row-major), with the memory it is bound to.
+    /// The inputs on the device, in order: each a buffer of this model's over the input
+    /// tensor's bytes (packed, row-major), with the memory it is bound to (the caller's, for
+    /// an input bound to [`super::External`] memory).
     pub fn device_inputs(&self) -> Vec<DeviceTensor> {
         self.inputs
             .iter()

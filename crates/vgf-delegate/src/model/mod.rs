@@ -22,8 +22,10 @@
 //!
 //! Files: `objects.rs` (every Vulkan object, destroyed in order), `resources.rs` (tensors,
 //! views, alias-group memory), `pipelines.rs` (segments, sessions, descriptor sets),
-//! `record.rs` (command recording), `io.rs` (host input and output, staging, device tensors).
+//! `record.rs` (command recording), `io.rs` (host input and output, staging, device tensors),
+//! `external.rs` (inputs and outputs bound to the caller's memory).
 
+mod external;
 mod io;
 mod objects;
 mod pipelines;
@@ -34,12 +36,13 @@ use std::path::Path;
 
 use vk_core::arm;
 use vk_core::arm::{DataGraphFns, TensorFns};
-use vk_core::{Device, SemaphoreSignal, SemaphoreWait, Submission, vk};
+use vk_core::{BufferSlice, Device, SemaphoreSignal, SemaphoreWait, Submission, vk};
 pub use vk_core::{DeviceTensor, TensorSpec};
 
 use crate::error::{Error, Result};
 use crate::format::{ModuleType, Vgf};
 use crate::requirements::requirements_for;
+pub use external::{External, IoRef};
 use io::Io;
 use objects::Objects;
 use pipelines::SegmentRun;
@@ -68,6 +71,9 @@ pub enum MemoryMode {
 pub struct LoadOptions {
     /// Memory placement.
     pub memory: MemoryMode,
+    /// Inputs and outputs bound to memory the caller provides instead of their own (the
+    /// host path of [`Model::execute`] reaches them through staging buffers).
+    pub external: Vec<External>,
 }
 
 /// The `VK_ARM_tensors` objects of a model input or output (for work beyond the buffers of
@@ -91,8 +97,10 @@ pub struct Model {
     outputs: Vec<TensorSpec>,
     input_io: Vec<Io>,
     output_io: Vec<Io>,
-    /// Per resource: the storage it lives in (None for constants).
+    /// Per resource: the storage it lives in (None for constants and external memory).
     resource_storage: Vec<Option<usize>>,
+    /// Per resource: the caller's memory it is bound to, if any.
+    external: Vec<Option<BufferSlice>>,
     memory_mode: MemoryMode,
     /// The command pool, the host ([`HOST_CB`]) and device-only ([`DEVICE_CB`]) command
     /// buffers, the fence and the pending state.
@@ -188,22 +196,23 @@ impl Model {
         let mut objects = Objects::new(device, tensor_fns, data_graph_fns, vgf.resources.len());
         let usage = resources::Usage::of(vgf)?;
         let tensors = resources::create_tensors(&mut objects, vgf, &usage)?;
+        let external = external::resolve(vgf, device, &options.external, &tensors)?;
         let memory_mode = resources::choose_memory_mode(device, options.memory);
-        let plan = resources::plan_storages(vgf, &tensors, &usage);
+        let plan = resources::plan_storages(vgf, &tensors, &usage, &external);
         resources::allocate_storages(&mut objects, &plan, memory_mode)?;
-        resources::bind_resources(&mut objects, vgf, &plan)?;
+        resources::bind_resources(&mut objects, vgf, &plan, &external)?;
         let seq = &vgf.sequence;
         let (inputs, input_io) = io::describe(
             &mut objects,
             vgf,
             (&seq.inputs, &seq.input_names, "input"),
-            memory_mode,
+            (memory_mode, &external),
         )?;
         let (outputs, output_io) = io::describe(
             &mut objects,
             vgf,
             (&seq.outputs, &seq.output_names, "output"),
-            memory_mode,
+            (memory_mode, &external),
         )?;
         let (runs, tensor_descriptors) =
             pipelines::create_segments(&mut objects, vgf, &tensors.descs)?;
@@ -216,6 +225,7 @@ impl Model {
             input_io,
             output_io,
             resource_storage: plan.resource_storage,
+            external,
             memory_mode,
             submission,
             runs,

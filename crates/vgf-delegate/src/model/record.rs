@@ -7,7 +7,7 @@ use std::ptr;
 use vk_core::arm;
 use vk_core::vk;
 
-use super::{HOST_CB, MemoryMode, Model};
+use super::{HOST_CB, Model};
 use crate::error::Result;
 use crate::format::ModuleType;
 
@@ -135,7 +135,10 @@ impl Model {
         let cb = self.submission.begin(index)?;
         let d = self.objects.device.raw();
         let stages = self.segment_stages();
-        let staged = host && self.memory_mode == MemoryMode::Staged;
+        let staged = host
+            && (self.input_io.iter())
+                .chain(&self.output_io)
+                .any(|io| io.staging.is_some());
         if staged {
             self.record_staging_copies(cb, true);
             barrier(

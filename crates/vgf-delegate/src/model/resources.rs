@@ -6,7 +6,7 @@ use std::ptr;
 
 use vk_core::arm;
 use vk_core::host::element_count;
-use vk_core::{DType, Device, HostIo, MemoryBlock, MemoryLocation, vk};
+use vk_core::{BufferSlice, DType, Device, HostIo, MemoryBlock, MemoryLocation, vk};
 
 use super::objects::Objects;
 use super::{MemoryMode, unsupported, vkerr};
@@ -299,7 +299,12 @@ pub(super) struct StoragePlan {
 }
 
 /// Groups resources into storages.
-pub(super) fn plan_storages(vgf: &Vgf<'_>, tensors: &Tensors, usage: &Usage) -> StoragePlan {
+pub(super) fn plan_storages(
+    vgf: &Vgf<'_>,
+    tensors: &Tensors,
+    usage: &Usage,
+    external: &[Option<BufferSlice>],
+) -> StoragePlan {
     let mut plan = StoragePlan {
         resource_storage: vec![None; vgf.resources.len()],
         reqs: Vec::new(),
@@ -310,6 +315,9 @@ pub(super) fn plan_storages(vgf: &Vgf<'_>, tensors: &Tensors, usage: &Usage) -> 
         let Some(req) = tensors.reqs[r.index] else {
             continue;
         };
+        if external[r.index].is_some() {
+            continue;
+        }
         let existing = r
             .alias_group
             .and_then(|g| group_storage.iter().find(|(id, _)| *id == g).map(|x| x.1));
@@ -361,21 +369,24 @@ pub(super) fn allocate_storages(
     Ok(())
 }
 
-/// Binds every tensor (and input/output buffer) to its storage and creates its view.
+/// Binds every tensor (and input/output buffer) to its storage, or to the caller's memory,
+/// and creates its view.
 pub(super) fn bind_resources(
     objects: &mut Objects,
     vgf: &Vgf<'_>,
     plan: &StoragePlan,
+    external: &[Option<BufferSlice>],
 ) -> Result<()> {
     let device = objects.device.clone();
     let d = device.raw();
     let h = d.handle();
     let fns = objects.tensor_fns;
     for r in &vgf.resources {
-        let Some(s) = plan.resource_storage[r.index] else {
-            continue;
+        let (memory, offset) = match (external[r.index], plan.resource_storage[r.index]) {
+            (Some(e), _) => (e.memory, e.memory_offset),
+            (None, Some(s)) => (objects.storages[s].memory(), objects.storages[s].offset()),
+            (None, None) => continue,
         };
-        let (memory, offset) = (objects.storages[s].memory(), objects.storages[s].offset());
         let bind = arm::BindTensorMemoryInfoARM {
             tensor: objects.tensors[r.index],
             memory,
@@ -383,7 +394,9 @@ pub(super) fn bind_resources(
             ..Default::default()
         };
         // SAFETY: tensor and memory are live; the block satisfies the tensor's requirements
-        // (size, alignment, type: the allocator was given them) from `offset` on.
+        // (size, alignment, type: the allocator was given them) from `offset` on; external
+        // memory was checked for size and alignment, its type is the caller's contract
+        // (`External::new`).
         let res = unsafe { (fns.bind_tensor_memory)(h, 1, &bind) };
         if res != vk::Result::SUCCESS {
             return Err(vkerr("vkBindTensorMemoryARM")(res));
