@@ -11,15 +11,17 @@
 //! so the host does not wait between warm-up and timed runs and the GPU's clocks stay up.
 //! A case whose spread (`(max - min) / median`) exceeds [`NOISY_SPREAD`] is flagged.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vk_core::{Device, HostTensor, vk};
+use vk_core::barrier::{self, Access};
+use vk_core::timing::ms;
+use vk_core::{
+    Buffer, Device, HostTensor, MemoryLocation, Submission, Timestamps, VkResultExt, vk,
+};
 
-use crate::error::{Error, Result, VkExt};
+use crate::error::{Error, Result};
 use crate::graph::{Conv2d, GraphBuilder, Pool2d};
 use crate::kernels::Kernel;
-use crate::memory::{Allocator, Buffer, MemKind};
 use crate::runtime::Graph;
 
 /// A row whose device or end-to-end spread, `(max - min) / median`, is above this is flagged
@@ -182,39 +184,12 @@ impl BenchRow {
 const COPY_BASELINE: &str = "copy shader bandwidth";
 const FMA_BASELINE: &str = "fp32 FMA peak";
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 fn pattern(shape: &[usize], seed: usize) -> Result<HostTensor> {
     let n: usize = shape.iter().product();
     let v: Vec<f32> = (0..n)
         .map(|i| ((i * 7 + seed * 13) % 1021) as f32 / 1021.0 - 0.5)
         .collect();
     HostTensor::from_f32(shape.to_vec(), &v).map_err(|e| Error::Graph(format!("bench input: {e}")))
-}
-
-/// Records `cmd`'s barrier between two segments of timed work: everything before finishes
-/// (and its writes are visible) before anything after starts.
-///
-/// # Safety
-/// `cmd` is a command buffer of `d`, recording, outside a render pass.
-unsafe fn full_barrier(d: &ash::Device, cmd: vk::CommandBuffer) {
-    let all = [vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
-        .dst_access_mask(vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE)];
-    // SAFETY: the caller's contract; a global memory barrier needs no resources.
-    unsafe {
-        d.cmd_pipeline_barrier(
-            cmd,
-            vk::PipelineStageFlags::ALL_COMMANDS,
-            vk::PipelineStageFlags::ALL_COMMANDS,
-            vk::DependencyFlags::empty(),
-            &all,
-            &[],
-            &[],
-        )
-    };
 }
 
 /// Records commands into a command buffer: `cmd` is a primary command buffer of the timer's
@@ -230,19 +205,15 @@ struct Timed {
 }
 
 /// Times recorded work on the device. One command buffer holds an untimed warm-up and then
-/// the timed runs, each between two timestamps (one query pool, two queries per run, two more
-/// around the warm-up), separated by full barriers; it is submitted once and the host waits
-/// only at the end, so the GPU stays busy from the warm-up to the last timed run.
+/// the timed runs, each between two timestamps (two queries per run, two more around the
+/// warm-up), separated by full barriers; it is submitted once and the host waits only at the
+/// end, so the GPU stays busy from the warm-up to the last timed run.
 struct Timer {
-    device: Device,
-    pool: vk::CommandPool,
-    cmd: vk::CommandBuffer,
-    queries: vk::QueryPool,
+    // Field order is drop order: the submission (its drop waits for pending work) first.
+    submission: Submission,
+    queries: Timestamps,
     /// Timed runs the query pool has room for.
     capacity: usize,
-    fence: vk::Fence,
-    /// A submission not yet waited for (drop waits for it, or leaks what it uses).
-    pending: bool,
     /// `timestamp_valid_bits` of the queue family, as a mask.
     mask: u64,
 }
@@ -250,54 +221,22 @@ struct Timer {
 impl Timer {
     fn new(device: &Device, capacity: usize, valid_bits: u32) -> Result<Timer> {
         let capacity = capacity.max(1);
-        let mut t = Timer {
-            device: device.clone(),
-            pool: vk::CommandPool::null(),
-            cmd: vk::CommandBuffer::null(),
-            queries: vk::QueryPool::null(),
+        let count = u32::try_from(2 * capacity + 2).map_err(|_| {
+            Error::Unsupported(format!("bench: {capacity} timed runs are too many"))
+        })?;
+        let queries = Timestamps::new(device, count)?.ok_or_else(|| {
+            Error::Unsupported("bench: the queue family has no timestamps: no device time".into())
+        })?;
+        Ok(Timer {
+            submission: Submission::new(device, 1, "compute bench")?,
+            queries,
             capacity,
-            fence: vk::Fence::null(),
-            pending: false,
             mask: if valid_bits >= 64 {
                 u64::MAX
             } else {
                 (1u64 << valid_bits) - 1
             },
-        };
-        let count = u32::try_from(2 * capacity + 2).map_err(|_| {
-            Error::Unsupported(format!("bench: {capacity} timed runs are too many"))
-        })?;
-        let d = device.raw();
-        // SAFETY: valid create infos; each object is destroyed once, in `Drop`.
-        unsafe {
-            t.pool = d
-                .create_command_pool(
-                    &vk::CommandPoolCreateInfo::default()
-                        .queue_family_index(device.queue().family()),
-                    None,
-                )
-                .vk("vkCreateCommandPool")?;
-            t.queries = d
-                .create_query_pool(
-                    &vk::QueryPoolCreateInfo::default()
-                        .query_type(vk::QueryType::TIMESTAMP)
-                        .query_count(count),
-                    None,
-                )
-                .vk("vkCreateQueryPool")?;
-            t.fence = d
-                .create_fence(&vk::FenceCreateInfo::default(), None)
-                .vk("vkCreateFence")?;
-            t.cmd = d
-                .allocate_command_buffers(
-                    &vk::CommandBufferAllocateInfo::default()
-                        .command_pool(t.pool)
-                        .level(vk::CommandBufferLevel::PRIMARY)
-                        .command_buffer_count(1),
-                )
-                .vk("vkAllocateCommandBuffers")?[0];
-        }
-        Ok(t)
+        })
     }
 
     /// Records `warm` `warm_count` times, then `runs` timed runs of `run`, submits them at
@@ -315,104 +254,56 @@ impl Timer {
         run: Record<'_>,
         runs: usize,
     ) -> Result<Timed> {
-        if self.pending {
+        if self.submission.is_pending() {
             return Err(Error::Unsupported(
                 "bench: an earlier timed submission never finished".into(),
             ));
         }
         let runs = runs.clamp(1, self.capacity);
-        let d = self.device.raw().clone();
-        let (cmd, qp) = (self.cmd, self.queries);
         let count = 2 * runs as u32 + 2;
+        let cmd = self.submission.begin(0)?;
+        let device = self.submission.device().clone();
+        let qp = &self.queries;
         let stamp = |stage, query| {
             // SAFETY: `cmd` is recording; `query` is below `count`, reset at the start.
-            unsafe { d.cmd_write_timestamp(cmd, stage, qp, query) }
+            unsafe { qp.write(cmd, stage, query) }
         };
-        // SAFETY: the command buffer is not pending (every submission is waited for before
-        // the next recording); recording with live handles; the closures' commands are the
-        // caller's contract.
+        let full_barrier = || {
+            // SAFETY: `cmd` is recording, outside a render pass; a global memory barrier
+            // needs no resources.
+            unsafe { barrier::memory_barrier(&device, cmd, Access::ANY_WRITE, Access::ANY) }
+        };
+        // SAFETY: recording with live handles; the closures' commands are the caller's
+        // contract.
         unsafe {
-            d.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
-                .vk("vkResetCommandPool")?;
-            d.begin_command_buffer(
-                cmd,
-                &vk::CommandBufferBeginInfo::default()
-                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-            )
-            .vk("vkBeginCommandBuffer")?;
-            d.cmd_reset_query_pool(cmd, qp, 0, count);
+            qp.reset(cmd);
             stamp(vk::PipelineStageFlags::TOP_OF_PIPE, 0);
             for _ in 0..warm_count {
-                full_barrier(&d, cmd);
+                full_barrier();
                 warm(cmd);
             }
             stamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE, 1);
             for i in 0..runs as u32 {
-                full_barrier(&d, cmd);
+                full_barrier();
                 // After the barrier, at the bottom of the pipe: when everything before has
                 // finished, i.e. when this run can start.
                 stamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE, 2 + 2 * i);
                 run(cmd);
                 stamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE, 3 + 2 * i);
             }
-            d.end_command_buffer(cmd).vk("vkEndCommandBuffer")?;
         }
-        self.submit_and_wait()?;
-        let mut ts = vec![0u64; count as usize];
-        // SAFETY: every query was written by the finished submission.
-        unsafe {
-            d.get_query_pool_results(
-                qp,
-                0,
-                &mut ts,
-                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
-            )
-        }
-        .vk("vkGetQueryPoolResults")?;
-        let period = f64::from(self.device.capabilities().limits.timestamp_period());
+        self.submission.end(0)?;
+        // SAFETY: the command buffer is executable; what it uses is the caller's contract.
+        unsafe { self.submission.submit(0, &[], &[]) }?;
+        self.submission.wait()?;
+        let ts = self.queries.read_ticks(count)?;
+        let period = f64::from(device.capabilities().limits.timestamp_period());
         let span =
             |a: usize, b: usize| (ts[b].wrapping_sub(ts[a]) & self.mask) as f64 * period * 1e-6;
         Ok(Timed {
             runs: (0..runs).map(|i| span(2 + 2 * i, 3 + 2 * i)).collect(),
             warm_up_ms: span(0, 1),
         })
-    }
-
-    fn submit_and_wait(&mut self) -> Result<()> {
-        let cmds = [self.cmd];
-        let info = [vk::SubmitInfo::default().command_buffers(&cmds)];
-        {
-            let guard = self.device.queue().lock();
-            // SAFETY: an executable command buffer that is not pending, an unsignaled fence;
-            // the guard is held only around the submission.
-            unsafe { guard.submit(&info, self.fence) }?;
-        }
-        self.pending = true;
-        // SAFETY: our fence.
-        unsafe { self.device.wait_for_fence(self.fence, u64::MAX) }?;
-        self.pending = false;
-        // SAFETY: signaled and no longer in use.
-        unsafe { self.device.raw().reset_fences(&[self.fence]) }.vk("vkResetFences")?;
-        Ok(())
-    }
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        if self.pending {
-            // SAFETY: our fence.
-            if unsafe { self.device.wait_for_fence(self.fence, u64::MAX) }.is_err() {
-                log::error!("bench: a timed submission did not finish; leaking its objects");
-                return;
-            }
-        }
-        let d = self.device.raw();
-        // SAFETY: created from this device (or null), destroyed once, no submission pending.
-        unsafe {
-            d.destroy_fence(self.fence, None);
-            d.destroy_query_pool(self.queries, None);
-            d.destroy_command_pool(self.pool, None);
-        }
     }
 }
 
@@ -457,11 +348,10 @@ impl CopyBaseline {
                 lim.max_storage_buffer_range
             )));
         }
-        let alloc: Arc<Allocator> = Allocator::new(device)?;
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;
-        let buffer = |what| Buffer::new(&alloc, bytes, MemKind::Device, usage, what);
+        let buffer = |what| Buffer::new(device, bytes, MemoryLocation::Device, usage, what);
         let cap = u64::from(lim.max_compute_work_group_count[0].min(65535));
         let mut c = CopyBaseline {
             device: device.clone(),
@@ -484,8 +374,7 @@ impl CopyBaseline {
 
     fn create_pipeline(&mut self) -> Result<()> {
         let d = self.device.raw();
-        let code = ash::util::read_spv(&mut std::io::Cursor::new(Kernel::CopyVec4.spirv()))
-            .map_err(|e| Error::Graph(format!("internal: embedded SPIR-V is unreadable: {e}")))?;
+        let code = Kernel::CopyVec4.words()?;
         let bindings: Vec<_> = (0..Kernel::CopyVec4.bindings() as u32)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
@@ -693,7 +582,7 @@ impl Bench {
     /// lone run (at whatever clocks the GPU had), only calibrates.
     fn measure_probe(&mut self) -> Result<Spread> {
         // SAFETY: no semaphores.
-        unsafe { self.probe.submit_resident(&[], &[]) }?;
+        unsafe { self.probe.submit(&[], &[]) }?;
         self.probe.wait()?;
         let lone = self.probe.last_device_time().ok_or_else(|| {
             Error::Unsupported("bench: the queue family has no timestamps: no device time".into())

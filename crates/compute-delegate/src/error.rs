@@ -1,7 +1,7 @@
 //! Errors of `compute-delegate`: one enum, every message naming the tensor or op and the
-//! numbers involved.
+//! numbers involved. Vulkan, memory, submission and input-check failures are `vk-core`'s.
 
-use vk_core::{DType, VkError, vk};
+use vk_core::{DType, IoError, VkError};
 
 /// Everything that can go wrong while building or running a compute graph.
 #[derive(Debug, thiserror::Error)]
@@ -68,68 +68,87 @@ pub enum Error {
     /// The graph is not complete (no outputs, ...).
     #[error("graph: {0}")]
     Graph(String),
-    /// `execute` got the wrong number of inputs.
-    #[error("execute: the graph has {expected} input(s), got {actual}")]
-    InputCount {
-        /// Inputs the graph declares.
-        expected: usize,
-        /// Inputs given.
-        actual: usize,
+    /// Host inputs do not match the graph's inputs (count, dtype, shape).
+    #[error("{}", io_message(.0))]
+    Io(#[from] IoError),
+    /// An input or output index the graph does not have.
+    #[error("{io} {index} does not exist: the graph has {count}")]
+    NoSuchIo {
+        /// `input` or `output`.
+        io: &'static str,
+        /// The index given.
+        index: usize,
+        /// How many the graph has.
+        count: usize,
     },
-    /// An input does not match its declaration.
+    /// A buffer slice bound to an input or output is smaller than the tensor's storage.
     #[error(
-        "execute: input {index} ('{name}') must be {want_dtype} {want_shape:?} ({want_bytes} \
-         bytes), got {got_dtype} {got_shape:?} ({got_bytes} bytes)"
+        "{io} {index} ('{name}'): the bound buffer slice holds {size} bytes, the tensor needs \
+         {need} (its bytes padded to whole vec4s, which the shaders read and write)"
     )]
-    InputMismatch {
-        /// Position of the input.
+    BindingTooSmall {
+        /// `input` or `output`.
+        io: &'static str,
+        /// Its index.
         index: usize,
         /// Its name.
         name: String,
-        /// Declared dtype.
-        want_dtype: DType,
-        /// Declared shape.
-        want_shape: Vec<usize>,
-        /// Declared bytes.
-        want_bytes: usize,
-        /// Given dtype.
-        got_dtype: DType,
-        /// Given shape.
-        got_shape: Vec<usize>,
-        /// Given bytes.
-        got_bytes: usize,
+        /// The slice's size.
+        size: u64,
+        /// Bytes the graph reads or writes there.
+        need: u64,
     },
-    /// A Vulkan call failed.
-    #[error(transparent)]
-    Vulkan(#[from] VkError),
-    /// `vk-core` failed (device creation, ...).
-    #[error(transparent)]
-    Core(#[from] vk_core::Error),
-    /// A vk-mem allocation failed.
-    #[error("vk-mem: allocating {bytes} bytes for {what} failed: {result}")]
-    Alloc {
-        /// What the memory was for.
-        what: String,
-        /// Bytes requested.
-        bytes: u64,
-        /// The Vulkan result.
-        result: vk::Result,
+    /// A buffer slice bound to an input or output starts at a misaligned offset.
+    #[error(
+        "{io} {index} ('{name}'): the bound buffer slice starts at offset {offset}, not a \
+         multiple of the device's minStorageBufferOffsetAlignment ({alignment})"
+    )]
+    BindingMisaligned {
+        /// `input` or `output`.
+        io: &'static str,
+        /// Its index.
+        index: usize,
+        /// Its name.
+        name: String,
+        /// The slice's offset in its buffer.
+        offset: u64,
+        /// `minStorageBufferOffsetAlignment`.
+        alignment: u64,
     },
+    /// `vk-core` failed: a Vulkan call, an allocation, a submission or wait (timeout, device
+    /// loss).
+    #[error(transparent)]
+    Vk(#[from] vk_core::Error),
     /// The device lacks something this operation needs (timestamps, ...).
     #[error("{0}")]
     Unsupported(String),
 }
 
-/// `Result` with [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Turns `ash` results into [`VkError`]s naming the call.
-pub(crate) trait VkExt<T> {
-    fn vk(self, call: &'static str) -> Result<T, VkError>;
-}
-
-impl<T> VkExt<T> for std::result::Result<T, vk::Result> {
-    fn vk(self, call: &'static str) -> Result<T, VkError> {
-        self.map_err(|r| VkError::new(call, r))
+impl From<VkError> for Error {
+    fn from(e: VkError) -> Self {
+        Error::Vk(e.into())
     }
 }
+
+/// Input errors as this crate has always worded them (position first, then the name).
+fn io_message(e: &IoError) -> String {
+    match e {
+        IoError::Count { expected, actual } => {
+            format!("execute: the graph has {expected} input(s), got {actual}")
+        }
+        IoError::Mismatch {
+            index,
+            name,
+            want_dtype,
+            want_shape,
+            got_dtype,
+            got_shape,
+        } => format!(
+            "input {index} ('{name}') must be {want_dtype} {want_shape:?}, got {got_dtype} \
+             {got_shape:?}"
+        ),
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -51,6 +51,15 @@ impl Kernel {
         }
     }
 
+    /// The SPIR-V words, for `vkCreateShaderModule`.
+    pub fn words(self) -> crate::Result<Vec<u32>> {
+        ash::util::read_spv(&mut std::io::Cursor::new(self.spirv())).map_err(|e| {
+            crate::Error::Graph(format!(
+                "internal: embedded SPIR-V of {self:?} is unreadable: {e}"
+            ))
+        })
+    }
+
     /// Number of storage-buffer bindings (set 0, bindings 0..n).
     pub fn bindings(self) -> usize {
         match self {

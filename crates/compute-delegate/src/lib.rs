@@ -6,9 +6,10 @@
 //! [`vk_core::HostTensor`]s (contiguous, row-major / NCHW).
 //!
 //! Runtime contract:
-//! - Memory through vk-mem. Devices whose memory is the host's (CPU drivers, integrated GPUs)
-//!   map input and output buffers directly; others copy through host staging buffers recorded
-//!   into the same command buffer.
+//! - Memory from the device's one vk-mem allocator (`vk_core::Buffer`). Devices whose memory
+//!   is the host's (CPU drivers, integrated GPUs) map input and output buffers directly;
+//!   others copy through host staging buffers recorded into the same command buffer (the rule
+//!   is `vk_core::HostIo::for_device`).
 //! - Weights are uploaded (and prepacked: `linear` weights transposed) once at build.
 //! - One batched pipeline creation at build through a pipeline cache that can be saved
 //!   ([`Graph::pipeline_cache_data`]) and loaded ([`BuildOptions::pipeline_cache`]).
@@ -19,13 +20,21 @@
 //! - Every tensor's size is checked in bytes against `maxStorageBufferRange` at build.
 //! - Intermediate buffers are reused across tensors whose lifetimes do not overlap;
 //!   [`Graph::memory`] reports the peak.
-//! - Submissions go through the device's queue guard, held only around `vkQueueSubmit`; each
-//!   graph waits only on its own fence.
-//! - Device-resident chaining: [`Graph::input_buffer`] / [`Graph::output_buffer`] expose the
-//!   device buffers, [`Graph::submit_resident`] submits the dispatches alone with wait and
-//!   signal semaphores, [`Graph::record_into`] records them into a caller's command buffer;
+//! - Submissions go through one `vk_core::Submission` per graph (the device's queue guard,
+//!   held only around `vkQueueSubmit`, and `vk-core`'s wait policy); each graph waits only on
+//!   its own fence.
+//! - Device-resident chaining, in the vocabulary every delegate shares: [`Graph::inputs`] /
+//!   [`Graph::outputs`] are `vk_core::TensorSpec`s, [`Graph::device_inputs`] /
+//!   [`Graph::device_outputs`] `vk_core::DeviceTensor`s; [`Graph::submit`] submits the
+//!   dispatches alone with wait and signal semaphores, [`Graph::wait`] waits,
+//!   [`Graph::record_into`] records them into a caller's command buffer;
 //!   [`Graph::write_input`] and [`Graph::read_output`] move host data at the ends of a chain
 //!   (the readback also ends with the host barrier).
+//! - External bindings ([`BuildOptions::external`], [`Graph::rebind_input`],
+//!   [`Graph::rebind_output`]): an input read from, or an output written to, another
+//!   delegate's buffer slice on the same device, with no buffer of the graph's own and no copy.
+//! - [`GraphBuilder::input_specs`] / [`GraphBuilder::output_specs`] describe the graph's
+//!   inputs and outputs before any device is involved.
 //! - [`BuildOptions::force_staging`] takes the discrete-GPU staging path on any device (the
 //!   tests run every op both ways).
 //!
@@ -60,18 +69,17 @@
 //! It never names a symbol of the ARM ML extensions and knows nothing of VGF files.
 
 pub mod bench;
+mod build;
 mod error;
 mod graph;
 mod kernels;
 mod lower;
-mod memory;
 mod runtime;
 
 pub use bench::{BenchRow, bench};
 pub use error::{Error, Result};
 pub use graph::{BinaryOp, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp};
-pub use memory::Allocator;
-pub use runtime::{BuildOptions, DeviceTensor, DispatchTime, Graph, MemoryReport};
+pub use runtime::{BuildOptions, DispatchTime, ExternalBindings, Graph, MemoryReport};
 
 use vk_core::{QueueCaps, Requirements, Version};
 

@@ -2,8 +2,9 @@
 //! derived barriers, the pipeline cache and device-resident execution.
 
 use compute_delegate::{Error, GraphBuilder, Pool2d};
+use vk_core::barrier::{self, Access};
 use vk_core::testing::{self, assert_no_validation_errors};
-use vk_core::{DType, Device, HostTensor, Instance, vk};
+use vk_core::{DType, Device, HostTensor, Instance, SemaphoreSignal, SemaphoreWait, vk};
 
 fn device(test: &str) -> Option<(Instance, Device)> {
     testing::device(test, &compute_delegate::requirements())
@@ -211,7 +212,6 @@ fn pipeline_cache_round_trips() {
     let data = first.pipeline_cache_data().unwrap();
     let opts = compute_delegate::BuildOptions {
         pipeline_cache: Some(data),
-        allocator: Some(first.allocator().clone()),
         ..Default::default()
     };
     let mut second = g.build_with(&dev, &opts).unwrap();
@@ -274,9 +274,10 @@ fn device_resident_chaining_with_a_semaphore() {
         // Device path: copy a's output buffer into b's input buffer in a command buffer of ours,
         // ordered after a by a semaphore, and b after the copy by another.
         let d = dev.raw();
-        let src = a.output_buffer(0).unwrap();
-        let dst = b.input_buffer(0).unwrap();
-        assert_eq!(src.bytes, dst.bytes);
+        let src = a.device_outputs()[0].clone();
+        let dst = b.device_inputs()[0].clone();
+        assert_eq!(src.spec.bytes(), dst.spec.bytes());
+        let bytes = src.spec.bytes().unwrap() as u64;
         // SAFETY: plain object creation and recording with live handles; every submission is
         // waited for before the objects are destroyed.
         unsafe {
@@ -303,16 +304,19 @@ fn device_resident_chaining_with_a_semaphore() {
                 .unwrap();
             d.cmd_copy_buffer(
                 cmd,
-                src.buffer,
-                dst.buffer,
-                &[vk::BufferCopy::default().size(src.bytes)],
+                src.slice.buffer,
+                dst.slice.buffer,
+                &[vk::BufferCopy::default()
+                    .src_offset(src.slice.offset)
+                    .dst_offset(dst.slice.offset)
+                    .size(bytes)],
             );
             d.end_command_buffer(cmd).unwrap();
             let fence = d
                 .create_fence(&vk::FenceCreateInfo::default(), None)
                 .unwrap();
 
-            a.submit_resident(&[], &[s1]).unwrap();
+            a.submit(&[], &[SemaphoreSignal::binary(s1)]).unwrap();
             {
                 let cmds = [cmd];
                 let waits = [s1];
@@ -326,8 +330,14 @@ fn device_resident_chaining_with_a_semaphore() {
                 let guard = dev.queue().lock();
                 guard.submit(&info, fence).unwrap();
             }
-            b.submit_resident(&[(s2, vk::PipelineStageFlags::COMPUTE_SHADER)], &[])
-                .unwrap();
+            b.submit(
+                &[SemaphoreWait::binary(
+                    s2,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                )],
+                &[],
+            )
+            .unwrap();
             b.wait().unwrap();
             a.wait().unwrap();
             dev.wait_for_fence(fence, u64::MAX).unwrap();
@@ -359,4 +369,151 @@ fn graphs_can_move_between_threads() {
     send::<compute_delegate::Graph>();
     sync::<compute_delegate::Graph>();
     send::<compute_delegate::GraphBuilder>();
+}
+
+/// Records `a` then `b` into one command buffer, with a barrier between them (and before and
+/// after, against the graphs' own transfer submissions), and runs it.
+fn run_pair(dev: &Device, a: &compute_delegate::Graph, b: &compute_delegate::Graph) {
+    let mut sub = vk_core::Submission::new(dev, 1, "test pair").unwrap_or_else(|e| panic!("{e}"));
+    let cmd = sub.begin(0).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: `cmd` is recording on this device; both graphs outlive the wait below and have
+    // no submission pending; the barriers order every access.
+    unsafe {
+        barrier::memory_barrier(dev, cmd, Access::ANY_WRITE, Access::ANY);
+        a.record_into(cmd);
+        barrier::memory_barrier(dev, cmd, Access::SHADER_WRITE, Access::SHADER_READ_WRITE);
+        b.record_into(cmd);
+        barrier::memory_barrier(dev, cmd, Access::ANY_WRITE, Access::ANY);
+    }
+    sub.end(0).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: an executable command buffer; no semaphores.
+    unsafe { sub.submit(0, &[], &[]) }.unwrap_or_else(|e| panic!("{e}"));
+    sub.wait().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A graph reading another graph's output buffer directly (an external input), one writing
+/// straight into a consumer's input buffer (an external output), and a rebinding: each gives
+/// what running the graphs one after the other through the host gives.
+#[test]
+fn graphs_read_and_write_each_others_buffers() {
+    let Some((instance, dev)) = device("graphs_read_and_write_each_others_buffers") else {
+        return;
+    };
+    for force_staging in [false, true] {
+        let opts = compute_delegate::BuildOptions {
+            force_staging,
+            ..Default::default()
+        };
+        let shape = [1usize, 3, 8, 8];
+        let mut g1 = GraphBuilder::new();
+        let x = g1.input("x", DType::F32, &shape).unwrap();
+        let p = g1.avg_pool2d(x, Pool2d::new(2, 2)).unwrap();
+        let s = g1.sigmoid(p).unwrap();
+        g1.output(s).unwrap();
+        let mut g2 = GraphBuilder::new();
+        let y = g2.input("y", DType::F32, &[1, 3, 4, 4]).unwrap();
+        let sq = g2.mul(y, y).unwrap();
+        let z = g2.add_scalar(sq, 0.25).unwrap();
+        g2.output(z).unwrap();
+        // Wiring is checkable without a device.
+        assert!(g1.output_specs()[0].same_layout(&g2.input_specs()[0]));
+
+        let xs: Vec<f32> = (0..192).map(|i| (i as f32 * 0.37).sin()).collect();
+        let x_host = HostTensor::from_f32(shape.to_vec(), &xs).unwrap();
+        let mut a = g1.build_with(&dev, &opts).unwrap();
+        let mut b_alone = g2.build_with(&dev, &opts).unwrap();
+        let mid = a.execute(std::slice::from_ref(&x_host)).unwrap();
+        let want = b_alone.execute(&mid).unwrap()[0].to_f32().unwrap();
+
+        // b reads a's output buffer: no buffer of its own for that input.
+        let mut ext = opts.clone();
+        // SAFETY: a's output buffer has storage and transfer usage and outlives b.
+        unsafe { ext.external.bind_input(0, a.device_outputs()[0].slice) };
+        let mut b = g2.build_with(&dev, &ext).unwrap();
+        assert_eq!(b.device_inputs()[0].slice, a.device_outputs()[0].slice);
+        assert!(b.memory().io < b_alone.memory().io);
+        a.write_input(0, &x_host).unwrap();
+        run_pair(&dev, &a, &b);
+        assert_eq!(b.read_output(0).unwrap().to_f32().unwrap(), want);
+        // Host execution still works: through staging into a's buffer.
+        assert_eq!(b.execute(&mid).unwrap()[0].to_f32().unwrap(), want);
+
+        // a2 writes straight into b_alone's input buffer; a semaphore orders b_alone after it.
+        let mut ext = opts.clone();
+        // SAFETY: b_alone's input buffer has storage and transfer usage and outlives a2.
+        unsafe {
+            ext.external
+                .bind_output(0, b_alone.device_inputs()[0].slice)
+        };
+        let mut a2 = g1.build_with(&dev, &ext).unwrap();
+        a2.write_input(0, &x_host).unwrap();
+        let d = dev.raw();
+        // SAFETY: a plain semaphore, destroyed after both submissions were waited for.
+        let sem = unsafe { d.create_semaphore(&vk::SemaphoreCreateInfo::default(), None) }.unwrap();
+        // SAFETY: a fresh binary semaphore, signaled once and waited once.
+        unsafe {
+            a2.submit(&[], &[SemaphoreSignal::binary(sem)]).unwrap();
+            b_alone
+                .submit(
+                    &[SemaphoreWait::binary(
+                        sem,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                    )],
+                    &[],
+                )
+                .unwrap();
+        }
+        b_alone.wait().unwrap();
+        a2.wait().unwrap();
+        // SAFETY: no pending submission uses it.
+        unsafe { d.destroy_semaphore(sem, None) };
+        assert_eq!(b_alone.read_output(0).unwrap().to_f32().unwrap(), want);
+
+        // Rebinding b's input to a third graph's output.
+        let mut c = g1.build_with(&dev, &opts).unwrap();
+        let xs2: Vec<f32> = xs.iter().map(|v| v * 0.5 - 0.1).collect();
+        let x2 = HostTensor::from_f32(shape.to_vec(), &xs2).unwrap();
+        let want2 = b_alone
+            .execute(&c.execute(std::slice::from_ref(&x2)).unwrap())
+            .unwrap()[0]
+            .to_f32()
+            .unwrap();
+        // SAFETY: c's output buffer has storage and transfer usage and outlives b.
+        unsafe { b.rebind_input(0, c.device_outputs()[0].slice) }.unwrap();
+        assert_eq!(b.device_inputs()[0].slice, c.device_outputs()[0].slice);
+        c.write_input(0, &x2).unwrap();
+        run_pair(&dev, &c, &b);
+        assert_eq!(b.read_output(0).unwrap().to_f32().unwrap(), want2);
+
+        // Bindings that do not fit are refused with the numbers.
+        let slice = a.device_outputs()[0].slice;
+        let mut bad = opts.clone();
+        let small = vk_core::BufferSlice { size: 16, ..slice };
+        // SAFETY: refused before use.
+        unsafe { bad.external.bind_input(0, small) };
+        let e = g2.build_with(&dev, &bad).unwrap_err();
+        assert!(matches!(e, Error::BindingTooSmall { need: 192, .. }), "{e}");
+        let mut bad = opts.clone();
+        // SAFETY: refused before use.
+        unsafe { bad.external.bind_output(1, slice) };
+        let e = g2.build_with(&dev, &bad).unwrap_err().to_string();
+        assert_eq!(e, "output 1 does not exist: the graph has 1");
+        let align = dev
+            .capabilities()
+            .limits
+            .min_storage_buffer_offset_alignment;
+        if align > 1 {
+            let mut bad = opts.clone();
+            let shifted = vk_core::BufferSlice {
+                offset: slice.offset + 1,
+                ..slice
+            };
+            // SAFETY: refused before use.
+            unsafe { bad.external.bind_input(0, shifted) };
+            let e = g2.build_with(&dev, &bad).unwrap_err();
+            assert!(matches!(e, Error::BindingMisaligned { .. }), "{e}");
+        }
+        drop((b, a, a2, b_alone, c));
+    }
+    assert_no_validation_errors(&instance);
 }

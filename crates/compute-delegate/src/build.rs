@@ -1,0 +1,842 @@
+//! Building a graph on a device, as a sequence of steps: check the device, lower the nodes,
+//! plan memory, allocate buffers (binding external slices), upload weights, create pipelines,
+//! write descriptors, record the command buffers.
+
+use std::collections::BTreeMap;
+
+use vk_core::{
+    Buffer, BufferSlice, Device, DeviceTensor, HostIo, MemoryLocation, Submission, TensorSpec,
+    Timestamps, VkResultExt, vk,
+};
+
+use crate::error::{Error, Result};
+use crate::graph::{GraphBuilder, Storage, StorageKind, TensorId};
+use crate::kernels::{Kernel, PUSH_BYTES};
+use crate::lower::{Dispatch, Plan, lower};
+use crate::runtime::{
+    BuildOptions, Graph, Io, MemoryReport, Objects, Recorded, check_binding, cmd, internal,
+};
+
+/// Usage of every graph buffer.
+const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+    vk::BufferUsageFlags::STORAGE_BUFFER.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw(),
+);
+
+/// A host staging buffer of `bytes` for the input or output `name`.
+pub(crate) fn staging_buffer(device: &Device, bytes: u64, name: &str) -> Result<Buffer> {
+    Ok(Buffer::new(
+        device,
+        bytes,
+        MemoryLocation::Host,
+        vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
+        &format!("staging for '{name}'"),
+    )?)
+}
+
+impl GraphBuilder {
+    /// Builds the graph on `device` (which must meet [`crate::requirements`]).
+    pub fn build(&self, device: &Device) -> Result<Graph> {
+        self.build_with(device, &BuildOptions::default())
+    }
+
+    /// Builds the graph with options.
+    pub fn build_with(&self, device: &Device, options: &BuildOptions) -> Result<Graph> {
+        if self.outputs.is_empty() {
+            return Err(Error::Graph("the graph has no outputs".into()));
+        }
+        check_work_groups(device)?;
+        let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
+        let plan = lower(self, &device.capabilities().limits, subgroups)?;
+        self.check_sizes(&plan, device.capabilities().limits.max_storage_buffer_range)?;
+        for (i, x) in plan.dispatches.iter().enumerate() {
+            log::debug!(
+                "dispatch {i}: {} (node {}) {:?} groups {:?}",
+                x.op,
+                x.node,
+                x.kernel,
+                x.groups
+            );
+        }
+        let mem = plan_memory(&plan.storages, &plan.dispatches);
+        let external = self.external_slots(device, &mem, options)?;
+        let direct = HostIo::for_device(device) == HostIo::Direct && !options.force_staging;
+        let mut res = allocate(device, &mem, &external, direct)?;
+        let inputs = self.io(device, &self.inputs, &mem, &mut res)?;
+        let outputs = self.io(device, &self.outputs, &mem, &mut res)?;
+        let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
+        upload_weights(device, &mut submission, &mut res, &plan, &mem)?;
+        let mut objects = Objects::new(device);
+        let pipelines = create_pipelines(&mut objects, &plan, options)?;
+        let sets = allocate_sets(&mut objects, &plan, &pipelines)?;
+
+        let buffer_of = |s: usize| mem.slot_of[s].unwrap_or(usize::MAX);
+        let barrier_flags = barriers(&plan.dispatches, &buffer_of);
+        let recorded: Vec<Recorded> = plan
+            .dispatches
+            .iter()
+            .zip(pipelines)
+            .zip(sets)
+            .zip(&barrier_flags)
+            .map(
+                |(((x, (pipeline, layout)), set), &barrier_before)| Recorded {
+                    op: x.op,
+                    kernel: x.kernel,
+                    pipeline,
+                    layout,
+                    set,
+                    slots: x.bindings.iter().map(|&(s, _)| buffer_of(s)).collect(),
+                    push: x.push.iter().flat_map(|v| v.to_ne_bytes()).collect(),
+                    groups: x.groups,
+                    barrier_before,
+                },
+            )
+            .collect();
+        let input_specs = self.specs(&self.inputs);
+        let output_specs = self.specs(&self.outputs);
+        let device_tensors = |specs: &[TensorSpec], io: &[Io]| -> Vec<DeviceTensor> {
+            specs
+                .iter()
+                .zip(io)
+                .map(|(spec, io)| DeviceTensor {
+                    spec: spec.clone(),
+                    slice: res.slots[io.slot],
+                })
+                .collect()
+        };
+        let device_inputs = device_tensors(&input_specs, &inputs);
+        let device_outputs = device_tensors(&output_specs, &outputs);
+        let mut graph = Graph {
+            submission,
+            timestamps: Timestamps::new(device, 2)?,
+            objects,
+            buffers: res.buffers,
+            slots: res.slots,
+            recorded,
+            inputs,
+            outputs,
+            input_specs,
+            output_specs,
+            device_inputs,
+            device_outputs,
+            memory: res.report,
+            staging: !direct,
+            last_device_time: None,
+            barriers: barrier_flags.iter().filter(|&&b| b).count(),
+            timed: false,
+        };
+        graph.write_descriptors(None);
+        graph.record_all()?;
+        Ok(graph)
+    }
+
+    /// Names, dtypes and shapes of the declared inputs, in order (no device needed).
+    pub fn input_specs(&self) -> Vec<TensorSpec> {
+        self.specs(&self.inputs)
+    }
+
+    /// Names, dtypes and shapes of the declared outputs, in order (no device needed): what
+    /// the built graph's [`Graph::outputs`] will be.
+    pub fn output_specs(&self) -> Vec<TensorSpec> {
+        self.specs(&self.outputs)
+    }
+
+    fn specs(&self, list: &[TensorId]) -> Vec<TensorSpec> {
+        list.iter()
+            .map(|t| {
+                let info = &self.tensors[t.0];
+                TensorSpec::new(info.name.clone(), info.dtype, info.shape.clone())
+            })
+            .collect()
+    }
+
+    /// Sizes in bytes against maxStorageBufferRange, before anything is allocated.
+    fn check_sizes(&self, plan: &Plan, limit: u32) -> Result<()> {
+        match plan.storages.iter().find(|st| st.bytes > u64::from(limit)) {
+            Some(st) => {
+                let t = &self.tensors[st.tensor.0];
+                Err(Error::TooLarge {
+                    tensor: t.name.clone(),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    bytes: st.bytes,
+                    limit,
+                })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The external slices of `options`, checked, by planned buffer.
+    fn external_slots(
+        &self,
+        device: &Device,
+        mem: &MemoryPlan,
+        options: &BuildOptions,
+    ) -> Result<BTreeMap<usize, BufferSlice>> {
+        let alignment = device
+            .capabilities()
+            .limits
+            .min_storage_buffer_offset_alignment;
+        let mut out = BTreeMap::new();
+        for (kind, list, bound) in [
+            ("input", &self.inputs, &options.external.inputs),
+            ("output", &self.outputs, &options.external.outputs),
+        ] {
+            for (&index, &slice) in bound {
+                let t = list.get(index).ok_or(Error::NoSuchIo {
+                    io: kind,
+                    index,
+                    count: list.len(),
+                })?;
+                let info = &self.tensors[t.0];
+                let slot = mem.slot_of[info.storage].ok_or_else(|| internal("unplanned I/O"))?;
+                let need = mem.buffers[slot].0;
+                out.insert(
+                    slot,
+                    check_binding(kind, index, &info.name, slice, need, alignment)?,
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// The inputs or outputs `list`, each with a staging buffer where the host cannot map its
+    /// slice.
+    fn io(
+        &self,
+        device: &Device,
+        list: &[TensorId],
+        mem: &MemoryPlan,
+        res: &mut Resources,
+    ) -> Result<Vec<Io>> {
+        let mut v = Vec::with_capacity(list.len());
+        for &t in list {
+            let info = &self.tensors[t.0];
+            let slot = mem.slot_of[info.storage].ok_or_else(|| internal("unplanned I/O"))?;
+            let own = res.own[slot];
+            let bytes = (info.numel() * info.dtype.size()) as u64;
+            let staging = if own.is_some_and(|b| res.buffers[b].is_mapped()) {
+                None
+            } else {
+                let b = staging_buffer(device, bytes, &info.name)?;
+                res.report.staging += b.size();
+                res.buffers.push(b);
+                Some(res.buffers.len() - 1)
+            };
+            v.push(Io {
+                bytes,
+                need: mem.buffers[slot].0,
+                slot,
+                own,
+                staging,
+            });
+        }
+        Ok(v)
+    }
+}
+
+/// The op library's work groups of 256 invocations must fit the device.
+fn check_work_groups(device: &Device) -> Result<()> {
+    let caps = device.capabilities();
+    let lim = &caps.limits;
+    if lim.max_compute_work_group_invocations < 256 || lim.max_compute_work_group_size[0] < 256 {
+        return Err(Error::Unsupported(format!(
+            "the op library uses work groups of 256 invocations; device '{}' allows {} \
+             (maxComputeWorkGroupInvocations) and {} in x (maxComputeWorkGroupSize[0])",
+            caps.name, lim.max_compute_work_group_invocations, lim.max_compute_work_group_size[0]
+        )));
+    }
+    Ok(())
+}
+
+/// Physical buffer assignment of every storage.
+pub(crate) struct MemoryPlan {
+    /// Storage -> index into `buffers` (None: not used by any dispatch).
+    pub slot_of: Vec<Option<usize>>,
+    /// Sizes and kinds of the buffers to create.
+    pub buffers: Vec<(u64, BufKind)>,
+    pub report: MemoryReport,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BufKind {
+    Input,
+    Output,
+    Const,
+    Temp,
+}
+
+pub(crate) fn plan_memory(storages: &[Storage], dispatches: &[Dispatch]) -> MemoryPlan {
+    let n = storages.len();
+    let mut first = vec![usize::MAX; n];
+    let mut last = vec![0usize; n];
+    for (i, d) in dispatches.iter().enumerate() {
+        for &(s, _) in &d.bindings {
+            first[s] = first[s].min(i);
+            last[s] = last[s].max(i);
+        }
+    }
+    let mut slot_of = vec![None; n];
+    let mut buffers: Vec<(u64, BufKind)> = Vec::new();
+    let mut report = MemoryReport::default();
+    // Dedicated buffers: inputs, outputs, constants.
+    for (s, st) in storages.iter().enumerate() {
+        let kind = match st.kind {
+            StorageKind::Input => BufKind::Input,
+            StorageKind::Output => BufKind::Output,
+            StorageKind::Const(_) if first[s] != usize::MAX => BufKind::Const,
+            _ => continue,
+        };
+        slot_of[s] = Some(buffers.len());
+        buffers.push((st.bytes, kind));
+        match kind {
+            BufKind::Const => report.weights += st.bytes,
+            _ => report.io += st.bytes,
+        }
+    }
+    // Intermediates: in order of first use, each takes the best-fitting buffer freed before
+    // its first use (or grows the largest free one, or gets a new one).
+    let mut temps: Vec<usize> = (0..n)
+        .filter(|&s| matches!(storages[s].kind, StorageKind::Temp) && first[s] != usize::MAX)
+        .collect();
+    temps.sort_by_key(|&s| first[s]);
+    // (buffer index, busy until dispatch index)
+    let mut pool: Vec<(usize, usize)> = Vec::new();
+    for s in temps {
+        let need = storages[s].bytes;
+        report.intermediates_unshared += need;
+        // Free: last used before `s` is first written, or last read by the very dispatch that
+        // writes `s` when that dispatch works in place.
+        let in_place = dispatches[first[s]].in_place;
+        let free: Vec<usize> = (0..pool.len())
+            .filter(|&i| pool[i].1 < first[s] || (in_place && pool[i].1 == first[s]))
+            .collect();
+        let fit = free
+            .iter()
+            .copied()
+            .filter(|&i| buffers[pool[i].0].0 >= need)
+            .min_by_key(|&i| buffers[pool[i].0].0);
+        let chosen = fit.or_else(|| free.iter().copied().max_by_key(|&i| buffers[pool[i].0].0));
+        let b = match chosen {
+            Some(i) => {
+                let b = pool[i].0;
+                buffers[b].0 = buffers[b].0.max(need);
+                pool[i].1 = last[s];
+                b
+            }
+            None => {
+                buffers.push((need, BufKind::Temp));
+                pool.push((buffers.len() - 1, last[s]));
+                buffers.len() - 1
+            }
+        };
+        slot_of[s] = Some(b);
+    }
+    report.intermediates = buffers
+        .iter()
+        .filter(|b| b.1 == BufKind::Temp)
+        .map(|b| b.0)
+        .sum();
+    MemoryPlan {
+        slot_of,
+        buffers,
+        report,
+    }
+}
+
+/// Which dispatches need a barrier before them: a read of a buffer written since the last
+/// barrier, or a write of a buffer read or written since then (writes of one node to disjoint
+/// parts of one buffer, as `cat` does, do not conflict).
+pub(crate) fn barriers(dispatches: &[Dispatch], buffer_of: &dyn Fn(usize) -> usize) -> Vec<bool> {
+    let mut written: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut read: BTreeMap<usize, ()> = BTreeMap::new();
+    let mut out = Vec::with_capacity(dispatches.len());
+    for d in dispatches {
+        let hazard = d.bindings.iter().any(|&(s, w)| {
+            let b = buffer_of(s);
+            if w {
+                read.contains_key(&b) || written.get(&b).is_some_and(|&node| node != d.node)
+            } else {
+                written.contains_key(&b)
+            }
+        });
+        if hazard {
+            written.clear();
+            read.clear();
+        }
+        out.push(hazard);
+        for &(s, w) in &d.bindings {
+            let b = buffer_of(s);
+            if w {
+                written.insert(b, d.node);
+            } else {
+                read.insert(b, ());
+            }
+        }
+    }
+    out
+}
+
+/// The buffers of a graph while it is built.
+struct Resources {
+    /// Own buffers (planned ones, then staging).
+    buffers: Vec<Buffer>,
+    /// Per planned buffer: its slice (own or external).
+    slots: Vec<BufferSlice>,
+    /// Per planned buffer: its index in `buffers` (`None` when external).
+    own: Vec<Option<usize>>,
+    report: MemoryReport,
+}
+
+/// Creates the planned buffers, except those bound to external slices. With `direct`,
+/// inputs, outputs and constants are mapped device memory.
+fn allocate(
+    device: &Device,
+    mem: &MemoryPlan,
+    external: &BTreeMap<usize, BufferSlice>,
+    direct: bool,
+) -> Result<Resources> {
+    let mut res = Resources {
+        buffers: Vec::with_capacity(mem.buffers.len()),
+        slots: Vec::with_capacity(mem.buffers.len()),
+        own: Vec::with_capacity(mem.buffers.len()),
+        report: mem.report,
+    };
+    for (i, &(bytes, kind)) in mem.buffers.iter().enumerate() {
+        if let Some(slice) = external.get(&i) {
+            res.report.io -= bytes;
+            res.slots.push(*slice);
+            res.own.push(None);
+            continue;
+        }
+        let location = match kind {
+            BufKind::Input | BufKind::Output | BufKind::Const if direct => {
+                HostIo::Direct.io_location()
+            }
+            _ => MemoryLocation::Device,
+        };
+        let what = format!("compute graph buffer {i} ({kind:?}, {bytes} bytes)");
+        let b = Buffer::new(device, bytes, location, USAGE, &what)?;
+        res.slots.push(b.slice(None));
+        res.own.push(Some(res.buffers.len()));
+        res.buffers.push(b);
+    }
+    Ok(res)
+}
+
+/// Weights: written directly where mapped, else through staging and one copy submission.
+fn upload_weights(
+    device: &Device,
+    submission: &mut Submission,
+    res: &mut Resources,
+    plan: &Plan,
+    mem: &MemoryPlan,
+) -> Result<()> {
+    let mut uploads: Vec<(Buffer, vk::Buffer, u64)> = Vec::new();
+    for (s, st) in plan.storages.iter().enumerate() {
+        let (StorageKind::Const(data), Some(slot)) = (&st.kind, mem.slot_of[s]) else {
+            continue;
+        };
+        let b = res.own[slot].ok_or_else(|| internal("constant without a buffer"))?;
+        if res.buffers[b].is_mapped() {
+            res.buffers[b].write(0, data)?;
+        } else {
+            let mut staging = Buffer::new(
+                device,
+                data.len() as u64,
+                MemoryLocation::Host,
+                vk::BufferUsageFlags::TRANSFER_SRC,
+                "weight staging",
+            )?;
+            staging.write(0, data)?;
+            uploads.push((staging, res.buffers[b].raw(), data.len() as u64));
+        }
+    }
+    if uploads.is_empty() {
+        return Ok(());
+    }
+    let c = submission.begin(cmd::SCRATCH)?;
+    for (staging, dst, size) in &uploads {
+        // SAFETY: `c` is recording; the copy stays within both buffers.
+        unsafe {
+            device.raw().cmd_copy_buffer(
+                c,
+                staging.raw(),
+                *dst,
+                &[vk::BufferCopy::default().size(*size)],
+            )
+        };
+    }
+    submission.end(cmd::SCRATCH)?;
+    // SAFETY: the command buffer is executable; the staging buffers live until the wait below
+    // has finished their use.
+    unsafe { submission.submit(cmd::SCRATCH, &[], &[]) }?;
+    submission.wait()?;
+    Ok(())
+}
+
+/// Creates the shader modules, layouts and pipelines (one batch, through the pipeline cache)
+/// and returns each dispatch's pipeline and layout.
+fn create_pipelines(
+    objects: &mut Objects,
+    plan: &Plan,
+    options: &BuildOptions,
+) -> Result<Vec<(vk::Pipeline, vk::PipelineLayout)>> {
+    let device = objects.device.clone();
+    let caps = device.capabilities();
+    let d = device.raw();
+    let mut kernels: Vec<Kernel> = plan.dispatches.iter().map(|x| x.kernel).collect();
+    kernels.sort();
+    kernels.dedup();
+    let mut module_of: BTreeMap<Kernel, vk::ShaderModule> = BTreeMap::new();
+    for k in &kernels {
+        let code = k.words()?;
+        // SAFETY: valid SPIR-V compiled by the xtask.
+        let m = unsafe {
+            d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
+        }
+        .vk("vkCreateShaderModule")?;
+        objects.modules.push(m);
+        module_of.insert(*k, m);
+    }
+    for k in &kernels {
+        layout_for(objects, k.bindings())?;
+    }
+    let initial = options
+        .pipeline_cache
+        .as_deref()
+        .filter(|data| cache_header_matches(data, caps.vendor_id, caps.device_id))
+        .unwrap_or(&[]);
+    // SAFETY: valid create info; the driver ignores incompatible initial data.
+    objects.cache = unsafe {
+        d.create_pipeline_cache(
+            &vk::PipelineCacheCreateInfo::default().initial_data(initial),
+            None,
+        )
+    }
+    .vk("vkCreatePipelineCache")?;
+    let mut keys: Vec<(Kernel, Vec<u32>)> = plan
+        .dispatches
+        .iter()
+        .map(|x| (x.kernel, x.spec.clone()))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let entries: Vec<Vec<vk::SpecializationMapEntry>> = keys
+        .iter()
+        .map(|(_, spec)| {
+            (0..spec.len() as u32)
+                .map(|i| {
+                    vk::SpecializationMapEntry::default()
+                        .constant_id(i)
+                        .offset(i * 4)
+                        .size(4)
+                })
+                .collect()
+        })
+        .collect();
+    let data: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|(_, spec)| spec.iter().flat_map(|v| v.to_ne_bytes()).collect())
+        .collect();
+    let spec_infos: Vec<vk::SpecializationInfo<'_>> = entries
+        .iter()
+        .zip(&data)
+        .map(|(e, d)| vk::SpecializationInfo::default().map_entries(e).data(d))
+        .collect();
+    let layout_of = |k: &Kernel| objects.layout_of[&k.bindings()];
+    let infos: Vec<vk::ComputePipelineCreateInfo<'_>> = keys
+        .iter()
+        .zip(&spec_infos)
+        .map(|((k, _), spec)| {
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(module_of[k])
+                .name(c"main")
+                .specialization_info(spec);
+            vk::ComputePipelineCreateInfo::default()
+                .stage(stage)
+                .layout(layout_of(k).1)
+        })
+        .collect();
+    // SAFETY: create infos reference live modules, layouts and specialization data.
+    let pipelines = unsafe { d.create_compute_pipelines(objects.cache, &infos, None) }.map_err(
+        |(made, e)| {
+            for p in made {
+                // SAFETY: pipelines created by the failed batch, unused.
+                unsafe { d.destroy_pipeline(p, None) };
+            }
+            vk_core::VkError::new("vkCreateComputePipelines", e)
+        },
+    )?;
+    objects.pipelines = pipelines.clone();
+    let pipeline_of: BTreeMap<(Kernel, Vec<u32>), vk::Pipeline> =
+        keys.into_iter().zip(pipelines).collect();
+    Ok(plan
+        .dispatches
+        .iter()
+        .map(|x| {
+            (
+                pipeline_of[&(x.kernel, x.spec.clone())],
+                objects.layout_of[&x.kernel.bindings()].1,
+            )
+        })
+        .collect())
+}
+
+/// The set layout and pipeline layout for kernels with `n` storage-buffer bindings (made once
+/// per binding count).
+fn layout_for(objects: &mut Objects, n: usize) -> Result<()> {
+    if objects.layout_of.contains_key(&n) {
+        return Ok(());
+    }
+    let d = objects.device.raw();
+    let bindings: Vec<_> = (0..n as u32)
+        .map(|b| {
+            vk::DescriptorSetLayoutBinding::default()
+                .binding(b)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+        })
+        .collect();
+    // SAFETY: valid create info.
+    let sl = unsafe {
+        d.create_descriptor_set_layout(
+            &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+            None,
+        )
+    }
+    .vk("vkCreateDescriptorSetLayout")?;
+    objects.set_layouts.push(sl);
+    let push_size = PUSH_BYTES.min(objects.device.capabilities().limits.max_push_constants_size);
+    let push = [vk::PushConstantRange::default()
+        .stage_flags(vk::ShaderStageFlags::COMPUTE)
+        .size(push_size)];
+    let sls = [sl];
+    // SAFETY: valid create info referencing a live set layout.
+    let pl = unsafe {
+        d.create_pipeline_layout(
+            &vk::PipelineLayoutCreateInfo::default()
+                .set_layouts(&sls)
+                .push_constant_ranges(&push),
+            None,
+        )
+    }
+    .vk("vkCreatePipelineLayout")?;
+    objects.layouts.push(pl);
+    objects.layout_of.insert(n, (sl, pl));
+    Ok(())
+}
+
+/// One descriptor set per dispatch, from a pool sized for exactly them (written later, by
+/// [`Graph::write_descriptors`]).
+fn allocate_sets(
+    objects: &mut Objects,
+    plan: &Plan,
+    pipelines: &[(vk::Pipeline, vk::PipelineLayout)],
+) -> Result<Vec<vk::DescriptorSet>> {
+    debug_assert_eq!(pipelines.len(), plan.dispatches.len());
+    let d = objects.device.raw().clone();
+    let total: u32 = plan
+        .dispatches
+        .iter()
+        .map(|x| x.kernel.bindings() as u32)
+        .sum();
+    let sizes = [vk::DescriptorPoolSize::default()
+        .ty(vk::DescriptorType::STORAGE_BUFFER)
+        .descriptor_count(total.max(1))];
+    // SAFETY: valid create info.
+    objects.descriptor_pool = unsafe {
+        d.create_descriptor_pool(
+            &vk::DescriptorPoolCreateInfo::default()
+                .max_sets((plan.dispatches.len() as u32).max(1))
+                .pool_sizes(&sizes),
+            None,
+        )
+    }
+    .vk("vkCreateDescriptorPool")?;
+    let set_layouts: Vec<vk::DescriptorSetLayout> = plan
+        .dispatches
+        .iter()
+        .map(|x| objects.layout_of[&x.kernel.bindings()].0)
+        .collect();
+    if set_layouts.is_empty() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the pool was sized for exactly these sets.
+    let sets = unsafe {
+        d.allocate_descriptor_sets(
+            &vk::DescriptorSetAllocateInfo::default()
+                .descriptor_pool(objects.descriptor_pool)
+                .set_layouts(&set_layouts),
+        )
+    }
+    .vk("vkAllocateDescriptorSets")?;
+    Ok(sets)
+}
+
+/// Whether compute shaders have subgroup arithmetic, with subgroups of at least 4
+/// invocations that divide the 256 of a work group.
+fn subgroup_arithmetic(device: &Device) -> bool {
+    if device.enabled().api_version < vk_core::Version::V1_1 {
+        return false;
+    }
+    let mut sg = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut sg);
+    // SAFETY: the physical device belongs to this instance, whose API version is at least
+    // 1.1 (the device's enabled version is not higher than the instance's).
+    unsafe {
+        device
+            .instance()
+            .raw()
+            .get_physical_device_properties2(device.physical(), &mut props)
+    };
+    let ops = vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC;
+    let min = device.capabilities().limits.subgroup_size_range[0];
+    sg.supported_stages.contains(vk::ShaderStageFlags::COMPUTE)
+        && sg.supported_operations.contains(ops)
+        && sg.subgroup_size >= 4
+        && 256 % sg.subgroup_size == 0
+        && (min == 0 || min >= 4)
+}
+
+/// Whether pipeline-cache data starts with a version-one header of this vendor and device
+/// (other data is not passed to the driver).
+fn cache_header_matches(data: &[u8], vendor: u32, device: u32) -> bool {
+    let word = |i: usize| {
+        data.get(i * 4..i * 4 + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let ok = word(0).is_some_and(|len| len >= 32 && len as usize <= data.len())
+        && word(1) == Some(1)
+        && word(2) == Some(vendor)
+        && word(3) == Some(device);
+    if !ok && !data.is_empty() {
+        log::warn!("compute graph: ignoring pipeline-cache data made for another device or driver");
+    }
+    ok
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Storage, TensorId};
+    use crate::kernels::Kernel;
+
+    fn storage(kind: StorageKind, bytes: u64) -> Storage {
+        Storage {
+            kind,
+            bytes,
+            tensor: TensorId(0),
+        }
+    }
+
+    fn dispatch(node: usize, bindings: &[(usize, bool)]) -> Dispatch {
+        Dispatch {
+            op: "test",
+            node,
+            kernel: Kernel::Unary,
+            spec: vec![],
+            bindings: bindings.to_vec(),
+            push: vec![],
+            groups: [1, 1, 1],
+            in_place: false,
+        }
+    }
+
+    #[test]
+    fn intermediates_reuse_buffers_freed_before_their_first_use() {
+        // in -> t1 -> t2 -> t3 -> out, with t1 also read by the last op (so it stays live).
+        let storages = vec![
+            storage(StorageKind::Input, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 32),
+            storage(StorageKind::Temp, 128),
+            storage(StorageKind::Output, 64),
+            storage(StorageKind::Const(vec![0; 16]), 16),
+            storage(StorageKind::Const(vec![0; 16]), 16), // unused: no buffer
+        ];
+        let d = vec![
+            dispatch(0, &[(0, false), (5, false), (1, true)]),
+            dispatch(1, &[(1, false), (2, true)]),
+            dispatch(2, &[(2, false), (3, true)]),
+            dispatch(3, &[(3, false), (1, false), (4, true)]),
+        ];
+        let plan = plan_memory(&storages, &d);
+        assert_eq!(plan.slot_of[6], None);
+        // t2 is dead after dispatch 2 but t3 starts at dispatch 2: no reuse between them; t1
+        // lives to the end. Three temp buffers, t3 grows none of them.
+        let temps: Vec<_> = [1, 2, 3].iter().map(|&s| plan.slot_of[s]).collect();
+        assert!(temps.iter().all(Option::is_some));
+        assert_eq!(plan.report.intermediates_unshared, 64 + 32 + 128);
+        assert_eq!(plan.report.intermediates, 64 + 32 + 128);
+        assert_eq!(plan.report.weights, 16);
+        assert_eq!(plan.report.io, 128);
+
+        // A chain: each temp dies right after its reader, so two buffers alternate.
+        let storages = vec![
+            storage(StorageKind::Input, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 96),
+            storage(StorageKind::Output, 64),
+        ];
+        let d = vec![
+            dispatch(0, &[(0, false), (1, true)]),
+            dispatch(1, &[(1, false), (2, true)]),
+            dispatch(2, &[(2, false), (3, true)]),
+            dispatch(3, &[(3, false), (4, true)]),
+        ];
+        let plan = plan_memory(&storages, &d);
+        assert_eq!(plan.slot_of[1], plan.slot_of[3]);
+        assert_ne!(plan.slot_of[1], plan.slot_of[2]);
+        // The reused buffer grew to the larger tensor.
+        assert_eq!(plan.report.intermediates, 96 + 64);
+
+        // The same chain of in-place kernels needs one buffer.
+        let d: Vec<Dispatch> = d
+            .into_iter()
+            .map(|x| Dispatch {
+                in_place: true,
+                ..x
+            })
+            .collect();
+        let plan = plan_memory(&storages, &d);
+        assert_eq!(plan.slot_of[1], plan.slot_of[2]);
+        assert_eq!(plan.slot_of[2], plan.slot_of[3]);
+        assert_eq!(plan.report.intermediates, 96);
+    }
+
+    #[test]
+    fn foreign_pipeline_cache_data_is_ignored() {
+        let mut header = vec![32u8, 0, 0, 0, 1, 0, 0, 0];
+        header.extend(0x10de_u32.to_le_bytes());
+        header.extend(0x2335_u32.to_le_bytes());
+        header.extend([0u8; 16]);
+        assert!(cache_header_matches(&header, 0x10de, 0x2335));
+        assert!(!cache_header_matches(&header, 0x10005, 0));
+        assert!(!cache_header_matches(&header[..20], 0x10de, 0x2335));
+        assert!(!cache_header_matches(b"garbage", 0x10de, 0x2335));
+        assert!(!cache_header_matches(&[], 0, 0));
+    }
+
+    #[test]
+    fn barriers_follow_read_after_write_and_write_after_read() {
+        let id = |s: usize| s;
+        let d = vec![
+            dispatch(0, &[(0, false), (1, true)]),             // writes 1
+            dispatch(1, &[(0, false), (2, true)]),             // independent: no barrier
+            dispatch(2, &[(1, false), (2, false), (3, true)]), // reads 1, 2: barrier
+            dispatch(3, &[(0, false), (1, true)]), // writes 1 after it was read: barrier
+            dispatch(4, &[(0, false), (5, true)]), // independent
+            dispatch(4, &[(0, false), (5, true)]), // same node, disjoint writes: none
+            dispatch(5, &[(0, false), (5, true)]), // another node writes 5: barrier
+        ];
+        assert_eq!(
+            barriers(&d, &id),
+            vec![false, false, true, true, false, false, true]
+        );
+    }
+}
