@@ -1,6 +1,7 @@
 // block_sum(v): the sum of v over the 256 invocations of a work group, returned to all of
 // them. With SUBGROUP, subgroup additions and a second level by the first subgroup (two
-// barriers); without, a tree in shared memory. Included by reduce*.comp and layer_norm*.comp.
+// barriers); without, a tree in shared memory. Included by reduce.glsl, layer_norm.glsl and
+// (subgroup form only) softmax.glsl.
 #if SUBGROUP
 shared float s_part[64];
 shared float s_res;

@@ -25,9 +25,9 @@ layout(push_constant) uniform Params {
 } pc;
 
 #if SUBGROUP
-// Partial results of each subgroup (subgroups of at least 4 invocations), and the result.
-shared float s_part[64];
-shared float s_res;
+// block_sum and the subgroup partials it reduces through (s_part, s_res), shared with
+// block_max below.
+#include "block_sum.glsl"
 
 // Subgroup reduction, then the first subgroup reduces the partials; two barriers.
 float block_max(float v) {
@@ -42,26 +42,6 @@ float block_max(float v) {
             r = max(r, s_part[i]);
         }
         r = subgroupMax(r);
-        if (subgroupElect()) {
-            s_res = r;
-        }
-    }
-    barrier();
-    return s_res;
-}
-
-float block_sum(float v) {
-    v = subgroupAdd(v);
-    if (subgroupElect()) {
-        s_part[gl_SubgroupID] = v;
-    }
-    barrier();
-    if (gl_SubgroupID == 0) {
-        float r = 0.0;
-        for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups; i += gl_SubgroupSize) {
-            r += s_part[i];
-        }
-        r = subgroupAdd(r);
         if (subgroupElect()) {
             s_res = r;
         }
