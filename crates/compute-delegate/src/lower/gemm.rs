@@ -1,0 +1,218 @@
+//! GEMM: linear, matmul and bmm, with split-K.
+
+use super::*;
+
+impl Lowerer<'_> {
+    /// A GEMM dispatch (see `gemm.comp`), split along K into several dispatches' worth of
+    /// work groups plus a summing pass when the output has too few tiles to fill a large GPU.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        batch: usize,
+        mode: u32,
+        params: [usize; 26],
+        bindings: Vec<(usize, bool)>,
+        out: TensorId,
+        act: Option<(f32, f32)>,
+    ) -> Result<()> {
+        // Kernel size baked into the implicit-GEMM pipeline.
+        let (khs, kws) = if mode == 1 {
+            (params[17] as u32, params[18] as u32)
+        } else {
+            (0, 0)
+        };
+        let mut ty: u64 = if m <= 64 { 8 } else { 16 };
+        let mut tx: u64 = if n <= 64 { 8 } else { 16 };
+        let tiles = |tx: u64, ty: u64| {
+            (m as u64).div_ceil(8 * ty) * (n as u64).div_ceil(8 * tx) * batch as u64
+        };
+        let mut splits: u64 = 1;
+        let t = tiles(tx, ty);
+        if t < SPLIT_BELOW_TILES && k >= 512 {
+            splits = SPLIT_TARGET_TILES
+                .div_ceil(t)
+                .min(k as u64 / 256)
+                .clamp(1, 16);
+        } else if t < 256 && ty == 16 && tx == 16 {
+            ty = 8;
+            tx = 8;
+        }
+        let k_split = (k as u64).div_ceil(splits).div_ceil(8) * 8;
+        let splits = (k as u64).div_ceil(k_split);
+        let out_numel = self.t(out).numel();
+        let groups = self.check_groups([
+            (n as u64).div_ceil(8 * tx),
+            (m as u64).div_ceil(8 * ty),
+            batch as u64 * splits,
+        ])?;
+        let mut bindings = bindings;
+        let final_out = bindings[3];
+        let partial = (splits > 1).then(|| self.temp(out, out_numel * splits as usize));
+        if let Some(p) = partial {
+            bindings[3] = (p, true);
+        }
+        let mut push: Vec<u32> = params.iter().map(|&v| v as u32).collect();
+        let (lo, hi) = act.unwrap_or((0.0, 0.0));
+        push.extend([
+            splits as u32,
+            k_split as u32,
+            out_numel as u32,
+            lo.to_bits(),
+            hi.to_bits(),
+        ]);
+        // vec4 loads where rows are contiguous and everything is a multiple of 4.
+        let [_, _, _, sa_b, sa_m, sa_k, sb_b, sb_k, sb_n] =
+            [0, 1, 2, 3, 4, 5, 6, 7, 8].map(|i| params[i]);
+        let vec_a = sa_k == 1 && k % 4 == 0 && sa_m % 4 == 0 && sa_b % 4 == 0;
+        let vec_b = mode == 0 && sb_n == 1 && n % 4 == 0 && sb_k % 4 == 0 && sb_b % 4 == 0;
+        // With split-K the activation follows the summing pass.
+        let fused = act.is_some() && partial.is_none();
+        self.push(
+            Kernel::Gemm,
+            vec![
+                (tx * ty) as u32,
+                tx as u32,
+                ty as u32,
+                mode,
+                khs,
+                kws,
+                u32::from(fused),
+                u32::from(vec_a),
+                u32::from(vec_b),
+            ],
+            bindings,
+            push,
+            groups,
+        );
+        if let Some(p) = partial {
+            let g = self.linear_groups(out_numel as u64);
+            let sum_to = if act.is_some() {
+                (self.temp(out, out_numel), true)
+            } else {
+                final_out
+            };
+            self.push(
+                Kernel::Reduce,
+                vec![0],
+                vec![(p, false), sum_to],
+                vec![1, splits as u32, out_numel as u32, 1f32.to_bits()],
+                [g, 1, 1],
+            );
+            if act.is_some() {
+                let n4 = out_numel.div_ceil(4);
+                let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
+                self.push(
+                    Kernel::Unary,
+                    vec![1],
+                    vec![(sum_to.0, false), final_out],
+                    vec![n4 as u32, lo.to_bits(), hi.to_bits()],
+                    [g, 1, 1],
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Lowers a node of this family.
+    pub(super) fn matmul(&mut self, op: &Op, t: &Target) -> Result<()> {
+        let (out, o, act) = (t.out, t.o, t.act);
+        match op {
+            Op::Matmul { a, b, bias, linear } => {
+                let (ai, bi) = (self.t(*a).clone(), self.t(*b).clone());
+                let ra = ai.shape.len();
+                let k = ai.shape[ra - 1];
+                let bias_st = bias.map(|t| self.st(t));
+                let has_bias = usize::from(bias_st.is_some());
+                if *linear {
+                    let nout = bi.shape[0];
+                    let m = ai.numel() / k;
+                    // Constant weights are transposed once to [k, n] for coalesced loads.
+                    let (bst, sb_k, sb_n) = match &self.storages[bi.storage].kind {
+                        StorageKind::Const(bytes) => {
+                            let mut t = vec![0u8; bytes.len()];
+                            for r in 0..nout {
+                                for c in 0..k {
+                                    let s = (r * k + c) * 4;
+                                    let d = (c * nout + r) * 4;
+                                    t[d..d + 4].copy_from_slice(&bytes[s..s + 4]);
+                                }
+                            }
+                            let bytes_len = storage_bytes(DType::F32, &[nout * k]);
+                            self.storages.push(Storage {
+                                kind: StorageKind::Const(t),
+                                bytes: bytes_len,
+                                tensor: *b,
+                            });
+                            (self.storages.len() - 1, nout, 1)
+                        }
+                        _ => (bi.storage, 1, k),
+                    };
+                    let params = [
+                        m, nout, k, 0, k, 1, 0, sb_k, sb_n, 0, nout, has_bias, 0, 0, 0, 0, 0, 0, 0,
+                        0, 0, 0, 0, 0, 0, 0,
+                    ];
+                    let bindings = vec![
+                        (ai.storage, false),
+                        (bst, false),
+                        (bias_st.unwrap_or(ai.storage), false),
+                        (o, true),
+                    ];
+                    self.gemm(m, nout, k, 1, 0, params, bindings, out, act)?;
+                } else {
+                    let rb = bi.shape.len();
+                    let m = ai.shape[ra - 2];
+                    let nn = bi.shape[rb - 1];
+                    let batch_a: usize = ai.shape[..ra - 2].iter().product();
+                    let batch_b: usize = bi.shape[..rb - 2].iter().product();
+                    let (m_eff, batch) = if batch_b == 1 {
+                        (m * batch_a, 1)
+                    } else {
+                        (m, batch_b.max(batch_a))
+                    };
+                    let sa_b = if batch_a == 1 { 0 } else { m * k };
+                    let sb_b = if batch_b == 1 { 0 } else { k * nn };
+                    let params = [
+                        m_eff,
+                        nn,
+                        k,
+                        sa_b,
+                        k,
+                        1,
+                        sb_b,
+                        nn,
+                        1,
+                        m * nn,
+                        nn,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                    ];
+                    let bindings = vec![
+                        (ai.storage, false),
+                        (bi.storage, false),
+                        (ai.storage, false),
+                        (o, true),
+                    ];
+                    self.gemm(m_eff, nn, k, batch, 0, params, bindings, out, act)?;
+                }
+            }
+            _ => return Err(self.not_in_family()),
+        }
+        Ok(())
+    }
+}

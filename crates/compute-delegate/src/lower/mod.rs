@@ -1,0 +1,403 @@
+//! Lowering: every node of a [`GraphBuilder`] becomes one or more dispatches of the op library,
+//! each naming the storages it reads and writes. One file per op family, each with one
+//! function taking that family's nodes: `elementwise.rs`, `reduce.rs` (softmax, sum / mean,
+//! layer_norm), `pool.rs`, `conv.rs`, `gemm.rs` (linear, matmul, bmm, split-K), `shape.rs`
+//! (permute, cat, slice, cast), `quantized.rs`.
+
+mod conv;
+mod elementwise;
+mod gemm;
+mod pool;
+mod quantized;
+mod reduce;
+mod shape;
+
+use vk_core::{DType, Limits};
+
+use crate::error::{Error, Result};
+use crate::graph::{
+    GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
+};
+use crate::kernels::Kernel;
+
+/// One compute dispatch.
+#[derive(Debug, Clone)]
+pub(crate) struct Dispatch {
+    pub op: &'static str,
+    pub node: usize,
+    pub kernel: Kernel,
+    pub spec: Vec<u32>,
+    /// `(storage, written)` per binding.
+    pub bindings: Vec<(usize, bool)>,
+    pub push: Vec<u32>,
+    pub groups: [u32; 3],
+    /// Each invocation reads exactly the elements it writes (vec4 elementwise kernels), so
+    /// the output may take the buffer of an input that dies here.
+    pub in_place: bool,
+}
+
+/// The lowered graph.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub storages: Vec<Storage>,
+    pub dispatches: Vec<Dispatch>,
+}
+
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+const MAX_RANK: usize = 6;
+
+/// Rows shorter than this are reduced by one thread each, longer ones by a work group.
+const ROW_KERNEL_MIN: usize = 64;
+/// Work groups of a row kernel (each loops over rows when there are more).
+const ROW_GROUPS: usize = 8192;
+
+/// GEMMs with fewer output tiles than this are split along K ...
+const SPLIT_BELOW_TILES: u64 = 264;
+/// ... into about this many work groups.
+const SPLIT_TARGET_TILES: u64 = 528;
+
+/// Drops size-1 dims and merges adjacent dims that are contiguous in every stride set.
+fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut d: Vec<usize> = Vec::new();
+    let mut s: Vec<Vec<usize>> = vec![Vec::new(); strides.len()];
+    for i in 0..dims.len() {
+        if dims[i] == 1 {
+            continue;
+        }
+        let mergeable = !d.is_empty()
+            && strides
+                .iter()
+                .zip(&s)
+                .all(|(src, dst)| dst.last().copied() == Some(src[i] * dims[i]));
+        if mergeable {
+            if let Some(last) = d.last_mut() {
+                *last *= dims[i];
+            }
+            for (src, dst) in strides.iter().zip(s.iter_mut()) {
+                if let Some(last) = dst.last_mut() {
+                    *last = src[i];
+                }
+            }
+        } else {
+            d.push(dims[i]);
+            for (src, dst) in strides.iter().zip(s.iter_mut()) {
+                dst.push(src[i]);
+            }
+        }
+    }
+    if d.is_empty() {
+        d.push(1);
+        for dst in &mut s {
+            dst.push(0);
+        }
+    }
+    (d, s)
+}
+
+fn pad6(v: &[usize]) -> impl Iterator<Item = u32> + '_ {
+    (0..MAX_RANK).map(move |i| v.get(i).copied().unwrap_or(0) as u32)
+}
+
+/// The tensor a node writes: its id, the storage it goes to (that of a fused activation's
+/// output when there is one), the fused clamp, and the tensor's info.
+struct Target {
+    out: TensorId,
+    o: usize,
+    act: Option<(f32, f32)>,
+    info: TensorInfo,
+}
+
+struct Lowerer<'a> {
+    b: &'a GraphBuilder,
+    limits: &'a Limits,
+    storages: Vec<Storage>,
+    out: Vec<Dispatch>,
+    node: usize,
+    op: &'static str,
+    /// Activation fused into the current node's epilogue, and the tensor it then writes.
+    act: Option<(f32, f32, TensorId)>,
+    /// Subgroup arithmetic is available in compute shaders.
+    subgroups: bool,
+}
+
+impl Lowerer<'_> {
+    fn t(&self, id: TensorId) -> &TensorInfo {
+        &self.b.tensors[id.0]
+    }
+
+    fn st(&self, id: TensorId) -> usize {
+        self.b.tensors[id.0].storage
+    }
+
+    /// Work groups of 256 threads for a grid-stride loop over `n` items.
+    fn linear_groups(&self, n: u64) -> u32 {
+        let cap = self.limits.max_compute_work_group_count[0].min(65535);
+        (n.div_ceil(256).max(1)).min(u64::from(cap)) as u32
+    }
+
+    fn check_groups(&self, groups: [u64; 3]) -> Result<[u32; 3]> {
+        let mut g = [0u32; 3];
+        for (i, &n) in groups.iter().enumerate() {
+            let limit = self.limits.max_compute_work_group_count[i];
+            if n > u64::from(limit) {
+                return Err(Error::TooManyGroups {
+                    op: self.op,
+                    dim: i,
+                    groups: n,
+                    limit,
+                });
+            }
+            g[i] = n.max(1) as u32;
+        }
+        Ok(g)
+    }
+
+    fn push(
+        &mut self,
+        kernel: Kernel,
+        spec: Vec<u32>,
+        bindings: Vec<(usize, bool)>,
+        push: Vec<u32>,
+        groups: [u32; 3],
+    ) {
+        self.out.push(Dispatch {
+            op: self.op,
+            node: self.node,
+            kernel,
+            spec,
+            bindings,
+            push,
+            groups,
+            in_place: matches!(kernel, Kernel::Unary | Kernel::Binary),
+        });
+    }
+
+    fn temp(&mut self, tensor: TensorId, elements: usize) -> usize {
+        self.storages.push(Storage {
+            kind: StorageKind::Temp,
+            bytes: storage_bytes(DType::F32, &[elements]),
+            tensor,
+        });
+        self.storages.len() - 1
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn copy(
+        &mut self,
+        src: usize,
+        dst: usize,
+        dims: &[usize],
+        ss: Vec<usize>,
+        ds: Vec<usize>,
+        src_off: usize,
+        dst_off: usize,
+    ) -> Result<()> {
+        let (d, s) = collapse(dims, &[ss, ds]);
+        if d.len() > MAX_RANK {
+            return Err(Error::Shape {
+                op: self.op,
+                detail: format!(
+                    "{} dims remain after merging contiguous ones ({dims:?}); at most {MAX_RANK}",
+                    d.len()
+                ),
+            });
+        }
+        let n: usize = dims.iter().product();
+        let mut push = vec![n as u32, d.len() as u32, src_off as u32, dst_off as u32];
+        push.extend(pad6(&d));
+        push.extend(pad6(&s[0]));
+        push.extend(pad6(&s[1]));
+        let g = self.linear_groups(n as u64);
+        self.push(
+            Kernel::Copy,
+            vec![],
+            vec![(src, false), (dst, true)],
+            push,
+            [g, 1, 1],
+        );
+        Ok(())
+    }
+
+    /// Lowers one node through its op family's function (one file per family).
+    fn lower_node(&mut self, op: &Op, out: TensorId) -> Result<()> {
+        let t = Target {
+            out,
+            o: self.st(self.act.map_or(out, |a| a.2)),
+            act: self.act.map(|a| (a.0, a.1)),
+            info: self.t(out).clone(),
+        };
+        match op {
+            Op::Unary { .. } | Op::Binary { .. } => self.elementwise(op, &t),
+            Op::Softmax { .. } | Op::Reduce { .. } | Op::LayerNorm { .. } => self.reduction(op, &t),
+            Op::Pool { .. } => self.pool(op, &t),
+            Op::Conv { .. } => self.conv(op, &t),
+            Op::Matmul { .. } => self.matmul(op, &t),
+            Op::Permute { .. } | Op::Cat { .. } | Op::Cast { .. } | Op::Slice { .. } => {
+                self.shape_op(op, &t)
+            }
+            Op::QAdd { .. } | Op::QConv { .. } => self.quantized(op, &t),
+            Op::FmaProbe { groups, iters } => {
+                let g = self.check_groups([u64::from(*groups), 1, 1])?;
+                self.push(
+                    Kernel::FmaPeak,
+                    vec![],
+                    vec![(t.o, true)],
+                    vec![*iters, 0.999f32.to_bits(), 1e-3f32.to_bits()],
+                    g,
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// A family's function was given another family's op.
+    fn not_in_family(&self) -> Error {
+        Error::Graph(format!(
+            "internal: {} lowered by the wrong op family",
+            self.op
+        ))
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Unary { op, .. } => op.name(),
+        Op::Binary { op, .. } => op.name(),
+        Op::Softmax { log: false, .. } => "softmax",
+        Op::Softmax { log: true, .. } => "log_softmax",
+        Op::Pool { max: false, .. } => "avg_pool2d",
+        Op::Pool { max: true, .. } => "max_pool2d",
+        Op::Conv { .. } => "conv2d",
+        Op::Matmul { linear: true, .. } => "linear",
+        Op::Matmul { .. } => "matmul",
+        Op::Reduce { mean: true, .. } => "mean",
+        Op::Reduce { .. } => "sum",
+        Op::LayerNorm { .. } => "layer_norm",
+        Op::Permute { .. } => "permute",
+        Op::Cat { .. } => "cat",
+        Op::Slice { .. } => "slice",
+        Op::FmaProbe { .. } => "fma_probe",
+        Op::Cast { .. } => "cast",
+        Op::QAdd { .. } => "add_q8",
+        Op::QConv { .. } => "conv2d_q8",
+    }
+}
+
+struct Fusion {
+    /// Per node: a clamp to fuse into its epilogue, and the tensor it then writes.
+    act: Vec<Option<(f32, f32, TensorId)>>,
+    /// Per node: folded into an earlier node.
+    skip: Vec<bool>,
+}
+
+/// Finds relu / clamp nodes whose only input is the output of a conv2d, linear or matmul that
+/// nothing else reads (not an output, no view of it): the producer applies the clamp.
+fn fuse_activations(b: &GraphBuilder) -> Fusion {
+    let n = b.nodes.len();
+    let mut fusion = Fusion {
+        act: vec![None; n],
+        skip: vec![false; n],
+    };
+    // Readers per storage: node inputs, graph outputs, and views sharing it.
+    let mut readers = vec![0usize; b.storages.len()];
+    for node in &b.nodes {
+        for t in node.op.inputs() {
+            readers[b.tensors[t.0].storage] += 1;
+        }
+    }
+    for t in &b.outputs {
+        readers[b.tensors[t.0].storage] += 1;
+    }
+    let mut views = vec![0usize; b.storages.len()];
+    for t in &b.tensors {
+        views[t.storage] += 1;
+    }
+    let mut producer = vec![None; b.tensors.len()];
+    for (i, node) in b.nodes.iter().enumerate() {
+        producer[node.out.0] = Some(i);
+    }
+    for (i, node) in b.nodes.iter().enumerate() {
+        let (lo, hi, x) = match node.op {
+            Op::Unary {
+                op: UnaryOp::Relu,
+                x,
+            } => (0.0, f32::INFINITY, x),
+            Op::Unary {
+                op: UnaryOp::Clamp(lo, hi),
+                x,
+            } => (lo, hi, x),
+            _ => continue,
+        };
+        let s = b.tensors[x.0].storage;
+        let Some(j) = producer[x.0] else { continue };
+        let fusable = matches!(b.nodes[j].op, Op::Conv { .. } | Op::Matmul { .. })
+            && matches!(b.storages[s].kind, StorageKind::Temp)
+            && readers[s] == 1
+            && views[s] == 1
+            && fusion.act[j].is_none();
+        if fusable {
+            fusion.act[j] = Some((lo, hi, node.out));
+            fusion.skip[i] = true;
+        }
+    }
+    fusion
+}
+
+/// Lowers every node, in order.
+pub(crate) fn lower(b: &GraphBuilder, limits: &Limits, subgroups: bool) -> Result<Plan> {
+    let mut l = Lowerer {
+        b,
+        limits,
+        storages: b.storages.clone(),
+        out: Vec::new(),
+        node: 0,
+        op: "",
+        act: None,
+        subgroups,
+    };
+    let fusion = fuse_activations(b);
+    for (i, node) in b.nodes.iter().enumerate() {
+        if fusion.skip[i] {
+            continue;
+        }
+        l.node = i;
+        l.op = op_name(&node.op);
+        l.act = fusion.act[i];
+        l.lower_node(&node.op, node.out)?;
+    }
+    Ok(Plan {
+        storages: l.storages,
+        dispatches: l.out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collapse_merges_contiguous_dims_and_drops_ones() {
+        let dims = [2, 1, 3, 4];
+        let s = contiguous_strides(&dims);
+        let (d, st) = collapse(&dims, &[s.clone(), s]);
+        assert_eq!(d, vec![24]);
+        assert_eq!(st, vec![vec![1], vec![1]]);
+        // A broadcast operand keeps its dims apart.
+        let (d, st) = collapse(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 4, 1]]);
+        assert_eq!(d, vec![2, 12]);
+        assert_eq!(st, vec![vec![12, 1], vec![0, 1]]);
+    }
+
+    #[test]
+    fn strides_are_row_major() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(contiguous_strides(&[5]), vec![1]);
+    }
+}
