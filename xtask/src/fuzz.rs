@@ -51,12 +51,14 @@ pub fn run(seconds_per_target: u64) -> crate::Result {
     Ok(())
 }
 
-/// `cargo fuzz`, run in `fuzz/` with `RUSTC_BOOTSTRAP=1`.
+/// `cargo fuzz`, run in `fuzz/` with `RUSTC_BOOTSTRAP=1`, building into `fuzz/target` whatever
+/// target directory the caller uses (its sanitizer flags would not share one anyway).
 fn cargo_fuzz(root: &Path) -> Command {
     let mut c = crate::cargo();
     c.current_dir(root.join("fuzz"))
         .arg("fuzz")
-        .env("RUSTC_BOOTSTRAP", "1");
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_TARGET_DIR", root.join("fuzz/target"));
     c
 }
 
