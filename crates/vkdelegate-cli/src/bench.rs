@@ -240,7 +240,7 @@ fn program(path: &Path, repeat: usize) -> Result<Value> {
         let inputs: Vec<HostTensor> = p
             .inputs()
             .iter()
-            .map(|(_, spec)| {
+            .map(|spec| {
                 let mut t = HostTensor::zeros(spec.dtype, spec.shape.clone())?;
                 for (i, b) in t.bytes_mut().iter_mut().enumerate() {
                     *b = (i % 7) as u8;
@@ -250,23 +250,45 @@ fn program(path: &Path, repeat: usize) -> Result<Value> {
             .collect::<std::result::Result<_, _>>()?;
         p.execute(&inputs)?;
         let mut times = Vec::new();
+        let mut overheads = Vec::new();
         for _ in 0..repeat.max(5) {
             p.execute(&inputs)?;
-            times.push(p.last_timings().total);
+            let t = p.last_timings();
+            times.push(t.total);
+            let device: Duration = t.steps.iter().map(|(_, d)| *d).sum();
+            overheads.push(t.total.saturating_sub(device));
         }
         times.sort();
+        overheads.sort();
         let median = times[times.len() / 2];
+        let overhead = overheads[overheads.len() / 2];
         println!(
-            "\nprogram {} ({:?} hand-off): median end-to-end {:.3} ms over {} runs, {} submission(s) per run",
+            "\nprogram {} ({:?} hand-off): end-to-end min {:.3} / median {:.3} / max {:.3} ms over {} runs, {} submission(s) per run{}",
             path.display(),
             hand_off,
+            ms(times[0]),
             ms(median),
+            ms(times[times.len() - 1]),
             times.len(),
-            p.last_timings().submissions
+            p.last_timings().submissions,
+            if hand_off == HandOff::Device {
+                format!(
+                    ", host overhead (end-to-end minus step device time) median {:.1} us",
+                    overhead.as_secs_f64() * 1e6
+                )
+            } else {
+                String::new()
+            }
         );
         result.insert(
             format!("{hand_off:?}").to_lowercase(),
-            json!({"median_ms": ms(median), "submissions": p.last_timings().submissions}),
+            json!({
+                "min_ms": ms(times[0]),
+                "median_ms": ms(median),
+                "max_ms": ms(times[times.len() - 1]),
+                "host_overhead_us": overhead.as_secs_f64() * 1e6,
+                "submissions": p.last_timings().submissions
+            }),
         );
         medians.push(median);
     }

@@ -43,7 +43,9 @@ fn write_outputs(dir: &Path, outputs: &[HostTensor], names: Option<&[String]>) -
     Ok(())
 }
 
-/// Runs a VGF file or a program file.
+/// Runs a VGF file (as a one-step program) or a program file: one path for both. Every input
+/// file is read and checked against the program's inputs before a device is opened.
+#[cfg(any(feature = "vgf", feature = "compute"))]
 pub fn run(
     model: &Path,
     inputs: &[String],
@@ -51,63 +53,124 @@ pub fn run(
     repeat: usize,
     hand_off_host: bool,
 ) -> Result {
-    match model.extension().and_then(|e| e.to_str()) {
-        Some("toml") => run_program(model, inputs, output_dir, repeat, hand_off_host),
-        _ => run_vgf(model, inputs, output_dir, repeat),
-    }
-}
-
-#[cfg(feature = "vgf")]
-fn run_vgf(model: &Path, inputs: &[String], output_dir: Option<&Path>, repeat: usize) -> Result {
     use std::time::Instant;
-    use vkdelegate::vgf::inspect::model_inputs;
-    use vkdelegate::vgf::{Model, Vgf, requirements_for};
-    use vkdelegate::vk_core::Device;
+    use vkdelegate::program::HandOff;
 
-    let bytes = std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?;
-    let t = Instant::now();
-    let vgf = Vgf::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
-    // Every input is read and checked before anything is created on a device.
-    let wanted: Vec<Wanted> = model_inputs(&vgf)
-        .into_iter()
-        .map(|d| Wanted {
-            name: d.name,
-            dtype: d.dtype,
-            shape: d.shape,
-        })
-        .collect();
+    let builder = builder_for(model)?.hand_off(if hand_off_host {
+        HandOff::Host
+    } else {
+        HandOff::Device
+    });
+    #[cfg(feature = "shared")]
+    let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
+        vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
+    ));
+    let (declared, _) = builder.io()?;
+    let wanted: Vec<Wanted> = declared.iter().map(Wanted::of).collect();
     let tensors = read_inputs(model, inputs, &wanted, &mut npy::read)?;
-    let device = Device::open(&requirements_for(&vgf)?)?;
-    let device_time = t.elapsed();
     let t = Instant::now();
-    let mut m = Model::load(&bytes, &device)?;
-    let load = t.elapsed();
+    let mut program = builder.build()?;
     println!(
-        "device '{}' ({} ms to open); model {} loaded in {:.2} ms",
-        device.capabilities().name,
-        device_time.as_millis(),
+        "device '{}'; {} loaded in {:.2} ms",
+        program.device().capabilities().name,
         model.display(),
-        ms(load)
+        ms(t.elapsed())
     );
-    let mut times = Vec::new();
-    let mut outputs = Vec::new();
-    for _ in 0..repeat.max(1) {
-        let t = Instant::now();
-        outputs = m.execute(&tensors)?;
-        times.push(t.elapsed());
-    }
-    println!(
-        "per run: median {:.3} ms, first {:.3} ms, min {:.3} ms ({} run(s))",
-        ms(median(times.clone())),
-        ms(times.first().copied().unwrap_or_default()),
-        ms(times.iter().min().copied().unwrap_or_default()),
-        times.len()
-    );
+    let steps: Vec<String> = program
+        .steps()
+        .iter()
+        .map(|(n, k)| format!("{n} ({k})"))
+        .collect();
+    println!("steps: {}", steps.join(" -> "));
+    let outputs = run_and_report(&mut program, &tensors, repeat, hand_off_host)?;
     if let Some(dir) = output_dir {
-        let names: Vec<String> = m.outputs().iter().map(|o| o.name.clone()).collect();
+        let names: Vec<String> = program.outputs().iter().map(|s| s.name.clone()).collect();
         write_outputs(dir, &outputs, Some(&names))?;
     }
     Ok(())
+}
+
+#[cfg(not(any(feature = "vgf", feature = "compute")))]
+pub fn run(model: &Path, _: &[String], _: Option<&Path>, _: usize, _: bool) -> Result {
+    Err(format!(
+        "{}: running models needs the `vgf` or `compute` feature, which this build lacks",
+        model.display()
+    )
+    .into())
+}
+
+/// A program file, or a VGF file as a one-step program named after the file.
+#[cfg(any(feature = "vgf", feature = "compute"))]
+fn builder_for(model: &Path) -> Result<vkdelegate::program::ProgramBuilder> {
+    use vkdelegate::program::{ProgramBuilder, ProgramFile};
+    if model.extension().and_then(|e| e.to_str()) == Some("toml") {
+        return Ok(ProgramBuilder::from_file(ProgramFile::read(model)?));
+    }
+    vgf_step(model).map(|s| ProgramBuilder::new().step(s))
+}
+
+#[cfg(feature = "vgf")]
+fn vgf_step(model: &Path) -> Result<vkdelegate::program::StepSpec> {
+    let bytes = std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?;
+    let name = model
+        .file_stem()
+        .map_or("model".into(), |s| s.to_string_lossy().into_owned());
+    Ok(vkdelegate::program::StepSpec::vgf_model(name, bytes.into())
+        .map_err(|e| format!("{}: {e}", model.display()))?)
+}
+
+#[cfg(all(feature = "compute", not(feature = "vgf")))]
+fn vgf_step(model: &Path) -> Result<vkdelegate::program::StepSpec> {
+    Err(format!(
+        "{}: running VGF files needs the `vgf` feature, which this build lacks",
+        model.display()
+    )
+    .into())
+}
+
+/// Runs `repeat` times and prints the per-step and total timings; returns the last outputs.
+#[cfg(any(feature = "vgf", feature = "compute"))]
+fn run_and_report(
+    program: &mut vkdelegate::program::Program,
+    tensors: &[HostTensor],
+    repeat: usize,
+    hand_off_host: bool,
+) -> Result<Vec<HostTensor>> {
+    let mut totals = Vec::new();
+    let mut per_step: Vec<Vec<Duration>> = Vec::new();
+    let mut outputs = Vec::new();
+    for _ in 0..repeat.max(1) {
+        outputs = program.execute(tensors)?;
+        let t = program.last_timings();
+        totals.push(t.total);
+        for (i, (_, d)) in t.steps.iter().enumerate() {
+            if per_step.len() <= i {
+                per_step.push(Vec::new());
+            }
+            per_step[i].push(*d);
+        }
+    }
+    let timings = program.last_timings().clone();
+    let kind = if hand_off_host {
+        "wall time per step"
+    } else {
+        "device time per step (timestamps)"
+    };
+    println!("{kind}, median of {} run(s):", totals.len());
+    for ((name, _), ds) in timings.steps.iter().zip(per_step) {
+        println!("  {name:<20} {:>10.3} ms", ms(median(ds)));
+    }
+    println!(
+        "per run: median {:.3} ms, first {:.3} ms, min {:.3} ms ({} run(s), {} submission(s) \
+         per run, {} hand-off)",
+        ms(median(totals.clone())),
+        ms(totals[0]),
+        ms(totals.iter().min().copied().unwrap_or_default()),
+        totals.len(),
+        timings.submissions,
+        if hand_off_host { "host" } else { "device" }
+    );
+    Ok(outputs)
 }
 
 /// What a model or program expects of one input.
@@ -121,6 +184,18 @@ struct Wanted {
 }
 
 impl Wanted {
+    fn of(spec: &vkdelegate::vk_core::TensorSpec) -> Wanted {
+        Wanted {
+            name: spec.name.clone(),
+            dtype: Some(spec.dtype),
+            shape: spec
+                .shape
+                .iter()
+                .map(|&d| i64::try_from(d).unwrap_or(i64::MAX))
+                .collect(),
+        }
+    }
+
     fn describe(&self) -> String {
         let dtype = self.dtype.map_or("?".to_string(), |d| d.name().to_string());
         format!("{dtype}{:?}", self.shape)
@@ -307,125 +382,4 @@ fn check_one(
         return Err(mismatch("shape", got));
     }
     Ok(t)
-}
-
-#[cfg(not(feature = "vgf"))]
-fn run_vgf(model: &Path, _: &[String], _: Option<&Path>, _: usize) -> Result {
-    Err(format!(
-        "{}: running VGF files needs the `vgf` feature, which this build lacks",
-        model.display()
-    )
-    .into())
-}
-
-#[cfg(any(feature = "vgf", feature = "compute"))]
-fn run_program(
-    path: &Path,
-    inputs: &[String],
-    output_dir: Option<&Path>,
-    repeat: usize,
-    hand_off_host: bool,
-) -> Result {
-    use std::time::Instant;
-    use vkdelegate::program::{HandOff, ProgramBuilder, ProgramFile};
-
-    let file = ProgramFile::read(path)?;
-    // The input files are read before the program is built, so a bad file fails at once.
-    let files = inputs
-        .iter()
-        .map(|arg| {
-            let file = Path::new(arg.split_once('=').map_or(arg.as_str(), |(_, f)| f));
-            npy::read(file)
-                .map(|t| (file.to_path_buf(), t))
-                .map_err(|e| format!("--input {arg}: {e}"))
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let t = Instant::now();
-    let builder = ProgramBuilder::from_file(file).hand_off(if hand_off_host {
-        HandOff::Host
-    } else {
-        HandOff::Device
-    });
-    #[cfg(feature = "shared")]
-    let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
-        vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
-    ));
-    let mut program = builder.build()?;
-    let load = t.elapsed();
-    println!(
-        "device '{}'; program {} loaded in {:.2} ms",
-        program.device().capabilities().name,
-        path.display(),
-        ms(load)
-    );
-    let steps: Vec<String> = program
-        .steps()
-        .iter()
-        .map(|(n, k)| format!("{n} ({k})"))
-        .collect();
-    println!("steps: {}", steps.join(" -> "));
-    let wanted: Vec<Wanted> = program
-        .inputs()
-        .iter()
-        .map(|(name, spec)| Wanted {
-            name: name.clone(),
-            dtype: Some(spec.dtype),
-            shape: spec
-                .shape
-                .iter()
-                .map(|&d| i64::try_from(d).unwrap_or(i64::MAX))
-                .collect(),
-        })
-        .collect();
-    let tensors = read_inputs(path, inputs, &wanted, &mut |file| {
-        files
-            .iter()
-            .find(|(f, _)| f.as_path() == file)
-            .map_or_else(|| npy::read(file), |(_, t)| Ok(t.clone()))
-    })?;
-    let mut totals = Vec::new();
-    let mut per_step: Vec<Vec<Duration>> = Vec::new();
-    let mut outputs = Vec::new();
-    for _ in 0..repeat.max(1) {
-        outputs = program.execute(&tensors)?;
-        let t = program.last_timings();
-        totals.push(t.total);
-        for (i, (_, d)) in t.steps.iter().enumerate() {
-            if per_step.len() <= i {
-                per_step.push(Vec::new());
-            }
-            per_step[i].push(*d);
-        }
-    }
-    let timings = program.last_timings().clone();
-    let kind = if hand_off_host {
-        "wall time per step"
-    } else {
-        "device time per step (timestamps)"
-    };
-    println!("{kind}, median of {} run(s):", totals.len());
-    for ((name, _), ds) in timings.steps.iter().zip(per_step) {
-        println!("  {name:<20} {:>10.3} ms", ms(median(ds)));
-    }
-    println!(
-        "total: median {:.3} ms, first {:.3} ms ({} submission(s) per run, {} hand-off)",
-        ms(median(totals.clone())),
-        ms(totals[0]),
-        timings.submissions,
-        if hand_off_host { "host" } else { "device" }
-    );
-    if let Some(dir) = output_dir {
-        let names: Vec<String> = program.outputs().iter().map(|(n, _)| n.clone()).collect();
-        write_outputs(dir, &outputs, Some(&names))?;
-    }
-    Ok(())
-}
-
-#[cfg(not(any(feature = "vgf", feature = "compute")))]
-fn run_program(path: &Path, _: &[String], _: Option<&Path>, _: usize, _: bool) -> Result {
-    Err(format!(
-        "{}: programs need the `vgf` or `compute` feature, which this build lacks",
-        path.display()
-    )
-    .into())
 }

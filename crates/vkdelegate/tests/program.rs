@@ -11,7 +11,8 @@ use shared_runtime::{Mode, SharingOptions};
 use vk_core::testing::{self, assert_no_validation_errors_of_ours as assert_no_validation_errors};
 use vk_core::{ArmSupport, HostTensor};
 use vkdelegate::program::{
-    DeviceChoice, HandOff, Program, ProgramBuilder, ProgramError, ProgramFile, StepKind, StepSpec,
+    ComputeStep, DeviceChoice, HandOff, Program, ProgramBuilder, ProgramError, ProgramFile,
+    StepKind, StepSpec,
 };
 
 fn fixture(rel: &str) -> PathBuf {
@@ -66,13 +67,17 @@ fn step_op(
 ) -> StepSpec {
     StepSpec {
         name: name.into(),
-        kind: StepKind::Compute {
-            op: op.into(),
-            attributes: extra
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        },
+        kind: StepKind::Compute(
+            ComputeStep::from_attributes(
+                name,
+                op,
+                &extra
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect(),
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+        ),
         inputs: vec![input.into()],
         outputs: vec![output.into()],
     }
@@ -174,6 +179,9 @@ fn the_example_runs_on_one_device_in_both_hand_off_modes() {
         .chain(via_host.step_handles())
         .collect();
     assert!(handles.windows(2).all(|w| w[0] == w[1]), "{handles:?}");
+    // Device hand-off copies the program input in and the output out, nothing between steps.
+    assert_eq!(on_device.recorded_copies(), Some(2));
+    assert_eq!(via_host.recorded_copies(), None);
 
     for _ in 0..3 {
         let a = on_device.execute(std::slice::from_ref(&x)).unwrap();
@@ -361,7 +369,7 @@ outputs = ["y"]
         .device(shared(&unique_token()))
         .build()
         .unwrap();
-    assert_eq!(p.inputs()[0].0, "x");
+    assert_eq!(p.inputs()[0].name, "x");
     let x = read_npy_f32(fixture("avgpool/input_0.npy"));
     check(
         &p.execute(std::slice::from_ref(&x)).unwrap(),

@@ -24,6 +24,9 @@
 //! outputs = ["y"]
 //! ```
 //!
+//! Compute ops and their attributes are checked as the file is parsed (`ops.rs`): an unknown op
+//! or attribute is an error naming the step.
+//!
 //! A name that no step produces is a program input; its dtype and shape are those its first
 //! consumer expects (a VGF model's declared input, or for a compute op, `input_shape` /
 //! `input_dtype` keys on the step).
@@ -33,7 +36,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{ProgramError, StepKind, StepSpec};
+use super::error::ProgramError;
+use super::spec::{ComputeStep, StepKind, StepSpec};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -107,10 +111,9 @@ impl ProgramFile {
                         path: base.join(vgf),
                     }
                 }
-                (None, Some(op)) => StepKind::Compute {
-                    op,
-                    attributes: s.attributes,
-                },
+                (None, Some(op)) => {
+                    StepKind::Compute(ComputeStep::from_attributes(&name, &op, &s.attributes)?)
+                }
                 (Some(_), Some(_)) => {
                     return Err(file_error(format!(
                         "step '{name}' names both `vgf` and `op`: choose one"
@@ -165,9 +168,11 @@ mod tests {
         }
         assert_eq!(f.steps[1].name, "step1");
         match &f.steps[1].kind {
-            StepKind::Compute { op, attributes } => {
-                assert_eq!(op, "clamp");
-                assert_eq!(attributes["max"].as_float(), Some(6.0));
+            StepKind::Compute(c) => {
+                assert_eq!(
+                    c.op,
+                    crate::program::ComputeOp::Clamp { min: 0.0, max: 6.0 }
+                );
             }
             other => panic!("{other:?}"),
         }

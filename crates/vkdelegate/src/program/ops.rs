@@ -1,11 +1,12 @@
-//! Compute ops a program file can name, mapped onto `compute_delegate::GraphBuilder`.
+//! Compute ops by name: TOML attributes parsed into [`ComputeStep`], with every problem named
+//! at parse time (unknown op, unknown or ill-typed attribute). Needs no compute delegate.
 
 use std::collections::BTreeMap;
 
-use compute_delegate::{GraphBuilder, Pool2d, TensorId};
-use vk_core::DType;
+use vk_core::{DType, TensorSpec};
 
-use super::{ProgramError, TensorSpec};
+use super::error::{ProgramError, Result};
+use super::spec::{Arith, ComputeOp, ComputeStep, PoolParams, UnaryFn};
 
 /// Op names a program step may use.
 pub const OPS: &[&str] = &[
@@ -36,6 +37,7 @@ pub const OPS: &[&str] = &[
     "transpose",
 ];
 
+/// Attributes of one step, tracking which were read.
 struct Attrs<'a> {
     step: &'a str,
     op: &'a str,
@@ -43,15 +45,12 @@ struct Attrs<'a> {
     used: Vec<&'static str>,
 }
 
-impl<'a> Attrs<'a> {
+impl Attrs<'_> {
     fn err(&self, problem: String) -> ProgramError {
-        ProgramError::Step {
-            step: self.step.to_owned(),
-            problem: format!("op {}: {problem}", self.op),
-        }
+        ProgramError::step(self.step, format!("op {}: {problem}", self.op))
     }
 
-    fn f32(&mut self, key: &'static str, default: Option<f32>) -> Result<f32, ProgramError> {
+    fn f32(&mut self, key: &'static str, default: Option<f32>) -> Result<f32> {
         self.used.push(key);
         match self.map.get(key) {
             Some(toml::Value::Float(v)) => Ok(*v as f32),
@@ -61,16 +60,19 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    fn int(&mut self, key: &'static str, default: Option<i64>) -> Result<i64, ProgramError> {
+    fn int(&mut self, key: &'static str, default: Option<i64>) -> Result<isize> {
         self.used.push(key);
-        match self.map.get(key) {
-            Some(toml::Value::Integer(v)) => Ok(*v),
-            Some(other) => Err(self.err(format!("`{key}` must be an integer, found {other}"))),
-            None => default.ok_or_else(|| self.err(format!("attribute `{key}` is required"))),
-        }
+        let v = match self.map.get(key) {
+            Some(toml::Value::Integer(v)) => *v,
+            Some(other) => {
+                return Err(self.err(format!("`{key}` must be an integer, found {other}")));
+            }
+            None => default.ok_or_else(|| self.err(format!("attribute `{key}` is required")))?,
+        };
+        isize::try_from(v).map_err(|_| self.err(format!("`{key}` = {v} is out of range")))
     }
 
-    fn boolean(&mut self, key: &'static str, default: bool) -> Result<bool, ProgramError> {
+    fn boolean(&mut self, key: &'static str, default: bool) -> Result<bool> {
         self.used.push(key);
         match self.map.get(key) {
             Some(toml::Value::Boolean(v)) => Ok(*v),
@@ -79,34 +81,26 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    fn ints(
-        &mut self,
-        key: &'static str,
-        default: Option<Vec<i64>>,
-    ) -> Result<Vec<i64>, ProgramError> {
+    fn ints(&mut self, key: &'static str, default: Option<Vec<isize>>) -> Result<Vec<isize>> {
         self.used.push(key);
+        let bad = |v: &toml::Value| self.err(format!("`{key}` must hold integers, found {v}"));
+        let one = |v: &toml::Value| {
+            v.as_integer()
+                .and_then(|i| isize::try_from(i).ok())
+                .ok_or_else(|| bad(v))
+        };
         match self.map.get(key) {
-            Some(toml::Value::Integer(v)) => Ok(vec![*v]),
-            Some(toml::Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_integer()
-                        .ok_or_else(|| self.err(format!("`{key}` must hold integers, found {v}")))
-                })
-                .collect(),
-            Some(other) => Err(self.err(format!("`{key}` must be integers, found {other}"))),
+            Some(v @ toml::Value::Integer(_)) => Ok(vec![one(v)?]),
+            Some(toml::Value::Array(a)) => a.iter().map(one).collect(),
+            Some(other) => Err(bad(other)),
             None => default.ok_or_else(|| self.err(format!("attribute `{key}` is required"))),
         }
     }
 
-    fn pair(
-        &mut self,
-        key: &'static str,
-        default: Option<[usize; 2]>,
-    ) -> Result<[usize; 2], ProgramError> {
-        let v = self.ints(key, default.map(|d| vec![d[0] as i64, d[1] as i64]))?;
+    fn pair(&mut self, key: &'static str, default: Option<[usize; 2]>) -> Result<[usize; 2]> {
+        let v = self.ints(key, default.map(|d| vec![d[0] as isize, d[1] as isize]))?;
         let bad = || self.err(format!("`{key}` must be one or two non-negative integers"));
-        let u = |x: i64| usize::try_from(x).map_err(|_| bad());
+        let u = |x: isize| usize::try_from(x).map_err(|_| bad());
         match v.as_slice() {
             [a] => Ok([u(*a)?, u(*a)?]),
             [a, b] => Ok([u(*a)?, u(*b)?]),
@@ -114,78 +108,84 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    fn finish(&self) -> Result<(), ProgramError> {
-        let reserved = ["input_shape", "input_dtype"];
-        for key in self.map.keys() {
-            if !self.used.contains(&key.as_str()) && !reserved.contains(&key.as_str()) {
-                return Err(self.err(format!("unknown attribute `{key}`")));
-            }
+    fn string(&mut self, key: &'static str) -> Result<Option<String>> {
+        self.used.push(key);
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(self.err(format!("`{key}` must be a string, found {other}"))),
         }
-        Ok(())
+    }
+
+    /// Every attribute must have been read.
+    fn finish(&self) -> Result<()> {
+        let reserved = ["input_shape", "input_dtype"];
+        let unknown: Vec<&str> = self
+            .map
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !self.used.contains(k) && !reserved.contains(k))
+            .collect();
+        match unknown.as_slice() {
+            [] => Ok(()),
+            keys => Err(self.err(format!("unknown attribute(s) {keys:?}"))),
+        }
     }
 }
 
-/// Builds the one-op graph of a compute step whose inputs have `inputs` specs.
-pub(super) fn build_graph(
-    step: &str,
-    op: &str,
-    attributes: &BTreeMap<String, toml::Value>,
-    inputs: &[TensorSpec],
-) -> Result<GraphBuilder, ProgramError> {
-    let mut a = Attrs {
-        step,
-        op,
-        map: attributes,
-        used: Vec::new(),
-    };
-    let wrap = |e: compute_delegate::Error| ProgramError::Step {
-        step: step.to_owned(),
-        problem: e.to_string(),
-    };
-    let arity = match op {
-        "add" | "sub" | "mul" | "div" => 2,
-        _ if OPS.contains(&op) => 1,
-        _ => {
-            return Err(ProgramError::Step {
-                step: step.to_owned(),
-                problem: format!("unknown compute op `{op}`; known: {}", OPS.join(", ")),
-            });
-        }
-    };
-    if inputs.len() != arity {
-        return Err(a.err(format!(
-            "takes {arity} input(s), the step lists {}",
-            inputs.len()
-        )));
+impl ComputeStep {
+    /// Parses op `op` with TOML `attributes` (the keys of a program file's `[[step]]`) for
+    /// the step named `step` (named in errors).
+    pub fn from_attributes(
+        step: &str,
+        op: &str,
+        attributes: &BTreeMap<String, toml::Value>,
+    ) -> Result<ComputeStep> {
+        let mut a = Attrs {
+            step,
+            op,
+            map: attributes,
+            used: Vec::new(),
+        };
+        let op = parse_op(&mut a)?;
+        a.finish()?;
+        Ok(ComputeStep {
+            op,
+            declared_input: declared_input(step, attributes)?,
+        })
     }
-    let mut g = GraphBuilder::new();
-    let ids: Vec<TensorId> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, s)| g.input(&format!("in{i}"), s.dtype, &s.shape))
-        .collect::<Result<_, _>>()
-        .map_err(wrap)?;
-    let x = ids[0];
-    let out = match op {
-        "relu" => g.relu(x),
-        "relu6" => g.relu6(x),
-        "sigmoid" => g.sigmoid(x),
-        "tanh" => g.tanh(x),
-        "hardswish" => g.hardswish(x),
-        "gelu" => {
-            let approximate = match a.map.get("approximate") {
-                None => false,
-                Some(toml::Value::String(s)) if s == "tanh" => true,
-                Some(toml::Value::String(s)) if s == "none" => false,
-                Some(other) => {
-                    return Err(a.err(format!(
-                        "`approximate` must be \"tanh\" or \"none\", found {other}"
-                    )));
-                }
-            };
-            a.used.push("approximate");
-            g.gelu(x, approximate)
-        }
+}
+
+fn arith(name: &str) -> Option<Arith> {
+    Some(match name {
+        "add" => Arith::Add,
+        "sub" => Arith::Sub,
+        "mul" => Arith::Mul,
+        "div" => Arith::Div,
+        _ => return None,
+    })
+}
+
+fn parse_op(a: &mut Attrs<'_>) -> Result<ComputeOp> {
+    let op = a.op;
+    let unary = |f| Ok(ComputeOp::Unary(f));
+    match op {
+        "relu" => unary(UnaryFn::Relu),
+        "relu6" => unary(UnaryFn::Relu6),
+        "sigmoid" => unary(UnaryFn::Sigmoid),
+        "tanh" => unary(UnaryFn::Tanh),
+        "hardswish" => unary(UnaryFn::Hardswish),
+        "gelu" => match a.string("approximate")?.as_deref() {
+            None | Some("none") => Ok(ComputeOp::Gelu {
+                approximate_tanh: false,
+            }),
+            Some("tanh") => Ok(ComputeOp::Gelu {
+                approximate_tanh: true,
+            }),
+            Some(other) => Err(a.err(format!(
+                "`approximate` must be \"tanh\" or \"none\", found {other:?}"
+            ))),
+        },
         "clamp" | "hardtanh" => {
             let (lo, hi) = if op == "hardtanh" {
                 (-1.0, 1.0)
@@ -194,119 +194,70 @@ pub(super) fn build_graph(
             };
             let min = a.f32("min", Some(lo))?;
             let max = a.f32("max", Some(hi))?;
-            g.clamp(x, min, max)
+            Ok(ComputeOp::Clamp { min, max })
         }
-        "add" => g.add(x, ids[1]),
-        "sub" => g.sub(x, ids[1]),
-        "mul" => g.mul(x, ids[1]),
-        "div" => g.div(x, ids[1]),
-        "add_scalar" => {
-            let v = a.f32("value", None)?;
-            g.add_scalar(x, v)
-        }
-        "sub_scalar" => {
-            let v = a.f32("value", None)?;
-            g.sub_scalar(x, v)
-        }
-        "mul_scalar" => {
-            let v = a.f32("value", None)?;
-            g.mul_scalar(x, v)
-        }
-        "div_scalar" => {
-            let v = a.f32("value", None)?;
-            g.div_scalar(x, v)
-        }
-        "softmax" | "log_softmax" => {
-            let dim = a.int("dim", Some(-1))? as isize;
-            if op == "softmax" {
-                g.softmax(x, dim)
-            } else {
-                g.log_softmax(x, dim)
-            }
-        }
-        "avg_pool2d" | "max_pool2d" => {
-            let kernel = a.pair("kernel", None)?;
-            let stride = a.pair("stride", Some(kernel))?;
-            let padding = a.pair("padding", Some([0, 0]))?;
-            let ceil_mode = a.boolean("ceil_mode", false)?;
-            let count_include_pad = a.boolean("count_include_pad", true)?;
-            let p = Pool2d {
-                kernel,
-                stride,
-                padding,
-                ceil_mode,
-                count_include_pad,
-            };
-            if op == "avg_pool2d" {
-                g.avg_pool2d(x, p)
-            } else {
-                g.max_pool2d(x, p)
-            }
-        }
-        "sum" | "mean" => {
-            let dims: Vec<isize> = a
-                .ints("dims", None)?
-                .into_iter()
-                .map(|d| d as isize)
-                .collect();
-            let keepdim = a.boolean("keepdim", false)?;
-            if op == "sum" {
-                g.sum(x, &dims, keepdim)
-            } else {
-                g.mean(x, &dims, keepdim)
-            }
-        }
-        "reshape" => {
-            let shape: Vec<isize> = a
-                .ints("shape", None)?
-                .into_iter()
-                .map(|d| d as isize)
-                .collect();
-            g.reshape(x, &shape)
-        }
-        "permute" => {
-            let perm: Vec<isize> = a
-                .ints("perm", None)?
-                .into_iter()
-                .map(|d| d as isize)
-                .collect();
-            g.permute(x, &perm)
-        }
-        "transpose" => {
-            let d0 = a.int("dim0", None)? as isize;
-            let d1 = a.int("dim1", None)? as isize;
-            g.transpose(x, d0, d1)
-        }
-        _ => unreachable_op(step, op)?,
+        "softmax" | "log_softmax" => Ok(ComputeOp::Softmax {
+            dim: a.int("dim", Some(-1))?,
+            log: op == "log_softmax",
+        }),
+        "avg_pool2d" | "max_pool2d" => parse_pool(a),
+        "sum" | "mean" => Ok(ComputeOp::Reduce {
+            mean: op == "mean",
+            dims: a.ints("dims", None)?,
+            keepdim: a.boolean("keepdim", false)?,
+        }),
+        "reshape" => Ok(ComputeOp::Reshape {
+            shape: a.ints("shape", None)?,
+        }),
+        "permute" => Ok(ComputeOp::Permute {
+            perm: a.ints("perm", None)?,
+        }),
+        "transpose" => Ok(ComputeOp::Transpose {
+            dim0: a.int("dim0", None)?,
+            dim1: a.int("dim1", None)?,
+        }),
+        _ => parse_arith(a),
     }
-    .map_err(wrap)?;
-    a.finish()?;
-    g.output(out).map_err(wrap)?;
-    Ok(g)
 }
 
-fn unreachable_op(
-    step: &str,
-    op: &str,
-) -> Result<compute_delegate::Result<TensorId>, ProgramError> {
-    Err(ProgramError::Step {
-        step: step.to_owned(),
-        problem: format!("compute op `{op}` is listed but not mapped"),
+fn parse_arith(a: &mut Attrs<'_>) -> Result<ComputeOp> {
+    if let Some(op) = arith(a.op) {
+        return Ok(ComputeOp::Binary(op));
+    }
+    if let Some(op) = a.op.strip_suffix("_scalar").and_then(arith) {
+        let value = a.f32("value", None)?;
+        return Ok(ComputeOp::Scalar { op, value });
+    }
+    Err(ProgramError::step(
+        a.step,
+        format!("unknown compute op `{}`; known: {}", a.op, OPS.join(", ")),
+    ))
+}
+
+fn parse_pool(a: &mut Attrs<'_>) -> Result<ComputeOp> {
+    let kernel = a.pair("kernel", None)?;
+    let params = PoolParams {
+        kernel,
+        stride: a.pair("stride", Some(kernel))?,
+        padding: a.pair("padding", Some([0, 0]))?,
+        ceil_mode: a.boolean("ceil_mode", false)?,
+        count_include_pad: a.boolean("count_include_pad", true)?,
+    };
+    Ok(ComputeOp::Pool2d {
+        max: a.op == "max_pool2d",
+        params,
     })
 }
 
 /// Reads `input_shape` / `input_dtype` of a compute step fed by a program input.
-pub(super) fn declared_input(
+fn declared_input(
     step: &str,
     attributes: &BTreeMap<String, toml::Value>,
-) -> Result<Option<TensorSpec>, ProgramError> {
+) -> Result<Option<TensorSpec>> {
     let Some(shape) = attributes.get("input_shape") else {
         return Ok(None);
     };
-    let err = |problem: String| ProgramError::Step {
-        step: step.to_owned(),
-        problem,
-    };
+    let err = |problem: String| ProgramError::step(step, problem);
     let shape: Vec<usize> = shape
         .as_array()
         .ok_or_else(|| err("`input_shape` must be an array of integers".into()))?
@@ -320,21 +271,78 @@ pub(super) fn declared_input(
                     ))
                 })
         })
-        .collect::<Result<_, _>>()?;
-    let dtype = match attributes
-        .get("input_dtype")
-        .and_then(|v| v.as_str())
-        .unwrap_or("f32")
-    {
-        "f32" | "float32" => DType::F32,
-        "f16" | "float16" => DType::F16,
-        "i32" | "int32" => DType::I32,
-        "i8" | "int8" => DType::I8,
-        other => {
-            return Err(err(format!(
-                "`input_dtype` {other:?} is not one of f32, f16, i32, i8"
-            )));
-        }
+        .collect::<Result<_>>()?;
+    let dtype = match attributes.get("input_dtype") {
+        None => DType::F32,
+        Some(v) => match v.as_str() {
+            Some("f32" | "float32") => DType::F32,
+            Some("f16" | "float16") => DType::F16,
+            Some("i32" | "int32") => DType::I32,
+            Some("i8" | "int8") => DType::I8,
+            _ => {
+                return Err(err(format!(
+                    "`input_dtype` {v} is not one of \"f32\", \"f16\", \"i32\", \"i8\""
+                )));
+            }
+        },
     };
-    Ok(Some(TensorSpec { dtype, shape }))
+    Ok(Some(TensorSpec::new("input", dtype, shape)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(text: &str) -> BTreeMap<String, toml::Value> {
+        toml::from_str(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn ops_parse_into_typed_attributes() {
+        let s = ComputeStep::from_attributes("p", "max_pool2d", &attrs("kernel = 3\nstride = 2"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.op,
+            ComputeOp::Pool2d {
+                max: true,
+                params: PoolParams {
+                    kernel: [3, 3],
+                    stride: [2, 2],
+                    padding: [0, 0],
+                    ceil_mode: false,
+                    count_include_pad: true,
+                }
+            }
+        );
+        let s = ComputeStep::from_attributes("s", "mul_scalar", &attrs("value = 2"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.op,
+            ComputeOp::Scalar {
+                op: Arith::Mul,
+                value: 2.0
+            }
+        );
+        let s = ComputeStep::from_attributes("g", "sigmoid", &attrs("input_shape = [1, 3]"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.declared_input.map(|d| d.shape), Some(vec![1, 3]));
+    }
+
+    #[test]
+    fn bad_ops_and_attributes_are_named() {
+        let e = ComputeStep::from_attributes("s", "frobnicate", &attrs("")).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown compute op `frobnicate`"),
+            "{e}"
+        );
+        let e = ComputeStep::from_attributes("s", "relu", &attrs("scale = 2")).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown attribute(s) [\"scale\"]"),
+            "{e}"
+        );
+        let e = ComputeStep::from_attributes("s", "clamp", &attrs("min = 'a'")).unwrap_err();
+        assert!(e.to_string().contains("`min` must be a number"), "{e}");
+        let e = ComputeStep::from_attributes("s", "sum", &attrs("")).unwrap_err();
+        assert!(e.to_string().contains("`dims` is required"), "{e}");
+    }
 }

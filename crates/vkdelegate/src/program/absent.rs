@@ -1,0 +1,75 @@
+//! Stand-ins for delegates this build lacks: every call is [`ProgramError::NotCompiled`].
+
+#[cfg(not(feature = "vgf"))]
+pub(super) mod vgf {
+    use vk_core::{BufferSlice, Device, Requirements};
+
+    use crate::program::error::{ProgramError, Result};
+    use crate::program::step::Runner;
+    use crate::program::wiring::StepIo;
+
+    fn absent(step: &str) -> ProgramError {
+        ProgramError::NotCompiled {
+            step: step.to_owned(),
+            kind: "VGF",
+            feature: "vgf",
+        }
+    }
+
+    pub(in crate::program) fn requirements(step: &str, _bytes: &[u8]) -> Result<Requirements> {
+        Err(absent(step))
+    }
+
+    pub(in crate::program) fn io(step: &str, _bytes: &[u8]) -> Result<StepIo> {
+        Err(absent(step))
+    }
+
+    pub(in crate::program) fn load(
+        step: &str,
+        _bytes: &[u8],
+        _device: &Device,
+        _external: &[Option<BufferSlice>],
+    ) -> Result<Box<dyn Runner>> {
+        Err(absent(step))
+    }
+}
+
+#[cfg(not(feature = "compute"))]
+pub(super) mod compute {
+    use vk_core::{BufferSlice, Device, Requirements, TensorSpec};
+
+    use crate::program::error::{ProgramError, Result};
+    use crate::program::spec::ComputeStep;
+    use crate::program::step::Runner;
+    use crate::program::wiring::StepIo;
+
+    fn absent(step: &str) -> ProgramError {
+        ProgramError::NotCompiled {
+            step: step.to_owned(),
+            kind: "compute",
+            feature: "compute",
+        }
+    }
+
+    pub(in crate::program) fn requirements(step: &str) -> Result<Requirements> {
+        Err(absent(step))
+    }
+
+    pub(in crate::program) fn io(
+        step: &str,
+        _op: &ComputeStep,
+        _known: &[Option<TensorSpec>],
+    ) -> Result<StepIo> {
+        Err(absent(step))
+    }
+
+    pub(in crate::program) fn load(
+        step: &str,
+        _op: &ComputeStep,
+        _inputs: &[TensorSpec],
+        _device: &Device,
+        _external: &[Option<BufferSlice>],
+    ) -> Result<Box<dyn Runner>> {
+        Err(absent(step))
+    }
+}

@@ -1,0 +1,128 @@
+//! Errors of programs. Messages name the step and tensor involved.
+
+use std::fmt;
+
+use vk_core::TensorSpec;
+
+/// Errors of programs.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    /// The program file cannot be read or parsed.
+    #[error("program file {path}: {problem}")]
+    File {
+        /// Its path.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A step is malformed or failed to load.
+    #[error("step '{step}': {problem}")]
+    Step {
+        /// Step name.
+        step: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A tensor passes between two steps with different dtypes or shapes.
+    #[error("{0}")]
+    Mismatch(Box<TensorMismatch>),
+    /// The wiring of names is wrong.
+    #[error("{0}")]
+    Wiring(String),
+    /// Steps ended on different devices.
+    #[error("step '{step}' runs on a different VkDevice than step '{first}'")]
+    DifferentDevices {
+        /// The first step.
+        first: String,
+        /// The step that differs.
+        step: String,
+    },
+    /// Inputs given to `execute` do not match the program's inputs.
+    #[error("program {0}")]
+    Input(#[from] vk_core::IoError),
+    /// A step of a kind this build does not include.
+    #[error("step '{step}' is a {kind} step, but this build lacks the `{feature}` feature")]
+    NotCompiled {
+        /// Step name.
+        step: String,
+        /// Kind.
+        kind: &'static str,
+        /// Cargo feature needed.
+        feature: &'static str,
+    },
+    /// Vulkan or device errors.
+    #[error(transparent)]
+    Vk(#[from] vk_core::Error),
+    /// Shared-runtime errors.
+    #[cfg(feature = "shared")]
+    #[error(transparent)]
+    Shared(#[from] shared_runtime::Error),
+    /// Errors of the VGF delegate.
+    #[cfg(feature = "vgf")]
+    #[error("step '{step}': {source}")]
+    Vgf {
+        /// Step name.
+        step: String,
+        /// The delegate's error.
+        source: Box<vgf_delegate::Error>,
+    },
+    /// Errors of the compute delegate.
+    #[cfg(feature = "compute")]
+    #[error("step '{step}': {source}")]
+    Compute {
+        /// Step name.
+        step: String,
+        /// The delegate's error.
+        source: Box<compute_delegate::Error>,
+    },
+}
+
+impl ProgramError {
+    /// A [`ProgramError::Step`] for `step`.
+    pub(crate) fn step(step: &str, problem: impl Into<String>) -> ProgramError {
+        ProgramError::Step {
+            step: step.to_owned(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Shorthand for results of this module.
+pub type Result<T, E = ProgramError> = std::result::Result<T, E>;
+
+/// Where a tensor comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Producer {
+    /// The program's caller gives it to `execute`.
+    ProgramInput,
+    /// The step of that name produces it.
+    Step(String),
+}
+
+impl fmt::Display for Producer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Producer::ProgramInput => f.write_str("the program input"),
+            Producer::Step(s) => write!(f, "step '{s}'"),
+        }
+    }
+}
+
+/// A tensor passed between two steps with different dtypes or shapes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tensor '{tensor}': {producer} produces {}{:?} but step '{consumer}' expects {}{:?}",
+    produced.dtype, produced.shape, expected.dtype, expected.shape
+)]
+pub struct TensorMismatch {
+    /// Tensor name.
+    pub tensor: String,
+    /// Where it comes from.
+    pub producer: Producer,
+    /// What it is.
+    pub produced: TensorSpec,
+    /// The consuming step.
+    pub consumer: String,
+    /// What it expects.
+    pub expected: TensorSpec,
+}

@@ -1,0 +1,198 @@
+//! The device plan: the whole program recorded once into one command buffer.
+//!
+//! Program inputs are copied from host staging buffers into the buffers of their first
+//! consumers; each step's commands follow, separated by barriers; steps read their producers'
+//! buffers directly (they were loaded bound to them), so no copy is recorded at a step
+//! boundary; program outputs are copied to host staging buffers, and one final barrier makes
+//! them visible to host reads. One execution is one submission and one fence wait.
+
+use std::time::Duration;
+
+use vk_core::barrier::{Access, host_read_barrier, memory_barrier};
+use vk_core::{
+    Buffer, BufferSlice, Device, HostTensor, MemoryLocation, Submission, Timestamps, vk,
+};
+
+use super::error::{ProgramError, Result};
+use super::step::Runner;
+use super::wiring::{Source, Wiring};
+
+/// Host staging, timestamps and the recorded command buffer of the device hand-off.
+pub(super) struct DevicePlan {
+    // Field order is drop order: the submission waits for its work before the buffers and
+    // queries it uses are destroyed.
+    submission: Submission,
+    timestamps: Option<Timestamps>,
+    staging_in: Vec<Buffer>,
+    staging_out: Vec<Buffer>,
+}
+
+/// Where program input `i` is uploaded: the input buffer of its first consumer.
+fn input_target(steps: &[&dyn Runner], wiring: &Wiring, i: usize) -> Result<BufferSlice> {
+    for (k, w) in wiring.steps.iter().enumerate() {
+        if let Some(j) = w.sources.iter().position(|s| *s == Source::ProgramInput(i)) {
+            return device_slice(steps[k].device_inputs().get(j).map(|t| t.slice), k, "input");
+        }
+    }
+    Err(ProgramError::Wiring(format!(
+        "program input {i} has no consumer"
+    )))
+}
+
+fn output_source(steps: &[&dyn Runner], source: Source) -> Result<BufferSlice> {
+    match source {
+        Source::Step { step, output } => device_slice(
+            steps[step].device_outputs().get(output).map(|t| t.slice),
+            step,
+            "output",
+        ),
+        Source::ProgramInput(i) => Err(ProgramError::Wiring(format!(
+            "program input {i} is not a step output"
+        ))),
+    }
+}
+
+fn device_slice(slice: Option<BufferSlice>, step: usize, what: &str) -> Result<BufferSlice> {
+    slice.ok_or_else(|| {
+        ProgramError::Wiring(format!(
+            "step {step} exposes no device buffer for an {what}"
+        ))
+    })
+}
+
+fn staging(device: &Device, bytes: u64, usage: vk::BufferUsageFlags, what: &str) -> Result<Buffer> {
+    Ok(Buffer::new(
+        device,
+        bytes,
+        MemoryLocation::Host,
+        usage,
+        what,
+    )?)
+}
+
+impl DevicePlan {
+    /// Records `steps` (loaded in device hand-off, bound to their producers) as `wiring` says.
+    pub(super) fn record(device: &Device, steps: &[&dyn Runner], wiring: &Wiring) -> Result<Self> {
+        let mut plan = DevicePlan {
+            submission: Submission::new(device, 1, "program")?,
+            timestamps: Timestamps::new(device, steps.len() as u32 + 1)?,
+            staging_in: Vec::new(),
+            staging_out: Vec::new(),
+        };
+        let mut uploads = Vec::new();
+        for (i, spec) in wiring.inputs.iter().enumerate() {
+            let bytes = spec.bytes().unwrap_or(0) as u64;
+            let what = format!("program input '{}'", spec.name);
+            plan.staging_in.push(staging(
+                device,
+                bytes,
+                vk::BufferUsageFlags::TRANSFER_SRC,
+                &what,
+            )?);
+            uploads.push((input_target(steps, wiring, i)?, bytes));
+        }
+        let mut downloads = Vec::new();
+        for (spec, source) in &wiring.outputs {
+            let bytes = spec.bytes().unwrap_or(0) as u64;
+            let what = format!("program output '{}'", spec.name);
+            plan.staging_out.push(staging(
+                device,
+                bytes,
+                vk::BufferUsageFlags::TRANSFER_DST,
+                &what,
+            )?);
+            downloads.push((output_source(steps, *source)?, bytes));
+        }
+        let cmd = plan.submission.begin(0)?;
+        // SAFETY: `cmd` is recording; every buffer is live and owned by the plan or the
+        // program's steps, which outlive the plan (see `Program`'s field order).
+        unsafe { plan.record_commands(device, cmd, steps, &uploads, &downloads) };
+        plan.submission.end(0)?;
+        Ok(plan)
+    }
+
+    /// # Safety
+    /// `cmd` is recording; the slices are live.
+    unsafe fn record_commands(
+        &self,
+        device: &Device,
+        cmd: vk::CommandBuffer,
+        steps: &[&dyn Runner],
+        uploads: &[(BufferSlice, u64)],
+        downloads: &[(BufferSlice, u64)],
+    ) {
+        let d = device.raw();
+        // SAFETY: the caller's contract; copies stay inside the staging buffers (sized from
+        // the same specs) and the steps' slices (checked by their delegates at load).
+        unsafe {
+            if let Some(ts) = &self.timestamps {
+                ts.reset(cmd);
+                ts.write(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, 0);
+            }
+            memory_barrier(device, cmd, Access::HOST_WRITE, Access::TRANSFER_READ);
+            for (src, (dst, bytes)) in self.staging_in.iter().zip(uploads) {
+                let region = [vk::BufferCopy::default()
+                    .dst_offset(dst.offset)
+                    .size(*bytes)];
+                d.cmd_copy_buffer(cmd, src.raw(), dst.buffer, &region);
+            }
+            for (k, step) in steps.iter().enumerate() {
+                // Everything before (uploads, earlier steps) is visible to this step.
+                memory_barrier(device, cmd, Access::ANY_WRITE, Access::ANY);
+                step.record_into(cmd);
+                if let Some(ts) = &self.timestamps {
+                    ts.write(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, k as u32 + 1);
+                }
+            }
+            memory_barrier(device, cmd, Access::ANY_WRITE, Access::TRANSFER_READ);
+            for (dst, (src, bytes)) in self.staging_out.iter().zip(downloads) {
+                let region = [vk::BufferCopy::default()
+                    .src_offset(src.offset)
+                    .size(*bytes)];
+                d.cmd_copy_buffer(cmd, src.buffer, dst.raw(), &region);
+            }
+            host_read_barrier(device, cmd);
+        }
+    }
+
+    /// Copy commands recorded per execution: one per program input and output; none at a
+    /// step boundary.
+    pub(super) fn copies(&self) -> usize {
+        self.staging_in.len() + self.staging_out.len()
+    }
+
+    /// Uploads `inputs`, runs the recorded program, waits, and reads `outputs` back; with the
+    /// device time of each step where the queue has timestamps.
+    pub(super) fn run(
+        &mut self,
+        inputs: &[HostTensor],
+        outputs: &[vk_core::TensorSpec],
+    ) -> Result<(Vec<HostTensor>, Vec<Duration>)> {
+        // An earlier failed wait leaves the submission pending: finish it before reuse.
+        self.submission.wait()?;
+        for (buffer, t) in self.staging_in.iter_mut().zip(inputs) {
+            buffer.write(0, t.bytes())?;
+        }
+        // SAFETY: the command buffer is executable; the steps it records are alive (the
+        // program drops the plan first); no semaphores.
+        unsafe { self.submission.submit(0, &[], &[]) }?;
+        self.submission.wait()?;
+        let mut out = Vec::with_capacity(outputs.len());
+        for (buffer, spec) in self.staging_out.iter().zip(outputs) {
+            let mut bytes = vec![0u8; spec.bytes().unwrap_or(0)];
+            buffer.read(0, &mut bytes)?;
+            out.push(
+                HostTensor::new(spec.dtype, spec.shape.clone(), bytes)
+                    .map_err(|e| ProgramError::Wiring(e.to_string()))?,
+            );
+        }
+        let times = match &self.timestamps {
+            Some(ts) => {
+                let pairs: Vec<(u32, u32)> = (0..ts.count() - 1).map(|k| (k, k + 1)).collect();
+                ts.elapsed(&pairs)?
+            }
+            None => Vec::new(),
+        };
+        Ok((out, times))
+    }
+}

@@ -1,0 +1,95 @@
+//! The one interface every delegate's step implements, and the dispatch by step kind.
+//!
+//! Each delegate's side lives in a whole-module `cfg` file (`vgf_step.rs`, `compute_step.rs`);
+//! `absent.rs` stands in for a delegate this build lacks, answering every call with
+//! [`ProgramError::NotCompiled`].
+
+use std::sync::Arc;
+
+use vk_core::{BufferSlice, Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
+
+#[cfg(not(feature = "compute"))]
+use super::absent::compute;
+#[cfg(not(feature = "vgf"))]
+use super::absent::vgf;
+#[cfg(feature = "compute")]
+use super::compute_step as compute;
+use super::error::{ProgramError, Result};
+use super::spec::{ComputeStep, StepKind, StepSpec};
+#[cfg(feature = "vgf")]
+use super::vgf_step as vgf;
+use super::wiring::StepIo;
+
+/// A loaded step, whatever its delegate.
+pub(super) trait Runner: Send {
+    /// `vgf` or `compute`.
+    fn kind(&self) -> &'static str;
+    /// The device it runs on.
+    fn device(&self) -> &Device;
+    /// Runs the step alone on host tensors (host hand-off).
+    fn execute(&mut self, step: &str, inputs: &[HostTensor]) -> Result<Vec<HostTensor>>;
+    /// Where its inputs live on the device (its own buffers, or the slices it was bound to).
+    fn device_inputs(&self) -> Vec<DeviceTensor>;
+    /// Where its outputs live on the device.
+    fn device_outputs(&self) -> Vec<DeviceTensor>;
+    /// Records its work into `cmd`.
+    ///
+    /// # Safety
+    /// `cmd` is a recording primary command buffer of the step's device, outside a render
+    /// pass; the caller orders writes of the inputs before and reads of the outputs after
+    /// with barriers, and submits it only while the step is alive and not otherwise running.
+    unsafe fn record_into(&self, cmd: vk::CommandBuffer);
+}
+
+/// A step with its file read: what loading needs.
+#[derive(Debug, Clone)]
+pub(super) enum Prepared {
+    /// VGF bytes.
+    Vgf(Arc<[u8]>),
+    /// A compute op.
+    Compute(ComputeStep),
+}
+
+/// Reads a step's VGF file, once.
+pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
+    match &spec.kind {
+        StepKind::Vgf { path } => std::fs::read(path)
+            .map(|b| Prepared::Vgf(b.into()))
+            .map_err(|e| {
+                ProgramError::step(&spec.name, format!("cannot read {}: {e}", path.display()))
+            }),
+        StepKind::VgfBytes { bytes } => Ok(Prepared::Vgf(bytes.clone())),
+        StepKind::Compute(c) => Ok(Prepared::Compute(c.clone())),
+    }
+}
+
+/// What the step's delegate needs of a device.
+pub(super) fn requirements(step: &str, prepared: &Prepared) -> Result<Requirements> {
+    match prepared {
+        Prepared::Vgf(bytes) => vgf::requirements(step, bytes),
+        Prepared::Compute(_) => compute::requirements(step),
+    }
+}
+
+/// The step's inputs and outputs, without a device. `known[i]` is the spec of input `i`
+/// where an earlier step produces it.
+pub(super) fn io(step: &str, prepared: &Prepared, known: &[Option<TensorSpec>]) -> Result<StepIo> {
+    match prepared {
+        Prepared::Vgf(bytes) => vgf::io(step, bytes),
+        Prepared::Compute(c) => compute::io(step, c, known),
+    }
+}
+
+/// Loads the step on `device`; input `i` reads `external[i]` where given (no copy).
+pub(super) fn load(
+    step: &str,
+    prepared: &Prepared,
+    io: &StepIo,
+    device: &Device,
+    external: &[Option<BufferSlice>],
+) -> Result<Box<dyn Runner>> {
+    match prepared {
+        Prepared::Vgf(bytes) => vgf::load(step, bytes, device, external),
+        Prepared::Compute(c) => compute::load(step, c, &io.inputs, device, external),
+    }
+}

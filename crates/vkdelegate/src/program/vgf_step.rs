@@ -1,0 +1,129 @@
+//! VGF steps: the file's bytes loaded into a `vgf_delegate::Model`.
+
+use vgf_delegate::inspect::{IoDecl, model_inputs, model_outputs};
+use vgf_delegate::{External, IoRef, LoadOptions, Model, Vgf};
+use vk_core::{BufferSlice, Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
+
+use std::sync::Arc;
+
+use super::error::{ProgramError, Result};
+use super::spec::{StepKind, StepSpec};
+use super::step::Runner;
+use super::wiring::StepIo;
+
+fn wrap(step: &str) -> impl Fn(vgf_delegate::Error) -> ProgramError + '_ {
+    move |source| ProgramError::Vgf {
+        step: step.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+fn decode<'a>(step: &str, bytes: &'a [u8]) -> Result<Vgf<'a>> {
+    Vgf::decode(bytes).map_err(|e| wrap(step)(e.into()))
+}
+
+pub(super) fn requirements(step: &str, bytes: &[u8]) -> Result<Requirements> {
+    vgf_delegate::requirements_for(&decode(step, bytes)?).map_err(wrap(step))
+}
+
+/// A declared input or output as a spec: a tensor dtype and a fixed shape.
+fn spec_of(step: &str, d: IoDecl) -> Result<TensorSpec> {
+    let shape: Option<Vec<usize>> = d
+        .shape
+        .iter()
+        .map(|&x| usize::try_from(x).ok().filter(|&x| x > 0))
+        .collect();
+    match (d.dtype, shape) {
+        (Some(dtype), Some(shape)) => Ok(TensorSpec::new(d.name, dtype, shape)),
+        _ => Err(ProgramError::step(
+            step,
+            format!(
+                "VGF tensor '{}' has format {} and shape {:?}: a program needs a tensor dtype \
+                 and a fixed shape",
+                d.name, d.vk_format, d.shape
+            ),
+        )),
+    }
+}
+
+pub(super) fn io(step: &str, bytes: &[u8]) -> Result<StepIo> {
+    let vgf = decode(step, bytes)?;
+    let specs = |decls: Vec<IoDecl>| {
+        decls
+            .into_iter()
+            .map(|d| spec_of(step, d))
+            .collect::<Result<Vec<_>>>()
+    };
+    Ok(StepIo {
+        inputs: specs(model_inputs(&vgf))?,
+        outputs: specs(model_outputs(&vgf))?,
+    })
+}
+
+impl StepSpec {
+    /// A step that runs a whole VGF file, its tensors named as the file names its inputs and
+    /// outputs (a `.vgf` run as a one-step program).
+    pub fn vgf_model(name: impl Into<String>, bytes: Arc<[u8]>) -> Result<StepSpec> {
+        let name = name.into();
+        let io = io(&name, &bytes)?;
+        Ok(StepSpec {
+            inputs: io.inputs.into_iter().map(|s| s.name).collect(),
+            outputs: io.outputs.into_iter().map(|s| s.name).collect(),
+            kind: StepKind::VgfBytes { bytes },
+            name,
+        })
+    }
+}
+
+pub(super) fn load(
+    step: &str,
+    bytes: &[u8],
+    device: &Device,
+    external: &[Option<BufferSlice>],
+) -> Result<Box<dyn Runner>> {
+    let external = external
+        .iter()
+        .enumerate()
+        .filter_map(|(i, slice)| {
+            // SAFETY: the slice is a producer's output (or an earlier consumer's input) on the
+            // same device, owned by a step the program keeps alive as long as this one (steps
+            // drop after the plan, together); the program orders every access by barriers.
+            slice.map(|s| unsafe { External::new(IoRef::Input(i), s, device) })
+        })
+        .collect();
+    let options = LoadOptions {
+        external,
+        ..LoadOptions::default()
+    };
+    let model = Model::load_with(bytes, device, &options).map_err(wrap(step))?;
+    Ok(Box::new(VgfRunner(model)))
+}
+
+struct VgfRunner(Model);
+
+impl Runner for VgfRunner {
+    fn kind(&self) -> &'static str {
+        "vgf"
+    }
+
+    fn device(&self) -> &Device {
+        self.0.device()
+    }
+
+    fn execute(&mut self, step: &str, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.0.execute(inputs).map_err(wrap(step))
+    }
+
+    fn device_inputs(&self) -> Vec<DeviceTensor> {
+        self.0.device_inputs()
+    }
+
+    fn device_outputs(&self) -> Vec<DeviceTensor> {
+        self.0.device_outputs()
+    }
+
+    unsafe fn record_into(&self, cmd: vk::CommandBuffer) {
+        // SAFETY: forwarded contract.
+        unsafe { self.0.record_into(cmd) }
+    }
+}
