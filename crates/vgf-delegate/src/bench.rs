@@ -71,9 +71,24 @@ pub fn bench(
     inputs: Option<&[HostTensor]>,
     repeats: usize,
 ) -> Result<BenchReport> {
+    bench_with(bytes, device, inputs, repeats, MemoryMode::Auto)
+}
+
+/// As [`bench()`], with the model's input and output memory placed as `memory` says.
+pub fn bench_with(
+    bytes: &[u8],
+    device: &Device,
+    inputs: Option<&[HostTensor]>,
+    repeats: usize,
+    memory: MemoryMode,
+) -> Result<BenchReport> {
     let repeats = repeats.max(1);
     let t = Instant::now();
-    let mut model = Model::load(bytes, device)?;
+    let options = crate::LoadOptions {
+        memory,
+        ..Default::default()
+    };
+    let mut model = Model::load_with(bytes, device, &options)?;
     let load = t.elapsed();
     let owned;
     let inputs = match inputs {

@@ -44,6 +44,7 @@ pub fn run(args: &BenchArgs) -> Result {
     report.insert("device".into(), json!(device.capabilities().name));
     if !args.skip_ops {
         report.insert("ops".into(), ops(&device, args)?);
+        report.insert("host_io".into(), crate::hostio::rows(&device, args.quick)?);
     }
     if !args.vgf.is_empty() {
         report.insert("vgf".into(), vgf(&device, args)?);
@@ -194,6 +195,20 @@ fn vgf(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> 
         let r = vkdelegate::vgf::bench::bench(&bytes, device, None, args.repeat.max(1))?;
         println!("\nVGF {}:\n  {r}", path.display());
         let mut entry = json!({"model": path.display().to_string(), "ours": r.to_json()});
+        // Both placements of inputs and outputs, for the host I/O rule.
+        for mode in [
+            vkdelegate::vgf::MemoryMode::Direct,
+            vkdelegate::vgf::MemoryMode::Staged,
+        ] {
+            match vkdelegate::vgf::bench::bench_with(&bytes, device, None, args.repeat.max(1), mode)
+            {
+                Ok(m) => {
+                    println!("  {mode:?}: {m}");
+                    entry[format!("{mode:?}").to_lowercase()] = m.to_json();
+                }
+                Err(e) => println!("  {mode:?}: not measured: {e}"),
+            }
+        }
         if let Some(runner) = &runner {
             match scenario_runner(runner, path, args.repeat) {
                 Ok((gpu_ms, wall_ms)) => {

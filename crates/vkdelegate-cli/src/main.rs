@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod devices;
+mod hostio;
 mod inspect;
 mod npy;
 mod run;
