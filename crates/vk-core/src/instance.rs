@@ -250,6 +250,82 @@ fn any_native_arm(entry: &ash::Entry, api: Version) -> Result<bool, Error> {
     Ok(found)
 }
 
+/// Enables Arm's emulation layers (pushed onto `layers`, Graph above Tensor) where they are
+/// found and no device has the ARM extensions natively.
+fn emulation_layers(
+    entry: &ash::Entry,
+    desc: &InstanceDesc,
+    api_version: Version,
+    layers: &mut Vec<CString>,
+) -> Result<Option<EmulationLayers>, Error> {
+    let Some(found) = desc.emulation.locate()? else {
+        return Ok(None);
+    };
+    // The drivers a process sees do not change: probe once.
+    static NATIVE_ARM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // A probe that fails (no driver) reports no native support; the instance creation then
+    // reports the real problem.
+    let native = *NATIVE_ARM.get_or_init(|| any_native_arm(entry, api_version).unwrap_or(false));
+    if native {
+        log::info!("a device offers the ARM ML extensions natively: emulation layers unused");
+        return Ok(None);
+    }
+    emulation::expose_to_loader(&found);
+    let available = instance_layer_names(entry)?;
+    let has = |l: &CStr| available.iter().any(|a| a.as_bytes() == l.to_bytes());
+    if has(emulation::GRAPH_LAYER) && has(emulation::TENSOR_LAYER) {
+        layers.push(emulation::GRAPH_LAYER.to_owned());
+        layers.push(emulation::TENSOR_LAYER.to_owned());
+        return Ok(Some(found));
+    }
+    let problem = format!(
+        "the loader did not list {} and {} after adding {} and {} to its layer path",
+        emulation::GRAPH_LAYER.to_string_lossy(),
+        emulation::TENSOR_LAYER.to_string_lossy(),
+        found.graph_dir.display(),
+        found.tensor_dir.display()
+    );
+    if matches!(desc.emulation, EmulationPolicy::Dir(_))
+        || std::env::var_os(emulation::ENV_DIR).is_some()
+    {
+        return Err(Error::EmulationLayer {
+            dir: found.graph_dir.display().to_string(),
+            problem,
+        });
+    }
+    log::warn!("emulation layers not used: {problem}");
+    Ok(None)
+}
+
+/// Enables the validation layer (below the emulation layers, where it validates what reaches
+/// the driver) when `desc` asks, and returns the instance extensions that go with it.
+fn validation_layers(
+    entry: &ash::Entry,
+    desc: &InstanceDesc,
+    layers: &mut Vec<CString>,
+) -> Result<Vec<&'static CStr>, Error> {
+    let mut extensions: Vec<&'static CStr> = Vec::new();
+    if !desc.validation {
+        return Ok(extensions);
+    }
+    let available = instance_layer_names(entry)?;
+    if !available
+        .iter()
+        .any(|a| a.as_bytes() == VALIDATION_LAYER.to_bytes())
+    {
+        return Err(Error::ValidationLayerMissing);
+    }
+    layers.push(VALIDATION_LAYER.to_owned());
+    extensions.push(ash::ext::debug_utils::NAME);
+    if sync_validation_wanted() {
+        if !validation_layer_has(entry, ash::ext::validation_features::NAME)? {
+            return Err(Error::ValidationLayerMissing);
+        }
+        extensions.push(ash::ext::validation_features::NAME);
+    }
+    Ok(extensions)
+}
+
 impl Instance {
     /// Loads Vulkan and creates an instance as `desc` asks.
     pub fn new(desc: &InstanceDesc) -> Result<Instance, Error> {
@@ -262,66 +338,8 @@ impl Instance {
         let api_version = Version(loader_api.min(desc.max_api_version.0)).level();
 
         let mut layers: Vec<CString> = Vec::new();
-        let mut emulation: Option<EmulationLayers> = None;
-        if let Some(found) = desc.emulation.locate()? {
-            // The drivers a process sees do not change: probe once.
-            static NATIVE_ARM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-            // A probe that fails (no driver) reports no native support; the instance
-            // creation below then reports the real problem.
-            let native =
-                *NATIVE_ARM.get_or_init(|| any_native_arm(&entry, api_version).unwrap_or(false));
-            if native {
-                log::info!(
-                    "a device offers the ARM ML extensions natively: emulation layers unused"
-                );
-            } else {
-                emulation::expose_to_loader(&found);
-                let available = instance_layer_names(&entry)?;
-                let has = |l: &CStr| available.iter().any(|a| a.as_bytes() == l.to_bytes());
-                if has(emulation::GRAPH_LAYER) && has(emulation::TENSOR_LAYER) {
-                    layers.push(emulation::GRAPH_LAYER.to_owned());
-                    layers.push(emulation::TENSOR_LAYER.to_owned());
-                    emulation = Some(found);
-                } else {
-                    let problem = format!(
-                        "the loader did not list {} and {} after adding {} and {} to its layer path",
-                        emulation::GRAPH_LAYER.to_string_lossy(),
-                        emulation::TENSOR_LAYER.to_string_lossy(),
-                        found.graph_dir.display(),
-                        found.tensor_dir.display()
-                    );
-                    if matches!(desc.emulation, EmulationPolicy::Dir(_))
-                        || std::env::var_os(emulation::ENV_DIR).is_some()
-                    {
-                        return Err(Error::EmulationLayer {
-                            dir: found.graph_dir.display().to_string(),
-                            problem,
-                        });
-                    }
-                    log::warn!("emulation layers not used: {problem}");
-                }
-            }
-        }
-
-        let mut extensions: Vec<&CStr> = Vec::new();
-        if desc.validation {
-            let available = instance_layer_names(&entry)?;
-            if !available
-                .iter()
-                .any(|a| a.as_bytes() == VALIDATION_LAYER.to_bytes())
-            {
-                return Err(Error::ValidationLayerMissing);
-            }
-            // Below the emulation layers: it validates what reaches the driver.
-            layers.push(VALIDATION_LAYER.to_owned());
-            extensions.push(ash::ext::debug_utils::NAME);
-            if sync_validation_wanted() {
-                if !validation_layer_has(&entry, ash::ext::validation_features::NAME)? {
-                    return Err(Error::ValidationLayerMissing);
-                }
-                extensions.push(ash::ext::validation_features::NAME);
-            }
-        }
+        let emulation = emulation_layers(&entry, desc, api_version, &mut layers)?;
+        let extensions = validation_layers(&entry, desc, &mut layers)?;
         let sync_validation = desc.validation && sync_validation_wanted();
 
         let validation = Arc::new(ValidationLog::default());

@@ -56,6 +56,111 @@ impl Drop for Scratch<'_> {
     }
 }
 
+impl Scratch<'_> {
+    /// The shader module, layouts and the pipeline.
+    fn create_pipeline(&mut self) -> Result<(), Error> {
+        let d = self.device;
+        let code = ash::util::read_spv(&mut std::io::Cursor::new(SAXPY_SPIRV))
+            .map_err(|e| Error::InvalidArgument(format!("embedded SPIR-V is unreadable: {e}")))?;
+        // SAFETY: `code` is valid SPIR-V compiled by the xtask.
+        self.shader = unsafe {
+            d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
+        }
+        .vk("vkCreateShaderModule")?;
+
+        let bindings = [0, 1].map(|b| {
+            vk::DescriptorSetLayoutBinding::default()
+                .binding(b)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+        });
+        // SAFETY: valid create info.
+        self.set_layout = unsafe {
+            d.create_descriptor_set_layout(
+                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                None,
+            )
+        }
+        .vk("vkCreateDescriptorSetLayout")?;
+        let push = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .size(8)];
+        let set_layouts = [self.set_layout];
+        // SAFETY: valid create info.
+        self.layout = unsafe {
+            d.create_pipeline_layout(
+                &vk::PipelineLayoutCreateInfo::default()
+                    .set_layouts(&set_layouts)
+                    .push_constant_ranges(&push),
+                None,
+            )
+        }
+        .vk("vkCreatePipelineLayout")?;
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(self.shader)
+            .name(c"main");
+        let pinfo = [vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(self.layout)];
+        // SAFETY: valid create info referencing live module and layout.
+        self.pipeline =
+            unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &pinfo, None) }
+                .map_err(|(_, e)| crate::error::VkError::new("vkCreateComputePipelines", e))?[0];
+
+        Ok(())
+    }
+
+    /// The descriptor pool and one set binding `buffers` (x, y).
+    fn descriptor_set(&mut self, buffers: [vk::Buffer; 2]) -> Result<vk::DescriptorSet, Error> {
+        let d = self.device;
+        let set_layouts = [self.set_layout];
+        let sizes = [vk::DescriptorPoolSize::default()
+            .ty(vk::DescriptorType::STORAGE_BUFFER)
+            .descriptor_count(2)];
+        // SAFETY: valid create info.
+        self.pool = unsafe {
+            d.create_descriptor_pool(
+                &vk::DescriptorPoolCreateInfo::default()
+                    .max_sets(1)
+                    .pool_sizes(&sizes),
+                None,
+            )
+        }
+        .vk("vkCreateDescriptorPool")?;
+        // SAFETY: the pool has room for one set of this layout.
+        let set = unsafe {
+            d.allocate_descriptor_sets(
+                &vk::DescriptorSetAllocateInfo::default()
+                    .descriptor_pool(self.pool)
+                    .set_layouts(&set_layouts),
+            )
+        }
+        .vk("vkAllocateDescriptorSets")?[0];
+        let infos = buffers.map(|b| {
+            [vk::DescriptorBufferInfo::default()
+                .buffer(b)
+                .range(vk::WHOLE_SIZE)]
+        });
+        let writes = [
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(0)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&infos[0]),
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(1)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&infos[1]),
+        ];
+        // SAFETY: writes reference a live set and live buffers.
+        unsafe { d.update_descriptor_sets(&writes, &[]) };
+        Ok(set)
+    }
+}
+
 /// Runs `y = a * x + y` over `n` elements on `device` and checks the result on the host.
 pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
     if n == 0 {
@@ -100,94 +205,8 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
         buffers.push(b);
     }
 
-    let code = ash::util::read_spv(&mut std::io::Cursor::new(SAXPY_SPIRV))
-        .map_err(|e| Error::InvalidArgument(format!("embedded SPIR-V is unreadable: {e}")))?;
-    // SAFETY: `code` is valid SPIR-V compiled by the xtask.
-    s.shader =
-        unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None) }
-            .vk("vkCreateShaderModule")?;
-
-    let bindings = [0, 1].map(|b| {
-        vk::DescriptorSetLayoutBinding::default()
-            .binding(b)
-            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-            .descriptor_count(1)
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-    });
-    // SAFETY: valid create info.
-    s.set_layout = unsafe {
-        d.create_descriptor_set_layout(
-            &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-            None,
-        )
-    }
-    .vk("vkCreateDescriptorSetLayout")?;
-    let push = [vk::PushConstantRange::default()
-        .stage_flags(vk::ShaderStageFlags::COMPUTE)
-        .size(8)];
-    let set_layouts = [s.set_layout];
-    // SAFETY: valid create info.
-    s.layout = unsafe {
-        d.create_pipeline_layout(
-            &vk::PipelineLayoutCreateInfo::default()
-                .set_layouts(&set_layouts)
-                .push_constant_ranges(&push),
-            None,
-        )
-    }
-    .vk("vkCreatePipelineLayout")?;
-    let stage = vk::PipelineShaderStageCreateInfo::default()
-        .stage(vk::ShaderStageFlags::COMPUTE)
-        .module(s.shader)
-        .name(c"main");
-    let pinfo = [vk::ComputePipelineCreateInfo::default()
-        .stage(stage)
-        .layout(s.layout)];
-    // SAFETY: valid create info referencing live module and layout.
-    s.pipeline = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &pinfo, None) }
-        .map_err(|(_, e)| crate::error::VkError::new("vkCreateComputePipelines", e))?[0];
-
-    let sizes = [vk::DescriptorPoolSize::default()
-        .ty(vk::DescriptorType::STORAGE_BUFFER)
-        .descriptor_count(2)];
-    // SAFETY: valid create info.
-    s.pool = unsafe {
-        d.create_descriptor_pool(
-            &vk::DescriptorPoolCreateInfo::default()
-                .max_sets(1)
-                .pool_sizes(&sizes),
-            None,
-        )
-    }
-    .vk("vkCreateDescriptorPool")?;
-    // SAFETY: the pool has room for one set of this layout.
-    let set = unsafe {
-        d.allocate_descriptor_sets(
-            &vk::DescriptorSetAllocateInfo::default()
-                .descriptor_pool(s.pool)
-                .set_layouts(&set_layouts),
-        )
-    }
-    .vk("vkAllocateDescriptorSets")?[0];
-    let infos = [buffers[0].raw(), buffers[1].raw()].map(|b| {
-        [vk::DescriptorBufferInfo::default()
-            .buffer(b)
-            .range(vk::WHOLE_SIZE)]
-    });
-    let writes = [
-        vk::WriteDescriptorSet::default()
-            .dst_set(set)
-            .dst_binding(0)
-            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-            .buffer_info(&infos[0]),
-        vk::WriteDescriptorSet::default()
-            .dst_set(set)
-            .dst_binding(1)
-            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-            .buffer_info(&infos[1]),
-    ];
-    // SAFETY: writes reference a live set and live buffers.
-    unsafe { d.update_descriptor_sets(&writes, &[]) };
+    s.create_pipeline()?;
+    let set = s.descriptor_set([buffers[0].raw(), buffers[1].raw()])?;
 
     let mut submission = Submission::new(device, 1, "the self-test")?;
     let cmd = submission.begin(0)?;
