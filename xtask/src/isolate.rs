@@ -75,10 +75,11 @@ fn sync(files: &[PathBuf], copy: &Path) -> Result {
         let (from, to) = (root().join(rel), copy.join(rel));
         let meta = std::fs::metadata(&from).map_err(|e| io("stat", &from, e))?;
         let modified = meta.modified().map_err(|e| io("mtime of", &from, e))?;
-        if let Ok(existing) = std::fs::metadata(&to) {
-            if existing.len() == meta.len() && existing.modified().ok() == Some(modified) {
-                continue;
-            }
+        if let Ok(existing) = std::fs::metadata(&to)
+            && existing.len() == meta.len()
+            && existing.modified().ok() == Some(modified)
+        {
+            continue;
         }
         if let Some(dir) = to.parent() {
             std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
