@@ -11,7 +11,9 @@
 //! Waits use one policy, [`WaitPolicy`]: a timeout per wait (default
 //! [`WaitPolicy::DEFAULT_TIMEOUT`]); a timed-out wait returns [`Error::Timeout`] and leaves
 //! the work pending. A lost device makes the submission fail every later call with
-//! [`Error::DeviceLost`].
+//! [`Error::DeviceLost`]; a wait that reports the loss first waits for the submission's own
+//! pending work (a lost device answers at once), so that its owner may destroy what that
+//! work uses once the wait returns, whichever call saw the loss.
 
 use std::fmt;
 use std::time::Duration;
@@ -247,7 +249,10 @@ impl Submission {
 
     /// Waits for the last submission, if any, under the wait policy; then resets the fence.
     pub fn wait(&mut self) -> Result<(), Error> {
-        self.check_lost()?;
+        if let Err(lost) = self.check_lost() {
+            self.settle_after_loss();
+            return Err(lost);
+        }
         if !self.pending {
             return Ok(());
         }
@@ -266,12 +271,41 @@ impl Submission {
                     timeout,
                 });
             }
-            Err(e) => return Err(self.note_loss(e)),
+            Err(e) => {
+                let e = self.note_loss(e);
+                if matches!(e, Error::DeviceLost { .. }) {
+                    self.settle_after_loss();
+                }
+                return Err(e);
+            }
         }
         // SAFETY: the fence is signaled and no submission uses it.
         unsafe { self.device.raw().reset_fences(&[self.fence]) }.vk("vkResetFences")?;
         self.pending = false;
         Ok(())
+    }
+
+    /// On a lost device, waits for this submission's pending work, if any: the loss may have
+    /// been seen elsewhere (another submission, an injected fault) while this work still runs.
+    /// A lost device answers at once; once the fence is signaled or the driver reports the
+    /// loss, nothing is pending and the owner may destroy what the work used. Any other
+    /// outcome (a time-out) leaves the work pending, for [`Drop`] to judge.
+    fn settle_after_loss(&mut self) {
+        if !self.pending {
+            return;
+        }
+        let ns = u64::try_from(self.policy.timeout.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: the fence belongs to this device.
+        match unsafe { self.device.wait_for_fence(self.fence, ns) } {
+            Ok(()) => {
+                // SAFETY: the fence is signaled and no submission uses it. A failure here
+                // changes nothing: no submission follows on a lost device.
+                let _ = unsafe { self.device.raw().reset_fences(&[self.fence]) };
+                self.pending = false;
+            }
+            Err(e) if e.is_device_lost() => self.pending = false,
+            Err(e) => log::error!("{}: waiting after the device loss: {e}", self.what),
+        }
     }
 
     /// Turns a device loss into the lasting [`Error::DeviceLost`] of the whole device; other

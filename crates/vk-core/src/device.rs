@@ -328,11 +328,30 @@ impl Device {
         let made = self
             .shared
             .allocator
-            .get_or_init(|| crate::memory::new_allocator(self));
+            .get_or_init(|| crate::memory::new_allocator(self, None));
         made.as_ref().map_err(|&result| Error::Allocation {
             what: "the device's memory allocator".into(),
             bytes: 0,
             result,
+        })
+    }
+
+    /// Makes the device's allocator now, treating every memory heap as at most `bytes` long,
+    /// so that tests can run out of device memory without exhausting the host (CPU drivers'
+    /// heaps are host RAM). Fails when the allocator exists already (something allocated).
+    pub(crate) fn limit_heaps(&self, bytes: u64) -> Result<(), Error> {
+        let made = crate::memory::new_allocator(self, Some(bytes));
+        if let Err(result) = made {
+            return Err(Error::Allocation {
+                what: "the device's memory allocator".into(),
+                bytes: 0,
+                result,
+            });
+        }
+        self.shared.allocator.set(made).map_err(|_| {
+            Error::InvalidArgument(
+                "the heap limit must be set before anything is allocated on the device".into(),
+            )
         })
     }
 

@@ -21,12 +21,24 @@ use crate::device::Device;
 use crate::error::{Error, VkError};
 use crate::tensor::BufferSlice;
 
-/// Makes the vk-mem allocator of `device` (called once, by [`Device`]).
-pub(crate) fn new_allocator(device: &Device) -> Result<vk_mem::Allocator, vk::Result> {
+/// Makes the vk-mem allocator of `device` (called once, by [`Device`]). With `heap_limit`,
+/// the allocator treats every memory heap as at most that many bytes (vk-mem's
+/// `pHeapSizeLimit`): allocations beyond it fail as out of device memory without reaching the
+/// driver (a test seam, [`crate::testing::device_with_heap_limit`]).
+pub(crate) fn new_allocator(
+    device: &Device,
+    heap_limit: Option<u64>,
+) -> Result<vk_mem::Allocator, vk::Result> {
     let api = device.enabled().api_version.min(Version::V1_3);
+    let limits: Vec<vk::DeviceSize> = match heap_limit {
+        Some(bytes) => vec![bytes; device.capabilities().memory.heaps.len()],
+        None => Vec::new(),
+    };
     let mut info =
         vk_mem::AllocatorCreateInfo::new(device.instance().raw(), device.raw(), device.physical());
     info.vulkan_api_version = vk::make_api_version(0, api.major(), api.minor(), 0);
+    // One entry per heap of the physical device, as vk-mem requires (or none: no limit).
+    info.heap_size_limits = &limits;
     // SAFETY: instance, device and physical device are live; the allocator is stored in the
     // device's shared state and destroyed before the device (see `DeviceShared::drop`).
     unsafe { vk_mem::Allocator::new(info) }
@@ -72,12 +84,19 @@ impl MemoryLocation {
         }
     }
 
+    /// For buffers. Every buffer's memory may be bound to other resources too (a consumer
+    /// binds its tensor or buffer at [`BufferSlice::memory`]), so a buffer that gets memory of
+    /// its own (vk-mem does so for large buffers, and when blocks run out) must not get it
+    /// dedicated to that buffer (`VkMemoryDedicatedAllocateInfo`): `CAN_ALIAS` says so.
     fn create_info(self) -> vk_mem::AllocationCreateInfo {
+        let alias = vk_mem::AllocationCreateFlags::CAN_ALIAS;
         let mapped = vk_mem::AllocationCreateFlags::MAPPED
-            | vk_mem::AllocationCreateFlags::HOST_ACCESS_RANDOM;
+            | vk_mem::AllocationCreateFlags::HOST_ACCESS_RANDOM
+            | alias;
         match self {
             MemoryLocation::Device => vk_mem::AllocationCreateInfo {
                 usage: vk_mem::MemoryUsage::AutoPreferDevice,
+                flags: alias,
                 ..Default::default()
             },
             MemoryLocation::DeviceMapped => vk_mem::AllocationCreateInfo {

@@ -75,6 +75,25 @@ pub fn device(test: &str, requirements: &Requirements) -> Option<(Instance, Devi
     }
 }
 
+/// As [`device`], with the device's allocator treating every memory heap as at most
+/// `heap_limit` bytes: allocations beyond it fail with [`crate::Error::Allocation`] (out of
+/// device memory) before reaching the driver. For tests of memory exhaustion that must not
+/// exhaust the host, whose RAM is the heap of CPU drivers.
+///
+/// # Panics
+/// When the allocator cannot be made.
+pub fn device_with_heap_limit(
+    test: &str,
+    requirements: &Requirements,
+    heap_limit: u64,
+) -> Option<(Instance, Device)> {
+    let (instance, device) = device(test, requirements)?;
+    if let Err(e) = device.limit_heaps(heap_limit) {
+        panic!("{test}: limiting the heaps to {heap_limit} bytes: {e}");
+    }
+    Some((instance, device))
+}
+
 /// Asserts that the instance saw no validation error, printing the first ones if it did.
 ///
 /// # Panics
