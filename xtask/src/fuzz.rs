@@ -2,7 +2,7 @@
 //!
 //! cargo-fuzz wants a nightly compiler for its `-Z` flags (sanitizer, coverage passes); the
 //! stable toolchain accepts them with `RUSTC_BOOTSTRAP=1`, which only this command sets, for
-//! the fuzz crate's own build under `fuzz/target`.
+//! the fuzz crate's own build under `<target>/fuzz`.
 //!
 //! Adding a decoder's target: write `fuzz/fuzz_targets/<name>.rs`, add its `[[bin]]` to
 //! `fuzz/Cargo.toml` (`cargo fuzz add <name>` does both) and one line to [`TARGETS`]; a
@@ -51,14 +51,15 @@ pub fn run(seconds_per_target: u64) -> crate::Result {
     Ok(())
 }
 
-/// `cargo fuzz`, run in `fuzz/` with `RUSTC_BOOTSTRAP=1`, building into `fuzz/target` whatever
-/// target directory the caller uses (its sanitizer flags would not share one anyway).
+/// `cargo fuzz`, run in `fuzz/` with `RUSTC_BOOTSTRAP=1`, building into `<target>/fuzz` (its
+/// sanitizer flags would not share a build with the workspace anyway; the folder survives the
+/// copy `ci` runs from).
 fn cargo_fuzz(root: &Path) -> Command {
     let mut c = crate::cargo();
     c.current_dir(root.join("fuzz"))
         .arg("fuzz")
         .env("RUSTC_BOOTSTRAP", "1")
-        .env("CARGO_TARGET_DIR", root.join("fuzz/target"));
+        .env("CARGO_TARGET_DIR", crate::target_dir().join("fuzz"));
     c
 }
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod fuzz;
 mod isolate;
 mod loom;
 mod setup;
@@ -37,6 +38,9 @@ const UMBRELLA_SETS: &[&str] = &[
     "vgf,compute,shared",
 ];
 
+/// Seconds each fuzz target runs in `ci`.
+const FUZZ_SECONDS: u64 = 60;
+
 /// Packages whose features select delegates (checked with `cargo tree`).
 const FEATURED_PACKAGES: &[&str] = &["vkdelegate", "vkdelegate-cli"];
 
@@ -50,7 +54,8 @@ fn usage() -> &'static str {
      \x20                  clippy, the feature matrix with validation, docs, the shader check\n\
      \x20                  and dependency-tree checks (VKDELEGATE_CI_IN_PLACE=1: no copy)\n\
      \x20 demo             setup, then run the CLI's demo on the best device found\n\
-     \x20 bench [ARGS]     setup, then run the CLI's bench command (release build)"
+     \x20 bench [ARGS]     setup, then run the CLI's bench command (release build)\n\
+     \x20 fuzz [SECONDS]   every fuzz target for SECONDS each (default 60), seeded from fixtures/"
 }
 
 fn main() -> ExitCode {
@@ -61,6 +66,11 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("demo") => demo(),
         Some("bench") => bench(&args[1..]),
+        Some("fuzz") => match args.get(1).map(|s| s.parse::<u64>()) {
+            None => fuzz::run(FUZZ_SECONDS),
+            Some(Ok(seconds)) => fuzz::run(seconds),
+            Some(Err(e)) => Err(format!("fuzz SECONDS: {e}")),
+        },
         _ => {
             eprintln!("{}", usage());
             return ExitCode::from(2);
@@ -256,6 +266,7 @@ fn ci() -> Result {
                 })?;
             }
         }
+        step(&mut summary, "fuzz (60 s per target)", || fuzz::run(FUZZ_SECONDS))?;
         step(&mut summary, "docs", || {
             exec(
                 cargo()
