@@ -18,6 +18,12 @@
 //! - Binds `VK_ARM_tensors` and `VK_ARM_data_graph` ([`arm`]), and finds Arm's ML emulation
 //!   layers when no device has those extensions natively ([`emulation`]).
 //!
+//! - Provides the plumbing every delegate uses, once: [`Submission`] (command pool, command
+//!   buffers, fence, pending state, semaphores, one [`WaitPolicy`], device loss), memory from one
+//!   vk-mem allocator per device ([`Buffer`], [`MemoryBlock`], the [`HostIo`] rule), barriers
+//!   by name ([`barrier`]), [`Timestamps`], and the shared vocabulary of tensors
+//!   ([`TensorSpec`], [`check_inputs`], [`DeviceTensor`], [`BufferSlice`]).
+//!
 //! Queue access goes through [`Queue::lock`], a scoped guard; an application sharing a queue
 //! supplies its lock through [`QueueLock`].
 //!
