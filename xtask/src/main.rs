@@ -266,7 +266,9 @@ fn ci() -> Result {
                 })?;
             }
         }
-        step(&mut summary, "fuzz (60 s per target)", || fuzz::run(FUZZ_SECONDS))?;
+        step(&mut summary, "fuzz (60 s per target)", || {
+            fuzz::run(FUZZ_SECONDS)
+        })?;
         step(&mut summary, "docs", || {
             exec(
                 cargo()
