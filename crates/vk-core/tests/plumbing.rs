@@ -156,6 +156,7 @@ fn a_wait_that_times_out_is_an_error_and_the_next_call_works() {
     let mut s = Submission::new(&device, 1, "timed model").unwrap();
     s.set_policy(WaitPolicy {
         timeout: Duration::from_secs(30),
+        ..WaitPolicy::default()
     });
     record_fill_and_read_back(&mut s, &on_device, &host, 3);
     device.inject_fault(FaultPoint::Wait, vk::Result::TIMEOUT);
