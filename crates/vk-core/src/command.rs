@@ -11,8 +11,8 @@
 //! Waits use one policy, [`WaitPolicy`]: a timeout per wait (default
 //! [`WaitPolicy::DEFAULT_TIMEOUT`]), after polling the fence for a short while (default
 //! [`WaitPolicy::DEFAULT_SPIN`]) so that short executions do not pay a blocked thread's wake-up;
-//! a timed-out wait returns [`Error::Timeout`] and leaves the work pending. A lost device makes the submission fail every later call with
-//! [`Error::DeviceLost`]; a wait that reports the loss first waits for the submission's own
+//! a timed-out wait returns [`Error::Timeout`] and leaves the work pending. A lost device makes
+//! the submission fail every later call with [`Error::DeviceLost`]; a wait that reports the loss first waits for the submission's own
 //! pending work (a lost device answers at once), so that its owner may destroy what that
 //! work uses once the wait returns, whichever call saw the loss.
 
