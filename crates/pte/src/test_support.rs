@@ -730,3 +730,128 @@ pub fn put_u64(bytes: &mut [u8], at: usize, v: u64) {
         b.copy_from_slice(&v.to_le_bytes());
     }
 }
+
+/// Bytes of the constant the sample graph stores by key (`w0`).
+pub const SAMPLE_NAMED: [u8; 16] = *b"named-weights-w0";
+/// Bytes of the constant the sample graph stores in its payload.
+pub const SAMPLE_INLINE_CONSTANT: [u8; 16] = *b"payload-constant";
+/// The sample VGF payload (not a real VGF file).
+pub const SAMPLE_VGF: &[u8] = b"VGF1 raw bytes of a VGF file";
+
+/// A Vulkan graph with every value kind, three nodes of two ops, and one constant by offset
+/// and one by the named data key `w0`.
+pub fn sample_vk_graph() -> VkGraphSpec {
+    use VkValueSpec as V;
+    let tensor = |dims: Vec<u32>, constant_id, mem_obj_id| V::Tensor {
+        datatype: 5,
+        dims,
+        constant_id,
+        mem_obj_id,
+    };
+    VkGraphSpec {
+        values: vec![
+            tensor(vec![1, 2, 2, 2], -1, 0),
+            tensor(vec![2, 2], 0, -1),
+            tensor(vec![4], 1, -1),
+            V::Null,
+            V::Int(7),
+            V::Double(0.25),
+            V::Bool(true),
+            V::IntList(vec![1, -2, 3]),
+            V::DoubleList(vec![1.5, 2.5]),
+            V::BoolList(vec![false, true]),
+            V::ValueList(vec![0, 1]),
+            V::String("hello".to_owned()),
+            V::SymInt(5),
+            tensor(vec![1, 2, 2, 2], -1, 1),
+        ],
+        chain: vec![
+            (0, "aten.add.Tensor".to_owned(), vec![0, 1, 13]),
+            (1, "aten.mul.Tensor".to_owned(), vec![13, 2, 13]),
+            (2, "aten.add.Tensor".to_owned(), vec![13, 4, 13]),
+        ],
+        input_ids: vec![0],
+        output_ids: vec![13],
+        constants: vec![(0, 16, None), (u64::MAX, 16, Some("w0".to_owned()))],
+        constant_bytes: SAMPLE_INLINE_CONSTANT.to_vec(),
+    }
+}
+
+/// A program with two plans: `forward` (every value kind, every instruction kind, a Vulkan
+/// delegate in a segment and a VGF delegate inline) and `second`; named data `w0`; a constant
+/// segment with one constant.
+pub fn sample_program() -> ProgramSpec {
+    use ValueSpec as V;
+    let float = |sizes: Vec<i32>, data_buffer_idx, allocation| V::Tensor {
+        scalar_type: 6,
+        sizes,
+        data_buffer_idx,
+        allocation,
+    };
+    let forward = PlanSpec {
+        name: "forward".to_owned(),
+        values: vec![
+            float(vec![1, 2, 2, 2], 0, Some((1, 0))),
+            float(vec![2, 2], 1, None),
+            V::Int(3),
+            V::Bool(true),
+            V::Double(0.5),
+            V::String("hello".to_owned()),
+            V::IntList(vec![1, 2]),
+            V::DoubleList(vec![1.5]),
+            V::BoolList(vec![true, false]),
+            V::TensorList(vec![0, 1]),
+            V::OptionalTensorList(vec![0, -1, 11]),
+            V::Null,
+            float(vec![1, 2, 2, 2], 0, Some((1, 1 << 32 | 32))),
+        ],
+        inputs: vec![0],
+        outputs: vec![12],
+        instructions: vec![
+            InstrSpec::Delegate(0, vec![0, 12]),
+            InstrSpec::Kernel(0, vec![12, 1, 12]),
+            InstrSpec::Move(12, 0),
+            InstrSpec::JumpFalse(3, 5),
+            InstrSpec::Free(0),
+            InstrSpec::Delegate(1, vec![12, 12]),
+        ],
+        operators: vec![("aten::add".to_owned(), "out".to_owned())],
+        delegates: vec![
+            DelegateSpec {
+                id: "VulkanBackend".to_owned(),
+                inline: false,
+                index: 0,
+                compile_specs: vec![("storage_type_override".to_owned(), vec![1, 0, 0, 0])],
+            },
+            DelegateSpec {
+                id: "VgfBackend".to_owned(),
+                inline: true,
+                index: 0,
+                compile_specs: vec![("tosa_spec".to_owned(), b"TOSA-1.0+FP".to_vec())],
+            },
+        ],
+    };
+    let second = PlanSpec {
+        name: "second".to_owned(),
+        values: vec![V::Int(1), float(vec![2], 0, Some((1, 0)))],
+        inputs: vec![1],
+        outputs: vec![1],
+        instructions: vec![InstrSpec::Free(1)],
+        ..Default::default()
+    };
+    let mut constants = vec![0u8; 16];
+    constants.extend_from_slice(b"0123456789abcdef");
+    ProgramSpec {
+        plans: vec![forward, second],
+        inline_data: vec![SAMPLE_VGF.to_vec()],
+        segments: vec![
+            build_vulkan_payload(&sample_vk_graph()),
+            SAMPLE_NAMED.to_vec(),
+            constants,
+        ],
+        named_data: vec![("w0".to_owned(), 1)],
+        constant_segment: Some((2, vec![0, 16])),
+        constant_buffer: Vec::new(),
+        no_extended_header: false,
+    }
+}
