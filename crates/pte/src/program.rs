@@ -1,6 +1,7 @@
 //! The program file: identifier, extended header, segments, named data, constants and plans.
 
 use std::collections::HashMap;
+use std::fmt;
 
 use flatbuffers::VerifierOptions;
 
@@ -54,7 +55,7 @@ pub struct NamedData<'a> {
 }
 
 /// Where the program's constant tensors are.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Constants<'a> {
     /// In a segment: `offsets[i]` is where constant `i` starts (entry 0 is a placeholder for
     /// non-constant tensors).
@@ -85,11 +86,32 @@ impl Constants<'_> {
     }
 }
 
+impl fmt::Debug for Constants<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Constants::Segment {
+                segment_index,
+                offsets,
+                data,
+            } => f
+                .debug_struct("Segment")
+                .field("segment_index", segment_index)
+                .field("offsets", offsets)
+                .field("data_len", &data.len())
+                .finish(),
+            Constants::Buffers(b) => {
+                let lens: Vec<usize> = b.iter().map(|b| b.len()).collect();
+                f.debug_tuple("Buffers").field(&lens).finish()
+            }
+        }
+    }
+}
+
 /// A decoded program, borrowing the file's bytes.
 ///
 /// Every index in it has been checked: plans' value, operator and delegate indices, delegate
 /// payload references, segment ranges, named data segments and constant offsets.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Program<'a> {
     data: &'a [u8],
     version: u32,
@@ -101,6 +123,21 @@ pub struct Program<'a> {
     named_index: HashMap<&'a str, usize>,
     constants: Constants<'a>,
     plans: Vec<ExecutionPlan<'a>>,
+}
+
+impl fmt::Debug for Program<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("len", &self.data.len())
+            .field("version", &self.version)
+            .field("extended_header", &self.header)
+            .field("segments", &self.segment_table)
+            .field("inline_delegate_data", &self.inline_data.len())
+            .field("named_data", &self.named_data)
+            .field("constants", &self.constants)
+            .field("plans", &self.plans)
+            .finish()
+    }
 }
 
 impl<'a> Program<'a> {
@@ -341,6 +378,14 @@ pub(crate) fn four(data: &[u8], at: usize) -> [u8; 4] {
         out.copy_from_slice(b);
     }
     out
+}
+
+pub(crate) fn le_u16(data: &[u8], at: usize) -> u16 {
+    let mut out = [0; 2];
+    if let Some(b) = data.get(at..at + 2) {
+        out.copy_from_slice(b);
+    }
+    u16::from_le_bytes(out)
 }
 
 pub(crate) fn le_u32(data: &[u8], at: usize) -> u32 {

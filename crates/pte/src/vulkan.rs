@@ -1,10 +1,12 @@
 //! The `VulkanBackend` payload: the `VH00` header, the `VK00` [`VkGraph`] and its constant bytes.
 
+use std::fmt;
+
 use flatbuffers::{ForwardsUOffset, Vector};
 
 use crate::error::{DecodeError, Result};
 use crate::plan::index;
-use crate::program::{Program, four, le_u32, le_u64, slice, verifier_options};
+use crate::program::{Program, four, le_u16, le_u32, le_u64, slice, verifier_options};
 use crate::vkgraph_generated::vkgraph as fb;
 
 /// The backend id of Vulkan delegates.
@@ -57,7 +59,7 @@ impl VulkanHeader {
             });
         }
         let h = VulkanHeader {
-            header_len: u16::from_le_bytes([payload[8], payload[9]]),
+            header_len: le_u16(payload, 8),
             flatbuffer_offset: le_u32(payload, 10),
             flatbuffer_size: le_u32(payload, 14),
             bytes_offset: le_u32(payload, 18),
@@ -322,7 +324,7 @@ impl VkBytes<'_> {
 }
 
 /// A decoded `VulkanBackend` payload, borrowing it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct VkGraph<'a> {
     /// The payload header.
     pub header: VulkanHeader,
@@ -348,6 +350,24 @@ pub struct VkGraph<'a> {
 }
 
 type FbVec<'a, T> = Vector<'a, ForwardsUOffset<T>>;
+
+impl fmt::Debug for VkGraph<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VkGraph")
+            .field("header", &self.header)
+            .field("version", &self.version)
+            .field("chain", &self.chain)
+            .field("values", &self.values)
+            .field("input_ids", &self.input_ids)
+            .field("output_ids", &self.output_ids)
+            .field("constants", &self.constants)
+            .field("shaders", &self.shaders)
+            .field("storage_type_override", &self.storage_type_override)
+            .field("memory_layout_override", &self.memory_layout_override)
+            .field("constant_bytes_len", &self.constant_bytes.len())
+            .finish()
+    }
+}
 
 impl<'a> VkGraph<'a> {
     /// Decodes a `VulkanBackend` payload: header, verified `VkGraph`, every value id and

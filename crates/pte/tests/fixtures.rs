@@ -163,7 +163,11 @@ fn check_delegate(path: &Path, p: &Program<'_>, m: &Json) {
         "{at}: payload size"
     );
     if let Some(magic) = m.get("vgf_magic").and_then(Json::as_str) {
-        let ours: String = payload.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        let ours: String = payload
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect();
         assert_eq!(ours, magic, "{at}: VGF payload start");
     }
     let Some(chain) = strings(m.get("vk_chain")) else {
