@@ -99,12 +99,19 @@ pub fn run(model: &Path, _: &[String], _: Option<&Path>, _: usize, _: bool) -> R
     .into())
 }
 
-/// A program file, or a VGF file as a one-step program named after the file.
+/// A program file, an ExecuTorch program, or a VGF file as a one-step program named after the
+/// file.
 #[cfg(any(feature = "vgf", feature = "compute"))]
 fn builder_for(model: &Path) -> Result<vkdelegate::program::ProgramBuilder> {
     use vkdelegate::program::{ProgramBuilder, ProgramFile};
-    if model.extension().and_then(|e| e.to_str()) == Some("toml") {
-        return Ok(ProgramBuilder::from_file(ProgramFile::read(model)?));
+    match model.extension().and_then(|e| e.to_str()) {
+        Some("toml") => return Ok(ProgramBuilder::from_file(ProgramFile::read(model)?)),
+        Some("pte") => {
+            let bytes = std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?;
+            return vkdelegate::pte::program_builder(bytes.into(), None)
+                .map_err(|e| format!("{}: {e}", model.display()).into());
+        }
+        _ => {}
     }
     vgf_step(model).map(|s| ProgramBuilder::new().step(s))
 }

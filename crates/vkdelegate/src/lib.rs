@@ -28,6 +28,8 @@ pub use vgf_delegate as vgf;
 
 #[cfg(any(feature = "vgf", feature = "compute"))]
 pub mod program;
+#[cfg(any(feature = "vgf", feature = "compute"))]
+pub mod pte;
 
 /// The delegates compiled into this build, by name.
 pub fn compiled_delegates() -> &'static [&'static str] {

@@ -39,7 +39,7 @@ pub(super) mod compute {
     use vk_core::{BufferSlice, Device, Requirements, TensorSpec};
 
     use crate::program::error::{ProgramError, Result};
-    use crate::program::spec::ComputeStep;
+    use crate::program::spec::{ComputeStep, VulkanDelegate};
     use crate::program::step::Runner;
     use crate::program::wiring::StepIo;
 
@@ -60,6 +60,19 @@ pub(super) mod compute {
         _op: &ComputeStep,
         _known: &[Option<TensorSpec>],
     ) -> Result<StepIo> {
+        Err(absent(step))
+    }
+
+    pub(in crate::program) fn vulkan_io(step: &str, _d: &VulkanDelegate) -> Result<StepIo> {
+        Err(absent(step))
+    }
+
+    pub(in crate::program) fn vulkan_load(
+        step: &str,
+        _d: &VulkanDelegate,
+        _device: &Device,
+        _external: &[Option<BufferSlice>],
+    ) -> Result<Box<dyn Runner>> {
         Err(absent(step))
     }
 

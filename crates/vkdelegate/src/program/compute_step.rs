@@ -4,7 +4,7 @@ use compute_delegate::{BuildOptions, Graph, GraphBuilder, Pool2d, TensorId};
 use vk_core::{BufferSlice, Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
 
 use super::error::{ProgramError, Result};
-use super::spec::{Arith, ComputeOp, ComputeStep, PoolParams, UnaryFn};
+use super::spec::{Arith, ComputeOp, ComputeStep, PoolParams, UnaryFn, VulkanDelegate};
 use super::step::Runner;
 use super::wiring::StepIo;
 
@@ -71,6 +71,46 @@ pub(super) fn load(
     device: &Device,
     external: &[Option<BufferSlice>],
 ) -> Result<Box<dyn Runner>> {
+    let options = options(external);
+    let graph = build_graph(step, &op.op, inputs)?
+        .build_with(device, &options)
+        .map_err(wrap(step))?;
+    Ok(Box::new(ComputeRunner {
+        graph,
+        device: device.clone(),
+    }))
+}
+
+/// The graph of a `VulkanBackend` delegate, lowered onto the compute delegate.
+fn vulkan_graph(step: &str, d: &VulkanDelegate) -> Result<GraphBuilder> {
+    crate::pte::lower::graph(d).map_err(|e| ProgramError::step(step, e.to_string()))
+}
+
+pub(super) fn vulkan_io(step: &str, d: &VulkanDelegate) -> Result<StepIo> {
+    let g = vulkan_graph(step, d)?;
+    Ok(StepIo {
+        inputs: g.input_specs(),
+        outputs: g.output_specs(),
+    })
+}
+
+pub(super) fn vulkan_load(
+    step: &str,
+    d: &VulkanDelegate,
+    device: &Device,
+    external: &[Option<BufferSlice>],
+) -> Result<Box<dyn Runner>> {
+    let graph = vulkan_graph(step, d)?
+        .build_with(device, &options(external))
+        .map_err(wrap(step))?;
+    Ok(Box::new(ComputeRunner {
+        graph,
+        device: device.clone(),
+    }))
+}
+
+/// Build options binding input `i` to `external[i]` where given.
+fn options(external: &[Option<BufferSlice>]) -> BuildOptions {
     let mut options = BuildOptions::default();
     for (i, slice) in external.iter().enumerate() {
         if let Some(slice) = slice {
@@ -80,13 +120,7 @@ pub(super) fn load(
             unsafe { options.external.bind_input(i, *slice) };
         }
     }
-    let graph = build_graph(step, &op.op, inputs)?
-        .build_with(device, &options)
-        .map_err(wrap(step))?;
-    Ok(Box::new(ComputeRunner {
-        graph,
-        device: device.clone(),
-    }))
+    options
 }
 
 /// The one-op graph of `op` on inputs of `inputs` specs.

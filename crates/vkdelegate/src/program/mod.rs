@@ -40,7 +40,7 @@ pub use file::ProgramFile;
 pub use ops::OPS;
 pub use spec::{
     Arith, ComputeOp, ComputeStep, DeviceChoice, HandOff, PoolParams, StepKind, StepSpec, Timings,
-    UnaryFn,
+    UnaryFn, VulkanDelegate,
 };
 
 use error::Result;

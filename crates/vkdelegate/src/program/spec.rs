@@ -21,6 +21,21 @@ pub enum StepKind {
     },
     /// A compute op.
     Compute(ComputeStep),
+    /// A `VulkanBackend` delegate of an ExecuTorch program: its graph, lowered onto the compute
+    /// delegate.
+    Vulkan(VulkanDelegate),
+}
+
+/// Where a `VulkanBackend` delegate lives: the whole `.pte` program (its named data holds the
+/// graph's weights), the plan and the delegate's index in it.
+#[derive(Debug, Clone)]
+pub struct VulkanDelegate {
+    /// The program file's bytes.
+    pub program: Arc<[u8]>,
+    /// The execution plan's name.
+    pub plan: String,
+    /// The delegate's index in the plan.
+    pub delegate: usize,
 }
 
 /// One step: what it runs and the tensor names it reads and writes.

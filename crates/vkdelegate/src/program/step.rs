@@ -15,7 +15,7 @@ use super::absent::vgf;
 #[cfg(feature = "compute")]
 use super::compute_step as compute;
 use super::error::{ProgramError, Result};
-use super::spec::{ComputeStep, StepKind, StepSpec};
+use super::spec::{ComputeStep, StepKind, StepSpec, VulkanDelegate};
 #[cfg(feature = "vgf")]
 use super::vgf_step as vgf;
 use super::wiring::StepIo;
@@ -48,6 +48,8 @@ pub(super) enum Prepared {
     Vgf(Arc<[u8]>),
     /// A compute op.
     Compute(ComputeStep),
+    /// A `VulkanBackend` delegate, lowered onto the compute delegate.
+    Vulkan(VulkanDelegate),
 }
 
 /// Reads a step's VGF file, once.
@@ -60,6 +62,7 @@ pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
             }),
         StepKind::VgfBytes { bytes } => Ok(Prepared::Vgf(bytes.clone())),
         StepKind::Compute(c) => Ok(Prepared::Compute(c.clone())),
+        StepKind::Vulkan(v) => Ok(Prepared::Vulkan(v.clone())),
     }
 }
 
@@ -67,7 +70,7 @@ pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
 pub(super) fn requirements(step: &str, prepared: &Prepared) -> Result<Requirements> {
     match prepared {
         Prepared::Vgf(bytes) => vgf::requirements(step, bytes),
-        Prepared::Compute(_) => compute::requirements(step),
+        Prepared::Compute(_) | Prepared::Vulkan(_) => compute::requirements(step),
     }
 }
 
@@ -77,6 +80,7 @@ pub(super) fn io(step: &str, prepared: &Prepared, known: &[Option<TensorSpec>]) 
     match prepared {
         Prepared::Vgf(bytes) => vgf::io(step, bytes),
         Prepared::Compute(c) => compute::io(step, c, known),
+        Prepared::Vulkan(v) => compute::vulkan_io(step, v),
     }
 }
 
@@ -91,5 +95,6 @@ pub(super) fn load(
     match prepared {
         Prepared::Vgf(bytes) => vgf::load(step, bytes, device, external),
         Prepared::Compute(c) => compute::load(step, c, &io.inputs, device, external),
+        Prepared::Vulkan(v) => compute::vulkan_load(step, v, device, external),
     }
 }

@@ -1,0 +1,445 @@
+//! A `VulkanBackend` delegate's `VkGraph` lowered onto a `compute_delegate::GraphBuilder`, node
+//! by node, by each op's ExecuTorch name, with ExecuTorch's argument order (the output last).
+//!
+//! Storage types and memory layouts (texture or buffer, channels- or width-packed) are hints
+//! for ExecuTorch's own runtime; the compute delegate keeps every tensor in a buffer, packed
+//! row-major, which does not change results. Graphs exported with `force_fp16` hold fp16
+//! constants and tensors: they are computed in fp32 here (constants widened at load), with the
+//! delegate's fp32 staging dtype at its inputs and outputs.
+
+use std::fmt;
+
+use compute_delegate::{Conv2d, GraphBuilder, TensorId};
+use executorch_pte::{Program as Pte, VkDataType, VkGraph, VkTensor, VkValue};
+use vk_core::{DType, HostTensor};
+
+use crate::program::VulkanDelegate;
+
+/// The ops this lowering implements, by ExecuTorch name.
+pub(crate) const SUPPORTED: &[&str] = &[
+    "et_vk.conv_with_clamp.default",
+    "aten.convolution.default",
+    "et_vk.prepack.default",
+    "aten.add.Tensor",
+    "aten.sub.Tensor",
+    "aten.mul.Tensor",
+    "aten.div.Tensor",
+    "aten.sigmoid.default",
+    "aten.relu.default",
+    "aten.tanh.default",
+    "aten.hardswish.default",
+    "aten.gelu.default",
+    "aten.clamp.default",
+    "aten.hardtanh.default",
+    "aten.mean.dim",
+    "aten.sum.dim_IntList",
+    "aten.clone.default",
+    "aten.view_copy.default",
+    "aten.squeeze_copy.dims",
+    "aten.unsqueeze_copy.default",
+    "aten.permute_copy.default",
+    "aten.linear.default",
+    "aten.bmm.default",
+    "aten._softmax.default",
+    "aten.native_layer_norm.default",
+];
+
+/// Why a graph cannot be lowered.
+#[derive(Debug)]
+pub(crate) struct LowerError(String);
+
+impl fmt::Display for LowerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+type Result<T> = std::result::Result<T, LowerError>;
+
+fn err(problem: impl Into<String>) -> LowerError {
+    LowerError(problem.into())
+}
+
+/// The delegate's graph as a compute graph.
+pub(crate) fn graph(d: &VulkanDelegate) -> Result<GraphBuilder> {
+    let pte = Pte::decode(&d.program).map_err(|e| err(e.to_string()))?;
+    let plan = pte.plan(&d.plan).map_err(|e| err(e.to_string()))?;
+    let delegate = plan
+        .delegates
+        .get(d.delegate)
+        .ok_or_else(|| err(format!("no delegate {}", d.delegate)))?;
+    let payload = pte
+        .delegate_payload(delegate)
+        .map_err(|e| err(e.to_string()))?;
+    let vk = VkGraph::decode(payload).map_err(|e| err(e.to_string()))?;
+    Lowering::new(&pte, &vk).run()
+}
+
+/// The state of one lowering: the builder and the tensor each graph value became.
+struct Lowering<'p, 'a> {
+    pte: &'p Pte<'a>,
+    vk: &'p VkGraph<'a>,
+    g: GraphBuilder,
+    tensors: Vec<Option<TensorId>>,
+}
+
+fn dtype_of(t: &VkTensor, staging: bool) -> Result<DType> {
+    let d = if staging && t.staging_datatype != VkDataType::Unset {
+        t.staging_datatype
+    } else {
+        t.datatype
+    };
+    match d {
+        // fp16 graphs compute in fp32 here.
+        VkDataType::Float32 | VkDataType::Float16 => Ok(DType::F32),
+        VkDataType::Int32 => Ok(DType::I32),
+        VkDataType::Int8 => Ok(DType::I8),
+        other => Err(err(format!("tensor dtype {other:?} is not supported"))),
+    }
+}
+
+fn dims(t: &VkTensor) -> Vec<usize> {
+    t.dims.iter().map(|&d| d as usize).collect()
+}
+
+/// IEEE half to single precision.
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let frac = f32::from(h & 0x3ff);
+    match exp {
+        0 => sign * frac * 2f32.powi(-24),
+        31 if frac == 0.0 => sign * f32::INFINITY,
+        31 => f32::NAN,
+        _ => sign * (1.0 + frac / 1024.0) * 2f32.powi(exp - 15),
+    }
+}
+
+impl<'p, 'a> Lowering<'p, 'a> {
+    fn new(pte: &'p Pte<'a>, vk: &'p VkGraph<'a>) -> Self {
+        Lowering {
+            pte,
+            vk,
+            g: GraphBuilder::new(),
+            tensors: vec![None; vk.values.len()],
+        }
+    }
+
+    fn run(mut self) -> Result<GraphBuilder> {
+        for (i, &id) in self.vk.input_ids.iter().enumerate() {
+            let t = self.tensor_value(id)?;
+            let x = self
+                .g
+                .input(&format!("in{i}"), dtype_of(t, true)?, &dims(t))
+                .map_err(|e| err(e.to_string()))?;
+            self.tensors[id as usize] = Some(x);
+        }
+        for node in &self.vk.chain {
+            self.node(node.name, &node.args)
+                .map_err(|e| err(format!("node {} ({}): {e}", node.node_id, node.name)))?;
+        }
+        for &id in &self.vk.output_ids {
+            let t = self.tensor(id)?;
+            self.g.output(t).map_err(|e| err(e.to_string()))?;
+        }
+        Ok(self.g)
+    }
+
+    fn value(&self, id: u32) -> Result<&'p VkValue<'a>> {
+        self.vk
+            .values
+            .get(id as usize)
+            .ok_or_else(|| err(format!("value {id} does not exist")))
+    }
+
+    fn tensor_value(&self, id: u32) -> Result<&'p VkTensor> {
+        match self.value(id)? {
+            VkValue::Tensor(t) => Ok(t),
+            other => Err(err(format!(
+                "value {id} is a {}, not a tensor",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// The tensor of value `id`: produced earlier, or a constant made now.
+    fn tensor(&mut self, id: u32) -> Result<TensorId> {
+        if let Some(t) = self.tensors.get(id as usize).copied().flatten() {
+            return Ok(t);
+        }
+        let t = self.tensor_value(id)?;
+        let Some(c) = t.constant_id else {
+            return Err(err(format!(
+                "tensor value {id} is used before it is produced"
+            )));
+        };
+        let bytes = self
+            .vk
+            .constant(c as usize, self.pte)
+            .map_err(|e| err(e.to_string()))?;
+        let host = match t.datatype {
+            VkDataType::Float16 => {
+                let v: Vec<f32> = bytes
+                    .chunks_exact(2)
+                    .map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+                    .collect();
+                HostTensor::from_f32(dims(t), &v)
+            }
+            _ => HostTensor::new(dtype_of(t, false)?, dims(t), bytes.to_vec()),
+        }
+        .map_err(|e| err(format!("constant {c}: {e}")))?;
+        let x = self
+            .g
+            .constant(&format!("c{c}"), host)
+            .map_err(|e| err(e.to_string()))?;
+        self.tensors[id as usize] = Some(x);
+        Ok(x)
+    }
+
+    fn opt_tensor(&mut self, id: u32) -> Result<Option<TensorId>> {
+        match self.value(id)? {
+            VkValue::Null => Ok(None),
+            _ => self.tensor(id).map(Some),
+        }
+    }
+
+    fn int(&self, id: u32) -> Result<i64> {
+        match self.value(id)? {
+            VkValue::Int(v) => Ok(*v),
+            VkValue::SymInt(v) => Ok(i64::from(*v)),
+            VkValue::Bool(b) => Ok(i64::from(*b)),
+            other => Err(err(format!("value {id} is a {}, not an int", other.kind()))),
+        }
+    }
+
+    /// A number, or `default` for `Null`.
+    fn number(&self, id: u32, default: f64) -> Result<f64> {
+        match self.value(id)? {
+            VkValue::Null => Ok(default),
+            VkValue::Double(v) => Ok(*v),
+            VkValue::Int(v) => Ok(*v as f64),
+            other => Err(err(format!(
+                "value {id} is a {}, not a number",
+                other.kind()
+            ))),
+        }
+    }
+
+    fn ints(&self, id: u32) -> Result<Vec<i64>> {
+        match self.value(id)? {
+            VkValue::IntList(v) => Ok(v.clone()),
+            VkValue::Int(v) => Ok(vec![*v]),
+            other => Err(err(format!(
+                "value {id} is a {}, not an int list",
+                other.kind()
+            ))),
+        }
+    }
+
+    fn bool(&self, id: u32) -> Result<bool> {
+        match self.value(id)? {
+            VkValue::Bool(b) => Ok(*b),
+            other => Err(err(format!("value {id} is a {}, not a bool", other.kind()))),
+        }
+    }
+
+    fn pair(&self, id: u32) -> Result<[usize; 2]> {
+        let v = self.ints(id)?;
+        let u = |x: i64| usize::try_from(x).map_err(|_| err(format!("{x} is negative")));
+        match v.as_slice() {
+            [a] => Ok([u(*a)?, u(*a)?]),
+            [a, b] => Ok([u(*a)?, u(*b)?]),
+            _ => Err(err(format!(
+                "value {id}: expected one or two ints, got {v:?}"
+            ))),
+        }
+    }
+
+    /// The id of the node's output tensor: its last argument, or the first of a value list.
+    fn out_id(&self, args: &[u32]) -> Result<u32> {
+        let last = *args
+            .last()
+            .ok_or_else(|| err("the node has no arguments"))?;
+        match self.value(last)? {
+            VkValue::ValueList(ids) => ids
+                .first()
+                .copied()
+                .ok_or_else(|| err("an empty output list")),
+            _ => Ok(last),
+        }
+    }
+
+    fn arg(args: &[u32], i: usize) -> Result<u32> {
+        args.get(i)
+            .copied()
+            .ok_or_else(|| err(format!("argument {i} is missing ({} given)", args.len())))
+    }
+
+    fn set_out(&mut self, args: &[u32], t: TensorId) -> Result<()> {
+        let out = self.out_id(args)?;
+        self.tensors[out as usize] = Some(t);
+        Ok(())
+    }
+
+    fn node(&mut self, name: &str, args: &[u32]) -> Result<()> {
+        let a = |i| Self::arg(args, i);
+        let ge = |e: compute_delegate::Error| err(e.to_string());
+        let t = match name {
+            "et_vk.conv_with_clamp.default" | "aten.convolution.default" => {
+                self.conv(name, args)?
+            }
+            "et_vk.prepack.default" | "aten.clone.default" => self.tensor(a(0)?)?,
+            "aten.add.Tensor" | "aten.sub.Tensor" => {
+                let x = self.tensor(a(0)?)?;
+                let mut y = self.tensor(a(1)?)?;
+                let alpha = if args.len() > 3 {
+                    self.number(a(2)?, 1.0)?
+                } else {
+                    1.0
+                };
+                if alpha != 1.0 {
+                    y = self.g.mul_scalar(y, alpha as f32).map_err(ge)?;
+                }
+                if name == "aten.add.Tensor" {
+                    self.g.add(x, y)
+                } else {
+                    self.g.sub(x, y)
+                }
+                .map_err(ge)?
+            }
+            "aten.mul.Tensor" | "aten.div.Tensor" => {
+                let x = self.tensor(a(0)?)?;
+                let y = self.tensor(a(1)?)?;
+                if name == "aten.mul.Tensor" {
+                    self.g.mul(x, y)
+                } else {
+                    self.g.div(x, y)
+                }
+                .map_err(ge)?
+            }
+            _ => return self.node_unary_or_shape(name, args),
+        };
+        self.set_out(args, t)
+    }
+
+    fn node_unary_or_shape(&mut self, name: &str, args: &[u32]) -> Result<()> {
+        let a = |i| Self::arg(args, i);
+        let ge = |e: compute_delegate::Error| err(e.to_string());
+        let x = self.tensor(a(0)?)?;
+        let t = match name {
+            "aten.sigmoid.default" => self.g.sigmoid(x),
+            "aten.relu.default" => self.g.relu(x),
+            "aten.tanh.default" => self.g.tanh(x),
+            "aten.hardswish.default" => self.g.hardswish(x),
+            "aten.gelu.default" => {
+                let tanh = matches!(self.value(a(1)?)?, VkValue::String("tanh"));
+                self.g.gelu(x, tanh)
+            }
+            "aten.clamp.default" | "aten.hardtanh.default" => {
+                let (lo, hi) = if name == "aten.hardtanh.default" {
+                    (-1.0, 1.0)
+                } else {
+                    (f64::from(f32::MIN), f64::from(f32::MAX))
+                };
+                let min = self.number(a(1)?, lo)?;
+                let max = self.number(a(2)?, hi)?;
+                self.g.clamp(x, min as f32, max as f32)
+            }
+            "aten.mean.dim" | "aten.sum.dim_IntList" => {
+                let dims: Vec<isize> = self.ints(a(1)?)?.iter().map(|&d| d as isize).collect();
+                let keepdim = self.bool(a(2)?)?;
+                if name == "aten.mean.dim" {
+                    self.g.mean(x, &dims, keepdim)
+                } else {
+                    self.g.sum(x, &dims, keepdim)
+                }
+            }
+            "aten.view_copy.default" | "aten.squeeze_copy.dims" | "aten.unsqueeze_copy.default" => {
+                // The output's sizes say the result; every one of these is a reshape.
+                let out = self.tensor_value(self.out_id(args)?)?;
+                let shape: Vec<isize> = out.dims.iter().map(|&d| d as isize).collect();
+                self.g.reshape(x, &shape)
+            }
+            "aten.permute_copy.default" => {
+                let perm: Vec<isize> = self.ints(a(1)?)?.iter().map(|&d| d as isize).collect();
+                self.g.permute(x, &perm)
+            }
+            "aten._softmax.default" => self.g.softmax(x, self.int(a(1)?)? as isize),
+            _ => return self.node_linear(name, args, x),
+        }
+        .map_err(ge)?;
+        self.set_out(args, t)
+    }
+
+    fn node_linear(&mut self, name: &str, args: &[u32], x: TensorId) -> Result<()> {
+        let a = |i| Self::arg(args, i);
+        let ge = |e: compute_delegate::Error| err(e.to_string());
+        let t = match name {
+            "aten.linear.default" => {
+                let w = self.tensor(a(1)?)?;
+                let b = self.opt_tensor(a(2)?)?;
+                self.g.linear(x, w, b)
+            }
+            "aten.bmm.default" => {
+                let y = self.tensor(a(1)?)?;
+                self.g.bmm(x, y)
+            }
+            "aten.native_layer_norm.default" => {
+                let shape: Vec<usize> = self.ints(a(1)?)?.iter().map(|&d| d as usize).collect();
+                let w = self.opt_tensor(a(2)?)?;
+                let b = self.opt_tensor(a(3)?)?;
+                let eps = self.number(a(4)?, 1e-5)?;
+                self.g.layer_norm(x, &shape, w, b, eps as f32)
+            }
+            other => return Err(err(format!("op {other} is not lowered"))),
+        }
+        .map_err(ge)?;
+        self.set_out(args, t)
+    }
+
+    /// `(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    /// [, output_min, output_max], out)`.
+    fn conv(&mut self, name: &str, args: &[u32]) -> Result<TensorId> {
+        let a = |i| Self::arg(args, i);
+        let ge = |e: compute_delegate::Error| err(e.to_string());
+        if self.bool(a(6)?)? {
+            return Err(err("transposed convolution is not supported"));
+        }
+        let x = self.tensor(a(0)?)?;
+        let w = self.tensor(a(1)?)?;
+        let b = self.opt_tensor(a(2)?)?;
+        let groups = usize::try_from(self.int(a(8)?)?).map_err(|_| err("negative groups"))?;
+        let p = Conv2d {
+            stride: self.pair(a(3)?)?,
+            padding: self.pair(a(4)?)?,
+            dilation: self.pair(a(5)?)?,
+            groups,
+        };
+        let y = self.g.conv2d(x, w, b, p).map_err(ge)?;
+        if name != "et_vk.conv_with_clamp.default" {
+            return Ok(y);
+        }
+        let min = self.number(a(9)?, f64::from(f32::MIN))?;
+        let max = self.number(a(10)?, f64::from(f32::MAX))?;
+        let (min, max) = (
+            min.max(f64::from(f32::MIN)) as f32,
+            max.min(f64::from(f32::MAX)) as f32,
+        );
+        self.g.clamp(y, min, max).map_err(ge)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::f16_to_f32;
+
+    #[test]
+    fn half_floats_widen_exactly() {
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x3555), 0.333_251_95);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert!(f16_to_f32(0x7c00).is_infinite());
+        assert!(f16_to_f32(0x7e00).is_nan());
+    }
+}

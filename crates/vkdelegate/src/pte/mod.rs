@@ -1,0 +1,319 @@
+//! ExecuTorch programs (`.pte`) as [`crate::program`]s.
+//!
+//! An execution plan's instructions become program steps, in order: a `DelegateCall` to
+//! `VgfBackend` runs its VGF bytes on the VGF delegate; one to `VulkanBackend` runs its graph,
+//! lowered onto the compute delegate (`lower.rs`); a `KernelCall` (an op ExecuTorch left on the
+//! CPU) whose op the compute delegate implements runs on the GPU too. Tensors are named by
+//! their value index (`v<i>`; the plan's inputs `input_<i>`, its outputs `output_<i>`), so the
+//! program's wiring pass checks every hand-off, and device hand-off keeps them on the device.
+//!
+//! Before anything is loaded, every op the build cannot run (a Vulkan graph node, a CPU
+//! kernel, a delegate of another backend, control flow) is collected and reported at once,
+//! with where it is.
+
+#[cfg(feature = "compute")]
+pub(crate) mod lower;
+
+use std::fmt;
+use std::sync::Arc;
+
+use executorch_pte::{
+    DecodeError, ExecutionPlan, Instruction, Program as Pte, VGF_BACKEND_ID, VULKAN_BACKEND_ID,
+    Value, VkGraph,
+};
+
+use crate::program::{ProgramBuilder, StepKind, StepSpec, VulkanDelegate};
+
+/// What cannot become a program, with every reason.
+#[derive(Debug, thiserror::Error)]
+pub enum PteError {
+    /// The file is not a valid ExecuTorch program.
+    #[error("not a valid ExecuTorch program: {0}")]
+    Decode(#[from] DecodeError),
+    /// Ops or constructs this build cannot run, each with where it is.
+    #[error("{} unsupported op(s): {}", .0.len(), list(.0))]
+    Unsupported(Vec<Unsupported>),
+}
+
+fn list(items: &[Unsupported]) -> String {
+    items
+        .iter()
+        .map(|u| u.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One op or construct that cannot run, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The op (`aten.any.dim`, `aten::mul.Scalar_out`) or construct (`JumpFalseCall`).
+    pub what: String,
+    /// Where: plan, instruction, delegate, node ids.
+    pub location: String,
+}
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.what, self.location)
+    }
+}
+
+/// The name a value gets in the program.
+fn value_name(plan: &ExecutionPlan<'_>, index: u32) -> String {
+    if let Some(i) = plan.inputs.iter().position(|&v| v == index) {
+        return format!("input_{i}");
+    }
+    if let Some(i) = plan.outputs.iter().position(|&v| v == index) {
+        return format!("output_{i}");
+    }
+    format!("v{index}")
+}
+
+/// Builds the program of plan `method` (default `forward`) of the `.pte` file `bytes`.
+pub fn program_builder(bytes: Arc<[u8]>, method: Option<&str>) -> Result<ProgramBuilder, PteError> {
+    let pte = Pte::decode(&bytes)?;
+    let plan = match method {
+        Some(m) => pte.plan(m)?,
+        None => pte.forward()?,
+    };
+    let mut unsupported = Vec::new();
+    let mut steps = Vec::new();
+    for (k, instruction) in plan.instructions().enumerate() {
+        let at = format!("plan '{}', instruction {k}", plan.name);
+        match step_of(&pte, plan, instruction, &at, &bytes) {
+            Ok(Some(step)) => steps.push(step),
+            Ok(None) => {}
+            Err(mut u) => unsupported.append(&mut u),
+        }
+    }
+    for (i, &v) in plan.inputs.iter().enumerate() {
+        if !matches!(plan.values.get(v as usize), Some(Value::Tensor(_))) {
+            unsupported.push(Unsupported {
+                what: "a plan input that is not a tensor".into(),
+                location: format!("plan '{}', input {i} (value {v})", plan.name),
+            });
+        }
+    }
+    if !unsupported.is_empty() {
+        return Err(PteError::Unsupported(unsupported));
+    }
+    let outputs: Vec<String> = plan.outputs.iter().map(|&v| value_name(plan, v)).collect();
+    let names: Vec<&str> = outputs.iter().map(String::as_str).collect();
+    Ok(steps
+        .into_iter()
+        .fold(ProgramBuilder::new(), ProgramBuilder::step)
+        .outputs(&names))
+}
+
+/// The step of one instruction (`None`: nothing to run, e.g. `FreeCall`).
+fn step_of(
+    pte: &Pte<'_>,
+    plan: &ExecutionPlan<'_>,
+    instruction: &Instruction,
+    at: &str,
+    bytes: &Arc<[u8]>,
+) -> Result<Option<StepSpec>, Vec<Unsupported>> {
+    let unsupported = |what: String| {
+        vec![Unsupported {
+            what,
+            location: at.to_owned(),
+        }]
+    };
+    match instruction {
+        Instruction::DelegateCall {
+            delegate_index,
+            args,
+        } => delegate_step(pte, plan, *delegate_index as usize, args, at, bytes).map(Some),
+        Instruction::KernelCall { op_index, args } => {
+            let op = plan
+                .operators
+                .get(*op_index as usize)
+                .map_or_else(|| format!("operator {op_index}"), |o| o.to_string());
+            kernel_step(plan, &op, args, at).map(Some)
+        }
+        Instruction::FreeCall { .. } => Ok(None),
+        Instruction::MoveCall { .. } => Err(unsupported("MoveCall".into())),
+        Instruction::JumpFalseCall { .. } => {
+            Err(unsupported("JumpFalseCall (control flow)".into()))
+        }
+    }
+}
+
+fn delegate_step(
+    pte: &Pte<'_>,
+    plan: &ExecutionPlan<'_>,
+    index: usize,
+    args: &[u32],
+    at: &str,
+    bytes: &Arc<[u8]>,
+) -> Result<StepSpec, Vec<Unsupported>> {
+    let fail = |what: String| {
+        vec![Unsupported {
+            what,
+            location: format!("{at}, delegate {index}"),
+        }]
+    };
+    let delegate = plan.delegates.get(index).ok_or_else(|| {
+        fail(format!(
+            "delegate {index} (the plan has {})",
+            plan.delegates.len()
+        ))
+    })?;
+    let payload = pte
+        .delegate_payload(delegate)
+        .map_err(|e| fail(format!("{} payload: {e}", delegate.id)))?;
+    let name = format!("{}_{index}", delegate.id);
+    let (kind, inputs) = match delegate.id {
+        VULKAN_BACKEND_ID => {
+            let graph = VkGraph::decode(payload).map_err(|e| fail(format!("VkGraph: {e}")))?;
+            check_vulkan_ops(&graph, &format!("{at}, VulkanBackend delegate {index}"))?;
+            let kind = StepKind::Vulkan(VulkanDelegate {
+                program: bytes.clone(),
+                plan: plan.name.to_owned(),
+                delegate: index,
+            });
+            (kind, graph.input_ids.len())
+        }
+        VGF_BACKEND_ID => (
+            StepKind::VgfBytes {
+                bytes: payload.into(),
+            },
+            vgf_inputs(payload).map_err(fail)?,
+        ),
+        other => return Err(fail(format!("delegate backend '{other}'"))),
+    };
+    if inputs > args.len() {
+        return Err(fail(format!(
+            "{} takes {inputs} input(s) but the call passes {} value(s)",
+            delegate.id,
+            args.len()
+        )));
+    }
+    Ok(StepSpec {
+        name,
+        kind,
+        inputs: args[..inputs]
+            .iter()
+            .map(|&v| value_name(plan, v))
+            .collect(),
+        outputs: args[inputs..]
+            .iter()
+            .map(|&v| value_name(plan, v))
+            .collect(),
+    })
+}
+
+/// The number of inputs of a VGF payload.
+#[cfg(feature = "vgf")]
+fn vgf_inputs(payload: &[u8]) -> Result<usize, String> {
+    let vgf = vgf_delegate::Vgf::decode(payload).map_err(|e| format!("VGF payload: {e}"))?;
+    Ok(vgf_delegate::inspect::model_inputs(&vgf).len())
+}
+
+#[cfg(not(feature = "vgf"))]
+fn vgf_inputs(_payload: &[u8]) -> Result<usize, String> {
+    Err("a VgfBackend delegate, but this build lacks the `vgf` feature".into())
+}
+
+#[cfg(feature = "compute")]
+fn check_vulkan_ops(graph: &VkGraph<'_>, at: &str) -> Result<(), Vec<Unsupported>> {
+    let missing: Vec<Unsupported> = graph
+        .op_names()
+        .into_iter()
+        .filter(|(name, _)| !lower::SUPPORTED.contains(name))
+        .map(|(name, nodes)| Unsupported {
+            what: name.to_owned(),
+            location: format!("{at}, node(s) {nodes:?}"),
+        })
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(missing)
+    }
+}
+
+#[cfg(not(feature = "compute"))]
+fn check_vulkan_ops(_graph: &VkGraph<'_>, at: &str) -> Result<(), Vec<Unsupported>> {
+    Err(vec![Unsupported {
+        what: "a VulkanBackend delegate, but this build lacks the `compute` feature".into(),
+        location: at.to_owned(),
+    }])
+}
+
+/// The dtype and shape of tensor value `v`, where our dtypes can hold it.
+#[cfg(feature = "compute")]
+fn tensor_spec(plan: &ExecutionPlan<'_>, v: u32) -> Option<vk_core::TensorSpec> {
+    use executorch_pte::ScalarType;
+    let Some(Value::Tensor(t)) = plan.values.get(v as usize) else {
+        return None;
+    };
+    let dtype = match t.scalar_type {
+        ScalarType::Float => vk_core::DType::F32,
+        ScalarType::Half => vk_core::DType::F16,
+        ScalarType::Int => vk_core::DType::I32,
+        ScalarType::Char => vk_core::DType::I8,
+        _ => return None,
+    };
+    let shape = t
+        .sizes
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<Vec<_>>>()?;
+    Some(vk_core::TensorSpec::new(value_name(plan, v), dtype, shape))
+}
+
+/// A CPU kernel the compute delegate implements, as a one-op compute step.
+#[cfg(feature = "compute")]
+fn kernel_step(
+    plan: &ExecutionPlan<'_>,
+    op: &str,
+    args: &[u32],
+    at: &str,
+) -> Result<StepSpec, Vec<Unsupported>> {
+    use crate::program::{Arith, ComputeOp, ComputeStep};
+    let fail = || {
+        vec![Unsupported {
+            what: op.to_owned(),
+            location: format!("{at} (a CPU kernel)"),
+        }]
+    };
+    let scalar = |i: usize| match args.get(i).and_then(|&v| plan.values.get(v as usize)) {
+        Some(Value::Double(d)) => Some(*d as f32),
+        Some(Value::Int(n)) => Some(*n as f32),
+        _ => None,
+    };
+    let arith = match op {
+        "aten::mul.Scalar_out" => Arith::Mul,
+        "aten::add.Scalar_out" => Arith::Add,
+        "aten::sub.Scalar_out" => Arith::Sub,
+        "aten::div.Scalar_out" => Arith::Div,
+        _ => return Err(fail()),
+    };
+    let value = scalar(1).ok_or_else(fail)?;
+    let (Some(&input), Some(&output)) = (args.first(), args.last()) else {
+        return Err(fail());
+    };
+    Ok(StepSpec {
+        name: format!("{op}@{}", at.rsplit(' ').next().unwrap_or("")),
+        kind: StepKind::Compute(ComputeStep {
+            op: ComputeOp::Scalar { op: arith, value },
+            declared_input: tensor_spec(plan, input),
+        }),
+        inputs: vec![value_name(plan, input)],
+        outputs: vec![value_name(plan, output)],
+    })
+}
+
+#[cfg(not(feature = "compute"))]
+fn kernel_step(
+    _plan: &ExecutionPlan<'_>,
+    op: &str,
+    _args: &[u32],
+    at: &str,
+) -> Result<StepSpec, Vec<Unsupported>> {
+    Err(vec![Unsupported {
+        what: op.to_owned(),
+        location: format!("{at} (a CPU kernel; this build lacks the `compute` feature)"),
+    }])
+}

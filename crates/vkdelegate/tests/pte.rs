@@ -1,0 +1,169 @@
+//! ExecuTorch programs (`fixtures/pte`, exported with ExecuTorch 1.5.1) run as programs on one
+//! device, against PyTorch's outputs: fp32 within 1e-4 + 1e-3 * |ref|, fp16 (`force_fp16`)
+//! within 2e-2 + 2e-2 * |ref|. Programs with ops we lack, and broken files, give one named error.
+
+#![cfg(all(feature = "vgf", feature = "compute"))]
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use vk_core::testing::{self, assert_no_validation_errors_of_ours};
+use vk_core::{DType, HostTensor};
+use vkdelegate::pte::{PteError, program_builder};
+
+fn dir(model: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/pte")
+        .join(model)
+}
+
+fn npy(path: PathBuf) -> HostTensor {
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    HostTensor::from_f32(shape, &npy.into_vec::<f32>().unwrap()).unwrap()
+}
+
+fn bytes(model: &str) -> Arc<[u8]> {
+    std::fs::read(dir(model).join("model.pte")).unwrap().into()
+}
+
+/// One test of this binary at a time (each makes its own device; see tests/program.rs).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `model` on its committed input and checks every output against PyTorch's.
+fn runs_within_tolerance(model: &str, atol: f32, rtol: f32) {
+    testing::validate_every_instance();
+    let mut program = match program_builder(bytes(model), None).unwrap().build() {
+        Ok(p) => p,
+        Err(e) => {
+            testing::skip(model, &e.to_string());
+            return;
+        }
+    };
+    let n = program.inputs().len();
+    let inputs: Vec<HostTensor> = (0..n)
+        .map(|i| npy(dir(model).join(format!("input_{i}.npy"))))
+        .collect();
+    for _ in 0..2 {
+        let outputs = program
+            .execute(&inputs)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        for (i, out) in outputs.iter().enumerate() {
+            let want = npy(dir(model).join(format!("expected_output_{i}.npy")));
+            assert_eq!(out.shape(), want.shape(), "{model} output {i}");
+            assert_eq!(out.dtype(), DType::F32);
+            let (a, b) = (out.to_f32().unwrap(), want.to_f32().unwrap());
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs() / (atol + rtol * y.abs()))
+                .fold(0.0f32, f32::max);
+            eprintln!("{model}: output {i}: worst error {worst:.3} of the tolerance");
+            assert!(worst <= 1.0, "{model} output {i}: {worst} x the tolerance");
+        }
+    }
+    let instance = program.device().instance().clone();
+    drop(program);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
+#[test]
+fn the_seed_example_runs_as_one_pte_on_one_device_and_queue() {
+    let _serial = serial();
+    testing::validate_every_instance();
+    let mut program = match program_builder(bytes("seed_example"), None)
+        .unwrap()
+        .build()
+    {
+        Ok(p) => p,
+        Err(e) => return testing::skip("seed_example", &e.to_string()),
+    };
+    assert_eq!(
+        program.steps(),
+        vec![
+            ("VgfBackend_0", "vgf"),
+            ("VulkanBackend_1", "compute"),
+            ("VgfBackend_2", "vgf")
+        ]
+    );
+    let handles = program.step_handles();
+    assert!(handles.windows(2).all(|w| w[0] == w[1]), "{handles:?}");
+    // Device hand-off: the input in, the output out, nothing between the delegates.
+    assert_eq!(program.recorded_copies(), Some(2));
+    let x = npy(dir("seed_example").join("input_0.npy"));
+    let want = npy(dir("seed_example").join("expected_output_0.npy"));
+    let out = program.execute(&[x]).unwrap();
+    assert_eq!(program.last_timings().submissions, 1);
+    let err = out[0]
+        .to_f32()
+        .unwrap()
+        .iter()
+        .zip(want.to_f32().unwrap())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(err <= 1e-5, "{err}");
+    let instance = program.device().instance().clone();
+    drop(program);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
+#[test]
+fn vulkan_backend_programs_match_pytorch() {
+    let _serial = serial();
+    for model in ["conv_relu_residual", "gated_mlp", "mobilenet_v2"] {
+        runs_within_tolerance(model, 1e-4, 1e-3);
+    }
+}
+
+#[test]
+fn force_fp16_programs_match_pytorch() {
+    let _serial = serial();
+    runs_within_tolerance("mobilenet_v2_fp16", 2e-2, 2e-2);
+}
+
+#[test]
+fn unsupported_ops_are_all_named_at_once_with_where_they_are() {
+    let e = program_builder(bytes("transformer_encoder"), None).unwrap_err();
+    let text = e.to_string();
+    let PteError::Unsupported(list) = &e else {
+        panic!("{text}")
+    };
+    for op in [
+        "aten::any.out",
+        "aten.eq.Scalar",
+        "aten.logical_not.default",
+        "aten.where.self",
+    ] {
+        assert!(list.iter().any(|u| u.what == op), "{op} missing: {text}");
+    }
+    assert!(text.contains("instruction 4 (a CPU kernel)"), "{text}");
+    assert!(
+        text.contains("VulkanBackend delegate 1, node(s) [4]"),
+        "{text}"
+    );
+    let e = program_builder(bytes("ops_mix"), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("9 unsupported op(s)"), "{e}");
+}
+
+#[test]
+fn broken_files_give_named_errors() {
+    let good = bytes("conv_relu_residual");
+    let e = program_builder(good[..good.len() / 2].into(), None).unwrap_err();
+    assert!(matches!(e, PteError::Decode(_)), "{e}");
+    let mut bad = good.to_vec();
+    bad[4..8].copy_from_slice(b"XX12");
+    let e = program_builder(bad.into(), None).unwrap_err();
+    assert!(
+        e.to_string().contains("not a valid ExecuTorch program"),
+        "{e}"
+    );
+    let e = program_builder(good, Some("backward")).unwrap_err();
+    assert!(e.to_string().contains("forward"), "{e}");
+}
