@@ -20,6 +20,7 @@ pub struct BenchArgs {
     pub filter: Option<String>,
     pub vgf: Vec<PathBuf>,
     pub program: Option<PathBuf>,
+    pub pte: Vec<PathBuf>,
     pub scenario_runner: Option<PathBuf>,
     pub repeat: usize,
     pub json: Option<PathBuf>,
@@ -48,6 +49,9 @@ pub fn run(args: &BenchArgs) -> Result {
     }
     if !args.vgf.is_empty() {
         report.insert("vgf".into(), vgf(&device, args)?);
+    }
+    if !args.pte.is_empty() {
+        report.insert("pte".into(), pte(&args.pte, args.repeat)?);
     }
     if let Some(p) = &args.program {
         report.insert("program".into(), program(p, args.repeat)?);
@@ -311,6 +315,78 @@ fn program(path: &Path, repeat: usize) -> Result<Value> {
     println!("  device / host hand-off latency ratio: {ratio:.2}");
     result.insert("device_to_host_ratio".into(), json!(ratio));
     Ok(Value::Object(result))
+}
+
+/// ExecuTorch programs: load time, per-inference time (host input to host output), device time
+/// per delegate, host overhead.
+#[cfg(any(feature = "vgf", feature = "compute"))]
+fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
+    use std::time::Instant;
+    use vkdelegate::vk_core::{HostTensor, Summary};
+    let mut out = Vec::new();
+    for path in paths {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let builder = vkdelegate::pte::program_builder(bytes.into(), None)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        #[cfg(feature = "shared")]
+        let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
+            vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
+        ));
+        let t = Instant::now();
+        let mut p = builder.build()?;
+        let load = t.elapsed();
+        let inputs: Vec<HostTensor> = p
+            .inputs()
+            .iter()
+            .map(|s| HostTensor::zeros(s.dtype, s.shape.clone()))
+            .collect::<std::result::Result<_, _>>()?;
+        for _ in 0..3 {
+            p.execute(&inputs)?;
+        }
+        let (mut totals, mut overheads) = (Vec::new(), Vec::new());
+        let mut per_step: Vec<Vec<Duration>> = vec![Vec::new(); p.steps().len()];
+        for _ in 0..repeat.max(10) {
+            p.execute(&inputs)?;
+            let t = p.last_timings();
+            let device: Duration = t.steps.iter().map(|(_, d)| *d).sum();
+            totals.push(t.total);
+            overheads.push(t.total.saturating_sub(device));
+            for (k, (_, d)) in t.steps.iter().enumerate() {
+                per_step[k].push(*d);
+            }
+        }
+        let total = Summary::of_durations(&totals).ok_or("no runs")?;
+        let overhead = Summary::of_durations(&overheads).ok_or("no runs")?;
+        println!(
+            "\nExecuTorch program {}: load {:.1} ms; host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us",
+            path.display(),
+            ms(load),
+            total.min,
+            total.median,
+            total.max,
+            total.runs,
+            if total.is_noisy(0.10) { " NOISY" } else { "" },
+            overhead.median * 1e3
+        );
+        let mut steps = Vec::new();
+        for ((name, kind), ds) in p.steps().iter().zip(&per_step) {
+            if let Some(s) = Summary::of_durations(ds) {
+                println!("  {name:<20} ({kind:<7}) device median {:.3} ms", s.median);
+                steps.push(json!({"step": name, "kind": kind, "device_median_ms": s.median}));
+            }
+        }
+        out.push(json!({
+            "program": path.display().to_string(), "load_ms": ms(load),
+            "min_ms": total.min, "median_ms": total.median, "max_ms": total.max,
+            "host_overhead_us": overhead.median * 1e3, "steps": steps,
+        }));
+    }
+    Ok(Value::Array(out))
+}
+
+#[cfg(not(any(feature = "vgf", feature = "compute")))]
+fn pte(_: &[PathBuf], _: usize) -> Result<Value> {
+    Err("ExecuTorch programs need the `vgf` or `compute` feature, which this build lacks".into())
 }
 
 #[cfg(not(any(feature = "vgf", feature = "compute")))]

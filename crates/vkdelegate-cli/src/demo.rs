@@ -1,5 +1,6 @@
-//! `vkdelegate demo`: the devices, a compute dispatch, and the example program
-//! avg_pool2d (VGF) -> sigmoid (compute) -> x*x + 0.25 (VGF) against a CPU reference.
+//! `vkdelegate demo`: the devices, a compute dispatch, the example program avg_pool2d (VGF) ->
+//! sigmoid (compute) -> x*x + 0.25 (VGF) against a CPU reference, and the same example and
+//! mobilenet_v2 from their ExecuTorch programs against PyTorch.
 
 use std::path::Path;
 
@@ -16,7 +17,72 @@ pub fn run(root: &Path) -> Result {
             ""
         }
     );
-    example(root)
+    example(root)?;
+    executorch_programs(root)
+}
+
+/// The seed example and mobilenet_v2 from their ExecuTorch programs, against PyTorch's outputs.
+#[cfg(all(feature = "vgf", feature = "compute"))]
+fn executorch_programs(root: &Path) -> Result {
+    for model in ["seed_example", "mobilenet_v2"] {
+        let dir = root.join("fixtures/pte").join(model);
+        let bytes = std::fs::read(dir.join("model.pte"))?;
+        let builder = vkdelegate::pte::program_builder(bytes.into(), None)?;
+        #[cfg(feature = "shared")]
+        let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
+            vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
+        ));
+        let t = std::time::Instant::now();
+        let mut program = builder.build()?;
+        let load = t.elapsed();
+        let x = crate::npy::read(&dir.join("input_0.npy"))?;
+        let want = crate::npy::read(&dir.join("expected_output_0.npy"))?;
+        let out = program.execute(std::slice::from_ref(&x))?;
+        let mut totals = Vec::new();
+        for _ in 0..5 {
+            program.execute(std::slice::from_ref(&x))?;
+            totals.push(program.last_timings().total);
+        }
+        totals.sort();
+        let (got, want) = (
+            out[0].to_f32().ok_or("output is not f32")?,
+            want.to_f32().ok_or("reference is not f32")?,
+        );
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        let seq: Vec<String> = program
+            .steps()
+            .iter()
+            .map(|(n, k)| format!("{n} [{k}]"))
+            .collect();
+        let handles = program.step_handles();
+        println!(
+            "\nExecuTorch program {}\n  delegates: {}\n  one VkDevice and VkQueue: {}\n  \
+             load {:.1} ms, host to host median {:.3} ms; max |error| vs PyTorch {err:.2e}",
+            dir.join("model.pte").display(),
+            seq.join(" -> "),
+            if handles.windows(2).all(|w| w[0] == w[1]) {
+                "yes"
+            } else {
+                "NO"
+            },
+            load.as_secs_f64() * 1e3,
+            totals[totals.len() / 2].as_secs_f64() * 1e3,
+        );
+        if err > 1e-4 + 1e-3 * want.iter().fold(0.0f32, |m, v| m.max(v.abs())) {
+            return Err(format!("{model}: the output differs from PyTorch's by {err}").into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(all(feature = "vgf", feature = "compute")))]
+fn executorch_programs(_root: &Path) -> Result {
+    println!("ExecuTorch programs: need the `vgf` and `compute` features, which this build lacks");
+    Ok(())
 }
 
 #[cfg(all(feature = "vgf", feature = "compute"))]

@@ -10,6 +10,8 @@ mod demo;
 mod devices;
 mod hostio;
 mod inspect;
+#[cfg(any(feature = "vgf", feature = "compute"))]
+mod inspect_pte;
 mod npy;
 mod run;
 
@@ -35,10 +37,11 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
     },
-    /// Describe a VGF file: inputs, outputs, segments, constants (`--verbose`: every resource
-    /// and constant).
+    /// Describe a VGF file (inputs, outputs, segments, constants; `--verbose`: every resource
+    /// and constant) or an ExecuTorch program (plans, instructions, delegates with their ops,
+    /// what this build cannot run).
     Inspect {
-        /// The VGF file.
+        /// The `.vgf` or `.pte` file.
         model: PathBuf,
         /// Print JSON (every fact the decoder knows, laid out like Arm's `vgf_dump`).
         #[arg(long)]
@@ -47,10 +50,14 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
     },
-    /// Run a VGF file or a program file (.toml) on the best device.
+    /// Run a VGF file, an ExecuTorch program (.pte) or a program file (.toml) on the best
+    /// device.
     Run {
-        /// A `.vgf` model or a `.toml` program.
+        /// A `.vgf` model, a `.pte` ExecuTorch program or a `.toml` program.
         model: PathBuf,
+        /// The `.pte` execution plan to run (default `forward`).
+        #[arg(long)]
+        method: Option<String>,
         /// Input `.npy` files: `FILE` in input order, or `NAME=FILE` for programs.
         #[arg(long = "input", short = 'i')]
         inputs: Vec<String>,
@@ -78,6 +85,9 @@ enum Cmd {
         /// Time this program file with device and host hand-off.
         #[arg(long)]
         program: Option<PathBuf>,
+        /// Time these ExecuTorch programs (load, host to host, device time per delegate).
+        #[arg(long)]
+        pte: Vec<PathBuf>,
         /// Arm's scenario-runner binary (or VKDELEGATE_SCENARIO_RUNNER).
         #[arg(long)]
         scenario_runner: Option<PathBuf>,
@@ -100,6 +110,19 @@ enum Cmd {
     },
 }
 
+/// `inspect` of a `.pte` program or a VGF file.
+fn inspect_any(
+    model: &std::path::Path,
+    json: bool,
+    verbose: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    #[cfg(any(feature = "vgf", feature = "compute"))]
+    if model.extension().and_then(|e| e.to_str()) == Some("pte") {
+        return inspect_pte::run(model, json);
+    }
+    inspect::run(model, json, verbose)
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
@@ -109,15 +132,17 @@ fn main() -> ExitCode {
             model,
             json,
             verbose,
-        } => inspect::run(&model, json, verbose),
+        } => inspect_any(&model, json, verbose),
         Cmd::Run {
             model,
+            method,
             inputs,
             output_dir,
             repeat,
             host_hand_off,
         } => run::run(
             &model,
+            method.as_deref(),
             &inputs,
             output_dir.as_deref(),
             repeat,
@@ -128,6 +153,7 @@ fn main() -> ExitCode {
             filter,
             vgf,
             program,
+            pte,
             scenario_runner,
             repeat,
             no_ops,
@@ -137,6 +163,7 @@ fn main() -> ExitCode {
             filter,
             vgf,
             program,
+            pte,
             scenario_runner,
             repeat,
             json,

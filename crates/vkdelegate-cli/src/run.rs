@@ -48,6 +48,7 @@ fn write_outputs(dir: &Path, outputs: &[HostTensor], names: Option<&[String]>) -
 #[cfg(any(feature = "vgf", feature = "compute"))]
 pub fn run(
     model: &Path,
+    method: Option<&str>,
     inputs: &[String],
     output_dir: Option<&Path>,
     repeat: usize,
@@ -56,7 +57,7 @@ pub fn run(
     use std::time::Instant;
     use vkdelegate::program::HandOff;
 
-    let builder = builder_for(model)?.hand_off(if hand_off_host {
+    let builder = builder_for(model, method)?.hand_off(if hand_off_host {
         HandOff::Host
     } else {
         HandOff::Device
@@ -91,7 +92,14 @@ pub fn run(
 }
 
 #[cfg(not(any(feature = "vgf", feature = "compute")))]
-pub fn run(model: &Path, _: &[String], _: Option<&Path>, _: usize, _: bool) -> Result {
+pub fn run(
+    model: &Path,
+    _: Option<&str>,
+    _: &[String],
+    _: Option<&Path>,
+    _: usize,
+    _: bool,
+) -> Result {
     Err(format!(
         "{}: running models needs the `vgf` or `compute` feature, which this build lacks",
         model.display()
@@ -102,13 +110,13 @@ pub fn run(model: &Path, _: &[String], _: Option<&Path>, _: usize, _: bool) -> R
 /// A program file, an ExecuTorch program, or a VGF file as a one-step program named after the
 /// file.
 #[cfg(any(feature = "vgf", feature = "compute"))]
-fn builder_for(model: &Path) -> Result<vkdelegate::program::ProgramBuilder> {
+fn builder_for(model: &Path, method: Option<&str>) -> Result<vkdelegate::program::ProgramBuilder> {
     use vkdelegate::program::{ProgramBuilder, ProgramFile};
     match model.extension().and_then(|e| e.to_str()) {
         Some("toml") => return Ok(ProgramBuilder::from_file(ProgramFile::read(model)?)),
         Some("pte") => {
             let bytes = std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?;
-            return vkdelegate::pte::program_builder(bytes.into(), None)
+            return vkdelegate::pte::program_builder(bytes.into(), method)
                 .map_err(|e| format!("{}: {e}", model.display()).into());
         }
         _ => {}

@@ -14,6 +14,9 @@
 #[cfg(feature = "compute")]
 pub(crate) mod lower;
 
+/// The decoder of `.pte` files and their Vulkan payloads.
+pub use executorch_pte as format;
+
 use std::fmt;
 use std::sync::Arc;
 
