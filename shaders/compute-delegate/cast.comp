@@ -2,8 +2,11 @@
 // Dtype conversion between f32, f16, i32 and i8, four elements (one "quad") per iteration,
 // on 32-bit words so that no 8- or 16-bit storage feature is needed: f16 pairs go through
 // (un)packHalf2x16, i8 quads through byte shifts. Float to integer truncates toward zero and
-// saturates to the integer range. SRC == DST copies the words unchanged.
-// Dtype codes: 0 f32, 1 f16, 2 i32, 3 i8.
+// saturates to the integer range. SRC == DST copies the words unchanged. An i64 is read as
+// its low 32-bit word (narrowing as ExecuTorch's Vulkan backend does for int64 inputs) and
+// written sign-extended; its words are bounds-checked, since a quad of i64 spans 32 bytes
+// and buffers are padded to 16.
+// Dtype codes: 0 f32, 1 f16, 2 i32, 3 i8, 4 i64.
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SRC = 0;
 layout(constant_id = 1) const uint DST = 0;
@@ -20,7 +23,17 @@ bool is_int(uint t) {
 }
 
 uint words_per_quad(uint t) {
-    return (t == 0 || t == 2) ? 4 : ((t == 1) ? 2 : 1);
+    return (t == 4) ? 8 : ((t == 0 || t == 2) ? 4 : ((t == 1) ? 2 : 1));
+}
+
+uint src_word(uint i) {
+    return i < uint(src.length()) ? src[i] : 0u;
+}
+
+void dst_word(uint i, uint w) {
+    if (i < uint(dst.length())) {
+        dst[i] = w;
+    }
 }
 
 void main() {
@@ -29,7 +42,7 @@ void main() {
         if (SRC == DST) {
             uint w = words_per_quad(SRC);
             for (uint i = 0; i < w; ++i) {
-                dst[q * w + i] = src[q * w + i];
+                dst_word(q * w + i, src_word(q * w + i));
             }
             continue;
         }
@@ -41,6 +54,8 @@ void main() {
             f = vec4(unpackHalf2x16(src[2 * q]), unpackHalf2x16(src[2 * q + 1]));
         } else if (SRC == 2) {
             v = ivec4(src[4 * q], src[4 * q + 1], src[4 * q + 2], src[4 * q + 3]);
+        } else if (SRC == 4) {
+            v = ivec4(src_word(8 * q), src_word(8 * q + 2), src_word(8 * q + 4), src_word(8 * q + 6));
         } else {
             uint w = src[q];
             // Sign-extend each byte.
@@ -67,6 +82,11 @@ void main() {
             dst[4 * q + 1] = uint(v.y);
             dst[4 * q + 2] = uint(v.z);
             dst[4 * q + 3] = uint(v.w);
+        } else if (DST == 4) {
+            for (uint k = 0; k < 4; ++k) {
+                dst_word(8 * q + 2 * k, uint(v[k]));
+                dst_word(8 * q + 2 * k + 1, v[k] < 0 ? 0xFFFFFFFFu : 0u);
+            }
         } else {
             uvec4 b = uvec4(clamp(v, -128, 127)) & 0xFFu;
             dst[q] = b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);

@@ -2,7 +2,8 @@
 // Elementwise unary ops on vec4s, grid-stride. Buffers are padded to whole vec4s, so the last
 // vec4 may hold up to three padding lanes that are computed and never read back.
 // OP: 0 relu, 1 clamp(p0, p1), 2 sigmoid, 3 tanh, 4 gelu (erf), 5 gelu (tanh approximation),
-//     6 hardswish, 7 x + p0, 8 x * p0, 9 p0 - x, 10 x / p0, 11 p0 / x, 12 copy.
+//     6 hardswish, 7 x + p0, 8 x * p0, 9 p0 - x, 10 x / p0, 11 p0 / x, 12 copy,
+//     13..18 x == p0, !=, >, >=, <, <= p0 as a 0.0 / 1.0 mask, 19 logical not (x == 0.0).
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
 
@@ -40,6 +41,13 @@ vec4 apply(vec4 v) {
     if (OP == 9) return pc.p0 - v;
     if (OP == 10) return v / pc.p0;
     if (OP == 11) return pc.p0 / v;
+    if (OP == 13) return vec4(equal(v, vec4(pc.p0)));
+    if (OP == 14) return vec4(notEqual(v, vec4(pc.p0)));
+    if (OP == 15) return vec4(greaterThan(v, vec4(pc.p0)));
+    if (OP == 16) return vec4(greaterThanEqual(v, vec4(pc.p0)));
+    if (OP == 17) return vec4(lessThan(v, vec4(pc.p0)));
+    if (OP == 18) return vec4(lessThanEqual(v, vec4(pc.p0)));
+    if (OP == 19) return vec4(equal(v, vec4(0.0)));
     return v;
 }
 

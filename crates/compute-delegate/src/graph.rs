@@ -73,6 +73,28 @@ pub enum UnaryOp {
     RDivScalar(f32),
     /// `x` (a copy).
     Copy,
+    /// `x <cmp> p0` as a mask: 1.0 where it holds, else 0.0.
+    Compare(Compare, f32),
+    /// `x == 0` as a mask: 1.0 where `x` is 0.0 (false), else 0.0.
+    LogicalNot,
+}
+
+/// A comparison with a scalar. Masks are f32: 0.0 is false and any other value true; the ops
+/// that make masks write exactly 0.0 or 1.0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compare {
+    /// `==`.
+    Eq,
+    /// `!=`.
+    Ne,
+    /// `>`.
+    Gt,
+    /// `>=`.
+    Ge,
+    /// `<`.
+    Lt,
+    /// `<=`.
+    Le,
 }
 
 impl UnaryOp {
@@ -90,6 +112,8 @@ impl UnaryOp {
             UnaryOp::DivScalar(_) => "div_scalar",
             UnaryOp::RDivScalar(_) => "rdiv_scalar",
             UnaryOp::Copy => "copy",
+            UnaryOp::Compare(..) => "compare_scalar",
+            UnaryOp::LogicalNot => "logical_not",
         }
     }
     /// Shader code and parameters.
@@ -108,6 +132,8 @@ impl UnaryOp {
             UnaryOp::DivScalar(s) => (10, s, 0.0),
             UnaryOp::RDivScalar(s) => (11, s, 0.0),
             UnaryOp::Copy => (12, 0.0, 0.0),
+            UnaryOp::Compare(c, s) => (13 + c as u32, s, 0.0),
+            UnaryOp::LogicalNot => (19, 0.0, 0.0),
         }
     }
 }
@@ -311,6 +337,17 @@ pub(crate) enum Op {
         x: TensorId,
         to: DType,
     },
+    /// `cond ? a : b`, broadcasting all three.
+    Where {
+        cond: TensorId,
+        a: TensorId,
+        b: TensorId,
+    },
+    /// Rows of `table` `[v, d]` picked by the i32 `ids`.
+    Gather {
+        table: TensorId,
+        ids: TensorId,
+    },
     QAdd {
         a: TensorId,
         b: TensorId,
@@ -343,6 +380,8 @@ impl Op {
             | Op::Slice { x, .. }
             | Op::Cast { x, .. } => vec![*x],
             Op::Binary { a, b, .. } | Op::QAdd { a, b, .. } => vec![*a, *b],
+            Op::Where { cond, a, b } => vec![*cond, *a, *b],
+            Op::Gather { table, ids } => vec![*table, *ids],
             Op::Conv { x, w, bias, .. } => {
                 [Some(*x), Some(*w), *bias].into_iter().flatten().collect()
             }
@@ -1190,8 +1229,9 @@ impl GraphBuilder {
         ))
     }
 
-    /// Converts between f32, f16, i32 and i8 (float to integer truncates toward zero and
-    /// saturates).
+    /// Converts between f32, f16, i32, i8 and i64 (float to integer truncates toward zero and
+    /// saturates; i64 to a narrower type keeps the low 32 bits, as ExecuTorch's Vulkan backend
+    /// narrows int64 inputs).
     pub fn cast(&mut self, x: TensorId, to: DType) -> Result<TensorId> {
         const OP: &str = "cast";
         let xi = self.info(OP, x)?.clone();
@@ -1201,7 +1241,7 @@ impl GraphBuilder {
                     op: OP,
                     tensor: t.clone(),
                     actual: dtype,
-                    expected: "f32, f16, i32 or i8",
+                    expected: "f32, f16, i32, i8 or i64",
                 });
             }
         }
@@ -1393,6 +1433,184 @@ impl GraphBuilder {
             shape,
         ))
     }
+
+    // ----- masks, gathers and compositions -----
+
+    /// `x <cmp> s` as an f32 mask (1.0 where it holds, else 0.0).
+    pub fn compare_scalar(&mut self, x: TensorId, cmp: Compare, s: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::Compare(cmp, s), x)
+    }
+
+    /// `x == s` as a mask.
+    pub fn eq_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.compare_scalar(x, Compare::Eq, s)
+    }
+
+    /// `x > s` as a mask.
+    pub fn gt_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.compare_scalar(x, Compare::Gt, s)
+    }
+
+    /// The mask's negation: 1.0 where `x` is 0.0, else 0.0.
+    pub fn logical_not(&mut self, x: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::LogicalNot, x)
+    }
+
+    /// `cond ? a : b` elementwise (`cond` a mask: nonzero is true), all three broadcasting.
+    pub fn where_(&mut self, cond: TensorId, a: TensorId, b: TensorId) -> Result<TensorId> {
+        const OP: &str = "where";
+        let ci = self.f32_operand(OP, cond)?;
+        let ai = self.f32_operand(OP, a)?;
+        let bi = self.f32_operand(OP, b)?;
+        let ab = TensorInfo {
+            shape: broadcast_shape(OP, &ai, &bi)?,
+            name: format!("{} and {}", ai.name, bi.name),
+            ..ai
+        };
+        let shape = broadcast_shape(OP, &ci, &ab)?;
+        Ok(self.node(Op::Where { cond, a, b }, OP, DType::F32, shape))
+    }
+
+    /// `any(x != 0)` over `dims` as a mask (all dims when empty).
+    pub fn any(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
+        let ne = self.compare_scalar(x, Compare::Ne, 0.0)?;
+        let n = self.sum(ne, dims, keepdim)?;
+        self.compare_scalar(n, Compare::Ne, 0.0)
+    }
+
+    /// `table[ids]`: rows of the 32-bit `table` `[v, d]` picked by the i32 `ids` (any shape);
+    /// the result has shape `ids.shape + [d]`. An id outside `0..v` gives a row of zeros.
+    pub fn embedding(&mut self, table: TensorId, ids: TensorId) -> Result<TensorId> {
+        const OP: &str = "embedding";
+        let ti = self.word_operand(OP, table)?;
+        let ii = self.info(OP, ids)?.clone();
+        if ii.dtype != DType::I32 {
+            return Err(Error::DType {
+                op: OP,
+                tensor: ii.name,
+                actual: ii.dtype,
+                expected: "i32",
+            });
+        }
+        if ti.shape.len() != 2 {
+            return Err(shape_err(
+                OP,
+                format!("table '{}' {:?} must be [v, d]", ti.name, ti.shape),
+            ));
+        }
+        let mut shape = ii.shape.clone();
+        shape.push(ti.shape[1]);
+        Self::check_shape(OP, &ii.name, &shape)?;
+        Ok(self.node(Op::Gather { table, ids }, OP, ti.dtype, shape))
+    }
+
+    /// A constant f32 tensor of `shape` filled with `value`.
+    pub fn full(&mut self, name: &str, shape: &[usize], value: f32) -> Result<TensorId> {
+        Self::check_shape("full", name, shape)?;
+        let n = shape.iter().product();
+        self.constant_f32(name, shape, &vec![value; n])
+    }
+
+    /// `x.select(dim, index)`: the slice at `index` of `dim` (negative counts from the end),
+    /// with `dim` removed.
+    pub fn select(&mut self, x: TensorId, dim: isize, index: isize) -> Result<TensorId> {
+        const OP: &str = "select";
+        let xi = self.word_operand(OP, x)?;
+        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
+        let size = xi.shape[d] as isize;
+        let i = if index < 0 { index + size } else { index };
+        if i < 0 || i >= size {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "index {index} is out of range for dim {d} (size {size}) of '{}'",
+                    xi.name
+                ),
+            ));
+        }
+        let s = self.slice(x, d as isize, i, i + 1, 1)?;
+        let mut shape: Vec<isize> = xi.shape.iter().map(|&v| v as isize).collect();
+        shape.remove(d);
+        if shape.is_empty() {
+            shape.push(1);
+        }
+        self.reshape(s, &shape)
+    }
+
+    /// Splits `x` along `dim` into pieces of `sizes` (which sum to the dim's size).
+    pub fn split(&mut self, x: TensorId, sizes: &[usize], dim: isize) -> Result<Vec<TensorId>> {
+        const OP: &str = "split";
+        let xi = self.word_operand(OP, x)?;
+        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
+        if sizes.iter().sum::<usize>() != xi.shape[d] || sizes.contains(&0) {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "sizes {sizes:?} do not split dim {d} (size {}) of '{}'",
+                    xi.shape[d], xi.name
+                ),
+            ));
+        }
+        let mut start = 0;
+        let mut out = Vec::with_capacity(sizes.len());
+        for &s in sizes {
+            out.push(self.slice(x, d as isize, start as isize, (start + s) as isize, 1)?);
+            start += s;
+        }
+        Ok(out)
+    }
+
+    /// `group_norm` of `x` `[n, c, ..]` over `groups` groups of channels, with optional
+    /// per-channel weight and bias `[c]`: a layer norm of each group, then the affine.
+    pub fn group_norm(
+        &mut self,
+        x: TensorId,
+        groups: usize,
+        weight: Option<TensorId>,
+        bias: Option<TensorId>,
+        eps: f32,
+    ) -> Result<TensorId> {
+        const OP: &str = "group_norm";
+        let xi = self.f32_operand(OP, x)?;
+        let (n, c) = match xi.shape.as_slice() {
+            [n, c, ..] => (*n, *c),
+            _ => (0, 0),
+        };
+        if c == 0 || groups == 0 || c % groups != 0 {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "'{}' {:?} must be [n, c, ..] with c divisible by {groups} groups",
+                    xi.name, xi.shape
+                ),
+            ));
+        }
+        let per = xi.numel() / (n * groups);
+        let g = self.reshape(x, &[n as isize, groups as isize, per as isize])?;
+        let y = self.layer_norm(g, &[per], None, None, eps)?;
+        let full: Vec<isize> = xi.shape.iter().map(|&v| v as isize).collect();
+        let mut y = self.reshape(y, &full)?;
+        // Per-channel parameters as [c, 1, ..] broadcast over the spatial dims.
+        let mut pshape = vec![c as isize];
+        pshape.resize(xi.shape.len() - 1, 1);
+        for (p, mul) in [(weight, true), (bias, false)] {
+            let Some(p) = p else { continue };
+            let pi = self.f32_operand(OP, p)?;
+            if pi.shape != [c] {
+                return Err(shape_err(
+                    OP,
+                    format!("'{}' has shape {:?}, expected [{c}]", pi.name, pi.shape),
+                ));
+            }
+            let p = self.reshape(p, &pshape)?;
+            y = if mul {
+                self.mul(y, p)?
+            } else {
+                self.add(y, p)?
+            };
+        }
+        Ok(y)
+    }
 }
 
 fn check_zero_point(op: &'static str, name: &str, zp: i32) -> Result<()> {
@@ -1479,6 +1697,7 @@ pub(crate) fn cast_code(d: DType) -> Option<u32> {
         DType::F16 => Some(1),
         DType::I32 => Some(2),
         DType::I8 => Some(3),
+        DType::I64 => Some(4),
         _ => None,
     }
 }

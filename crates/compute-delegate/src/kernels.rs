@@ -23,6 +23,8 @@ pub(crate) enum Kernel {
     CopyVec4,
     QAdd,
     QConv,
+    Where,
+    Gather,
 }
 
 impl Kernel {
@@ -48,6 +50,8 @@ impl Kernel {
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
             Kernel::QConv => include_bytes!("../spirv/qconv.spv"),
+            Kernel::Where => include_bytes!("../spirv/where.spv"),
+            Kernel::Gather => include_bytes!("../spirv/gather.spv"),
         }
     }
 
@@ -74,8 +78,12 @@ impl Kernel {
             | Kernel::ReduceSg
             | Kernel::Pool
             | Kernel::Pool2x2 => 2,
-            Kernel::Binary | Kernel::BinaryBcast | Kernel::QAdd => 3,
-            Kernel::LayerNorm | Kernel::LayerNormSg | Kernel::ConvDw | Kernel::Gemm => 4,
+            Kernel::Binary | Kernel::BinaryBcast | Kernel::QAdd | Kernel::Gather => 3,
+            Kernel::LayerNorm
+            | Kernel::LayerNormSg
+            | Kernel::ConvDw
+            | Kernel::Gemm
+            | Kernel::Where => 4,
             Kernel::QConv => 6,
         }
     }

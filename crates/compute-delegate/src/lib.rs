@@ -78,7 +78,9 @@ mod runtime;
 
 pub use bench::{BenchRow, bench};
 pub use error::{Error, Result};
-pub use graph::{BinaryOp, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp};
+pub use graph::{
+    BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,
+};
 pub use runtime::{BuildOptions, DispatchTime, ExternalBindings, Graph, MemoryReport};
 
 use vk_core::{QueueCaps, Requirements, Version};

@@ -1,6 +1,22 @@
-//! Elementwise ops: unary (activations, scalar arithmetic, copies) and binary with broadcasting.
+//! Elementwise ops: unary (activations, scalar arithmetic, comparisons, copies), binary with
+//! broadcasting, and `where` (three operands, broadcasting).
 
 use super::*;
+
+/// Strides of `t` read as a tensor of rank `r`: 0 on broadcast (size-1 or missing) dims.
+fn bcast_strides(t: &TensorInfo, r: usize) -> Vec<usize> {
+    let cs = contiguous_strides(&t.shape);
+    let off = r - t.shape.len();
+    (0..r)
+        .map(|i| {
+            if i < off || t.shape[i - off] == 1 {
+                0
+            } else {
+                cs[i - off]
+            }
+        })
+        .collect()
+}
 
 impl Lowerer<'_> {
     /// Lowers a node of this family.
@@ -79,6 +95,38 @@ impl Lowerer<'_> {
                         [g, 1, 1],
                     );
                 }
+            }
+            Op::Where { cond, a, b } => {
+                let ins = [
+                    self.t(*cond).clone(),
+                    self.t(*a).clone(),
+                    self.t(*b).clone(),
+                ];
+                let r = oi.shape.len();
+                let strides: Vec<Vec<usize>> = ins.iter().map(|t| bcast_strides(t, r)).collect();
+                let (d, s) = collapse(&oi.shape, &strides);
+                if d.len() > MAX_RANK {
+                    return Err(Error::Shape {
+                        op: self.op,
+                        detail: format!(
+                            "broadcasting to {:?} needs {} dims; at most {MAX_RANK}",
+                            oi.shape,
+                            d.len()
+                        ),
+                    });
+                }
+                let mut push = vec![n as u32, d.len() as u32];
+                push.extend(pad6(&d));
+                for st in &s {
+                    push.extend(pad6(st));
+                }
+                let g = self.linear_groups(n as u64);
+                let bindings = ins
+                    .iter()
+                    .map(|t| (t.storage, false))
+                    .chain([(o, true)])
+                    .collect();
+                self.push(Kernel::Where, vec![], bindings, push, [g, 1, 1]);
             }
             _ => return Err(self.not_in_family()),
         }

@@ -234,14 +234,16 @@ impl Lowerer<'_> {
             info: self.t(out).clone(),
         };
         match op {
-            Op::Unary { .. } | Op::Binary { .. } => self.elementwise(op, &t),
+            Op::Unary { .. } | Op::Binary { .. } | Op::Where { .. } => self.elementwise(op, &t),
             Op::Softmax { .. } | Op::Reduce { .. } | Op::LayerNorm { .. } => self.reduction(op, &t),
             Op::Pool { .. } => self.pool(op, &t),
             Op::Conv { .. } => self.conv(op, &t),
             Op::Matmul { .. } => self.matmul(op, &t),
-            Op::Permute { .. } | Op::Cat { .. } | Op::Cast { .. } | Op::Slice { .. } => {
-                self.shape_op(op, &t)
-            }
+            Op::Permute { .. }
+            | Op::Cat { .. }
+            | Op::Cast { .. }
+            | Op::Slice { .. }
+            | Op::Gather { .. } => self.shape_op(op, &t),
             Op::QAdd { .. } | Op::QConv { .. } => self.quantized(op, &t),
             Op::FmaProbe { groups, iters } => {
                 let g = self.check_groups([u64::from(*groups), 1, 1])?;
@@ -285,6 +287,8 @@ fn op_name(op: &Op) -> &'static str {
         Op::Slice { .. } => "slice",
         Op::FmaProbe { .. } => "fma_probe",
         Op::Cast { .. } => "cast",
+        Op::Where { .. } => "where",
+        Op::Gather { .. } => "embedding",
         Op::QAdd { .. } => "add_q8",
         Op::QConv { .. } => "conv2d_q8",
     }

@@ -1,4 +1,5 @@
-//! Shape ops and casts: permute, cat, slice (strided copies) and cast.
+//! Shape ops and casts: permute, cat, slice (strided copies), cast, and the row gather of
+//! `embedding`.
 
 use super::*;
 
@@ -31,7 +32,7 @@ impl Lowerer<'_> {
                         op: "cast",
                         tensor: xi.name.clone(),
                         actual: d,
-                        expected: "f32, f16, i32 or i8",
+                        expected: "f32, f16, i32, i8 or i64",
                     })
                 };
                 let (src, dst) = (code(xi.dtype)?, code(*to)?);
@@ -57,6 +58,18 @@ impl Lowerer<'_> {
                 ss[*dim] *= step;
                 let ds = contiguous_strides(&oi.shape);
                 self.copy(xi.storage, o, &oi.shape, ss, ds, start * cs[*dim], 0)?;
+            }
+            Op::Gather { table, ids } => {
+                let ti = self.t(*table).clone();
+                let ids = self.st(*ids);
+                let g = self.linear_groups(n as u64);
+                self.push(
+                    Kernel::Gather,
+                    vec![],
+                    vec![(ti.storage, false), (ids, false), (o, true)],
+                    vec![n as u32, ti.shape[1] as u32, ti.shape[0] as u32],
+                    [g, 1, 1],
+                );
             }
             _ => return Err(self.not_in_family()),
         }

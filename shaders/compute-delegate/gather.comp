@@ -1,0 +1,24 @@
+#version 450
+// Row gather (`embedding`): y[i, j] = table[ids[i], j] for a table of `v` rows of `d` 32-bit
+// words; an id outside 0..v gives 0.
+layout(local_size_x = 256) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer T { uint table[]; };
+layout(std430, set = 0, binding = 1) readonly buffer I { int ids[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Y { uint y[]; };
+
+layout(push_constant) uniform Params {
+    uint n;
+    uint d;
+    uint v;
+} pc;
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += stride) {
+        uint row = i / pc.d;
+        uint col = i - row * pc.d;
+        int id = ids[row];
+        y[i] = (id >= 0 && uint(id) < pc.v) ? table[uint(id) * pc.d + col] : 0u;
+    }
+}
