@@ -6,11 +6,19 @@
 //! row-major, which does not change results. Graphs exported with `force_fp16` hold fp16
 //! constants and tensors: they are computed in fp32 here (constants widened at load), with the
 //! delegate's fp32 staging dtype at its inputs and outputs.
+//!
+//! Boolean tensors are f32 masks (0.0 false, any other value true; comparisons write 0.0 or
+//! 1.0), so they pass between delegates and CPU kernels as f32. An input the plan holds as
+//! int64 where the graph holds int32 (token ids) is taken as i64 and narrowed to its low 32
+//! bits inside the graph, as ExecuTorch's Vulkan backend does.
 
 use std::fmt;
 
-use compute_delegate::{Conv2d, GraphBuilder, TensorId};
-use executorch_pte::{Program as Pte, VkDataType, VkGraph, VkTensor, VkValue};
+use compute_delegate::{Compare, Conv2d, GraphBuilder, Pool2d, TensorId};
+use executorch_pte::{
+    ExecutionPlan, Instruction, Program as Pte, ScalarType, Value, VkDataType, VkGraph, VkTensor,
+    VkValue,
+};
 use vk_core::{DType, HostTensor};
 
 use crate::program::VulkanDelegate;
@@ -42,6 +50,22 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "aten.bmm.default",
     "aten._softmax.default",
     "aten.native_layer_norm.default",
+    "aten.eq.Scalar",
+    "aten.ne.Scalar",
+    "aten.gt.Scalar",
+    "aten.ge.Scalar",
+    "aten.lt.Scalar",
+    "aten.le.Scalar",
+    "aten.logical_not.default",
+    "aten.where.self",
+    "aten.full_like.default",
+    "aten.select_copy.int",
+    "aten.slice_copy.Tensor",
+    "aten.split_with_sizes_copy.default",
+    "aten.cat.default",
+    "aten.embedding.default",
+    "aten.max_pool2d_with_indices.default",
+    "aten.native_group_norm.default",
 ];
 
 /// Why a graph cannot be lowered.
@@ -72,7 +96,28 @@ pub(crate) fn graph(d: &VulkanDelegate) -> Result<GraphBuilder> {
         .delegate_payload(delegate)
         .map_err(|e| err(e.to_string()))?;
     let vk = VkGraph::decode(payload).map_err(|e| err(e.to_string()))?;
-    Lowering::new(&pte, &vk).run()
+    let long = long_inputs(plan, d.delegate);
+    Lowering::new(&pte, &vk).run(&long)
+}
+
+/// Which of the delegate's inputs the plan holds as int64.
+fn long_inputs(plan: &ExecutionPlan<'_>, delegate: usize) -> Vec<bool> {
+    let args = plan.instructions().find_map(|i| match i {
+        Instruction::DelegateCall {
+            delegate_index,
+            args,
+        } if *delegate_index as usize == delegate => Some(args),
+        _ => None,
+    });
+    args.map(|args| {
+        args.iter()
+            .map(|&v| {
+                matches!(plan.values.get(v as usize),
+                    Some(Value::Tensor(t)) if t.scalar_type == ScalarType::Long)
+            })
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// The state of one lowering: the builder and the tensor each graph value became.
@@ -94,11 +139,17 @@ fn dtype_of(t: &VkTensor, staging: bool) -> Result<DType> {
         VkDataType::Float32 | VkDataType::Float16 => Ok(DType::F32),
         VkDataType::Int32 => Ok(DType::I32),
         VkDataType::Int8 => Ok(DType::I8),
+        // Masks.
+        VkDataType::Bool => Ok(DType::F32),
         other => Err(err(format!("tensor dtype {other:?} is not supported"))),
     }
 }
 
+/// A tensor's sizes; a scalar (rank 0) is held as `[1]`, which broadcasts the same.
 fn dims(t: &VkTensor) -> Vec<usize> {
+    if t.dims.is_empty() {
+        return vec![1];
+    }
     t.dims.iter().map(|&d| d as usize).collect()
 }
 
@@ -125,13 +176,18 @@ impl<'p, 'a> Lowering<'p, 'a> {
         }
     }
 
-    fn run(mut self) -> Result<GraphBuilder> {
+    fn run(mut self, long: &[bool]) -> Result<GraphBuilder> {
+        let ge = |e: compute_delegate::Error| err(e.to_string());
         for (i, &id) in self.vk.input_ids.iter().enumerate() {
             let t = self.tensor_value(id)?;
-            let x = self
-                .g
-                .input(&format!("in{i}"), dtype_of(t, true)?, &dims(t))
-                .map_err(|e| err(e.to_string()))?;
+            let dtype = dtype_of(t, true)?;
+            let name = format!("in{i}");
+            let x = if dtype == DType::I32 && long.get(i) == Some(&true) {
+                let wide = self.g.input(&name, DType::I64, &dims(t)).map_err(ge)?;
+                self.g.cast(wide, DType::I32).map_err(ge)?
+            } else {
+                self.g.input(&name, dtype, &dims(t)).map_err(ge)?
+            };
             self.tensors[id as usize] = Some(x);
         }
         for node in &self.vk.chain {
@@ -185,6 +241,10 @@ impl<'p, 'a> Lowering<'p, 'a> {
                     .collect();
                 HostTensor::from_f32(dims(t), &v)
             }
+            VkDataType::Bool => {
+                let v: Vec<f32> = bytes.iter().map(|&b| f32::from(u8::from(b != 0))).collect();
+                HostTensor::from_f32(dims(t), &v)
+            }
             _ => HostTensor::new(dtype_of(t, false)?, dims(t), bytes.to_vec()),
         }
         .map_err(|e| err(format!("constant {c}: {e}")))?;
@@ -208,6 +268,8 @@ impl<'p, 'a> Lowering<'p, 'a> {
             VkValue::Int(v) => Ok(*v),
             VkValue::SymInt(v) => Ok(i64::from(*v)),
             VkValue::Bool(b) => Ok(i64::from(*b)),
+            // Exporters write some integer arguments (indices) as doubles.
+            VkValue::Double(v) if v.fract() == 0.0 && v.abs() < 9e15 => Ok(*v as i64),
             other => Err(err(format!("value {id} is a {}, not an int", other.kind()))),
         }
     }
@@ -289,6 +351,11 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 self.conv(name, args)?
             }
             "et_vk.prepack.default" | "aten.clone.default" => self.tensor(a(0)?)?,
+            "aten.cat.default"
+            | "aten.split_with_sizes_copy.default"
+            | "aten.max_pool2d_with_indices.default"
+            | "aten.native_group_norm.default"
+            | "aten.full_like.default" => return self.node_lists(name, args),
             "aten.add.Tensor" | "aten.sub.Tensor" => {
                 let x = self.tensor(a(0)?)?;
                 let mut y = self.tensor(a(1)?)?;
@@ -391,10 +458,188 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 let eps = self.number(a(4)?, 1e-5)?;
                 self.g.layer_norm(x, &shape, w, b, eps as f32)
             }
+            _ => return self.node_mask_or_index(name, args, x),
+        }
+        .map_err(ge)?;
+        self.set_out(args, t)
+    }
+
+    /// Masks, `where`, index selection and `embedding`: one tensor out.
+    fn node_mask_or_index(&mut self, name: &str, args: &[u32], x: TensorId) -> Result<()> {
+        let a = |i| Self::arg(args, i);
+        let ge = |e: compute_delegate::Error| err(e.to_string());
+        let cmp = match name {
+            "aten.eq.Scalar" => Some(Compare::Eq),
+            "aten.ne.Scalar" => Some(Compare::Ne),
+            "aten.gt.Scalar" => Some(Compare::Gt),
+            "aten.ge.Scalar" => Some(Compare::Ge),
+            "aten.lt.Scalar" => Some(Compare::Lt),
+            "aten.le.Scalar" => Some(Compare::Le),
+            _ => None,
+        };
+        let t = match name {
+            _ if cmp.is_some() => {
+                let s = self.number(a(1)?, 0.0)? as f32;
+                self.g.compare_scalar(x, cmp.unwrap_or(Compare::Eq), s)
+            }
+            "aten.logical_not.default" => self.g.logical_not(x),
+            "aten.where.self" => {
+                let y = self.tensor(a(1)?)?;
+                let z = self.tensor(a(2)?)?;
+                self.g.where_(x, y, z)
+            }
+            "aten.select_copy.int" => {
+                let dim = self.int(a(1)?)? as isize;
+                let index = self.int(a(2)?)? as isize;
+                self.g.select(x, dim, index)
+            }
+            "aten.slice_copy.Tensor" => {
+                // (input, dim, start, end, step, out); start and end may be None.
+                let dim = self.int(a(1)?)? as isize;
+                let start = self.opt_int(a(2)?, 0)?;
+                let end = self.opt_int(a(3)?, i64::MAX)?;
+                let step = usize::try_from(self.int(a(4)?)?).map_err(|_| err("negative step"))?;
+                let clamp = |v: i64| v.clamp(isize::MIN as i64, isize::MAX as i64) as isize;
+                self.g.slice(x, dim, clamp(start), clamp(end), step)
+            }
+            "aten.embedding.default" => {
+                // (weight, indices, padding_idx, scale_grad_by_freq, sparse, out).
+                let ids = self.tensor(a(1)?)?;
+                self.g.embedding(x, ids)
+            }
             other => return Err(err(format!("op {other} is not lowered"))),
         }
         .map_err(ge)?;
         self.set_out(args, t)
+    }
+
+    /// An int, or `default` for `Null`.
+    fn opt_int(&self, id: u32, default: i64) -> Result<i64> {
+        match self.value(id)? {
+            VkValue::Null => Ok(default),
+            _ => self.int(id),
+        }
+    }
+
+    /// The ids of a value list.
+    fn list(&self, id: u32) -> Result<Vec<u32>> {
+        match self.value(id)? {
+            VkValue::ValueList(ids) => Ok(ids.clone()),
+            other => Err(err(format!(
+                "value {id} is a {}, not a value list",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Refuses a graph that reads value `id` (an output this lowering does not compute).
+    fn unused(&self, id: u32, what: &str) -> Result<()> {
+        let read = self.vk.output_ids.contains(&id)
+            || self.vk.chain.iter().any(|n| {
+                // Every argument but the last (the output) is read.
+                let inputs = &n.args[..n.args.len().saturating_sub(1)];
+                inputs.iter().any(|&v| {
+                    v == id || matches!(self.value(v), Ok(VkValue::ValueList(l)) if l.contains(&id))
+                })
+            });
+        if read {
+            return Err(err(format!(
+                "{what} (value {id}) is used; it is not computed"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Ops with value lists in or out, and constant fills.
+    fn node_lists(&mut self, name: &str, args: &[u32]) -> Result<()> {
+        let a = |i| Self::arg(args, i);
+        let ge = |e: compute_delegate::Error| err(e.to_string());
+        let t = match name {
+            "aten.cat.default" => {
+                let xs = self
+                    .list(a(0)?)?
+                    .into_iter()
+                    .map(|v| self.tensor(v))
+                    .collect::<Result<Vec<_>>>()?;
+                self.g.cat(&xs, self.int(a(1)?)? as isize).map_err(ge)?
+            }
+            "aten.split_with_sizes_copy.default" => {
+                let x = self.tensor(a(0)?)?;
+                let sizes = self
+                    .ints(a(1)?)?
+                    .iter()
+                    .map(|&s| usize::try_from(s).map_err(|_| err(format!("split size {s}"))))
+                    .collect::<Result<Vec<_>>>()?;
+                let parts = self
+                    .g
+                    .split(x, &sizes, self.int(a(2)?)? as isize)
+                    .map_err(ge)?;
+                let outs = self.list(*args.last().ok_or_else(|| err("no arguments"))?)?;
+                if outs.len() != parts.len() {
+                    return Err(err(format!(
+                        "{} outputs for {} parts",
+                        outs.len(),
+                        parts.len()
+                    )));
+                }
+                for (o, p) in outs.into_iter().zip(parts) {
+                    self.tensors[o as usize] = Some(p);
+                }
+                return Ok(());
+            }
+            "aten.max_pool2d_with_indices.default" => self.max_pool(args)?,
+            "aten.native_group_norm.default" => {
+                // (input, weight, bias, N, C, HxW, group, eps, [out, mean, rstd]).
+                let outs = self.list(a(8)?)?;
+                for &o in outs.iter().skip(1) {
+                    self.unused(o, "group_norm's mean or rstd")?;
+                }
+                let x = self.tensor(a(0)?)?;
+                let w = self.opt_tensor(a(1)?)?;
+                let b = self.opt_tensor(a(2)?)?;
+                let groups =
+                    usize::try_from(self.int(a(6)?)?).map_err(|_| err("negative groups"))?;
+                let eps = self.number(a(7)?, 1e-5)? as f32;
+                self.g.group_norm(x, groups, w, b, eps).map_err(ge)?
+            }
+            "aten.full_like.default" => {
+                // (input, fill_value, dtype, layout, device, pin_memory, memory_format, out).
+                let out = self.out_id(args)?;
+                let shape = dims(self.tensor_value(out)?);
+                let value = self.number(a(1)?, 0.0)? as f32;
+                self.g
+                    .full(&format!("full{out}"), &shape, value)
+                    .map_err(ge)?
+            }
+            other => return Err(err(format!("op {other} is not lowered"))),
+        };
+        self.set_out(args, t)
+    }
+
+    /// `(input, kernel, stride, padding, dilation, ceil_mode, [out, indices])`: the values only.
+    fn max_pool(&mut self, args: &[u32]) -> Result<TensorId> {
+        let a = |i| Self::arg(args, i);
+        if let Some(&indices) = self.list(a(6)?)?.get(1) {
+            self.unused(indices, "max_pool2d's indices")?;
+        }
+        if self.pair(a(4)?)? != [1, 1] {
+            return Err(err("dilated pooling is not supported"));
+        }
+        let x = self.tensor(a(0)?)?;
+        let kernel = self.pair(a(1)?)?;
+        let stride = if self.ints(a(2)?)?.is_empty() {
+            kernel
+        } else {
+            self.pair(a(2)?)?
+        };
+        let p = Pool2d {
+            kernel,
+            stride,
+            padding: self.pair(a(3)?)?,
+            ceil_mode: self.bool(a(5)?)?,
+            count_include_pad: true,
+        };
+        self.g.max_pool2d(x, p).map_err(|e| err(e.to_string()))
     }
 
     /// `(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups

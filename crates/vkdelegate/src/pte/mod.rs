@@ -286,21 +286,47 @@ fn kernel_step(
         Some(Value::Int(n)) => Some(*n as f32),
         _ => None,
     };
-    let arith = match op {
-        "aten::mul.Scalar_out" => Arith::Mul,
-        "aten::add.Scalar_out" => Arith::Add,
-        "aten::sub.Scalar_out" => Arith::Sub,
-        "aten::div.Scalar_out" => Arith::Div,
-        _ => return Err(fail()),
+    let value = |i: usize| args.get(i).and_then(|&v| plan.values.get(v as usize));
+    let compute = match op {
+        // Masks are f32 (nonzero is true): the count of true elements along `dim` is one.
+        "aten::any.out" | "aten::any.dims_out" | "aten::any.all_out" => {
+            let dims = match (op, value(1)) {
+                ("aten::any.all_out", _) => vec![],
+                (_, Some(Value::Int(d))) => vec![*d as isize],
+                (_, Some(Value::IntList(ds))) => ds.iter().map(|&d| d as isize).collect(),
+                (_, Some(Value::Null)) => vec![],
+                _ => return Err(fail()),
+            };
+            let keepdim = match value(2) {
+                Some(Value::Bool(b)) => *b,
+                _ if op == "aten::any.all_out" => false,
+                _ => return Err(fail()),
+            };
+            ComputeOp::Reduce {
+                mean: false,
+                dims,
+                keepdim,
+            }
+        }
+        _ => {
+            let arith = match op {
+                "aten::mul.Scalar_out" => Arith::Mul,
+                "aten::add.Scalar_out" => Arith::Add,
+                "aten::sub.Scalar_out" => Arith::Sub,
+                "aten::div.Scalar_out" => Arith::Div,
+                _ => return Err(fail()),
+            };
+            let value = scalar(1).ok_or_else(fail)?;
+            ComputeOp::Scalar { op: arith, value }
+        }
     };
-    let value = scalar(1).ok_or_else(fail)?;
     let (Some(&input), Some(&output)) = (args.first(), args.last()) else {
         return Err(fail());
     };
     Ok(StepSpec {
         name: format!("{op}@{}", at.rsplit(' ').next().unwrap_or("")),
         kind: StepKind::Compute(ComputeStep {
-            op: ComputeOp::Scalar { op: arith, value },
+            op: compute,
             declared_input: tensor_spec(plan, input),
         }),
         inputs: vec![value_name(plan, input)],
