@@ -151,6 +151,15 @@ fn a_tensor_over_the_storage_range_or_the_heap_fails_by_name() {
     else {
         return;
     };
+    // The scan assumes one memory heap (lavapipe, integrated GPUs): on a discrete GPU the
+    // allocator moves what does not fit in the capped device heap to another heap.
+    if device.capabilities().memory.heaps.len() > 1 {
+        testing::skip(
+            test,
+            "the part-way allocation scan needs a device whose memory is one heap",
+        );
+        return;
+    }
     let mut keeps = small_graph(&device, 256).unwrap();
     // Over maxStorageBufferRange: refused before anything is allocated.
     let range = u64::from(device.capabilities().limits.max_storage_buffer_range);
@@ -230,6 +239,15 @@ fn builds_that_fail_part_way_and_graphs_dropped_whole_leave_nothing_behind() {
     else {
         return;
     };
+    // The scan assumes one memory heap (lavapipe, integrated GPUs): on a discrete GPU the
+    // allocator moves what does not fit in the capped device heap to another heap.
+    if device.capabilities().memory.heaps.len() > 1 {
+        testing::skip(
+            test,
+            "the part-way allocation scan needs a device whose memory is one heap",
+        );
+        return;
+    }
     // A ballast leaves less and less of the heap to the build, so that it fails at every
     // allocation in turn (buffers, staging, weight staging), then succeeds.
     let (mut failed, mut built) = (0, 0);

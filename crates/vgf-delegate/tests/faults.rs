@@ -193,6 +193,15 @@ fn loads_that_run_out_of_memory_part_way_fail_by_name_and_leave_nothing_behind()
     else {
         return;
     };
+    // The scan assumes one memory heap (lavapipe, integrated GPUs): on a discrete GPU the
+    // allocator moves what does not fit in the capped device heap to another heap.
+    if device.capabilities().memory.heaps.len() > 1 {
+        testing::skip(
+            test,
+            "the part-way allocation scan needs a device whose memory is one heap",
+        );
+        return;
+    }
     // A ballast leaves less and less of the heap to the load, so that it fails at each of
     // its allocations in turn (storages, staging, session memory), then succeeds.
     let (mut failed, mut loaded) = (0, 0);

@@ -156,6 +156,15 @@ fn builds_that_run_out_of_memory_part_way_leave_nothing_behind() {
     else {
         return;
     };
+    // The scan assumes one memory heap (lavapipe, integrated GPUs): on a discrete GPU the
+    // allocator moves what does not fit in the capped device heap to another heap.
+    if device.capabilities().memory.heaps.len() > 1 {
+        testing::skip(
+            test,
+            "the part-way allocation scan needs a device whose memory is one heap",
+        );
+        return;
+    }
     // A ballast leaves more and more of the heap to the build, so that it fails at each of
     // its allocations in turn (every step's memory, the plan's staging), then succeeds.
     let (mut failed, mut built) = (0, 0);
