@@ -2,10 +2,10 @@
 
 #[cfg(not(feature = "vgf"))]
 pub(super) mod vgf {
-    use vk_core::{BufferSlice, Device, Requirements};
+    use vk_core::{Device, Requirements};
 
     use crate::program::error::{ProgramError, Result};
-    use crate::program::step::Runner;
+    use crate::program::step::{Runner, StepBindings};
     use crate::program::wiring::StepIo;
 
     fn absent(step: &str) -> ProgramError {
@@ -28,7 +28,7 @@ pub(super) mod vgf {
         step: &str,
         _bytes: &[u8],
         _device: &Device,
-        _external: &[Option<BufferSlice>],
+        _external: &StepBindings,
     ) -> Result<Box<dyn Runner>> {
         Err(absent(step))
     }
@@ -36,11 +36,11 @@ pub(super) mod vgf {
 
 #[cfg(not(feature = "compute"))]
 pub(super) mod compute {
-    use vk_core::{BufferSlice, Device, Requirements, TensorSpec};
+    use vk_core::{Device, Requirements, TensorSpec};
 
     use crate::program::error::{ProgramError, Result};
     use crate::program::spec::{ComputeStep, VulkanDelegate};
-    use crate::program::step::Runner;
+    use crate::program::step::{Runner, StepBindings};
     use crate::program::wiring::StepIo;
 
     fn absent(step: &str) -> ProgramError {
@@ -71,7 +71,7 @@ pub(super) mod compute {
         step: &str,
         _d: &VulkanDelegate,
         _device: &Device,
-        _external: &[Option<BufferSlice>],
+        _external: &StepBindings,
     ) -> Result<Box<dyn Runner>> {
         Err(absent(step))
     }
@@ -81,7 +81,7 @@ pub(super) mod compute {
         _op: &ComputeStep,
         _inputs: &[TensorSpec],
         _device: &Device,
-        _external: &[Option<BufferSlice>],
+        _external: &StepBindings,
     ) -> Result<Box<dyn Runner>> {
         Err(absent(step))
     }

@@ -1,11 +1,11 @@
 //! Compute steps: a [`ComputeStep`] built into a one-op `compute_delegate::Graph`.
 
 use compute_delegate::{BuildOptions, Graph, GraphBuilder, Pool2d, TensorId};
-use vk_core::{BufferSlice, Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
+use vk_core::{Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
 
 use super::error::{ProgramError, Result};
 use super::spec::{Arith, ComputeOp, ComputeStep, PoolParams, UnaryFn, VulkanDelegate};
-use super::step::Runner;
+use super::step::{Runner, StepBindings};
 use super::wiring::StepIo;
 
 fn wrap(step: &str) -> impl Fn(compute_delegate::Error) -> ProgramError + '_ {
@@ -69,7 +69,7 @@ pub(super) fn load(
     op: &ComputeStep,
     inputs: &[TensorSpec],
     device: &Device,
-    external: &[Option<BufferSlice>],
+    external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
     let options = options(external);
     let graph = build_graph(step, &op.op, inputs)?
@@ -98,7 +98,7 @@ pub(super) fn vulkan_load(
     step: &str,
     d: &VulkanDelegate,
     device: &Device,
-    external: &[Option<BufferSlice>],
+    external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
     let graph = vulkan_graph(step, d)?
         .build_with(device, &options(external))
@@ -109,15 +109,25 @@ pub(super) fn vulkan_load(
     }))
 }
 
-/// Build options binding input `i` to `external[i]` where given.
-fn options(external: &[Option<BufferSlice>]) -> BuildOptions {
+/// Build options binding input `i` to `external.inputs[i]` and output `j` to
+/// `external.outputs[j]` where given.
+fn options(external: &StepBindings) -> BuildOptions {
     let mut options = BuildOptions::default();
-    for (i, slice) in external.iter().enumerate() {
+    for (i, slice) in external.inputs.iter().enumerate() {
         if let Some(slice) = slice {
             // SAFETY: the slice is a producer's output (or an earlier consumer's input) on the
             // same device, a storage buffer with transfer usage owned by a step the program
-            // keeps alive as long as this one; the program orders every access by barriers.
+            // keeps alive as long as this one, or an application's buffer under the contract
+            // of `ProgramBuilder::bind_input` (usage checked); the program orders every access
+            // by barriers, and the application by its semaphores.
             unsafe { options.external.bind_input(i, *slice) };
+        }
+    }
+    for (j, slice) in external.outputs.iter().enumerate() {
+        if let Some(slice) = slice {
+            // SAFETY: an application's buffer under the contract of
+            // `ProgramBuilder::bind_output` (storage and transfer-source usage checked).
+            unsafe { options.external.bind_output(j, *slice) };
         }
     }
     options

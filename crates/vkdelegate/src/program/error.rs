@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use vk_core::TensorSpec;
+use vk_core::{TensorSpec, vk};
 
 /// Errors of programs.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +29,9 @@ pub enum ProgramError {
     /// The wiring of names is wrong.
     #[error("{0}")]
     Wiring(String),
+    /// An application's buffer cannot be bound to a program input or output.
+    #[error("{0}")]
+    Binding(Box<BindingError>),
     /// Steps ended on different devices.
     #[error("step '{step}' runs on a different VkDevice than step '{first}'")]
     DifferentDevices {
@@ -125,4 +128,74 @@ pub struct TensorMismatch {
     pub consumer: String,
     /// What it expects.
     pub expected: TensorSpec,
+}
+
+/// An application's buffer that cannot be bound to a program input or output, or a call that
+/// does not fit how the program's tensors are bound.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("binding of tensor '{tensor}': {problem}")]
+pub struct BindingError {
+    /// The tensor.
+    pub tensor: String,
+    /// What is wrong.
+    pub problem: BindingProblem,
+}
+
+/// What is wrong with a binding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingProblem {
+    /// No program input has that name.
+    #[error("the program has no input of that name (its inputs: {inputs:?})")]
+    UnknownInput {
+        /// The program's inputs.
+        inputs: Vec<String>,
+    },
+    /// No program output has that name.
+    #[error("the program has no output of that name (its outputs: {outputs:?})")]
+    UnknownOutput {
+        /// The program's outputs.
+        outputs: Vec<String>,
+    },
+    /// The slice holds fewer bytes than the tensor needs.
+    #[error("the slice holds {size} bytes, the tensor needs {need}")]
+    TooSmall {
+        /// The slice's size.
+        size: u64,
+        /// Bytes needed (padded to whole vec4s where a compute step reads or writes it).
+        need: u64,
+    },
+    /// The buffer lacks a usage the binding needs.
+    #[error("the buffer lacks usage {missing:?} (the binding needs {need:?})")]
+    MissingUsage {
+        /// Usage missing.
+        missing: vk::BufferUsageFlags,
+        /// All the usage needed.
+        need: vk::BufferUsageFlags,
+    },
+    /// The slice's offset is not a multiple of `minStorageBufferOffsetAlignment`.
+    #[error("offset {offset} is not a multiple of minStorageBufferOffsetAlignment ({alignment})")]
+    Misaligned {
+        /// The slice's offset in its buffer.
+        offset: u64,
+        /// The device's alignment.
+        alignment: u64,
+    },
+    /// Bindings need device hand-off.
+    #[error("application buffers can be bound only in device hand-off")]
+    HostHandOff,
+    /// Some inputs or outputs are bound and this one is not.
+    #[error(
+        "this program {} is not bound: bind every input and output, or none",
+        if *input { "input" } else { "output" }
+    )]
+    Unbound {
+        /// Whether it is an input.
+        input: bool,
+    },
+    /// `execute` on a program whose tensors live in the application's buffers.
+    #[error("the program's tensors are bound to application buffers: use submit, not execute")]
+    BoundProgram,
+    /// `submit` on a program whose tensors are not bound.
+    #[error("submit needs every program input and output bound to an application buffer")]
+    NotBound,
 }

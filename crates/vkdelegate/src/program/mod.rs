@@ -18,6 +18,7 @@
 
 #[cfg(not(all(feature = "vgf", feature = "compute")))]
 mod absent;
+mod bind;
 #[cfg(feature = "compute")]
 mod compute_step;
 mod error;
@@ -30,12 +31,16 @@ mod step;
 mod vgf_step;
 mod wiring;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Instant;
 
-use vk_core::{BufferSlice, Device, HostTensor, Requirements, TensorSpec, vk};
+use vk_core::{
+    BufferSlice, Device, HostTensor, Requirements, SemaphoreSignal, SemaphoreWait, TensorSpec, vk,
+};
 
-pub use error::{Producer, ProgramError, TensorMismatch};
+pub use bind::AppBuffer;
+pub use error::{BindingError, BindingProblem, Producer, ProgramError, TensorMismatch};
 pub use file::ProgramFile;
 pub use ops::OPS;
 pub use spec::{
@@ -43,9 +48,10 @@ pub use spec::{
     UnaryFn, VulkanDelegate,
 };
 
+use bind::Bound;
 use error::Result;
 use plan::DevicePlan;
-use step::{Prepared, Runner};
+use step::{Prepared, Runner, StepBindings};
 use wiring::{Source, Wiring};
 
 /// Builds a [`Program`].
@@ -55,6 +61,8 @@ pub struct ProgramBuilder {
     outputs: Vec<String>,
     device: DeviceChoice,
     hand_off: HandOff,
+    bound_inputs: BTreeMap<String, AppBuffer>,
+    bound_outputs: BTreeMap<String, AppBuffer>,
 }
 
 impl Default for ProgramBuilder {
@@ -64,6 +72,8 @@ impl Default for ProgramBuilder {
             outputs: Vec::new(),
             device: DeviceChoice::Standalone,
             hand_off: HandOff::Device,
+            bound_inputs: BTreeMap::new(),
+            bound_outputs: BTreeMap::new(),
         }
     }
 }
@@ -90,6 +100,8 @@ pub struct Program {
     inputs: Vec<TensorSpec>,
     outputs: Vec<TensorSpec>,
     hand_off: HandOff,
+    /// The application's buffers, when the program's inputs and outputs are bound to them.
+    bound: Bound,
     last: Timings,
 }
 
@@ -152,6 +164,38 @@ impl ProgramBuilder {
         self
     }
 
+    /// Binds program input `name` to the application's buffer: its consumers read it there,
+    /// and the plan records no upload. Bind every input and output, or none; a bound program
+    /// runs by [`Program::submit`], ordered by the application's semaphores. Checked at
+    /// [`ProgramBuilder::build`]: the name, device hand-off, the size (the tensor's bytes,
+    /// padded to whole vec4s where a compute step reads it), the usage (`STORAGE_BUFFER`, and
+    /// `TRANSFER_DST` where a compute step reads it) and the offset alignment
+    /// (`minStorageBufferOffsetAlignment`), each failure a [`ProgramError::Binding`].
+    ///
+    /// # Safety
+    /// `buffer.slice` must be a live buffer range of the program's device, created with
+    /// `buffer.usage`, with `slice.memory` / `slice.memory_offset` the memory it is bound to
+    /// (a memory type a storage buffer allocation gets), and must outlive the program (its
+    /// last submission included). The caller orders every other access to those bytes
+    /// against the program's submissions by the semaphores it passes to
+    /// [`Program::submit`].
+    pub unsafe fn bind_input(mut self, name: &str, buffer: AppBuffer) -> Self {
+        self.bound_inputs.insert(name.to_owned(), buffer);
+        self
+    }
+
+    /// Binds program output `name` to the application's buffer: its producer writes it there
+    /// (where a producer cannot, a VGF output in an alias group, the plan records one device
+    /// copy into it, which needs `TRANSFER_DST` usage). Checked as
+    /// [`ProgramBuilder::bind_input`] is, with `TRANSFER_SRC` where a compute step writes it.
+    ///
+    /// # Safety
+    /// As [`ProgramBuilder::bind_input`].
+    pub unsafe fn bind_output(mut self, name: &str, buffer: AppBuffer) -> Self {
+        self.bound_outputs.insert(name.to_owned(), buffer);
+        self
+    }
+
     /// The program's inputs and outputs as the wiring pass finds them, without touching a
     /// device: for reading and checking input files before anything is loaded.
     pub fn io(&self) -> Result<(Vec<TensorSpec>, Vec<TensorSpec>)> {
@@ -179,6 +223,13 @@ impl ProgramBuilder {
             .map(step::prepare)
             .collect::<Result<_>>()?;
         let wiring = self.wire(&prepared)?;
+        let bound = bind::resolve(
+            &self.bound_inputs,
+            &self.bound_outputs,
+            &wiring,
+            &prepared,
+            self.hand_off,
+        )?;
         let requirements: Vec<Requirements> = self
             .steps
             .iter()
@@ -193,7 +244,13 @@ impl ProgramBuilder {
         for (k, spec) in self.steps.iter().enumerate() {
             let (device, lease) = self.device_for(spec, &requirements[k], standalone.as_ref())?;
             device.check(&requirements[k])?;
-            let external = self.external_inputs(&steps, &wiring, k);
+            if k == 0 {
+                bound.check_alignment(&wiring, &device)?;
+            }
+            let external = StepBindings {
+                inputs: self.external_inputs(&steps, &wiring, &bound, k),
+                outputs: bound.step_outputs(&wiring, k),
+            };
             let runner = step::load(
                 &spec.name,
                 &prepared[k],
@@ -215,15 +272,17 @@ impl ProgramBuilder {
                 _lease: lease,
             });
         }
-        Program::assemble(steps, wiring, self.hand_off)
+        Program::assemble(steps, wiring, self.hand_off, bound)
     }
 
-    /// In device hand-off, where step `k`'s inputs already live: a producer's output, or the
-    /// input buffer of an earlier consumer of the same program input.
+    /// In device hand-off, where step `k`'s inputs already live: a producer's output, the
+    /// application's buffer bound to a program input, or the input buffer of an earlier
+    /// consumer of the same program input.
     fn external_inputs(
         &self,
         loaded: &[Loaded],
         wiring: &Wiring,
+        bound: &Bound,
         k: usize,
     ) -> Vec<Option<BufferSlice>> {
         let sources = &wiring.steps[k].sources;
@@ -238,6 +297,7 @@ impl ProgramBuilder {
                     .device_outputs()
                     .get(output)
                     .map(|t| t.slice),
+                Source::ProgramInput(i) if bound.input(i).is_some() => bound.input(i),
                 Source::ProgramInput(i) => {
                     wiring.steps[..k].iter().enumerate().find_map(|(e, w)| {
                         let j = w
@@ -288,18 +348,25 @@ fn union(requirements: &[Requirements]) -> Requirements {
 }
 
 impl Program {
-    fn assemble(steps: Vec<Loaded>, wiring: Wiring, hand_off: HandOff) -> Result<Program> {
+    fn assemble(
+        steps: Vec<Loaded>,
+        wiring: Wiring,
+        hand_off: HandOff,
+        bound: Bound,
+    ) -> Result<Program> {
         let mut program = Program {
             plan: None,
             inputs: wiring.inputs.clone(),
             outputs: wiring.outputs.iter().map(|(s, _)| s.clone()).collect(),
             steps,
             hand_off,
+            bound,
             last: Timings::default(),
         };
         if hand_off == HandOff::Device {
             let runners: Vec<&dyn Runner> = program.steps.iter().map(|s| &*s.runner).collect();
-            program.plan = Some(DevicePlan::record(program.device(), &runners, &wiring)?);
+            let plan = DevicePlan::record(program.device(), &runners, &wiring, &program.bound)?;
+            program.plan = Some(plan);
         }
         Ok(program)
     }
@@ -344,8 +411,9 @@ impl Program {
     }
 
     /// Device copies recorded per execution in device hand-off: one per program input and
-    /// output, none between steps (each step reads its producer's buffer); `None` in host
-    /// hand-off.
+    /// output not bound to an application buffer (and one per bound output its producer
+    /// could not write in place), none between steps (each step reads its producer's
+    /// buffer); `None` in host hand-off.
     pub fn recorded_copies(&self) -> Option<usize> {
         self.plan.as_ref().map(DevicePlan::copies)
     }
@@ -356,7 +424,12 @@ impl Program {
     }
 
     /// Runs the program on `inputs` (in [`Program::inputs`] order) and returns its outputs.
+    ///
+    /// A program bound to application buffers runs by [`Program::submit`] instead.
     pub fn execute(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        if self.bound.is_bound() {
+            return Err(self.binding_error(error::BindingProblem::BoundProgram));
+        }
         vk_core::check_inputs(&self.inputs, inputs)?;
         let start = Instant::now();
         let result = match self.hand_off {
@@ -365,6 +438,65 @@ impl Program {
         };
         self.last.total = start.elapsed();
         result
+    }
+
+    fn binding_error(&self, problem: error::BindingProblem) -> ProgramError {
+        let tensor = self.inputs.first().or(self.outputs.first());
+        ProgramError::Binding(Box::new(BindingError {
+            tensor: tensor.map(|s| s.name.clone()).unwrap_or_default(),
+            problem,
+        }))
+    }
+
+    /// Submits one execution of a program bound to application buffers (every input and
+    /// output, see [`ProgramBuilder::bind_input`]): the recorded plan, waiting on `waits` and
+    /// signalling `signals` (binary or timeline semaphores). Returns once submitted, without
+    /// a host wait; [`Program::wait`] waits for it on the host, where needed. Only a submit
+    /// while the previous one may still run waits (for it): the plan is one command buffer.
+    ///
+    /// The application's writes of the inputs must happen before a semaphore in `waits`
+    /// is signalled, and its reads of the outputs after one in `signals` is: wait stages
+    /// `ALL_COMMANDS` cover every step of the plan.
+    ///
+    /// # Safety
+    /// Every semaphore must be a live semaphore of the program's device whose state allows
+    /// the wait or signal, as `vkQueueSubmit` requires (binary waits signalled or with a
+    /// pending signal, binary signals unsignalled, timeline values increasing); the bound
+    /// buffers are live (the contract of [`ProgramBuilder::bind_input`]), and no other
+    /// access to them overlaps this execution unless ordered by these semaphores.
+    pub unsafe fn submit(
+        &mut self,
+        waits: &[SemaphoreWait],
+        signals: &[SemaphoreSignal],
+    ) -> Result<()> {
+        if !self.bound.is_bound() {
+            return Err(self.binding_error(error::BindingProblem::NotBound));
+        }
+        let plan = self
+            .plan
+            .as_mut()
+            .ok_or_else(|| ProgramError::Wiring("the device plan was not recorded".into()))?;
+        // SAFETY: the caller's contract covers the semaphores and bound buffers; the plan's
+        // own buffers and the steps live as long as the plan.
+        unsafe { plan.submit(waits, signals) }?;
+        self.last.submissions = 1;
+        Ok(())
+    }
+
+    /// Waits on the host for the last [`Program::submit`], if any, and records its step
+    /// timings (see [`Program::last_timings`]).
+    pub fn wait(&mut self) -> Result<()> {
+        let Some(plan) = self.plan.as_mut() else {
+            return Ok(());
+        };
+        let times = plan.wait()?;
+        self.last.steps = self
+            .steps
+            .iter()
+            .zip(times)
+            .map(|(s, t)| (s.spec.name.clone(), t))
+            .collect();
+        Ok(())
     }
 
     fn execute_on_device(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {

@@ -5,6 +5,11 @@
 //! buffers directly (they were loaded bound to them), so no copy is recorded at a step
 //! boundary; program outputs are copied to host staging buffers, and one final barrier makes
 //! them visible to host reads. One execution is one submission and one fence wait.
+//!
+//! Inputs and outputs bound to application buffers get no staging and no copy: their steps
+//! read and write the application's slices; only a bound output its producer could not write
+//! in place is copied into the application's slice. Such a plan runs by `submit`, ordered by
+//! the application's semaphores.
 
 use std::time::Duration;
 
@@ -13,6 +18,7 @@ use vk_core::{
     Buffer, BufferSlice, Device, HostTensor, MemoryLocation, Submission, Timestamps, vk,
 };
 
+use super::bind::{Bound, written_in_place};
 use super::error::{ProgramError, Result};
 use super::step::Runner;
 use super::wiring::{Source, Wiring};
@@ -25,6 +31,15 @@ pub(super) struct DevicePlan {
     timestamps: Option<Timestamps>,
     staging_in: Vec<Buffer>,
     staging_out: Vec<Buffer>,
+    /// Copies into application buffers (bound outputs not written in place).
+    app_copies: usize,
+}
+
+/// Copies out of the program: to host staging buffer `k` of the plan, or into an application
+/// slice.
+enum Download {
+    Staging(BufferSlice, u64),
+    App(BufferSlice, BufferSlice, u64),
 }
 
 /// Where program input `i` is uploaded: the input buffer of its first consumer.
@@ -71,16 +86,26 @@ fn staging(device: &Device, bytes: u64, usage: vk::BufferUsageFlags, what: &str)
 }
 
 impl DevicePlan {
-    /// Records `steps` (loaded in device hand-off, bound to their producers) as `wiring` says.
-    pub(super) fn record(device: &Device, steps: &[&dyn Runner], wiring: &Wiring) -> Result<Self> {
+    /// Records `steps` (loaded in device hand-off, bound to their producers and to the
+    /// application's buffers `bound`) as `wiring` says.
+    pub(super) fn record(
+        device: &Device,
+        steps: &[&dyn Runner],
+        wiring: &Wiring,
+        bound: &Bound,
+    ) -> Result<Self> {
         let mut plan = DevicePlan {
             submission: Submission::new(device, 1, "program")?,
             timestamps: Timestamps::new(device, steps.len() as u32 + 1)?,
             staging_in: Vec::new(),
             staging_out: Vec::new(),
+            app_copies: 0,
         };
         let mut uploads = Vec::new();
         for (i, spec) in wiring.inputs.iter().enumerate() {
+            if bound.input(i).is_some() {
+                continue;
+            }
             let bytes = spec.bytes().unwrap_or(0) as u64;
             let what = format!("program input '{}'", spec.name);
             plan.staging_in.push(staging(
@@ -92,8 +117,17 @@ impl DevicePlan {
             uploads.push((input_target(steps, wiring, i)?, bytes));
         }
         let mut downloads = Vec::new();
-        for (spec, source) in &wiring.outputs {
+        for (o, (spec, source)) in wiring.outputs.iter().enumerate() {
             let bytes = spec.bytes().unwrap_or(0) as u64;
+            if let Some(Some(app)) = bound.outputs.get(o) {
+                let produced = output_source(steps, *source)?;
+                if !written_in_place(&produced, &app.slice) {
+                    bound.check_copy_target(wiring, o)?;
+                    downloads.push(Download::App(produced, app.slice, bytes));
+                    plan.app_copies += 1;
+                }
+                continue;
+            }
             let what = format!("program output '{}'", spec.name);
             plan.staging_out.push(staging(
                 device,
@@ -101,7 +135,7 @@ impl DevicePlan {
                 vk::BufferUsageFlags::TRANSFER_DST,
                 &what,
             )?);
-            downloads.push((output_source(steps, *source)?, bytes));
+            downloads.push(Download::Staging(output_source(steps, *source)?, bytes));
         }
         let cmd = plan.submission.begin(0)?;
         // SAFETY: `cmd` is recording; every buffer is live and owned by the plan or the
@@ -119,7 +153,7 @@ impl DevicePlan {
         cmd: vk::CommandBuffer,
         steps: &[&dyn Runner],
         uploads: &[(BufferSlice, u64)],
-        downloads: &[(BufferSlice, u64)],
+        downloads: &[Download],
     ) {
         let d = device.raw();
         // SAFETY: the caller's contract; copies stay inside the staging buffers (sized from
@@ -145,11 +179,20 @@ impl DevicePlan {
                 }
             }
             memory_barrier(device, cmd, Access::ANY_WRITE, Access::TRANSFER_READ);
-            for (dst, (src, bytes)) in self.staging_out.iter().zip(downloads) {
+            let mut staging = self.staging_out.iter();
+            for download in downloads {
+                let (src, dst, dst_offset, bytes) = match download {
+                    Download::Staging(src, bytes) => match staging.next() {
+                        Some(dst) => (src, dst.raw(), 0, bytes),
+                        None => continue,
+                    },
+                    Download::App(src, dst, bytes) => (src, dst.buffer, dst.offset, bytes),
+                };
                 let region = [vk::BufferCopy::default()
                     .src_offset(src.offset)
+                    .dst_offset(dst_offset)
                     .size(*bytes)];
-                d.cmd_copy_buffer(cmd, src.buffer, dst.raw(), &region);
+                d.cmd_copy_buffer(cmd, src.buffer, dst, &region);
             }
             host_read_barrier(device, cmd);
         }
@@ -158,7 +201,46 @@ impl DevicePlan {
     /// Copy commands recorded per execution: one per program input and output; none at a
     /// step boundary.
     pub(super) fn copies(&self) -> usize {
-        self.staging_in.len() + self.staging_out.len()
+        self.staging_in.len() + self.staging_out.len() + self.app_copies
+    }
+
+    /// Submits the recorded program, waiting on `waits` and signalling `signals`; no host
+    /// wait, except for an earlier submission still pending.
+    ///
+    /// # Safety
+    /// As [`Submission::submit`] for the semaphores; the application buffers the plan was
+    /// recorded with are live.
+    pub(super) unsafe fn submit(
+        &mut self,
+        waits: &[vk_core::SemaphoreWait],
+        signals: &[vk_core::SemaphoreSignal],
+    ) -> Result<()> {
+        // SAFETY: the command buffer is executable; the steps it records are alive (the
+        // program drops the plan first); the caller's contract covers the semaphores and the
+        // application's buffers.
+        unsafe { self.submission.submit(0, waits, signals) }?;
+        Ok(())
+    }
+
+    /// Waits for the last submission; the device time of each step where the queue has
+    /// timestamps.
+    pub(super) fn wait(&mut self) -> Result<Vec<Duration>> {
+        let pending = self.submission.is_pending();
+        self.submission.wait()?;
+        if !pending {
+            return Ok(Vec::new());
+        }
+        self.step_times()
+    }
+
+    fn step_times(&self) -> Result<Vec<Duration>> {
+        Ok(match &self.timestamps {
+            Some(ts) => {
+                let pairs: Vec<(u32, u32)> = (0..ts.count() - 1).map(|k| (k, k + 1)).collect();
+                ts.elapsed(&pairs)?
+            }
+            None => Vec::new(),
+        })
     }
 
     /// Uploads `inputs`, runs the recorded program, waits, and reads `outputs` back; with the
@@ -186,13 +268,6 @@ impl DevicePlan {
                     .map_err(|e| ProgramError::Wiring(e.to_string()))?,
             );
         }
-        let times = match &self.timestamps {
-            Some(ts) => {
-                let pairs: Vec<(u32, u32)> = (0..ts.count() - 1).map(|k| (k, k + 1)).collect();
-                ts.elapsed(&pairs)?
-            }
-            None => Vec::new(),
-        };
-        Ok((out, times))
+        Ok((out, self.step_times()?))
     }
 }

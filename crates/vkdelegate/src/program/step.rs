@@ -84,13 +84,23 @@ pub(super) fn io(step: &str, prepared: &Prepared, known: &[Option<TensorSpec>]) 
     }
 }
 
-/// Loads the step on `device`; input `i` reads `external[i]` where given (no copy).
+/// Slices a step's inputs and outputs are bound to, by index (`None`: its own buffer).
+#[derive(Debug, Clone, Default)]
+pub(super) struct StepBindings {
+    /// Input `i` reads `inputs[i]` where given.
+    pub inputs: Vec<Option<BufferSlice>>,
+    /// Output `j` is written to `outputs[j]` where given.
+    pub outputs: Vec<Option<BufferSlice>>,
+}
+
+/// Loads the step on `device`, bound to `external` (no copy); a VGF output that cannot be
+/// bound (alias group) keeps its own memory, which the caller detects in `device_outputs`.
 pub(super) fn load(
     step: &str,
     prepared: &Prepared,
     io: &StepIo,
     device: &Device,
-    external: &[Option<BufferSlice>],
+    external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
     match prepared {
         Prepared::Vgf(bytes) => vgf::load(step, bytes, device, external),

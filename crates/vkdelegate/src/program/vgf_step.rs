@@ -2,13 +2,13 @@
 
 use vgf_delegate::inspect::{IoDecl, model_inputs, model_outputs};
 use vgf_delegate::{External, IoRef, LoadOptions, Model, Vgf};
-use vk_core::{BufferSlice, Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
+use vk_core::{Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
 
 use std::sync::Arc;
 
 use super::error::{ProgramError, Result};
 use super::spec::{StepKind, StepSpec};
-use super::step::Runner;
+use super::step::{Runner, StepBindings};
 use super::wiring::StepIo;
 
 fn wrap(step: &str) -> impl Fn(vgf_delegate::Error) -> ProgramError + '_ {
@@ -79,20 +79,50 @@ pub(super) fn load(
     step: &str,
     bytes: &[u8],
     device: &Device,
-    external: &[Option<BufferSlice>],
+    external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
-    let external = external
+    match load_bound(step, bytes, device, external, true) {
+        // An output in an alias group keeps the model's memory: the program copies it.
+        Err(ProgramError::Vgf { source, .. })
+            if matches!(
+                *source,
+                vgf_delegate::Error::Bind(vgf_delegate::BindError::Aliased { .. })
+            ) && external.outputs.iter().any(Option::is_some) =>
+        {
+            load_bound(step, bytes, device, external, false)
+        }
+        other => other,
+    }
+}
+
+fn load_bound(
+    step: &str,
+    bytes: &[u8],
+    device: &Device,
+    external: &StepBindings,
+    outputs: bool,
+) -> Result<Box<dyn Runner>> {
+    let inputs = external.inputs.iter().enumerate().filter_map(|(i, slice)| {
+        // SAFETY: the slice is a producer's output (or an earlier consumer's input) on the
+        // same device, owned by a step the program keeps alive as long as this one (steps
+        // drop after the plan, together), or an application's buffer under the contract of
+        // `ProgramBuilder::bind_input`; the program orders every access by barriers, the
+        // application by its semaphores.
+        slice.map(|s| unsafe { External::new(IoRef::Input(i), s, device) })
+    });
+    let outs = external
+        .outputs
         .iter()
         .enumerate()
-        .filter_map(|(i, slice)| {
-            // SAFETY: the slice is a producer's output (or an earlier consumer's input) on the
-            // same device, owned by a step the program keeps alive as long as this one (steps
-            // drop after the plan, together); the program orders every access by barriers.
-            slice.map(|s| unsafe { External::new(IoRef::Input(i), s, device) })
-        })
-        .collect();
+        .filter(|_| outputs)
+        .filter_map(|(j, slice)| {
+            // SAFETY: an application's buffer under the contract of
+            // `ProgramBuilder::bind_output`; the application orders other access by its
+            // semaphores.
+            slice.map(|s| unsafe { External::new(IoRef::Output(j), s, device) })
+        });
     let options = LoadOptions {
-        external,
+        external: inputs.chain(outs).collect(),
         ..LoadOptions::default()
     };
     let model = Model::load_with(bytes, device, &options).map_err(wrap(step))?;
