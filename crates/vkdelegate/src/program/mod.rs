@@ -14,7 +14,12 @@
 //! `ops.rs` (compute ops by name), `wiring.rs` (the device-free check), `step.rs` (the one
 //! step interface and its dispatch), `vgf_step.rs` / `compute_step.rs` (one per delegate,
 //! each behind its feature; `absent.rs` answers for a missing one), `plan.rs` (the recorded
-//! device plan).
+//! device plan), `bind.rs` (application buffers as inputs and outputs).
+//!
+//! An application's own buffers can be the program's inputs and outputs
+//! ([`ProgramBuilder::bind_input`], [`ProgramBuilder::bind_output`]); such a program runs by
+//! [`Program::submit`], ordered by the application's semaphores, with no host wait
+//! (`docs/engine.md`).
 
 #[cfg(not(all(feature = "vgf", feature = "compute")))]
 mod absent;
