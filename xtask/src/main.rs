@@ -21,6 +21,7 @@ type Result<T = (), E = String> = std::result::Result<T, E>;
 const MATRIX: &[(&str, &[&str])] = &[
     ("vk-core", &[""]),
     ("shared-runtime", &[""]),
+    ("executorch-pte", &[""]),
     ("vgf-delegate", &["", "shared"]),
     ("compute-delegate", &["", "shared"]),
     ("vkdelegate", UMBRELLA_SETS),
