@@ -368,6 +368,7 @@ fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
             if total.is_noisy(0.10) { " NOISY" } else { "" },
             overhead.median * 1e3
         );
+        let top = top_ops(&mut p)?;
         let mut steps = Vec::new();
         for ((name, kind), ds) in p.steps().iter().zip(&per_step) {
             if let Some(s) = Summary::of_durations(ds) {
@@ -378,10 +379,46 @@ fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
         out.push(json!({
             "program": path.display().to_string(), "load_ms": ms(load),
             "min_ms": total.min, "median_ms": total.median, "max_ms": total.max,
-            "host_overhead_us": overhead.median * 1e3, "steps": steps,
+            "host_overhead_us": overhead.median * 1e3, "steps": steps, "ops": top,
         }));
     }
     Ok(Value::Array(out))
+}
+
+/// The per-op device profile of a program's compute steps, summed by op and kernel, largest
+/// first; prints the top five.
+#[cfg(any(feature = "vgf", feature = "compute"))]
+fn top_ops(p: &mut vkdelegate::program::Program) -> Result<Value> {
+    let mut by_op: std::collections::BTreeMap<String, (Duration, usize)> = Default::default();
+    let mut total = Duration::ZERO;
+    for (_, op, t) in p.profile()? {
+        let e = by_op.entry(op).or_default();
+        e.0 += t;
+        e.1 += 1;
+        total += t;
+    }
+    let mut rows: Vec<(String, Duration, usize)> =
+        by_op.into_iter().map(|(op, (t, n))| (op, t, n)).collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1));
+    if !rows.is_empty() {
+        println!(
+            "  per-op device profile ({} dispatches, {:.3} ms summed); top five:",
+            rows.iter().map(|r| r.2).sum::<usize>(),
+            ms(total)
+        );
+    }
+    for (op, t, n) in rows.iter().take(5) {
+        println!(
+            "    {op:<28} {:>8.3} ms  {:>5.1}%  ({n} dispatches)",
+            ms(*t),
+            100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12)
+        );
+    }
+    Ok(json!(
+        rows.iter()
+            .map(|(op, t, n)| json!({"op": op, "ms": ms(*t), "dispatches": n}))
+            .collect::<Vec<_>>()
+    ))
 }
 
 #[cfg(not(any(feature = "vgf", feature = "compute")))]

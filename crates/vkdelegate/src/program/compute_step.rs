@@ -242,4 +242,12 @@ impl Runner for ComputeRunner {
         // SAFETY: forwarded contract.
         unsafe { self.graph.record_into(cmd) }
     }
+
+    fn profile(&mut self, step: &str) -> Result<Vec<(String, std::time::Duration)>> {
+        let times = self.graph.profile().map_err(wrap(step))?;
+        Ok(times
+            .into_iter()
+            .map(|d| (format!("{} [{}]", d.op, d.kernel), d.time))
+            .collect())
+    }
 }

@@ -423,6 +423,20 @@ impl Program {
         self.plan.as_ref().map(DevicePlan::copies)
     }
 
+    /// Device time per dispatch of each step that can time its dispatches (compute steps), from
+    /// one device-resident run of each on the tensors the last execution left on the device:
+    /// (step, op, time). Run `execute` first.
+    pub fn profile(&mut self) -> Result<Vec<(String, String, std::time::Duration)>> {
+        let mut out = Vec::new();
+        for step in &mut self.steps {
+            let name = step.spec.name.clone();
+            for (op, t) in step.runner.profile(&name)? {
+                out.push((name.clone(), op, t));
+            }
+        }
+        Ok(out)
+    }
+
     /// Timings of the last execution.
     pub fn last_timings(&self) -> &Timings {
         &self.last
