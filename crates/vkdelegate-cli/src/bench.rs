@@ -399,7 +399,7 @@ fn top_ops(p: &mut vkdelegate::program::Program) -> Result<Value> {
     }
     let mut rows: Vec<(String, Duration, usize)> =
         by_op.into_iter().map(|(op, (t, n))| (op, t, n)).collect();
-    rows.sort_by(|a, b| b.1.cmp(&a.1));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
     if !rows.is_empty() {
         println!(
             "  per-op device profile ({} dispatches, {:.3} ms summed); top five:",
