@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use vk_core::timing::median;
 use vk_core::{Device, HostTensor};
 
 use crate::error::Result;
@@ -31,11 +32,6 @@ pub struct BenchReport {
     pub host_overhead: Duration,
     /// Memory placement used.
     pub memory_mode: MemoryMode,
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 /// Deterministic inputs of the model's shapes and dtypes (a byte pattern; for int8 and f32

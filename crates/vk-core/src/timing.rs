@@ -7,6 +7,12 @@ pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// The median of `v` (the upper one for an even count; zero when empty).
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
 /// Min, median and max of several runs of one measurement.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
@@ -68,5 +74,8 @@ mod tests {
         assert!(s.is_noisy(0.1));
         assert_eq!(Summary::of(&[]), None);
         assert_eq!(Summary::of(&[f64::NAN]), None);
+        let d = |ms| Duration::from_millis(ms);
+        assert_eq!(median(vec![d(3), d(1), d(2), d(10)]), d(3));
+        assert_eq!(median(Vec::new()), Duration::ZERO);
     }
 }

@@ -28,9 +28,7 @@ pub struct BenchArgs {
 }
 
 #[cfg(any(feature = "vgf", feature = "compute"))]
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
+use vkdelegate::vk_core::timing::ms;
 
 pub fn run(args: &BenchArgs) -> Result {
     let mut report = serde_json::Map::new();

@@ -15,14 +15,7 @@ use crate::npy;
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
+use vkdelegate::vk_core::timing::{median, ms};
 
 fn write_outputs(dir: &Path, outputs: &[HostTensor], names: Option<&[String]>) -> Result {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
