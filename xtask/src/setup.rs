@@ -6,6 +6,11 @@
 //!   `target/vk-emulation-layer/` with one folder per layer (`graph/`, `tensor/`) and manifests
 //!   rewritten to absolute library paths, so the loader finds the libraries without
 //!   `LD_LIBRARY_PATH` and vk-core can put the graph layer above the tensor layer.
+//! - A shader compiler that knows cooperative matrices: the `glslc` of PyPI's
+//!   `ai-ml-sdk-scenario-runner` (glslang of Vulkan SDK 1.4.357), unpacked into
+//!   `target/shader-tools/glslc`. Debian 12's glslc (shaderc 2023.2) lacks
+//!   `GL_KHR_cooperative_matrix`; `cargo xtask shaders` uses this one for the shaders that
+//!   need it.
 
 use std::path::Path;
 use std::process::Command;
@@ -26,7 +31,59 @@ const LAYERS: &[(&str, &str)] = &[("VkLayer_Graph", "graph"), ("VkLayer_Tensor",
 pub fn run() -> Result {
     packages()?;
     emulation_layer()?;
+    sdk_glslc()?;
     Ok(())
+}
+
+const SCENARIO_RUNNER_WHEEL: &str = "ai-ml-sdk-scenario-runner==0.11.0";
+
+/// The cooperative-matrix-capable `glslc`, installed on first use.
+pub fn sdk_glslc() -> Result<std::path::PathBuf> {
+    let dir = target_dir().join("shader-tools");
+    let glslc = dir.join("glslc");
+    if glslc.is_file() {
+        return Ok(glslc);
+    }
+    let wheel_dir = dir.join("wheel");
+    std::fs::create_dir_all(&wheel_dir).map_err(|e| format!("{}: {e}", wheel_dir.display()))?;
+    exec(
+        Command::new(python())
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+            ])
+            .arg(&wheel_dir)
+            .arg(SCENARIO_RUNNER_WHEEL),
+    )?;
+    let script = r#"
+import os, pathlib, sys, zipfile
+dest = pathlib.Path(sys.argv[1])
+wheels = sorted((dest / "wheel").glob("ai_ml_sdk_scenario_runner-*.whl"))
+if not wheels:
+    sys.exit("no scenario-runner wheel in " + str(dest / "wheel"))
+with zipfile.ZipFile(wheels[-1]) as z:
+    data = z.read("scenario_runner/binaries/bin/glslc")
+tmp = dest / "glslc.part"
+tmp.write_bytes(data)
+os.chmod(tmp, 0o755)
+os.replace(tmp, dest / "glslc")
+print("glslc installed in", dest)
+"#;
+    exec(Command::new(python()).arg("-c").arg(script).arg(&dir))?;
+    Ok(glslc)
+}
+
+fn python() -> &'static str {
+    if Command::new("python3").arg("--version").output().is_ok() {
+        "python3"
+    } else {
+        "python"
+    }
 }
 
 fn installed(package: &str) -> bool {
@@ -92,11 +149,7 @@ fn emulation_layer() -> Result {
     }
     let wheel_dir = dir.join("wheel");
     std::fs::create_dir_all(&wheel_dir).map_err(|e| format!("{}: {e}", wheel_dir.display()))?;
-    let python = if Command::new("python3").arg("--version").output().is_ok() {
-        "python3"
-    } else {
-        "python"
-    };
+    let python = python();
     exec(
         Command::new(python)
             .args([

@@ -4,7 +4,10 @@
 //! committed file differs or is missing, or when a committed `.spv` has no source.
 //!
 //! A shader may name its target environment on a line `// target-env: vulkan1.3` (default
-//! `vulkan1.1`).
+//! `vulkan1.1`). A shader that enables `GL_KHR_cooperative_matrix` or
+//! `GL_NV_cooperative_matrix2` is compiled by the SDK's glslc (`setup::sdk_glslc`, installed on
+//! first use; SPIR-V 1.6, so such kernels need a Vulkan 1.3 device), the others by the system
+//! glslc.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +33,62 @@ fn target_env(source: &str) -> &str {
         .find_map(|l| l.trim().strip_prefix("// target-env:"))
         .map(str::trim)
         .unwrap_or("vulkan1.1")
+}
+
+/// Whether a source needs the cooperative-matrix-capable compiler.
+fn needs_sdk_glslc(source: &str) -> bool {
+    source.lines().any(|l| {
+        let l = l.trim();
+        l.starts_with("#extension")
+            && (l.contains("GL_KHR_cooperative_matrix") || l.contains("GL_NV_cooperative_matrix2"))
+    })
+}
+
+/// The system glslc, optimizing, SPIR-V to stdout.
+fn compile_system(src: &Path, text: &str) -> Result<Vec<u8>> {
+    let out = Command::new("glslc")
+        .arg(format!("--target-env={}", target_env(text)))
+        .args(["-O", "-Werror", "-o", "-"])
+        .arg(src)
+        .output()
+        .map_err(|e| format!("glslc (Debian: apt-get install glslc): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "glslc failed on {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(out.stdout)
+}
+
+/// The SDK's glslc (its own arguments; it writes only to a file).
+fn compile_sdk(src: &Path, stem: &str) -> Result<Vec<u8>> {
+    let glslc = crate::setup::sdk_glslc()?;
+    let tmp = std::env::temp_dir().join(format!(
+        "vkdelegate-shader-{}-{stem}.spv",
+        std::process::id()
+    ));
+    let out = Command::new(&glslc)
+        .arg("--input")
+        .arg(src)
+        .arg("--output")
+        .arg(&tmp)
+        .args(["--stage", "compute"])
+        .output()
+        .map_err(|e| format!("{}: {e}", glslc.display()))?;
+    let spirv = std::fs::read(&tmp);
+    let _ = std::fs::remove_file(&tmp);
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed on {}:\n{}{}",
+            glslc.display(),
+            src.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    spirv.map_err(|e| format!("{}: no output: {e}", tmp.display()))
 }
 
 pub fn run(check: bool) -> Result {
@@ -61,27 +120,19 @@ pub fn run(check: bool) -> Result {
         let dst = crate_dir.join("spirv").join(format!("{stem}.spv"));
         expected.push(dst.clone());
         let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
-        let out = Command::new("glslc")
-            .arg(format!("--target-env={}", target_env(&text)))
-            .args(["-O", "-Werror", "-o", "-"])
-            .arg(src)
-            .output()
-            .map_err(|e| format!("glslc (Debian: apt-get install glslc): {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "glslc failed on {}:\n{}",
-                src.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
+        let spirv = if needs_sdk_glslc(&text) {
+            compile_sdk(src, &stem)?
+        } else {
+            compile_system(src, &text)?
+        };
         let current = std::fs::read(&dst).ok();
-        if current.as_deref() != Some(&out.stdout[..]) {
+        if current.as_deref() != Some(&spirv[..]) {
             if check {
                 stale.push(dst.display().to_string());
             } else {
                 std::fs::create_dir_all(dst.parent().unwrap_or(&root))
                     .map_err(|e| e.to_string())?;
-                std::fs::write(&dst, &out.stdout).map_err(|e| format!("{}: {e}", dst.display()))?;
+                std::fs::write(&dst, &spirv).map_err(|e| format!("{}: {e}", dst.display()))?;
                 eprintln!("shaders: wrote {}", dst.display());
             }
         }

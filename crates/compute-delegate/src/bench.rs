@@ -192,6 +192,20 @@ fn pattern(shape: &[usize], seed: usize) -> Result<HostTensor> {
     HostTensor::from_f32(shape.to_vec(), &v).map_err(|e| Error::Graph(format!("bench input: {e}")))
 }
 
+/// [`pattern`] in fp16.
+fn pattern_f16(shape: &[usize], seed: usize) -> Result<HostTensor> {
+    let t = pattern(shape, seed)?;
+    let bytes = t
+        .bytes()
+        .chunks_exact(4)
+        .flat_map(|c| {
+            half::f16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()
+        })
+        .collect();
+    HostTensor::new(vk_core::DType::F16, shape.to_vec(), bytes)
+        .map_err(|e| Error::Graph(format!("bench input: {e}")))
+}
+
 /// Records commands into a command buffer: `cmd` is a primary command buffer of the timer's
 /// device, recording, outside a render pass, on a queue family with compute.
 type Record<'a> = &'a dyn Fn(vk::CommandBuffer);
@@ -667,6 +681,8 @@ struct Sizes {
     big: Vec<usize>,
     conv: [(usize, usize); 2],
     matmul: usize,
+    /// More GEMM shapes: `(batch, m, k, n)`.
+    gemms: Vec<(usize, usize, usize, usize)>,
     softmax: [usize; 2],
     copy_bytes: u64,
     fma: (u32, u32),
@@ -681,6 +697,7 @@ impl Sizes {
                 big: vec![4, 256, 256],
                 conv: [(16, 32), (32, 16)],
                 matmul: 256,
+                gemms: vec![(1, 1, 256, 256), (1, 256, 256, 16), (4, 64, 64, 64)],
                 softmax: [256, 1024],
                 copy_bytes: 16 << 20,
                 fma: (64, 256),
@@ -692,6 +709,7 @@ impl Sizes {
                 big: vec![256, 1024, 1024],
                 conv: [(64, 224), (256, 56)],
                 matmul: 4096,
+                gemms: vec![(1, 1, 4096, 4096), (1, 4096, 4096, 64), (16, 256, 256, 256)],
                 softmax: [16384, 4096],
                 copy_bytes: 1 << 30,
                 fma: (8192, 4096),
@@ -805,6 +823,16 @@ fn copy_rows(
         ));
     }
     Ok(rows)
+}
+
+/// What the benchmarks need: the delegate's requirements, plus (optional) fp16 arithmetic,
+/// 16-bit storage and cooperative matrices for the fp16 cases.
+pub fn requirements() -> vk_core::Requirements {
+    crate::requirements().optional_features(
+        vk_core::Features::SHADER_FLOAT16
+            | vk_core::Features::STORAGE_BUFFER_16BIT
+            | vk_core::Features::COOPERATIVE_MATRIX,
+    )
 }
 
 /// Runs the benchmarks whose op name contains `filter` (all when `None`; the `copy` and
@@ -942,6 +970,40 @@ fn cases(s: &Sizes) -> Vec<Case> {
             Ok((g, vec![pattern(&[n, n], 1)?, pattern(&[n, n], 2)?]))
         }),
     });
+    cases.push(Case {
+        op: "matmul_f16",
+        shape: format!("{n}^3"),
+        work: Work::Flops(2.0 * (n as f64).powi(3)),
+        make: Box::new(move || {
+            let f16_t = vk_core::DType::F16;
+            let mut g = GraphBuilder::new();
+            let a = g.input("a", f16_t, &[n, n])?;
+            let b = g.input("b", f16_t, &[n, n])?;
+            let c = g.matmul(a, b)?;
+            g.output(c)?;
+            Ok((g, vec![pattern_f16(&[n, n], 1)?, pattern_f16(&[n, n], 2)?]))
+        }),
+    });
+    for &(batch, m, k, n) in &s.gemms {
+        let (sa, sb) = if batch == 1 {
+            (vec![m, k], vec![k, n])
+        } else {
+            (vec![batch, m, k], vec![batch, k, n])
+        };
+        cases.push(Case {
+            op: "matmul",
+            shape: format!("{}@{}", shape_str(&sa), shape_str(&sb)),
+            work: Work::Flops(2.0 * (batch * m * k * n) as f64),
+            make: Box::new(move || {
+                let mut g = GraphBuilder::new();
+                let a = g.input("a", f32_t, &sa)?;
+                let b = g.input("b", f32_t, &sb)?;
+                let c = g.matmul(a, b)?;
+                g.output(c)?;
+                Ok((g, vec![pattern(&sa, 1)?, pattern(&sb, 2)?]))
+            }),
+        });
+    }
     cases
 }
 

@@ -48,7 +48,12 @@ impl GraphBuilder {
         }
         check_work_groups(device)?;
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
-        let plan = lower(self, &device.capabilities().limits, subgroups)?;
+        let coop = if self.has_f16_gemm() {
+            crate::coop::usable(device, options.cooperative)
+        } else {
+            None
+        };
+        let plan = lower(self, &device.capabilities().limits, subgroups, coop)?;
         self.check_sizes(&plan, device.capabilities().limits.max_storage_buffer_range)?;
         for (i, x) in plan.dispatches.iter().enumerate() {
             log::debug!(

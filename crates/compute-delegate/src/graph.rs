@@ -685,6 +685,56 @@ impl GraphBuilder {
         Ok(info.clone())
     }
 
+    /// Whether a matmul, bmm or linear works on f16 tensors (one that may run on cooperative
+    /// matrices).
+    pub(crate) fn has_f16_gemm(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::Matmul { .. }) && self.tensors[n.out.0].dtype == DType::F16)
+    }
+
+    /// The device features this graph may use beyond [`crate::requirements`]: for fp16
+    /// GEMMs, `cooperativeMatrix` (optional: without it the plain kernels run).
+    pub fn requirements(&self) -> vk_core::Requirements {
+        let base = crate::requirements();
+        if self.has_f16_gemm() {
+            base.optional_features(
+                vk_core::Features::COOPERATIVE_MATRIX
+                    | vk_core::Features::SHADER_FLOAT16
+                    | vk_core::Features::STORAGE_BUFFER_16BIT,
+            )
+        } else {
+            base
+        }
+    }
+
+    /// A GEMM operand: f32, or f16 (then every operand of the op is f16).
+    fn gemm_operand(
+        &self,
+        op: &'static str,
+        t: TensorId,
+        like: Option<DType>,
+    ) -> Result<TensorInfo> {
+        let info = self.info(op, t)?;
+        let ok = match like {
+            Some(d) => info.dtype == d,
+            None => matches!(info.dtype, DType::F32 | DType::F16),
+        };
+        if !ok {
+            return Err(Error::DType {
+                op,
+                tensor: info.name.clone(),
+                actual: info.dtype,
+                expected: match like {
+                    Some(DType::F16) => "f16 (as the op's first operand)",
+                    Some(_) => "f32 (as the op's first operand)",
+                    None => "f32 or f16",
+                },
+            });
+        }
+        Ok(info.clone())
+    }
+
     fn word_operand(&self, op: &'static str, t: TensorId) -> Result<TensorInfo> {
         let info = self.info(op, t)?;
         if info.dtype.size() != 4 {
@@ -1106,8 +1156,8 @@ impl GraphBuilder {
     /// once at build.
     pub fn linear(&mut self, x: TensorId, w: TensorId, bias: Option<TensorId>) -> Result<TensorId> {
         const OP: &str = "linear";
-        let xi = self.f32_operand(OP, x)?;
-        let wi = self.f32_operand(OP, w)?;
+        let xi = self.gemm_operand(OP, x, None)?;
+        let wi = self.gemm_operand(OP, w, Some(xi.dtype))?;
         let k = *xi.shape.last().unwrap_or(&0);
         if wi.shape.len() != 2 || wi.shape[1] != k {
             return Err(shape_err(
@@ -1120,7 +1170,7 @@ impl GraphBuilder {
         }
         let n = wi.shape[0];
         if let Some(b) = bias {
-            let bi = self.f32_operand(OP, b)?;
+            let bi = self.gemm_operand(OP, b, Some(xi.dtype))?;
             if bi.shape != [n] {
                 return Err(shape_err(
                     OP,
@@ -1143,7 +1193,7 @@ impl GraphBuilder {
                 linear: true,
             },
             OP,
-            DType::F32,
+            xi.dtype,
             shape,
         ))
     }
@@ -1156,8 +1206,8 @@ impl GraphBuilder {
     /// `a [b, m, k] @ b [b, k, n]`.
     pub fn bmm(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         const OP: &str = "bmm";
-        let ai = self.f32_operand(OP, a)?;
-        let bi = self.f32_operand(OP, b)?;
+        let ai = self.gemm_operand(OP, a, None)?;
+        let bi = self.gemm_operand(OP, b, Some(ai.dtype))?;
         if ai.shape.len() != 3 || bi.shape.len() != 3 || ai.shape[0] != bi.shape[0] {
             return Err(shape_err(
                 OP,
@@ -1171,8 +1221,8 @@ impl GraphBuilder {
     }
 
     fn matmul_impl(&mut self, op: &'static str, a: TensorId, b: TensorId) -> Result<TensorId> {
-        let ai = self.f32_operand(op, a)?;
-        let bi = self.f32_operand(op, b)?;
+        let ai = self.gemm_operand(op, a, None)?;
+        let bi = self.gemm_operand(op, b, Some(ai.dtype))?;
         let (ra, rb) = (ai.shape.len(), bi.shape.len());
         if ra < 2 || rb < 2 {
             return Err(shape_err(
@@ -1224,7 +1274,7 @@ impl GraphBuilder {
                 linear: false,
             },
             op,
-            DType::F32,
+            ai.dtype,
             shape,
         ))
     }

@@ -19,6 +19,7 @@ pub(crate) enum Kernel {
     Pool2x2,
     ConvDw,
     Gemm,
+    GemmCoop,
     FmaPeak,
     CopyVec4,
     QAdd,
@@ -46,6 +47,7 @@ impl Kernel {
             Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
+            Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
@@ -62,6 +64,34 @@ impl Kernel {
                 "internal: embedded SPIR-V of {self:?} is unreadable: {e}"
             ))
         })
+    }
+
+    /// The shader's name (its source file's stem).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Unary => "unary",
+            Kernel::Binary => "binary",
+            Kernel::BinaryBcast => "binary_bcast",
+            Kernel::Copy => "copy_strided",
+            Kernel::Cast => "cast",
+            Kernel::Softmax => "softmax",
+            Kernel::SoftmaxSg => "softmax_sg",
+            Kernel::Reduce => "reduce",
+            Kernel::ReduceSg => "reduce_sg",
+            Kernel::LayerNorm => "layer_norm",
+            Kernel::LayerNormSg => "layer_norm_sg",
+            Kernel::Pool => "pool2d",
+            Kernel::Pool2x2 => "pool2x2",
+            Kernel::ConvDw => "conv_dw",
+            Kernel::Gemm => "gemm",
+            Kernel::GemmCoop => "gemm_coop",
+            Kernel::FmaPeak => "fma_peak",
+            Kernel::CopyVec4 => "copy_vec4",
+            Kernel::QAdd => "qadd",
+            Kernel::QConv => "qconv",
+            Kernel::Where => "where",
+            Kernel::Gather => "gather",
+        }
     }
 
     /// Number of storage-buffer bindings (set 0, bindings 0..n).
@@ -83,6 +113,7 @@ impl Kernel {
             | Kernel::LayerNormSg
             | Kernel::ConvDw
             | Kernel::Gemm
+            | Kernel::GemmCoop
             | Kernel::Where => 4,
             Kernel::QConv => 6,
         }

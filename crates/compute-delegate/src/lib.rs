@@ -70,6 +70,7 @@
 
 pub mod bench;
 mod build;
+mod coop;
 mod error;
 mod graph;
 mod kernels;
@@ -77,6 +78,7 @@ mod lower;
 mod runtime;
 
 pub use bench::{BenchRow, bench};
+pub use coop::{CoopPolicy, cooperative_gemm_active};
 pub use error::{Error, Result};
 pub use graph::{
     BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,

@@ -41,6 +41,9 @@ pub struct BuildOptions {
     pub force_staging: bool,
     /// Use shared-memory reductions even where subgroup arithmetic is available.
     pub disable_subgroups: bool,
+    /// When fp16 GEMMs run on cooperative matrices (default: where the device enables them
+    /// and they pass their check on it).
+    pub cooperative: crate::CoopPolicy,
     /// Inputs read from, and outputs written to, buffers of other delegates on the device.
     pub external: ExternalBindings,
 }
@@ -727,6 +730,16 @@ impl Graph {
     /// without a barrier between them may overlap on the device, so their shares are
     /// approximate.
     pub fn profile(&mut self) -> Result<Vec<DispatchTime>> {
+        self.profile_dispatches()
+    }
+
+    /// The shader of each dispatch, in order (`"gemm"`, `"gemm_coop"`, ...): which kernels the
+    /// lowering chose on this device.
+    pub fn kernels(&self) -> Vec<&'static str> {
+        self.recorded.iter().map(|r| r.kernel.name()).collect()
+    }
+
+    fn profile_dispatches(&mut self) -> Result<Vec<DispatchTime>> {
         self.wait()?;
         let n = self.recorded.len() as u32;
         let ts = Timestamps::new(self.device(), n + 1)?

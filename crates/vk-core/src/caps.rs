@@ -174,12 +174,73 @@ pub struct Capabilities {
     pub queue_families: Vec<QueueFamily>,
     /// How the ARM ML extensions are provided.
     pub arm: ArmSupport,
+    /// The cooperative-matrix shapes of `VK_KHR_cooperative_matrix` (empty without it).
+    pub cooperative_matrix: Vec<CoopMatrixShape>,
+}
+
+/// A component type of a cooperative matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CoopComponent {
+    /// 16-bit float.
+    F16,
+    /// 32-bit float.
+    F32,
+    /// 8-bit signed integer.
+    S8,
+    /// 32-bit signed integer.
+    S32,
+    /// Any other type (bf16, fp8, unsigned types, ...).
+    Other(i32),
+}
+
+impl CoopComponent {
+    fn from_vk(t: vk::ComponentTypeKHR) -> CoopComponent {
+        match t {
+            vk::ComponentTypeKHR::FLOAT16 => CoopComponent::F16,
+            vk::ComponentTypeKHR::FLOAT32 => CoopComponent::F32,
+            vk::ComponentTypeKHR::SINT8 => CoopComponent::S8,
+            vk::ComponentTypeKHR::SINT32 => CoopComponent::S32,
+            other => CoopComponent::Other(other.as_raw()),
+        }
+    }
+}
+
+/// One `VkCooperativeMatrixPropertiesKHR`: `C (M x N) = A (M x K) * B (K x N) + C`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CoopMatrixShape {
+    /// Rows of A and C.
+    pub m: u32,
+    /// Columns of B and C.
+    pub n: u32,
+    /// Columns of A, rows of B.
+    pub k: u32,
+    /// Component type of A.
+    pub a: CoopComponent,
+    /// Component type of B.
+    pub b: CoopComponent,
+    /// Component type of C.
+    pub c: CoopComponent,
+    /// Component type of the result.
+    pub result: CoopComponent,
+    /// Whether the scope is a subgroup (the only scope the kernels use).
+    pub subgroup_scope: bool,
 }
 
 impl Capabilities {
     /// Whether the device lists `name`.
     pub fn has_extension(&self, name: &CStr) -> bool {
         name.to_str().is_ok_and(|n| self.extensions.contains(n))
+    }
+
+    /// The subgroup-scope cooperative-matrix shapes with these component types.
+    pub fn coop_shapes(
+        &self,
+        ab: CoopComponent,
+        acc: CoopComponent,
+    ) -> impl Iterator<Item = &CoopMatrixShape> + '_ {
+        self.cooperative_matrix.iter().filter(move |s| {
+            s.subgroup_scope && s.a == ab && s.b == ab && s.c == acc && s.result == acc
+        })
     }
 
     /// The lowest-index queue family that has every capability in `caps`.
@@ -330,6 +391,36 @@ impl Capabilities {
             features,
             queue_families,
             arm,
+            cooperative_matrix: Vec::new(),
         })
     }
+}
+
+/// The shapes `VK_KHR_cooperative_matrix` reports for `physical`.
+///
+/// # Safety
+/// `physical` belongs to the instance `fns` was loaded for, and the device lists the
+/// extension.
+pub(crate) unsafe fn query_coop_shapes(
+    fns: &ash::khr::cooperative_matrix::Instance,
+    physical: vk::PhysicalDevice,
+) -> Vec<CoopMatrixShape> {
+    // SAFETY: guaranteed by the caller.
+    let props = unsafe { fns.get_physical_device_cooperative_matrix_properties(physical) };
+    let Ok(props) = props else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .map(|p| CoopMatrixShape {
+            m: p.m_size,
+            n: p.n_size,
+            k: p.k_size,
+            a: CoopComponent::from_vk(p.a_type),
+            b: CoopComponent::from_vk(p.b_type),
+            c: CoopComponent::from_vk(p.c_type),
+            result: CoopComponent::from_vk(p.result_type),
+            subgroup_scope: p.scope == vk::ScopeKHR::SUBGROUP,
+        })
+        .collect()
 }

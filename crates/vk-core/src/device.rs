@@ -46,8 +46,16 @@ struct DeviceShared {
     faults: Faults,
     /// The device's one vk-mem allocator, made on first use; destroyed before the device.
     allocator: std::sync::OnceLock<Result<vk_mem::Allocator, vk::Result>>,
+    /// Values computed once per device by the layers above ([`Device::memo`]).
+    memo: std::sync::Mutex<Memo>,
     instance: Instance,
 }
+
+/// Per-device values, by type and key.
+type Memo = std::collections::HashMap<
+    (std::any::TypeId, &'static str),
+    Arc<dyn std::any::Any + Send + Sync>,
+>;
 
 impl Drop for DeviceShared {
     fn drop(&mut self) {
@@ -179,6 +187,7 @@ impl Device {
                 lost: std::sync::OnceLock::new(),
                 faults: Faults::default(),
                 allocator: std::sync::OnceLock::new(),
+                memo: std::sync::Mutex::default(),
                 instance: instance.clone(),
             }),
         })
@@ -250,6 +259,7 @@ impl Device {
                 lost: std::sync::OnceLock::new(),
                 faults: Faults::default(),
                 allocator: std::sync::OnceLock::new(),
+                memo: std::sync::Mutex::default(),
                 instance: instance.clone(),
             }),
         })
@@ -298,6 +308,30 @@ impl Device {
     /// Whether two values are the same `VkDevice`.
     pub fn same_as(&self, other: &Device) -> bool {
         self.shared.raw.handle() == other.shared.raw.handle()
+    }
+
+    /// A value computed once per device and kept for its lifetime (for example the outcome of
+    /// a kernel's self-check on this device). `make` runs without any lock held, so it may
+    /// use the device (and `memo`) itself; when two threads race, the first stored value wins
+    /// and both get it. The value must not hold this `Device` (that would keep it alive).
+    pub fn memo<T: Send + Sync + 'static>(
+        &self,
+        key: &'static str,
+        make: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        let id = (std::any::TypeId::of::<T>(), key);
+        let lookup = |memo: &Memo| memo.get(&id).and_then(|v| v.clone().downcast::<T>().ok());
+        let found = lookup(&self.shared.memo.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(v) = found {
+            return v;
+        }
+        let made: Arc<T> = Arc::new(make());
+        let mut memo = self.shared.memo.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = lookup(&memo) {
+            return v;
+        }
+        memo.insert(id, made.clone());
+        made
     }
 
     /// Whether a call on this device returned `VK_ERROR_DEVICE_LOST`, and where.

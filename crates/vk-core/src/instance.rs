@@ -512,12 +512,20 @@ impl Instance {
             .into_iter()
             .enumerate()
             .map(|(index, raw)| {
-                let caps = Capabilities::query(
+                let mut caps = Capabilities::query(
                     &self.shared.raw,
                     self.shared.api_version,
                     raw,
                     self.emulation_enabled(),
                 )?;
+                if caps.has_extension(ash::khr::cooperative_matrix::NAME) {
+                    let fns = ash::khr::cooperative_matrix::Instance::new(
+                        &self.shared.entry,
+                        &self.shared.raw,
+                    );
+                    // SAFETY: `raw` was enumerated from this instance and lists the extension.
+                    caps.cooperative_matrix = unsafe { crate::caps::query_coop_shapes(&fns, raw) };
+                }
                 Ok(Adapter::new(self.clone(), raw, index, caps))
             })
             .collect()

@@ -55,7 +55,10 @@ pub mod timing;
 
 pub use adapter::{Adapter, DeviceSummary, rank, select_index};
 pub use barrier::Access;
-pub use caps::{ArmSupport, Capabilities, Limits, MemoryHeap, MemoryInfo, MemoryType, QueueFamily};
+pub use caps::{
+    ArmSupport, Capabilities, CoopComponent, CoopMatrixShape, Limits, MemoryHeap, MemoryInfo,
+    MemoryType, QueueFamily,
+};
 pub use command::{SemaphoreSignal, SemaphoreWait, Submission, WaitPolicy};
 pub use conv::{DeviceType, QueueCaps, Version};
 pub use device::{Device, DropCallback};

@@ -290,6 +290,7 @@ mod tests {
                 })
                 .collect(),
             arm: ArmSupport::Absent,
+            cooperative_matrix: Vec::new(),
         }
     }
 

@@ -18,6 +18,15 @@ impl Lowerer<'_> {
         out: TensorId,
         act: Option<(f32, f32)>,
     ) -> Result<()> {
+        if mode == 0 && self.coop_gemm(m, n, k, batch, &params, &bindings, out, act)? {
+            return Ok(());
+        }
+        if self.t(out).dtype == DType::F16 {
+            return Err(Error::Unsupported(format!(
+                "{}: fp16 GEMMs need cooperative matrices on this device",
+                self.op
+            )));
+        }
         // Kernel size baked into the implicit-GEMM pipeline.
         let (khs, kws) = if mode == 1 {
             (params[17] as u32, params[18] as u32)

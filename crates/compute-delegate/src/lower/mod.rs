@@ -5,6 +5,7 @@
 //! (permute, cat, slice, cast), `quantized.rs`.
 
 mod conv;
+mod coop;
 mod elementwise;
 mod gemm;
 mod pool;
@@ -14,6 +15,7 @@ mod shape;
 
 use vk_core::{DType, Limits};
 
+use crate::coop::CoopConfig;
 use crate::error::{Error, Result};
 use crate::graph::{
     GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
@@ -125,6 +127,8 @@ struct Lowerer<'a> {
     act: Option<(f32, f32, TensorId)>,
     /// Subgroup arithmetic is available in compute shaders.
     subgroups: bool,
+    /// fp16 GEMMs run on cooperative matrices with this configuration.
+    coop: Option<CoopConfig>,
 }
 
 impl Lowerer<'_> {
@@ -355,10 +359,16 @@ fn fuse_activations(b: &GraphBuilder) -> Fusion {
 }
 
 /// Lowers every node, in order.
-pub(crate) fn lower(b: &GraphBuilder, limits: &Limits, subgroups: bool) -> Result<Plan> {
+pub(crate) fn lower(
+    b: &GraphBuilder,
+    limits: &Limits,
+    subgroups: bool,
+    coop: Option<CoopConfig>,
+) -> Result<Plan> {
     let mut l = Lowerer {
         b,
         limits,
+        coop,
         storages: b.storages.clone(),
         out: Vec::new(),
         node: 0,
