@@ -7,10 +7,14 @@
 //! - Tensor to image ([`TensorToImage`]): through a [`ColourMap`] (channels, a heat palette, or
 //!   the argmax over the channels picking a palette colour).
 //!
-//! Formats ([`FormatClass`]): `R8G8B8A8_UNORM` and `B8G8R8A8_UNORM` (red and blue swapped in the
-//! shader), `R16G16B16A16_SFLOAT`, `R32G32B32A32_SFLOAT`; one kernel per storage format class
-//! (`rgba8`, `rgba16f`, `rgba32f`, SPIR-V under `spirv/`), since a storage image's format
-//! qualifier must match its view and devices need not read storage images without one.
+//! Formats ([`FormatClass`]): `R8G8B8A8_UNORM`, `B8G8R8A8_UNORM`, `R16G16B16A16_SFLOAT`,
+//! `R32G32B32A32_SFLOAT`; one kernel per storage format class (`rgba8`, `rgba16f`, `rgba32f`,
+//! SPIR-V under `spirv/`), since a storage image's view must match the shader's format
+//! qualifier exactly (other formats give undefined values) and devices need not read storage
+//! images without one (lavapipe cannot). A `B8G8R8A8_UNORM` image is therefore read and
+//! written through an `R8G8B8A8_UNORM` view the conversion makes of it, red and blue swapped
+//! in the shader: such an image must be created with `VK_IMAGE_CREATE_MUTABLE_FORMAT_BIT`
+//! (the application's own view is not used).
 //!
 //! Every check is an [`ImageProblem`]: the device-free ones ([`ImageToTensor::check`],
 //! [`TensorToImage::check`]) before any device is touched, the device's format feature
@@ -55,7 +59,8 @@ const LOCAL_SIZE: u32 = 8;
 pub struct AppImage {
     /// The image.
     pub image: vk::Image,
-    /// A 2D colour view of mip 0 / layer 0 of `image`, made by the application, of `format`.
+    /// A 2D colour view of mip 0 / layer 0 of `image`, made by the application, of `format`
+    /// (not used for `B8G8R8A8_UNORM`: see the module's docs).
     pub view: vk::ImageView,
     /// The view's format.
     pub format: vk::Format,
@@ -436,9 +441,6 @@ impl TensorToImage {
 /// Checks that `device` can use `format` as a storage image (optimal tiling) and that a
 /// kernel exists for it.
 pub fn check_format(device: &Device, format: vk::Format) -> Result<FormatClass, ImageProblem> {
-    let Some((class, _)) = FormatClass::of(format) else {
-        return Err(ImageProblem::UnsupportedFormat { format });
-    };
     // SAFETY: the physical device belongs to the device's live instance.
     let props = unsafe {
         device
@@ -446,10 +448,19 @@ pub fn check_format(device: &Device, format: vk::Format) -> Result<FormatClass, 
             .raw()
             .get_physical_device_format_properties(device.physical(), format)
     };
-    if !props
-        .optimal_tiling_features
-        .contains(vk::FormatFeatureFlags::STORAGE_IMAGE)
-    {
+    format_class(format, props.optimal_tiling_features)
+}
+
+/// The class of `format` if a kernel exists for it and `features` (its optimal-tiling
+/// features on a device) include `STORAGE_IMAGE`.
+fn format_class(
+    format: vk::Format,
+    features: vk::FormatFeatureFlags,
+) -> Result<FormatClass, ImageProblem> {
+    let Some((class, _)) = FormatClass::of(format) else {
+        return Err(ImageProblem::UnsupportedFormat { format });
+    };
+    if !features.contains(vk::FormatFeatureFlags::STORAGE_IMAGE) {
         return Err(ImageProblem::NoStorageFeature { format });
     }
     Ok(class)
@@ -609,6 +620,55 @@ impl Kernel {
     }
 }
 
+/// The `R8G8B8A8_UNORM` view a conversion makes of a `B8G8R8A8_UNORM` image, so that the view
+/// matches the kernel's `rgba8` format qualifier.
+struct SwapView {
+    device: Device,
+    view: vk::ImageView,
+}
+
+impl SwapView {
+    /// The view `image` needs, if any.
+    ///
+    /// # Safety
+    /// `image.image` is a live 2D image of `device` of `image.format`; a `B8G8R8A8_UNORM` one
+    /// was created with `VK_IMAGE_CREATE_MUTABLE_FORMAT_BIT`.
+    unsafe fn for_image(device: &Device, image: &AppImage) -> Result<Option<SwapView>, Error> {
+        if !FormatClass::of(image.format).is_some_and(|(_, swap)| swap) {
+            return Ok(None);
+        }
+        let mut usage = vk::ImageViewUsageCreateInfo::default().usage(vk::ImageUsageFlags::STORAGE);
+        let range = vk::ImageSubresourceRange {
+            aspect_mask: vk::ImageAspectFlags::COLOR,
+            base_mip_level: 0,
+            level_count: 1,
+            base_array_layer: 0,
+            layer_count: 1,
+        };
+        let info = vk::ImageViewCreateInfo::default()
+            .image(image.image)
+            .view_type(vk::ImageViewType::TYPE_2D)
+            .format(vk::Format::R8G8B8A8_UNORM)
+            .subresource_range(range)
+            .push_next(&mut usage);
+        // SAFETY: the caller's contract; R8G8B8A8_UNORM is in the image's compatibility class.
+        let view =
+            unsafe { device.raw().create_image_view(&info, None) }.vk("vkCreateImageView")?;
+        Ok(Some(SwapView {
+            device: device.clone(),
+            view,
+        }))
+    }
+}
+
+impl Drop for SwapView {
+    fn drop(&mut self) {
+        // SAFETY: created by `for_image` from this device, destroyed once; its conversion's
+        // owner keeps it until no submission using it can still run.
+        unsafe { self.device.raw().destroy_image_view(self.view, None) };
+    }
+}
+
 /// Bytes of the kernels' push constants (the larger of the two blocks).
 const PUSH_BYTES: usize = 48;
 
@@ -618,9 +678,11 @@ const PUSH_BYTES: usize = 48;
 ///
 /// Dropping it destroys its objects: keep it until no submission recording it can still run.
 pub struct ImageConversion {
-    // Field order is drop order; the kernel's set refers to the palette.
+    // Field order is drop order; the kernel's set refers to the palette and the view.
     kernel: Kernel,
     palette: Option<Buffer>,
+    /// The conversion's own `R8G8B8A8_UNORM` view of a `B8G8R8A8_UNORM` image.
+    swap_view: Option<SwapView>,
     direction: Direction,
     image: AppImage,
     tensor: BufferSlice,
@@ -696,9 +758,12 @@ impl ImageConversion {
             Direction::ToImage(t) => (TO_IMAGE[class.index()], Some(palette(device, t)?)),
         };
         let kernel = Kernel::new(device, spirv, bindings(&direction))?;
+        // SAFETY: the caller's contract covers the image.
+        let swap_view = unsafe { SwapView::for_image(device, &image) }?;
         let conversion = ImageConversion {
             kernel,
             palette,
+            swap_view,
             direction,
             image,
             tensor,
@@ -751,15 +816,20 @@ impl ImageConversion {
         let (h, w) = (extent.height as usize, extent.width as usize);
         check_image(&image, h, w)?;
         check_format(&self.kernel.device, image.format)?;
+        // SAFETY: the caller's contract covers the image; nothing pending uses the old view.
+        let swap_view = unsafe { SwapView::for_image(&self.kernel.device, &image) }?;
         self.image = image;
+        // The old view goes once the set no longer names it.
+        let _old = std::mem::replace(&mut self.swap_view, swap_view);
         self.write_set();
         Ok(())
     }
 
     /// Writes the descriptor set: image, tensor and palette.
     fn write_set(&self) {
+        let view = self.swap_view.as_ref().map_or(self.image.view, |v| v.view);
         let image = [vk::DescriptorImageInfo::default()
-            .image_view(self.image.view)
+            .image_view(view)
             .image_layout(vk::ImageLayout::GENERAL)];
         let tensor = [vk::DescriptorBufferInfo::default()
             .buffer(self.tensor.buffer)
@@ -946,4 +1016,133 @@ fn palette(device: &Device, conv: &TensorToImage) -> Result<Buffer, Error> {
     )?;
     buffer.write(0, &bytes)?;
     Ok(buffer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(format: vk::Format, width: u32, height: u32) -> AppImage {
+        AppImage::new(
+            vk::Image::null(),
+            vk::ImageView::null(),
+            format,
+            vk::Extent2D { width, height },
+            vk::ImageUsageFlags::STORAGE,
+        )
+    }
+
+    fn f32_spec(shape: &[usize]) -> TensorSpec {
+        TensorSpec::new("t", DType::F32, shape.to_vec())
+    }
+
+    #[test]
+    fn image_to_tensor_checks_each_problem_by_name() {
+        let rgba8 = image(vk::Format::R8G8B8A8_UNORM, 37, 23);
+        let conv = ImageToTensor::default();
+        assert_eq!(conv.check(&rgba8, &f32_spec(&[1, 3, 23, 37])), Ok(()));
+        let nhwc = ImageToTensor {
+            layout: TensorLayout::Nhwc,
+            ..conv
+        };
+        assert_eq!(nhwc.check(&rgba8, &f32_spec(&[1, 23, 37, 4])), Ok(()));
+        let e = conv.check(
+            &rgba8,
+            &TensorSpec::new("t", DType::F16, vec![1, 3, 23, 37]),
+        );
+        assert_eq!(e, Err(ImageProblem::DType { dtype: DType::F16 }));
+        for shape in [&[3, 23, 37][..], &[2, 3, 23, 37], &[1, 1, 3, 23, 37]] {
+            let e = conv.check(&rgba8, &f32_spec(shape));
+            assert!(
+                matches!(e, Err(ImageProblem::Shape { .. })),
+                "{shape:?}: {e:?}"
+            );
+        }
+        for c in [0, 5] {
+            let e = conv.check(&rgba8, &f32_spec(&[1, c, 23, 37]));
+            assert!(matches!(e, Err(ImageProblem::Channels { channels, .. }) if channels == c));
+        }
+        let e = conv.check(&rgba8, &f32_spec(&[1, 3, 37, 23]));
+        assert!(
+            matches!(
+                e,
+                Err(ImageProblem::Extent {
+                    image_width: 37,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let no_storage = AppImage {
+            usage: vk::ImageUsageFlags::SAMPLED,
+            ..rgba8
+        };
+        let e = conv.check(&no_storage, &f32_spec(&[1, 3, 23, 37]));
+        assert!(
+            matches!(e, Err(ImageProblem::MissingStorageUsage { .. })),
+            "{e:?}"
+        );
+        let srgb = image(vk::Format::R8G8B8A8_SRGB, 37, 23);
+        let e = conv.check(&srgb, &f32_spec(&[1, 3, 23, 37]));
+        assert!(
+            matches!(e, Err(ImageProblem::UnsupportedFormat { .. })),
+            "{e:?}"
+        );
+        let empty = image(vk::Format::R8G8B8A8_UNORM, 0, 23);
+        let e = conv.check(&empty, &f32_spec(&[1, 3, 23, 0]));
+        assert!(matches!(e, Err(ImageProblem::EmptyImage { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn tensor_to_image_checks_channels_per_colour_map_and_the_palette() {
+        let img = image(vk::Format::R32G32B32A32_SFLOAT, 5, 4);
+        let spec = |c| f32_spec(&[1, c, 4, 5]);
+        let channels = TensorToImage::default();
+        for c in 1..=4 {
+            assert_eq!(channels.check(&img, &spec(c)), Ok(()));
+        }
+        let e = channels.check(&img, &spec(5));
+        assert!(
+            matches!(e, Err(ImageProblem::Channels { channels: 5, .. })),
+            "{e:?}"
+        );
+        let heat = TensorToImage {
+            colour_map: ColourMap::Heat,
+            ..TensorToImage::default()
+        };
+        assert_eq!(heat.check(&img, &spec(1)), Ok(()));
+        let e = heat.check(&img, &spec(3));
+        assert!(
+            matches!(e, Err(ImageProblem::Channels { channels: 3, .. })),
+            "{e:?}"
+        );
+        let classes = TensorToImage {
+            colour_map: ColourMap::Classes(vec![[0.0; 4]; 6]),
+            ..TensorToImage::default()
+        };
+        assert_eq!(classes.check(&img, &spec(6)), Ok(()));
+        let e = classes.check(&img, &spec(7));
+        let want = ImageProblem::PaletteTooShort {
+            colours: 6,
+            channels: 7,
+        };
+        assert_eq!(e, Err(want.clone()));
+        assert_eq!(want.to_string(), "the palette has 6 colours for 7 channels");
+    }
+
+    #[test]
+    fn formats_need_a_kernel_and_the_storage_image_feature() {
+        let storage = vk::FormatFeatureFlags::STORAGE_IMAGE;
+        for f in FORMATS {
+            assert!(format_class(f, storage).is_ok(), "{f:?}");
+            let e = format_class(f, vk::FormatFeatureFlags::SAMPLED_IMAGE);
+            assert_eq!(e, Err(ImageProblem::NoStorageFeature { format: f }));
+        }
+        let e = format_class(vk::Format::R8G8B8A8_SRGB, storage);
+        assert!(matches!(e, Err(ImageProblem::UnsupportedFormat { .. })));
+        assert_eq!(
+            FormatClass::of(vk::Format::B8G8R8A8_UNORM),
+            Some((FormatClass::Rgba8, true))
+        );
+    }
 }
