@@ -18,8 +18,8 @@ use vk_core::{
 };
 use vkdelegate::program::{
     AppBuffer, AppImage, BindingProblem, ColourMap, ComputeStep, DeviceChoice, HandOff,
-    ImageProblem, ImageToTensor, Program, ProgramBuilder, ProgramError, StepKind, StepSpec,
-    TensorLayout, TensorToImage,
+    ImageProblem, ImageToTensor, Program, ProgramBuilder, ProgramError, ProgramFile, StepKind,
+    StepSpec, TensorLayout, TensorToImage,
 };
 
 const W: u32 = 37;
@@ -32,11 +32,10 @@ const RGBA32F: vk::Format = vk::Format::R32G32B32A32_SFLOAT;
 fn device(test: &str, vgf: bool) -> Option<(Instance, Device)> {
     testing::validate_every_instance();
     let mut r = if vgf {
+        // The example's models (those of the seed `.pte` too) and sqplus.
         let bytes = std::fs::read(fixture("sqplus/model.vgf")).unwrap();
         let model = vkdelegate::vgf::Vgf::decode(&bytes).unwrap();
-        vkdelegate::vgf::requirements()
-            .union(&vkdelegate::vgf::requirements_for(&model).unwrap())
-            .union(&vkdelegate::compute::requirements())
+        example::requirements().union(&vkdelegate::vgf::requirements_for(&model).unwrap())
     } else {
         vkdelegate::compute::requirements()
     };
@@ -271,8 +270,8 @@ fn an_image_feeds_a_host_output_in_nhwc_with_a_host_input_beside_it() {
     assert_no_validation_errors_of_ours(&instance);
 }
 
-/// sqplus (VGF): x * x + 0.25 on f32[1, 3, 8, 8], from an RGBA8 image into a heat-mapped and a
-/// class-mapped image: two outputs of one tensor are not possible, so one program each.
+/// sqplus (VGF): x * x + 0.25 on f32[1, 3, 8, 8], from an RGBA8 image into a class-mapped
+/// image.
 #[test]
 fn an_image_runs_through_a_vgf_model_into_an_image() {
     let _serial = serial();
@@ -656,6 +655,140 @@ fn each_bad_image_binding_is_a_named_error() {
     assert_eq!(y[0].shape(), &NCHW3);
     drop(program);
     drop((img, small, float, buf));
+    drop(device);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
+/// An f32 `.npy` fixture.
+fn npy_f32(path: std::path::PathBuf) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let shape = npy.shape().iter().map(|&d| d as usize).collect();
+    (shape, npy.into_vec::<f32>().unwrap())
+}
+
+/// The seed ExecuTorch program (VgfBackend -> VulkanBackend -> VgfBackend, f32[1, 3, 8, 8] ->
+/// f32[1, 3, 4, 4]) from an RGBA32F image holding its committed input into an RGBA32F image,
+/// against PyTorch's output.
+#[test]
+fn a_pte_program_runs_from_image_to_image() {
+    let _serial = serial();
+    let test = "a_pte_program_runs_from_image_to_image";
+    let Some((instance, device)) = device(test, true) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/pte/seed_example");
+    let (shape, x) = npy_f32(dir.join("input_0.npy"));
+    assert_eq!(shape, [1, 3, 8, 8]);
+    let (_, want) = npy_f32(dir.join("expected_output_0.npy"));
+    let input = TestImage::new(&device, RGBA32F, 8, 8, vk::ImageUsageFlags::STORAGE);
+    let texels: Vec<u8> = (0..64)
+        .flat_map(|p| [x[p], x[64 + p], x[128 + p], 1.0])
+        .flat_map(f32::to_le_bytes)
+        .collect();
+    input.write(&texels);
+    let output = TestImage::new(&device, RGBA32F, 4, 4, vk::ImageUsageFlags::STORAGE);
+    // The outputs lie in (0.25, 1.25): halved, within the clamp to [0, 1].
+    let conv = TensorToImage {
+        scale: 0.5,
+        ..TensorToImage::default()
+    };
+    let bytes: std::sync::Arc<[u8]> = std::fs::read(dir.join("model.pte")).unwrap().into();
+    let builder = vkdelegate::pte::program_builder(bytes, None)
+        .unwrap()
+        .device(DeviceChoice::Device(device.clone()));
+    // SAFETY: as in the first test.
+    let mut program = unsafe {
+        builder
+            .bind_input_image("input_0", app(&input), ImageToTensor::default())
+            .bind_output_image("output_0", app(&output), conv)
+    }
+    .build()
+    .unwrap();
+    program.execute(&[]).unwrap();
+    let got = read_rgba32f(&output);
+    let mut worst = 0.0f32;
+    for (p, g) in got.iter().enumerate() {
+        for (c, v) in g.iter().take(3).enumerate() {
+            worst = worst.max((v - 0.5 * want[c * 16 + p]).abs());
+        }
+    }
+    assert!(worst < 1e-5, "max error {worst}");
+    drop(program);
+    drop((input, output));
+    drop(device);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
+/// A TOML program (mul_scalar -> sigmoid) from the red channel of a BGRA8 image (C = 1) into
+/// a heat-mapped RGBA8 image.
+#[test]
+fn a_toml_program_runs_from_a_bgra8_image_into_a_heat_map() {
+    let _serial = serial();
+    let test = "a_toml_program_runs_from_a_bgra8_image_into_a_heat_map";
+    let Some((instance, device)) = device(test, false) else {
+        return;
+    };
+    let text = format!(
+        r#"
+outputs = ["y"]
+
+[[step]]
+name = "scale"
+op = "mul_scalar"
+value = 4.0
+input_shape = [1, 1, {H}, {W}]
+inputs = ["x"]
+outputs = ["a"]
+
+[[step]]
+name = "gate"
+op = "sigmoid"
+inputs = ["a"]
+outputs = ["y"]
+"#
+    );
+    let file = ProgramFile::parse(&text, std::path::Path::new(".")).unwrap();
+    let input = image(&device, BGRA8, (W, H), 6);
+    let output = TestImage::new(&device, RGBA8, W, H, vk::ImageUsageFlags::STORAGE);
+    let conv = ImageToTensor {
+        mean: [0.5; 4],
+        ..ImageToTensor::default()
+    };
+    let heat = TensorToImage {
+        colour_map: ColourMap::Heat,
+        ..TensorToImage::default()
+    };
+    // SAFETY: as in the first test.
+    let mut program = unsafe {
+        ProgramBuilder::from_file(file)
+            .device(DeviceChoice::Device(device.clone()))
+            .bind_input_image("x", app(&input), conv)
+            .bind_output_image("y", app(&output), heat)
+    }
+    .build()
+    .unwrap();
+    program.execute(&[]).unwrap();
+    let got = output.read();
+    for y in 0..H {
+        for x in 0..W {
+            let v = 1.0 / (1.0 + (-(texel(6, x, y)[0] - 0.5) * 4.0).exp());
+            let ch = |k: f32| (1.5 - (4.0 * v - k).abs()).clamp(0.0, 1.0);
+            let want = [ch(3.0), ch(2.0), ch(1.0), 1.0];
+            let at = ((y * W + x) * 4) as usize;
+            for c in 0..4 {
+                let g = f32::from(got[at + c]) / 255.0;
+                assert!(
+                    (g - want[c]).abs() <= 0.5 / 255.0 + 1e-4,
+                    "({x},{y}) c{c}: {g} != {}",
+                    want[c]
+                );
+            }
+        }
+    }
+    drop(program);
+    drop((input, output));
     drop(device);
     assert_no_validation_errors_of_ours(&instance);
 }
