@@ -308,18 +308,31 @@ fn an_image_runs_through_a_vgf_model_into_an_image() {
     }
     .build()
     .unwrap();
-    program.execute(&[]).unwrap();
-    let got = read_rgba32f(&output);
-    for y in 0..8 {
-        for x in 0..8 {
-            let t = texel(3, x, y);
-            let v: Vec<f32> = (0..3).map(|c| t[c] * t[c] + 0.25).collect();
-            let best = (0..3).fold(0, |b, c| if v[c] > v[b] { c } else { b });
-            assert_eq!(got[(y * 8 + x) as usize], palette[best], "({x},{y}): {v:?}");
+    let check = |output: &TestImage, seed: u32| {
+        let got = read_rgba32f(output);
+        for y in 0..8 {
+            for x in 0..8 {
+                let t = texel(seed, x, y);
+                let v: Vec<f32> = (0..3).map(|c| t[c] * t[c] + 0.25).collect();
+                let best = (0..3).fold(0, |b, c| if v[c] > v[b] { c } else { b });
+                assert_eq!(got[(y * 8 + x) as usize], palette[best], "({x},{y}): {v:?}");
+            }
         }
+    };
+    program.execute(&[]).unwrap();
+    check(&output, 3);
+    // Rebinding records the VGF step's commands again, into the same command buffer.
+    let second_in = image(&device, RGBA8, (8, 8), 7);
+    let second_out = TestImage::new(&device, RGBA32F, 8, 8, vk::ImageUsageFlags::STORAGE);
+    // SAFETY: as in the first test.
+    unsafe {
+        program.rebind_input_image("x", app(&second_in)).unwrap();
+        program.rebind_output_image("y", app(&second_out)).unwrap();
     }
+    program.execute(&[]).unwrap();
+    check(&second_out, 7);
     drop(program);
-    drop((input, output));
+    drop((input, output, second_in, second_out));
     drop(device);
     assert_no_validation_errors_of_ours(&instance);
 }
