@@ -828,11 +828,7 @@ fn copy_rows(
 /// What the benchmarks need: the delegate's requirements, plus (optional) fp16 arithmetic,
 /// 16-bit storage and cooperative matrices for the fp16 cases.
 pub fn requirements() -> vk_core::Requirements {
-    crate::requirements().optional_features(
-        vk_core::Features::SHADER_FLOAT16
-            | vk_core::Features::STORAGE_BUFFER_16BIT
-            | vk_core::Features::COOPERATIVE_MATRIX,
-    )
+    crate::requirements().optional_features(crate::COOPERATIVE_FEATURES)
 }
 
 /// Runs the benchmarks whose op name contains `filter` (all when `None`; the `copy` and

@@ -27,31 +27,108 @@ pub enum CoopPolicy {
     Unchecked,
 }
 
-/// The fragment shape and work-group size of the cooperative GEMM on a device.
+/// The cooperative GEMM a device runs, with its tile shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CoopConfig {
-    pub tm: u32,
-    pub tn: u32,
-    pub tk: u32,
-    /// Four subgroups.
-    pub threads: u32,
+pub(crate) enum CoopConfig {
+    /// `gemm_coop.comp`: subgroup-scope fragments of `tm x tn x tk`, four subgroups of
+    /// `threads / 4` lanes.
+    Khr {
+        tm: u32,
+        tn: u32,
+        tk: u32,
+        threads: u32,
+    },
+    /// `gemm_coop2.comp`: one workgroup-scope `bm x bn` accumulator stepping K by `bk`.
+    Nv2 {
+        bm: u32,
+        bn: u32,
+        bk: u32,
+        threads: u32,
+    },
 }
 
-/// The kernel's block is 128 x 128 split among 2 x 2 subgroups, stepping K by 32.
+impl CoopConfig {
+    /// The memo key of this kind's check.
+    fn check_key(self) -> &'static str {
+        match self {
+            CoopConfig::Khr { .. } => "compute-delegate: cooperative GEMM (KHR) check",
+            CoopConfig::Nv2 { .. } => "compute-delegate: cooperative GEMM (NV2) check",
+        }
+    }
+
+    /// The kernel's name.
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            CoopConfig::Khr { .. } => "gemm_coop",
+            CoopConfig::Nv2 { .. } => "gemm_coop2",
+        }
+    }
+}
+
+/// The features `gemm_coop2.comp` needs (`VK_NV_cooperative_matrix2`).
+pub(crate) const NV2_FEATURES: Features = Features::COOPERATIVE_MATRIX_WORKGROUP_SCOPE_NV
+    .union(Features::COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_NV)
+    .union(Features::COOPERATIVE_MATRIX_TENSOR_ADDRESSING_NV)
+    .union(Features::COOPERATIVE_MATRIX_PER_ELEMENT_OPERATIONS_NV);
+
+/// Every feature a cooperative GEMM may use: asked for, optionally, by graphs with fp16
+/// GEMMs.
+pub const COOPERATIVE_FEATURES: Features = Features::COOPERATIVE_MATRIX
+    .union(Features::SHADER_FLOAT16)
+    .union(Features::STORAGE_BUFFER_16BIT)
+    .union(Features::MAINTENANCE_4)
+    .union(NV2_FEATURES);
+
+/// The subgroup-scope kernel's block is 128 x 128 split among 2 x 2 subgroups, stepping K by
+/// 32.
 const WARP_TILE: u32 = 64;
 const BLOCK_K: u32 = 32;
 
-/// What the device offers, without the check: Vulkan 1.3 (the kernel is SPIR-V 1.6),
-/// `cooperativeMatrix`, `shaderFloat16` and 16-bit storage enabled, a subgroup-scope
-/// fp16 x fp16 -> fp32 shape that tiles the kernel's blocks (16 x 16 x 16 preferred), and
-/// subgroups of 16 to 64 lanes.
-pub(crate) fn offered(device: &Device) -> Option<CoopConfig> {
+/// What the device offers, without the check, best first. Both kinds need Vulkan 1.3 (the
+/// kernels are SPIR-V 1.6) and `cooperativeMatrix`, `shaderFloat16`, 16-bit storage and
+/// `maintenance4` (work-group sizes by id) enabled. The workgroup-scope kernel needs the four
+/// `VK_NV_cooperative_matrix2` features it uses; the subgroup-scope kernel a reported
+/// fp16 x fp16 -> fp32 shape that tiles its blocks (16 x 16 x 16 preferred) and subgroups of
+/// 16 to 64 lanes.
+pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
     let enabled = device.enabled();
-    let need =
-        Features::COOPERATIVE_MATRIX | Features::SHADER_FLOAT16 | Features::STORAGE_BUFFER_16BIT;
+    let need = Features::COOPERATIVE_MATRIX
+        | Features::SHADER_FLOAT16
+        | Features::STORAGE_BUFFER_16BIT
+        | Features::MAINTENANCE_4;
     if enabled.api_version < Version::V1_3 || !enabled.features.contains(need) {
-        return None;
+        return Vec::new();
     }
+    let mut out = Vec::new();
+    if enabled.features.contains(NV2_FEATURES) {
+        out.extend(nv2_config());
+    }
+    out.extend(khr(device));
+    out
+}
+
+fn nv2_config() -> CoopConfig {
+    let mut c = CoopConfig::Nv2 {
+        bm: 128,
+        bn: 128,
+        bk: 32,
+        threads: 256,
+    };
+    if let Ok(v) = std::env::var("VKDELEGATE_COOP2") {
+        let p: Vec<u32> = v.split(',').filter_map(|x| x.parse().ok()).collect();
+        if let [threads, bm, bn, bk] = p[..] {
+            c = CoopConfig::Nv2 {
+                bm,
+                bn,
+                bk,
+                threads,
+            };
+        }
+    }
+    c
+}
+
+fn khr(device: &Device) -> Option<CoopConfig> {
     let caps = device.capabilities();
     let sg = caps.limits.subgroup_size;
     if !(16..=64).contains(&sg) {
@@ -68,7 +145,7 @@ pub(crate) fn offered(device: &Device) -> Option<CoopConfig> {
         .iter()
         .find(|s| (s.m, s.n, s.k) == (16, 16, 16))
         .or_else(|| shapes.first())?;
-    Some(CoopConfig {
+    Some(CoopConfig::Khr {
         tm: best.m,
         tn: best.n,
         tk: best.k,
@@ -76,23 +153,37 @@ pub(crate) fn offered(device: &Device) -> Option<CoopConfig> {
     })
 }
 
-/// The configuration graphs built with `policy` use on `device`, if any.
+/// The configuration graphs built with `policy` use on `device`, if any: under
+/// [`CoopPolicy::Auto`] the best offered kind that passes its check (each kind is checked
+/// once per device).
 pub(crate) fn usable(device: &Device, policy: CoopPolicy) -> Option<CoopConfig> {
-    let config = offered(device)?;
+    if let Some(c) = forced() {
+        return Some(c);
+    }
+    let offered = offered(device);
     match policy {
         CoopPolicy::Off => None,
-        CoopPolicy::Unchecked => Some(config),
-        CoopPolicy::Auto => {
-            let passed = device.memo("compute-delegate: cooperative GEMM check", || check(device));
-            passed.then_some(config)
-        }
+        CoopPolicy::Unchecked => offered.first().copied(),
+        CoopPolicy::Auto => offered
+            .into_iter()
+            .find(|&c| *device.memo(c.check_key(), || check(device, c))),
     }
 }
 
-/// Whether cooperative kernels are in use on `device` under the default policy (runs the check
-/// on first call): for reports and tests.
-pub fn cooperative_gemm_active(device: &Device) -> bool {
-    usable(device, CoopPolicy::Auto).is_some()
+thread_local! {
+    /// The kind a running check forces (the check builds graphs itself).
+    static FORCED: std::cell::Cell<Option<CoopConfig>> = const { std::cell::Cell::new(None) };
+}
+
+fn forced() -> Option<CoopConfig> {
+    FORCED.with(|f| f.get())
+}
+
+/// The cooperative GEMM kernel fp16 GEMMs use on `device` under the default policy
+/// (`"gemm_coop2"` or `"gemm_coop"`), if any; runs the checks on first call. For reports and
+/// tests.
+pub fn cooperative_gemm_kernel(device: &Device) -> Option<&'static str> {
+    usable(device, CoopPolicy::Auto).map(CoopConfig::kernel_name)
 }
 
 /// One check problem: `[m, k] x [k, n]` (or linear with a `[n, k]` weight and a bias).
@@ -127,14 +218,21 @@ const PROBLEMS: &[Problem] = &[
     },
 ];
 
-fn check(device: &Device) -> bool {
+fn check(device: &Device, config: CoopConfig) -> bool {
+    FORCED.with(|f| f.set(Some(config)));
+    let ok = check_all(device, config);
+    FORCED.with(|f| f.set(None));
+    ok
+}
+
+fn check_all(device: &Device, config: CoopConfig) -> bool {
     for p in PROBLEMS {
-        match check_one(device, p) {
+        match check_one(device, p, config) {
             Ok(None) => {}
             Ok(Some(worst)) => {
                 log::warn!(
-                    "cooperative-matrix GEMM on '{}' is wrong on a {}x{}x{} check ({worst}); \
-                     using the plain kernels",
+                    "cooperative-matrix GEMM {config:?} on '{}' is wrong on a {}x{}x{} check \
+                     ({worst}); not using it",
                     device.capabilities().name,
                     p.m,
                     p.n,
@@ -144,7 +242,7 @@ fn check(device: &Device) -> bool {
             }
             Err(e) => {
                 log::warn!(
-                    "cooperative-matrix GEMM check on '{}' failed ({e}); using the plain kernels",
+                    "cooperative-matrix GEMM {config:?} check on '{}' failed ({e}); not using it",
                     device.capabilities().name
                 );
                 return false;
@@ -152,7 +250,7 @@ fn check(device: &Device) -> bool {
         }
     }
     log::info!(
-        "cooperative-matrix GEMM passed its check on '{}'",
+        "cooperative-matrix GEMM {config:?} passed its check on '{}'",
         device.capabilities().name
     );
     true
@@ -182,7 +280,7 @@ fn f16_tensor(shape: Vec<usize>, v: &[f32]) -> crate::Result<HostTensor> {
 }
 
 /// `None` when the cooperative kernel matches the reference, else the worst element.
-fn check_one(device: &Device, p: &Problem) -> crate::Result<Option<String>> {
+fn check_one(device: &Device, p: &Problem, config: CoopConfig) -> crate::Result<Option<String>> {
     let a = values(p.m * p.k, 1);
     let w = values(p.k * p.n, 2);
     let bias = values(p.n, 3);
@@ -202,7 +300,7 @@ fn check_one(device: &Device, p: &Problem) -> crate::Result<Option<String>> {
         ..BuildOptions::default()
     };
     let mut graph = g.build_with(device, &options)?;
-    if !graph.kernels().contains(&"gemm_coop") {
+    if !graph.kernels().contains(&config.kernel_name()) {
         return Ok(Some("the cooperative kernel was not chosen".into()));
     }
     let shape_b = if p.linear {

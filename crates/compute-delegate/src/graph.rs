@@ -698,11 +698,7 @@ impl GraphBuilder {
     pub fn requirements(&self) -> vk_core::Requirements {
         let base = crate::requirements();
         if self.has_f16_gemm() {
-            base.optional_features(
-                vk_core::Features::COOPERATIVE_MATRIX
-                    | vk_core::Features::SHADER_FLOAT16
-                    | vk_core::Features::STORAGE_BUFFER_16BIT,
-            )
+            base.optional_features(crate::COOPERATIVE_FEATURES)
         } else {
             base
         }

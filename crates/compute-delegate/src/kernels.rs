@@ -20,6 +20,7 @@ pub(crate) enum Kernel {
     ConvDw,
     Gemm,
     GemmCoop,
+    GemmCoop2,
     FmaPeak,
     CopyVec4,
     QAdd,
@@ -48,6 +49,7 @@ impl Kernel {
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
+            Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
@@ -85,6 +87,7 @@ impl Kernel {
             Kernel::ConvDw => "conv_dw",
             Kernel::Gemm => "gemm",
             Kernel::GemmCoop => "gemm_coop",
+            Kernel::GemmCoop2 => "gemm_coop2",
             Kernel::FmaPeak => "fma_peak",
             Kernel::CopyVec4 => "copy_vec4",
             Kernel::QAdd => "qadd",
@@ -114,6 +117,7 @@ impl Kernel {
             | Kernel::ConvDw
             | Kernel::Gemm
             | Kernel::GemmCoop
+            | Kernel::GemmCoop2
             | Kernel::Where => 4,
             Kernel::QConv => 6,
         }

@@ -78,7 +78,7 @@ mod lower;
 mod runtime;
 
 pub use bench::{BenchRow, bench};
-pub use coop::{CoopPolicy, cooperative_gemm_active};
+pub use coop::{COOPERATIVE_FEATURES, CoopPolicy, cooperative_gemm_kernel};
 pub use error::{Error, Result};
 pub use graph::{
     BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,

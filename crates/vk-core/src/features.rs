@@ -9,6 +9,7 @@ use ash::vk;
 
 use crate::arm;
 use crate::conv::Version;
+use crate::nv;
 
 bitflags::bitflags! {
     /// Device features that delegates may require or use.
@@ -62,6 +63,14 @@ bitflags::bitflags! {
         const DATA_GRAPH_ARM = 1 << 22;
         /// `dataGraphShaderModule` (`VK_ARM_data_graph`).
         const DATA_GRAPH_SHADER_MODULE_ARM = 1 << 23;
+        /// `cooperativeMatrixWorkgroupScope` (`VK_NV_cooperative_matrix2`).
+        const COOPERATIVE_MATRIX_WORKGROUP_SCOPE_NV = 1 << 24;
+        /// `cooperativeMatrixFlexibleDimensions` (`VK_NV_cooperative_matrix2`).
+        const COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_NV = 1 << 25;
+        /// `cooperativeMatrixTensorAddressing` (`VK_NV_cooperative_matrix2`).
+        const COOPERATIVE_MATRIX_TENSOR_ADDRESSING_NV = 1 << 26;
+        /// `cooperativeMatrixPerElementOperations` (`VK_NV_cooperative_matrix2`).
+        const COOPERATIVE_MATRIX_PER_ELEMENT_OPERATIONS_NV = 1 << 27;
     }
 }
 
@@ -240,6 +249,34 @@ const TABLE: &[Row] = &[
         field: |c| &mut c.maintenance5.maintenance5,
     },
     Row {
+        flag: Features::COOPERATIVE_MATRIX_WORKGROUP_SCOPE_NV,
+        name: "cooperativeMatrixWorkgroupScope",
+        source: Source::Extension(nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME),
+        field: |c| &mut c.cooperative_matrix2.cooperative_matrix_workgroup_scope,
+    },
+    Row {
+        flag: Features::COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_NV,
+        name: "cooperativeMatrixFlexibleDimensions",
+        source: Source::Extension(nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME),
+        field: |c| &mut c.cooperative_matrix2.cooperative_matrix_flexible_dimensions,
+    },
+    Row {
+        flag: Features::COOPERATIVE_MATRIX_TENSOR_ADDRESSING_NV,
+        name: "cooperativeMatrixTensorAddressing",
+        source: Source::Extension(nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME),
+        field: |c| &mut c.cooperative_matrix2.cooperative_matrix_tensor_addressing,
+    },
+    Row {
+        flag: Features::COOPERATIVE_MATRIX_PER_ELEMENT_OPERATIONS_NV,
+        name: "cooperativeMatrixPerElementOperations",
+        source: Source::Extension(nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME),
+        field: |c| {
+            &mut c
+                .cooperative_matrix2
+                .cooperative_matrix_per_element_operations
+        },
+    },
+    Row {
         flag: Features::COOPERATIVE_MATRIX,
         name: "cooperativeMatrix",
         source: Source::Extension(ash::khr::cooperative_matrix::NAME),
@@ -300,6 +337,7 @@ pub(crate) struct FeatureChain {
     v13: vk::PhysicalDeviceVulkan13Features<'static>,
     maintenance5: vk::PhysicalDeviceMaintenance5FeaturesKHR<'static>,
     cooperative_matrix: vk::PhysicalDeviceCooperativeMatrixFeaturesKHR<'static>,
+    cooperative_matrix2: nv::PhysicalDeviceCooperativeMatrix2FeaturesNV,
     tensor: arm::PhysicalDeviceTensorFeaturesARM,
     data_graph: arm::PhysicalDeviceDataGraphFeaturesARM,
 }
@@ -353,6 +391,10 @@ impl FeatureChain {
             Source::Extension(arm::DATA_GRAPH_EXTENSION_NAME)
         );
         push!(tensor, Source::Extension(arm::TENSORS_EXTENSION_NAME));
+        push!(
+            cooperative_matrix2,
+            Source::Extension(nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME)
+        );
         push!(
             cooperative_matrix,
             Source::Extension(ash::khr::cooperative_matrix::NAME)

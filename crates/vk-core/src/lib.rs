@@ -47,6 +47,7 @@ pub mod host;
 pub mod image_io;
 pub mod instance;
 pub mod memory;
+pub mod nv;
 pub mod query;
 pub mod queue;
 pub mod requirements;

@@ -50,9 +50,42 @@ impl Lowerer<'_> {
             return Ok(false);
         }
         let vec = [sa_m, sa_b, sb_row, sb_b].iter().all(|s| s % 8 == 0);
+        let act_flag = u32::from(act.is_some());
+        let (kernel, spec, bm, bn) = match c {
+            CoopConfig::Khr {
+                tm,
+                tn,
+                tk,
+                threads,
+            } => (
+                Kernel::GemmCoop,
+                vec![
+                    threads,
+                    tm,
+                    tn,
+                    tk,
+                    u32::from(b_t),
+                    u32::from(vec),
+                    act_flag,
+                ],
+                128,
+                128,
+            ),
+            CoopConfig::Nv2 {
+                bm,
+                bn,
+                bk,
+                threads,
+            } => (
+                Kernel::GemmCoop2,
+                vec![threads, bm, bn, bk, u32::from(b_t), act_flag],
+                u64::from(bm),
+                u64::from(bn),
+            ),
+        };
         let groups = self.check_groups([
-            (n as u64).div_ceil(128),
-            (m as u64).div_ceil(128),
+            (n as u64).div_ceil(bn),
+            (m as u64).div_ceil(bm),
             batch as u64,
         ])?;
         let (lo, hi) = act.unwrap_or((0.0, 0.0));
@@ -70,21 +103,7 @@ impl Lowerer<'_> {
             lo.to_bits(),
             hi.to_bits(),
         ];
-        self.push(
-            Kernel::GemmCoop,
-            vec![
-                c.threads,
-                c.tm,
-                c.tn,
-                c.tk,
-                u32::from(b_t),
-                u32::from(vec),
-                u32::from(act.is_some()),
-            ],
-            bindings.to_vec(),
-            push,
-            groups,
-        );
+        self.push(kernel, spec, bindings.to_vec(), push, groups);
         Ok(true)
     }
 }

@@ -1,0 +1,100 @@
+#version 450
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_NV_cooperative_matrix2 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : require
+// GEMM on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2): the same contract
+// as gemm_coop.comp (A, B fp16, fp32 accumulation, C fp16, bias per column, fused clamp), with
+// the tiling inside a work group left to the driver. A work group computes a BM x BN block of
+// C, stepping K by BK; tensor layouts bound each load and store, so rows and columns outside
+// the matrices read as zero and are not written.
+//
+// A is row-major (row stride sa_m). B is row-major [K][N] (row stride sb_k) or, with B_T, a
+// row-major [N][K] read through a transposing view.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint BM = 128;
+layout(constant_id = 2) const uint BN = 128;
+layout(constant_id = 3) const uint BK = 32;
+layout(constant_id = 4) const uint B_T = 0;
+layout(constant_id = 5) const uint ACT = 0;
+
+layout(std430, set = 0, binding = 0) readonly buffer A { float16_t a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Bm { float16_t b[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Bias { float16_t bias[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer C { float16_t c[]; };
+
+layout(push_constant) uniform Params {
+    uint m;
+    uint n;
+    uint k;
+    uint sa_b;
+    uint sa_m;
+    uint sb_b;
+    uint sb_k;
+    uint sc_b;
+    uint sc_m;
+    uint has_bias;
+    float act_lo;
+    float act_hi;
+} pc;
+
+// The epilogue per element: bias of the element's column, then the clamp.
+float epilogue(const in uint row, const in uint col, const in float v, const in uint n0) {
+    float r = v;
+    uint nn = n0 + col;
+    if (pc.has_bias == 1 && nn < pc.n) {
+        r += float(bias[nn]);
+    }
+    if (ACT == 1) {
+        r = clamp(r, pc.act_lo, pc.act_hi);
+    }
+    return r;
+}
+
+void main() {
+    uint m0 = gl_WorkGroupID.y * BM;
+    uint n0 = gl_WorkGroupID.x * BN;
+    uint z = gl_WorkGroupID.z;
+
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lb =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    la = setTensorLayoutDimensionNV(la, pc.m, pc.k);
+    la = setTensorLayoutStrideNV(la, pc.sa_m, 1);
+    if (B_T == 1) {
+        lb = setTensorLayoutDimensionNV(lb, pc.n, pc.k);
+    } else {
+        lb = setTensorLayoutDimensionNV(lb, pc.k, pc.n);
+    }
+    lb = setTensorLayoutStrideNV(lb, pc.sb_k, 1);
+    lc = setTensorLayoutDimensionNV(lc, pc.m, pc.n);
+    lc = setTensorLayoutStrideNV(lc, pc.sc_m, 1);
+    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+
+    uint a_off = z * pc.sa_b;
+    uint b_off = z * pc.sb_b;
+    coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
+        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
+    for (uint k0 = 0; k0 < pc.k; k0 += BK) {
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;
+        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;
+        coopMatLoadTensorNV(fa, a, a_off, sliceTensorLayoutNV(la, m0, BM, k0, BK));
+        if (B_T == 1) {
+            coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
+        } else {
+            coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(lb, k0, BK, n0, BN));
+        }
+        acc = coopMatMulAdd(fa, fb, acc);
+    }
+    if (pc.has_bias == 1 || ACT == 1) {
+        coopMatPerElementNV(acc, acc, epilogue, n0);
+    }
+    coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> res =
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+    coopMatStoreTensorNV(res, c, z * pc.sc_b, sliceTensorLayoutNV(lc, m0, BM, n0, BN));
+}
