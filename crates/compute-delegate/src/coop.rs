@@ -107,25 +107,36 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
     out
 }
 
-fn nv2_config() -> CoopConfig {
-    let mut c = CoopConfig::Nv2 {
+/// Environment variable for tuning the workgroup-scope kernel: `off`, or
+/// `threads,bm,bn,bk` (each kind is still checked before use).
+pub const ENV_COOP2: &str = "VKDELEGATE_COOP2";
+
+fn nv2_config() -> Option<CoopConfig> {
+    let default = CoopConfig::Nv2 {
         bm: 128,
         bn: 128,
         bk: 32,
         threads: 256,
     };
-    if let Ok(v) = std::env::var("VKDELEGATE_COOP2") {
-        let p: Vec<u32> = v.split(',').filter_map(|x| x.parse().ok()).collect();
-        if let [threads, bm, bn, bk] = p[..] {
-            c = CoopConfig::Nv2 {
-                bm,
-                bn,
-                bk,
-                threads,
-            };
+    let Ok(v) = std::env::var(ENV_COOP2) else {
+        return Some(default);
+    };
+    if v == "off" {
+        return None;
+    }
+    let p: Vec<u32> = v.split(',').filter_map(|x| x.parse().ok()).collect();
+    match p[..] {
+        [threads, bm, bn, bk] => Some(CoopConfig::Nv2 {
+            bm,
+            bn,
+            bk,
+            threads,
+        }),
+        _ => {
+            log::warn!("{ENV_COOP2}={v}: expected `off` or `threads,bm,bn,bk`; using the default");
+            Some(default)
         }
     }
-    c
 }
 
 fn khr(device: &Device) -> Option<CoopConfig> {

@@ -143,6 +143,7 @@ const COOPERATIVE_MATRIX_SPIRV: &[&str] = &[
     "capability operand: 5432",
     "capability operand: 5433",
     "capability operand: 5439",
+    "1000593000",
 ];
 
 /// Whether a validation message is one an outdated layer gives for a cooperative-matrix
