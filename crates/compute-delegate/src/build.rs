@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use vk_core::{
-    Buffer, BufferSlice, Device, DeviceTensor, HostIo, MemoryLocation, Submission, TensorSpec,
-    Timestamps, VkResultExt, vk,
+    Buffer, BufferSlice, Device, DeviceTensor, HostIo, HostPath, HostTransfer, MemoryLocation,
+    Submission, TensorSpec, Timestamps, VkResultExt, vk,
 };
 
 use crate::error::{Error, Result};
@@ -61,10 +61,18 @@ impl GraphBuilder {
         }
         let mem = plan_memory(&plan.storages, &plan.dispatches);
         let external = self.external_slots(device, &mem, options)?;
-        let direct = HostIo::for_device(device) == HostIo::Direct && !options.force_staging;
+        let wanted = match options.host_path {
+            Some(p) => p,
+            None => HostPath::for_device(device)?,
+        };
+        let path = match wanted {
+            HostPath::Direct if options.force_staging => HostPath::staged(),
+            p => p,
+        };
+        let direct = path.io() == HostIo::Direct;
         let mut res = allocate(device, &mem, &external, direct)?;
-        let inputs = self.io(device, &self.inputs, &mem, &mut res)?;
-        let outputs = self.io(device, &self.outputs, &mem, &mut res)?;
+        let inputs = self.io(device, &self.inputs, &mem, &mut res, path)?;
+        let outputs = self.io(device, &self.outputs, &mem, &mut res, path)?;
         let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
         upload_weights(device, &mut submission, &mut res, &plan, &mem)?;
         let mut objects = Objects::new(device);
@@ -121,6 +129,7 @@ impl GraphBuilder {
             device_inputs,
             device_outputs,
             memory: res.report,
+            transfer: HostTransfer::new(device, path),
             staging: !direct,
             last_device_time: None,
             barriers: barrier_flags.iter().filter(|&&b| b).count(),
@@ -203,13 +212,14 @@ impl GraphBuilder {
     }
 
     /// The inputs or outputs `list`, each with a staging buffer where the host cannot map its
-    /// slice.
+    /// slice, unless `path` moves it through the graph's [`HostTransfer`] (large tensors).
     fn io(
         &self,
         device: &Device,
         list: &[TensorId],
         mem: &MemoryPlan,
         res: &mut Resources,
+        path: HostPath,
     ) -> Result<Vec<Io>> {
         let mut v = Vec::with_capacity(list.len());
         for &t in list {
@@ -217,7 +227,9 @@ impl GraphBuilder {
             let slot = mem.slot_of[info.storage].ok_or_else(|| internal("unplanned I/O"))?;
             let own = res.own[slot];
             let bytes = (info.numel() * info.dtype.size()) as u64;
-            let staging = if own.is_some_and(|b| res.buffers[b].is_mapped()) {
+            let mapped = own.is_some_and(|b| res.buffers[b].is_mapped());
+            let transfer = !mapped && path.transfers(bytes);
+            let staging = if mapped || transfer {
                 None
             } else {
                 let b = staging_buffer(device, bytes, &info.name)?;
@@ -231,6 +243,7 @@ impl GraphBuilder {
                 slot,
                 own,
                 staging,
+                transfer,
             });
         }
         Ok(v)
