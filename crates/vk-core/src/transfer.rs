@@ -533,6 +533,17 @@ impl HostTransfer {
         }
         Ok(())
     }
+
+    /// Waits for work a failed transfer left pending (a transfer that returns `Ok` leaves
+    /// none). Owners call it before destroying the device buffers transfers touched.
+    pub fn wait(&mut self) -> Result<(), Error> {
+        self.finish()
+    }
+
+    /// Whether a copy may still run (only after a failed transfer or wait).
+    pub fn is_pending(&self) -> bool {
+        self.slots.iter().any(|s| s.submission.is_pending())
+    }
 }
 
 /// Records and submits one copy with the barriers that order it against earlier and later
