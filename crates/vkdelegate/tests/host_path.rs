@@ -4,6 +4,7 @@
 //! chunks, in both hand-off modes, against a CPU reference. Validation is on.
 
 #![cfg(feature = "compute")]
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
 use vk_core::testing::{self, assert_no_validation_errors_of_ours};
 use vk_core::{HOST_PATH_ENV, HostTensor};

@@ -296,9 +296,9 @@ impl DevicePlan {
         for (side, t) in self.host_in.iter_mut().zip(inputs) {
             match side {
                 HostSide::Staged(buffer) => buffer.write(0, t.bytes())?,
-                // SAFETY: the slice is a step's input buffer (live while the plan is, with
-                // TRANSFER_DST usage, holding the tensor); the plan's work was waited for.
                 HostSide::Transfer(s) => {
+                    // SAFETY: the slice is a step's input buffer (live while the plan is, with
+                    // TRANSFER_DST usage, holding the tensor); the plan's work was waited for.
                     unsafe { self.transfer.upload(t.bytes(), s.buffer, s.offset) }?
                 }
             }
@@ -312,9 +312,9 @@ impl DevicePlan {
             let mut bytes = vec![0u8; spec.bytes().unwrap_or(0)];
             match side {
                 HostSide::Staged(buffer) => buffer.read(0, &mut bytes)?,
-                // SAFETY: the slice is a step's output buffer (live, TRANSFER_SRC usage);
-                // its writers were submitted and waited for.
                 HostSide::Transfer(s) => {
+                    // SAFETY: the slice is a step's output buffer (live, TRANSFER_SRC usage);
+                    // its writers were submitted and waited for.
                     unsafe { self.transfer.download(s.buffer, s.offset, &mut bytes) }?
                 }
             }
