@@ -117,6 +117,7 @@ impl GraphBuilder {
         let device_outputs = device_tensors(&output_specs, &outputs);
         let mut graph = Graph {
             submission,
+            transfer: HostTransfer::new(device, path),
             timestamps: Timestamps::new(device, 2)?,
             objects,
             buffers: res.buffers,
@@ -129,7 +130,6 @@ impl GraphBuilder {
             device_inputs,
             device_outputs,
             memory: res.report,
-            transfer: HostTransfer::new(device, path),
             staging: !direct,
             last_device_time: None,
             barriers: barrier_flags.iter().filter(|&&b| b).count(),

@@ -236,6 +236,9 @@ pub struct Graph {
     // Field order is drop order: the submission (its drop waits for pending work) before the
     // objects and buffers that work uses.
     pub(crate) submission: Submission,
+    /// Host transfers of large inputs and outputs, along the device's host path (its
+    /// submissions, too, finish before the buffers they copy go).
+    pub(crate) transfer: HostTransfer,
     pub(crate) timestamps: Option<Timestamps>,
     pub(crate) objects: Objects,
     pub(crate) buffers: Vec<Buffer>,
@@ -249,8 +252,6 @@ pub struct Graph {
     pub(crate) device_inputs: Vec<DeviceTensor>,
     pub(crate) device_outputs: Vec<DeviceTensor>,
     pub(crate) memory: MemoryReport,
-    /// Host transfers of large inputs and outputs, along the device's host path.
-    pub(crate) transfer: HostTransfer,
     pub(crate) staging: bool,
     pub(crate) last_device_time: Option<Duration>,
     pub(crate) barriers: usize,

@@ -236,7 +236,11 @@ enum Dir {
 }
 
 impl HostTransfer {
-    /// A transfer along `path` on `device` (nothing is allocated yet).
+    /// A transfer along `path` on `device` (nothing is allocated yet). Along
+    /// [`HostPath::Direct`] (whose owners map their memory and need no transfer, except for
+    /// memory they cannot map) it stages in [`HostPath::DEFAULT_CHUNK`] chunks. Staging
+    /// buffers are host memory that vk-mem picks for random host access, host-cached where
+    /// the device has such memory, so that downloads read cached memory.
     pub fn new(device: &Device, path: HostPath) -> HostTransfer {
         HostTransfer {
             device: device.clone(),
