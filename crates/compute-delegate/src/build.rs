@@ -74,7 +74,14 @@ impl GraphBuilder {
         let inputs = self.io(device, &self.inputs, &mem, &mut res, path)?;
         let outputs = self.io(device, &self.outputs, &mem, &mut res, path)?;
         let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
-        upload_weights(device, &mut submission, &mut res, &plan, &mem)?;
+        let mut transfer = HostTransfer::new(device, path);
+        upload_weights(
+            device,
+            (&mut submission, &mut transfer),
+            &mut res,
+            &plan,
+            &mem,
+        )?;
         let mut objects = Objects::new(device);
         let pipelines = create_pipelines(&mut objects, &plan, options)?;
         let sets = allocate_sets(&mut objects, &plan, &pipelines)?;
@@ -117,7 +124,7 @@ impl GraphBuilder {
         let device_outputs = device_tensors(&output_specs, &outputs);
         let mut graph = Graph {
             submission,
-            transfer: HostTransfer::new(device, path),
+            transfer,
             timestamps: Timestamps::new(device, 2)?,
             objects,
             buffers: res.buffers,
@@ -439,10 +446,11 @@ fn allocate(
     Ok(res)
 }
 
-/// Weights: written directly where mapped, else through staging and one copy submission.
+/// Weights: written directly where mapped, large ones through the graph's host transfer, the
+/// others through staging and one copy submission.
 fn upload_weights(
     device: &Device,
-    submission: &mut Submission,
+    (submission, transfer): (&mut Submission, &mut HostTransfer),
     res: &mut Resources,
     plan: &Plan,
     mem: &MemoryPlan,
@@ -455,6 +463,10 @@ fn upload_weights(
         let b = res.own[slot].ok_or_else(|| internal("constant without a buffer"))?;
         if res.buffers[b].is_mapped() {
             res.buffers[b].write(0, data)?;
+        } else if transfer.path().transfers(data.len() as u64) {
+            // SAFETY: the graph's own buffer (TRANSFER_DST usage) holds the constant; nothing
+            // else uses it yet.
+            unsafe { transfer.upload(data, res.buffers[b].raw(), 0) }?;
         } else {
             let mut staging = Buffer::new(
                 device,

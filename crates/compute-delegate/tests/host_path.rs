@@ -1,7 +1,8 @@
 //! Host inputs and outputs of a compute graph along every [`HostPath`]: small tensors copied
 //! by the recorded command buffer, large ones by the graph's host transfer (pipelined
 //! staging over several chunks, imported host memory), through `execute` and the
-//! device-resident `write_input` / `read_output`. Validation is on.
+//! device-resident `write_input` / `read_output`; large weights through the same transfer.
+//! Validation is on.
 
 use compute_delegate::{BuildOptions, GraphBuilder};
 use vk_core::testing::{self, assert_no_validation_errors};
@@ -60,6 +61,37 @@ fn add_round_trips_along_every_host_path() {
                 "{path:?}, {n} elements, resident"
             );
         }
+    }
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn large_weights_are_uploaded_through_the_host_transfer() {
+    let Some((instance, dev)) = testing::device(
+        "large_weights_are_uploaded_through_the_host_transfer",
+        &compute_delegate::requirements(),
+    ) else {
+        return;
+    };
+    let n = (2 << 20) / 4 + 3;
+    let w = values(n, 3.0);
+    for path in [HostPath::Staged { chunk: 64 << 10 }, HostPath::Imported] {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, &[n]).unwrap();
+        let c = g.constant_f32("w", &[n], &w).unwrap();
+        let z = g.add(x, c).unwrap();
+        g.output(z).unwrap();
+        let opts = BuildOptions {
+            host_path: Some(path),
+            ..Default::default()
+        };
+        let mut graph = g.build_with(&dev, &opts).unwrap();
+        let a = values(n, -1.0);
+        let want: Vec<f32> = a.iter().zip(&w).map(|(p, q)| p + q).collect();
+        let out = graph
+            .execute(&[HostTensor::from_f32(vec![n], &a).unwrap()])
+            .unwrap();
+        assert_eq!(out[0].to_f32().unwrap(), want, "{path:?}");
     }
     assert_no_validation_errors(&instance);
 }
