@@ -73,7 +73,7 @@ pub use queue::{DefaultQueueLock, Queue, QueueGuard, QueueLock, QueueStats};
 pub use requirements::{Enabled, Missing, Requirements};
 pub use tensor::{BufferSlice, DeviceTensor, IoError, TensorSpec, check_inputs};
 pub use timing::Summary;
-pub use transfer::{HOST_PATH_ENV, HostPath, HostTransfer, Route};
+pub use transfer::{HOST_PATH_ENV, HostPath, HostTransfer, TransferRoute};
 
 pub use ash;
 pub use ash::vk;

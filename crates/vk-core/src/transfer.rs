@@ -20,11 +20,12 @@
 //! [`HostPath::transfers`] says which inputs and outputs go through a [`HostTransfer`].
 
 use std::fmt;
+use std::time::Duration;
 
 use ash::vk;
 
 use crate::barrier::{self, Access};
-use crate::command::Submission;
+use crate::command::{Submission, WaitPolicy};
 use crate::conv::DeviceType;
 use crate::device::Device;
 use crate::error::Error;
@@ -183,7 +184,7 @@ fn parse_bytes(text: &str) -> Option<u64> {
 
 /// How the last transfer went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub enum TransferRoute {
     /// Through staging, in this many chunks (device copies).
     Staged {
         /// Device copies.
@@ -211,7 +212,7 @@ pub struct HostTransfer {
     path: HostPath,
     slots: Vec<Slot>,
     import: Option<ImportSupport>,
-    last: Option<Route>,
+    last: Option<TransferRoute>,
 }
 
 impl fmt::Debug for HostTransfer {
@@ -262,7 +263,7 @@ impl HostTransfer {
     }
 
     /// How the last transfer went.
-    pub fn last_route(&self) -> Option<Route> {
+    pub fn last_route(&self) -> Option<TransferRoute> {
         self.last
     }
 
@@ -288,13 +289,10 @@ impl HostTransfer {
             return Ok(());
         }
         if self.wants_import(data.len()) {
-            // SAFETY: `data` is borrowed until this returns; the forwarded contract.
-            match unsafe { self.imported(data.as_ptr(), data.len(), dst, offset, Dir::Up) } {
-                Ok(()) => return Ok(()),
-                Err(e) => log::debug!(
-                    "host upload of {} bytes: import failed ({e}); staging",
-                    data.len()
-                ),
+            // SAFETY: `data` is borrowed until this returns, and the import is dropped first.
+            if let Some(host) = unsafe { self.import_range(data.as_ptr(), data.len(), "upload") } {
+                // SAFETY: forwarded contract.
+                return unsafe { self.copy_imported(host, data.len(), dst, offset, Dir::Up) };
             }
         }
         // SAFETY: forwarded contract.
@@ -317,14 +315,13 @@ impl HostTransfer {
             return Ok(());
         }
         if self.wants_import(out.len()) {
-            // SAFETY: `out` is borrowed mutably until this returns, so nothing else reads or
-            // writes it while the device writes it; the forwarded contract.
-            match unsafe { self.imported(out.as_mut_ptr(), out.len(), src, offset, Dir::Down) } {
-                Ok(()) => return Ok(()),
-                Err(e) => log::debug!(
-                    "host download of {} bytes: import failed ({e}); staging",
-                    out.len()
-                ),
+            let ptr = out.as_mut_ptr();
+            // SAFETY: `out` is borrowed mutably until this returns (so nothing else reads or
+            // writes it while the device writes it), and the import is dropped first.
+            let host = unsafe { self.import_range(ptr, out.len(), "download") };
+            if let Some(host) = host {
+                // SAFETY: forwarded contract.
+                return unsafe { self.copy_imported(host, out.len(), src, offset, Dir::Down) };
             }
         }
         // SAFETY: forwarded contract.
@@ -349,51 +346,74 @@ impl HostTransfer {
         true
     }
 
-    /// One device copy between the imported range `ptr .. ptr + len` and `buffer`.
+    /// The caller's range `ptr .. ptr + len` imported, or `None` (said in a `log::debug!`)
+    /// when the device cannot import it.
     ///
     /// # Safety
-    /// The range is borrowed by the caller until this returns (mutably for downloads); as
-    /// [`HostTransfer::upload`] / [`HostTransfer::download`] for `buffer`.
-    unsafe fn imported(
-        &mut self,
+    /// The range is one live allocation borrowed by the caller until the imported buffer is
+    /// dropped (which [`HostTransfer::copy_imported`] does before returning).
+    unsafe fn import_range(
+        &self,
         ptr: *const u8,
+        len: usize,
+        what: &str,
+    ) -> Option<ImportedBuffer> {
+        let support = self.import?;
+        // SAFETY: the caller's contract.
+        match unsafe { ImportedBuffer::new(&self.device, support, ptr, len) } {
+            Ok(host) => Some(host),
+            Err(e) => {
+                log::debug!("host {what} of {len} bytes: import failed ({e}); staging");
+                None
+            }
+        }
+    }
+
+    /// One device copy of `len` bytes between the imported `host` and `buffer`, waited for.
+    ///
+    /// The imported pages are the caller's: once this returns, the caller may free them, so
+    /// this never returns while the copy may still run. A wait that times out is repeated
+    /// without a time limit; only a lost device (which runs nothing more) ends it early.
+    ///
+    /// # Safety
+    /// As [`HostTransfer::upload`] / [`HostTransfer::download`] for `buffer`.
+    unsafe fn copy_imported(
+        &mut self,
+        host: ImportedBuffer,
         len: usize,
         buffer: vk::Buffer,
         offset: u64,
         dir: Dir,
     ) -> Result<(), Error> {
-        let support = self
-            .import
-            .ok_or_else(|| Error::InvalidArgument("no import".into()))?;
-        // SAFETY: the caller's borrow keeps the range allocated until this returns; the
-        // buffer is dropped below, after the wait (or leaked when the wait fails).
-        let host = unsafe { ImportedBuffer::new(&self.device, support, ptr, len) }?;
         self.ensure_slots(1, 0)?;
+        let (src, dst, src_offset, dst_offset) = match dir {
+            Dir::Up => (host.raw(), buffer, host.offset(), offset),
+            Dir::Down => (buffer, host.raw(), offset, host.offset()),
+        };
         let region = [vk::BufferCopy {
-            src_offset: match dir {
-                Dir::Up => host.offset(),
-                Dir::Down => offset,
-            },
-            dst_offset: match dir {
-                Dir::Up => offset,
-                Dir::Down => host.offset(),
-            },
+            src_offset,
+            dst_offset,
             size: len as u64,
         }];
-        let (src, dst) = match dir {
-            Dir::Up => (host.raw(), buffer),
-            Dir::Down => (buffer, host.raw()),
-        };
         let slot = &mut self.slots[0];
         // SAFETY: both buffers are live until the wait; the region lies within both.
-        let run =
+        let mut run =
             unsafe { copy_and_wait(&self.device, &mut slot.submission, src, dst, &region, dir) };
-        if run.is_err() && slot.submission.is_pending() {
-            // The device may still write the caller's pages: never free them under it.
+        if matches!(run, Err(Error::Timeout { .. })) {
+            let policy = slot.submission.policy();
+            slot.submission.set_policy(WaitPolicy {
+                timeout: Duration::MAX,
+                ..policy
+            });
+            run = slot.submission.wait();
+            slot.submission.set_policy(policy);
+        }
+        if slot.submission.is_pending() {
+            // Never free the import under a copy that may still run.
             std::mem::forget(host);
         }
         run?;
-        self.last = Some(Route::Imported);
+        self.last = Some(TransferRoute::Imported);
         Ok(())
     }
 
@@ -464,7 +484,7 @@ impl HostTransfer {
             chunks += 1;
         }
         self.finish()?;
-        self.last = Some(Route::Staged { chunks });
+        self.last = Some(TransferRoute::Staged { chunks });
         Ok(())
     }
 
@@ -497,7 +517,7 @@ impl HostTransfer {
                 unsafe { self.submit_download(i + n, piece(i + n), src, offset) }?;
             }
         }
-        self.last = Some(Route::Staged { chunks: count });
+        self.last = Some(TransferRoute::Staged { chunks: count });
         Ok(())
     }
 

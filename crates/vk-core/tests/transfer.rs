@@ -7,7 +7,8 @@
 
 use vk_core::testing::{self, assert_no_validation_errors};
 use vk_core::{
-    Buffer, Device, FaultPoint, HostPath, HostTransfer, MemoryLocation, Requirements, Route, vk,
+    Buffer, Device, FaultPoint, HostPath, HostTransfer, MemoryLocation, Requirements,
+    TransferRoute, vk,
 };
 
 fn device(test: &str) -> Option<(vk_core::Instance, Device)> {
@@ -97,7 +98,7 @@ fn a_large_transfer_is_pipelined_over_many_chunks() {
     round_trip(&mut t, &device, len, 5, 0);
     assert_eq!(
         t.last_route(),
-        Some(Route::Staged {
+        Some(TransferRoute::Staged {
             chunks: len.div_ceil(chunk as usize)
         })
     );
@@ -114,7 +115,7 @@ fn imports_fall_back_to_staging_when_refused_or_small() {
     let large = (2 << 20) + 1;
     if t.can_import() {
         round_trip(&mut t, &device, large, 3, 0);
-        assert_eq!(t.last_route(), Some(Route::Imported));
+        assert_eq!(t.last_route(), Some(TransferRoute::Imported));
     } else {
         testing::skip(
             "imports_fall_back (import half)",
@@ -129,9 +130,9 @@ fn imports_fall_back_to_staging_when_refused_or_small() {
         );
     }
     round_trip(&mut t, &device, large, 1, 0);
-    assert!(matches!(t.last_route(), Some(Route::Staged { .. })));
+    assert!(matches!(t.last_route(), Some(TransferRoute::Staged { .. })));
     // Small: never imported.
     round_trip(&mut t, &device, 1000, 0, 0);
-    assert_eq!(t.last_route(), Some(Route::Staged { chunks: 1 }));
+    assert_eq!(t.last_route(), Some(TransferRoute::Staged { chunks: 1 }));
     assert_no_validation_errors(&instance);
 }

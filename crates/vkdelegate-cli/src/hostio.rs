@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use vkdelegate::vk_core::{
-    Buffer, Device, DeviceType, HostPath, HostTransfer, MemoryLocation, Route, Summary, vk,
+    Buffer, Device, DeviceType, HostPath, HostTransfer, MemoryLocation, Summary, TransferRoute, vk,
 };
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -68,7 +68,7 @@ fn measure(
     dir: Dir,
     bytes: u64,
     runs: usize,
-) -> Result<(Vec<Duration>, Option<Route>)> {
+) -> Result<(Vec<Duration>, Option<TransferRoute>)> {
     let mut data = vec![7u8; bytes as usize];
     let mut times = Vec::with_capacity(runs);
     if path == HostPath::Direct {
@@ -116,10 +116,12 @@ fn print_row(label: &str, bytes: u64, moved: u64, s: &Summary, note: &str) -> Va
     json!({"min_ms": s.min, "median_ms": s.median, "max_ms": s.max, "gb_per_s": gbs})
 }
 
-fn route_note(path: HostPath, route: Option<Route>) -> String {
+fn route_note(path: HostPath, route: Option<TransferRoute>) -> String {
     match (path, route) {
-        (HostPath::Imported, Some(Route::Staged { .. })) => "  (fell back to staging)".into(),
-        (_, Some(Route::Staged { chunks })) if chunks > 1 => format!("  ({chunks} chunks)"),
+        (HostPath::Imported, Some(TransferRoute::Staged { .. })) => {
+            "  (fell back to staging)".into()
+        }
+        (_, Some(TransferRoute::Staged { chunks })) if chunks > 1 => format!("  ({chunks} chunks)"),
         _ => String::new(),
     }
 }
