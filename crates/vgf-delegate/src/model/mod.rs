@@ -8,8 +8,10 @@
 //!
 //! Memory per device: where device memory is host-visible ([`MemoryMode::Direct`]: integrated
 //! GPUs, lavapipe) every storage is mapped and written or read in place; elsewhere
-//! ([`MemoryMode::Staged`]: discrete GPUs) storage is device-local and inputs and outputs go
-//! through host-visible staging buffers, copied by the recorded command buffer.
+//! ([`MemoryMode::Staged`]: discrete GPUs) storage is device-local and small inputs and outputs
+//! go through host-visible staging buffers, copied by the recorded command buffer; large ones
+//! through the model's [`vk_core::HostTransfer`] (pipelined staging or imported host memory,
+//! [`LoadOptions::host_path`]) before and after it.
 //!
 //! GRAPH segments become data-graph pipelines (SPIR-V module + graph constants from the
 //! constants section), each with a pipeline session and its bind-point memory; COMPUTE
@@ -57,8 +59,9 @@ const DEVICE_CB: usize = 1;
 /// Where tensor memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MemoryMode {
-    /// As [`vk_core::HostIo::for_device`] says for this device: direct where device memory
-    /// is the host's own (CPU drivers, integrated GPUs), staged on discrete GPUs.
+    /// As the host path says ([`LoadOptions::host_path`], else
+    /// [`vk_core::HostPath::for_device`]): direct where device memory is the host's own (CPU
+    /// drivers, integrated GPUs), staged on discrete GPUs.
     #[default]
     Auto,
     /// Input and output storage mapped (device-local where the device has such memory
