@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use vk_core::{
-    Buffer, BufferSlice, Device, DeviceTensor, HostIo, MemoryLocation, Submission, TensorSpec,
-    Timestamps, VkResultExt, vk,
+    Buffer, BufferSlice, Device, DeviceTensor, HostIo, HostPath, HostTransfer, MemoryLocation,
+    Submission, TensorSpec, Timestamps, VkResultExt, vk,
 };
 
 use crate::error::{Error, Result};
@@ -66,12 +66,27 @@ impl GraphBuilder {
         }
         let mem = plan_memory(&plan.storages, &plan.dispatches);
         let external = self.external_slots(device, &mem, options)?;
-        let direct = HostIo::for_device(device) == HostIo::Direct && !options.force_staging;
+        let wanted = match options.host_path {
+            Some(p) => p,
+            None => HostPath::for_device(device)?,
+        };
+        let path = match wanted {
+            HostPath::Direct if options.force_staging => HostPath::staged(),
+            p => p,
+        };
+        let direct = path.io() == HostIo::Direct;
         let mut res = allocate(device, &mem, &external, direct)?;
-        let inputs = self.io(device, &self.inputs, &mem, &mut res)?;
-        let outputs = self.io(device, &self.outputs, &mem, &mut res)?;
+        let inputs = self.io(device, &self.inputs, &mem, &mut res, path)?;
+        let outputs = self.io(device, &self.outputs, &mem, &mut res, path)?;
         let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
-        upload_weights(device, &mut submission, &mut res, &plan, &mem)?;
+        let mut transfer = HostTransfer::new(device, path);
+        upload_weights(
+            device,
+            (&mut submission, &mut transfer),
+            &mut res,
+            &plan,
+            &mem,
+        )?;
         let mut objects = Objects::new(device);
         let pipelines = create_pipelines(&mut objects, &plan, options)?;
         let sets = allocate_sets(&mut objects, &plan, &pipelines)?;
@@ -114,6 +129,7 @@ impl GraphBuilder {
         let device_outputs = device_tensors(&output_specs, &outputs);
         let mut graph = Graph {
             submission,
+            transfer,
             timestamps: Timestamps::new(device, 2)?,
             objects,
             buffers: res.buffers,
@@ -208,13 +224,14 @@ impl GraphBuilder {
     }
 
     /// The inputs or outputs `list`, each with a staging buffer where the host cannot map its
-    /// slice.
+    /// slice, unless `path` moves it through the graph's [`HostTransfer`] (large tensors).
     fn io(
         &self,
         device: &Device,
         list: &[TensorId],
         mem: &MemoryPlan,
         res: &mut Resources,
+        path: HostPath,
     ) -> Result<Vec<Io>> {
         let mut v = Vec::with_capacity(list.len());
         for &t in list {
@@ -222,7 +239,9 @@ impl GraphBuilder {
             let slot = mem.slot_of[info.storage].ok_or_else(|| internal("unplanned I/O"))?;
             let own = res.own[slot];
             let bytes = (info.numel() * info.dtype.size()) as u64;
-            let staging = if own.is_some_and(|b| res.buffers[b].is_mapped()) {
+            let mapped = own.is_some_and(|b| res.buffers[b].is_mapped());
+            let transfer = !mapped && path.transfers(bytes);
+            let staging = if mapped || transfer {
                 None
             } else {
                 let b = staging_buffer(device, bytes, &info.name)?;
@@ -236,6 +255,7 @@ impl GraphBuilder {
                 slot,
                 own,
                 staging,
+                transfer,
             });
         }
         Ok(v)
@@ -431,10 +451,11 @@ fn allocate(
     Ok(res)
 }
 
-/// Weights: written directly where mapped, else through staging and one copy submission.
+/// Weights: written directly where mapped, large ones through the graph's host transfer, the
+/// others through staging and one copy submission.
 fn upload_weights(
     device: &Device,
-    submission: &mut Submission,
+    (submission, transfer): (&mut Submission, &mut HostTransfer),
     res: &mut Resources,
     plan: &Plan,
     mem: &MemoryPlan,
@@ -447,6 +468,10 @@ fn upload_weights(
         let b = res.own[slot].ok_or_else(|| internal("constant without a buffer"))?;
         if res.buffers[b].is_mapped() {
             res.buffers[b].write(0, data)?;
+        } else if transfer.path().transfers(data.len() as u64) {
+            // SAFETY: the graph's own buffer (TRANSFER_DST usage) holds the constant; nothing
+            // else uses it yet.
+            unsafe { transfer.upload(data, res.buffers[b].raw(), 0) }?;
         } else {
             let mut staging = Buffer::new(
                 device,

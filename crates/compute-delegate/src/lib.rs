@@ -8,8 +8,10 @@
 //! Runtime contract:
 //! - Memory from the device's one vk-mem allocator (`vk_core::Buffer`). Devices whose memory
 //!   is the host's (CPU drivers, integrated GPUs) map input and output buffers directly;
-//!   others copy through host staging buffers recorded into the same command buffer (the rule
-//!   is `vk_core::HostIo::for_device`).
+//!   others copy small tensors through host staging buffers recorded into the same command
+//!   buffer and large ones through the graph's `vk_core::HostTransfer` (pipelined staging or
+//!   imported host memory); the rule is `vk_core::HostPath::for_device`, overridden by
+//!   `VKDELEGATE_HOST_PATH` or [`BuildOptions::host_path`].
 //! - Weights are uploaded (and prepacked: `linear` weights transposed) once at build.
 //! - One batched pipeline creation at build through a pipeline cache that can be saved
 //!   ([`Graph::pipeline_cache_data`]) and loaded ([`BuildOptions::pipeline_cache`]).

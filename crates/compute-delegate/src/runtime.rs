@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use vk_core::barrier::{self, Access};
 use vk_core::{
-    Buffer, BufferSlice, Device, DeviceTensor, HostTensor, SemaphoreSignal, SemaphoreWait,
-    Submission, TensorSpec, Timestamps, check_inputs, vk,
+    Buffer, BufferSlice, Device, DeviceTensor, HostTensor, HostTransfer, SemaphoreSignal,
+    SemaphoreWait, Submission, TensorSpec, Timestamps, check_inputs, vk,
 };
 
 use crate::error::{Error, Result};
@@ -39,6 +39,10 @@ pub struct BuildOptions {
     /// Copy inputs, outputs and weights through host staging buffers even where device memory
     /// is host-visible (the discrete-GPU path, for tests on unified-memory devices).
     pub force_staging: bool,
+    /// How host inputs and outputs move (`None`: [`vk_core::HostPath::for_device`], the
+    /// device's rule unless `VKDELEGATE_HOST_PATH` overrides it). `Direct` needs host-visible
+    /// device-local memory; [`BuildOptions::force_staging`] turns it into staging.
+    pub host_path: Option<vk_core::HostPath>,
     /// Use shared-memory reductions even where subgroup arithmetic is available.
     pub disable_subgroups: bool,
     /// When fp16 GEMMs run on cooperative matrices (default: where the device enables them
@@ -145,6 +149,9 @@ pub(crate) struct Io {
     pub own: Option<usize>,
     /// Index in `buffers` of its host staging buffer, if it has one.
     pub staging: Option<usize>,
+    /// Moved by the graph's [`HostTransfer`] (a large staged tensor): no staging buffer of
+    /// its own and no copy in the recorded command buffers.
+    pub transfer: bool,
 }
 
 impl Io {
@@ -232,6 +239,9 @@ pub struct Graph {
     // Field order is drop order: the submission (its drop waits for pending work) before the
     // objects and buffers that work uses.
     pub(crate) submission: Submission,
+    /// Host transfers of large inputs and outputs, along the device's host path (its
+    /// submissions, too, finish before the buffers they copy go).
+    pub(crate) transfer: HostTransfer,
     pub(crate) timestamps: Option<Timestamps>,
     pub(crate) objects: Objects,
     pub(crate) buffers: Vec<Buffer>,
@@ -487,6 +497,9 @@ impl Graph {
             _ => return Err(self.no_such("input", index)),
         };
         spec.check(index, tensor)?;
+        if io.transfer {
+            return self.upload(&io, tensor);
+        }
         let host = io
             .host_buffer()
             .ok_or_else(|| internal("input without a host buffer"))?;
@@ -494,6 +507,19 @@ impl Graph {
         if io.staging.is_some() {
             self.run_and_wait(cmd::UPLOAD)?;
         }
+        Ok(())
+    }
+
+    /// Uploads `tensor` into the slice of input `io` through the graph's [`HostTransfer`].
+    fn upload(&mut self, io: &Io, tensor: &HostTensor) -> Result<()> {
+        let slice = self.slots[io.slot];
+        // SAFETY: the slice is the graph's own buffer or a bound one (live under
+        // `ExternalBindings`' contract, with TRANSFER_DST usage) holding the tensor's bytes;
+        // the graph's own work was waited for.
+        unsafe {
+            self.transfer
+                .upload(tensor.bytes(), slice.buffer, slice.offset)
+        }?;
         Ok(())
     }
 
@@ -509,13 +535,23 @@ impl Graph {
         self.read_host(index)
     }
 
-    fn read_host(&self, index: usize) -> Result<HostTensor> {
+    fn read_host(&mut self, index: usize) -> Result<HostTensor> {
         let (io, spec) = (&self.outputs[index], &self.output_specs[index]);
-        let host = io
-            .host_buffer()
-            .ok_or_else(|| internal("output without a host buffer"))?;
         let mut data = vec![0u8; io.bytes as usize];
-        self.buffers[host].read(0, &mut data)?;
+        if io.transfer {
+            let slice = self.slots[io.slot];
+            // SAFETY: the slice is live (own, or bound under `ExternalBindings`' contract,
+            // with TRANSFER_SRC usage) and holds the tensor; its writers were submitted.
+            unsafe {
+                self.transfer
+                    .download(slice.buffer, slice.offset, &mut data)
+            }?;
+        } else {
+            let host = io
+                .host_buffer()
+                .ok_or_else(|| internal("output without a host buffer"))?;
+            self.buffers[host].read(0, &mut data)?;
+        }
         HostTensor::new(spec.dtype, spec.shape.clone(), data)
             .map_err(|e| internal(&format!("output '{}': {e}", spec.name)))
     }
@@ -534,7 +570,12 @@ impl Graph {
     pub fn execute(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         self.wait()?;
         check_inputs(&self.input_specs, inputs)?;
-        for (io, t) in self.inputs.iter().zip(inputs) {
+        for (i, t) in inputs.iter().enumerate() {
+            let io = self.inputs[i].clone();
+            if io.transfer {
+                self.upload(&io, t)?;
+                continue;
+            }
             let host = io
                 .host_buffer()
                 .ok_or_else(|| internal("input without a host buffer"))?;
@@ -639,20 +680,21 @@ impl Graph {
             .min_storage_buffer_offset_alignment;
         let slice = check_binding(kind, index, &spec.name, slice, io.need, alignment)?;
         let staging = match io.staging {
-            Some(s) => s,
-            None => {
+            _ if io.transfer => None,
+            Some(s) => Some(s),
+            None => Some({
                 let b = crate::build::staging_buffer(self.device(), io.bytes, &spec.name)?;
                 self.memory.staging += b.size();
                 self.buffers.push(b);
                 self.buffers.len() - 1
-            }
+            }),
         };
         let list = if outputs {
             &mut self.outputs
         } else {
             &mut self.inputs
         };
-        list[index].staging = Some(staging);
+        list[index].staging = staging;
         self.slots[io.slot] = slice;
         let tensor = DeviceTensor {
             spec: spec.clone(),

@@ -14,7 +14,7 @@ use vgf_delegate::{LoadOptions, MemoryMode, Model, Vgf, requirements_for};
 // (`VUID-VkComputePipelineCreateInfo-layout-00703`) come from the emulation layer's own
 // pipelines. The COMPUTE test below uses the strict assertion.
 use vk_core::testing::{assert_no_validation_errors, assert_no_validation_errors_of_ours, device};
-use vk_core::{DType, HostTensor, Requirements};
+use vk_core::{DType, HostPath, HostTensor, Requirements};
 
 /// Tolerance of fp32 outputs against either reference (PyTorch on the CPU, scenario-runner on
 /// lavapipe): `|ours - reference| <= FP32_ATOL + FP32_RTOL * |reference|` for every element.
@@ -239,6 +239,47 @@ fn inputs_are_checked_and_io_is_described() {
     let e = Model::from_file("/nonexistent/model.vgf", &device).unwrap_err();
     assert!(e.to_string().contains("/nonexistent/model.vgf"), "{e}");
     assert_no_validation_errors_of_ours(&instance);
+}
+
+#[test]
+fn large_io_moves_along_every_host_path() {
+    use vgf_delegate::format::test_support::{Options, compute_file};
+    let test = "large_io_moves_along_every_host_path";
+    let Some((instance, device)) = device(test, &vgf_delegate::requirements()) else {
+        return;
+    };
+    let spirv = include_bytes!("fixtures/noop.comp.spv");
+    let words: Vec<u32> = spirv
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    // 2 MiB + 12 bytes: above the recorded-copy limit, several 64 KiB chunks and a remainder.
+    let n = (2 << 20) / 4 + 3;
+    let file = compute_file(Options {
+        spirv: words,
+        alias_io: true,
+        io_elements: n as i64,
+        ..Default::default()
+    });
+    let values: Vec<f32> = (0..n).map(|i| (i % 4099) as f32 - 7.5).collect();
+    let x = HostTensor::from_f32(vec![n], &values).unwrap();
+    for host_path in [
+        HostPath::Staged { chunk: 64 << 10 },
+        HostPath::staged(),
+        HostPath::Imported,
+        HostPath::Direct,
+    ] {
+        let options = LoadOptions {
+            memory: MemoryMode::Staged,
+            host_path: Some(host_path),
+            ..Default::default()
+        };
+        let mut model = Model::load_with(&file, &device, &options).unwrap();
+        // The shader writes nothing: the output is the input, through the shared memory.
+        let y = model.execute(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(y[0], x, "{host_path:?}");
+    }
+    assert_no_validation_errors(&instance);
 }
 
 #[test]

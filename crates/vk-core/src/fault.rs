@@ -1,6 +1,7 @@
-//! Fault injection for tests: make the next submit or wait on one device return an error code
-//! (`VK_ERROR_DEVICE_LOST`, `VK_ERROR_OUT_OF_DEVICE_MEMORY`, `VK_TIMEOUT`, ...) as if the
-//! driver had, to check that faults become errors, never aborts, hangs or leaks.
+//! Fault injection for tests: make the next submit, wait or host-memory import on one device
+//! return an error code (`VK_ERROR_DEVICE_LOST`, `VK_ERROR_OUT_OF_DEVICE_MEMORY`,
+//! `VK_TIMEOUT`, ...) as if the driver had, to check that faults become errors, never aborts,
+//! hangs or leaks.
 //!
 //! Injection is per device ([`crate::Device::inject_fault`]), so tests running in parallel on
 //! other devices are unaffected; every [`crate::Submission`] of that device sees it.
@@ -17,6 +18,9 @@ pub enum FaultPoint {
     Submit,
     /// `vkWaitForFences`, in [`crate::Submission::wait`].
     Wait,
+    /// `vkAllocateMemory` of an imported host range, in [`crate::HostTransfer`] (the import
+    /// is refused; the transfer falls back to staging).
+    Import,
 }
 
 /// Faults armed on one device: each fires once, in order of arming.

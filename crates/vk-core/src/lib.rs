@@ -20,10 +20,11 @@
 //!
 //! - Provides the plumbing every delegate uses, once: [`Submission`] (command pool, command
 //!   buffers, fence, pending state, semaphores, one [`WaitPolicy`], device loss), memory from one
-//!   vk-mem allocator per device ([`Buffer`], [`MemoryBlock`], the [`HostIo`] rule), barriers
-//!   by name ([`barrier`]), [`Timestamps`], and the shared vocabulary of tensors
-//!   ([`TensorSpec`], [`check_inputs`], [`DeviceTensor`], [`BufferSlice`]), and the kernels
-//!   converting an application's images from and to tensors ([`image_io`]).
+//!   vk-mem allocator per device ([`Buffer`], [`MemoryBlock`], the [`HostIo`] rule), host
+//!   transfers along a [`HostPath`] ([`HostTransfer`]: pipelined staging or imported host
+//!   memory), barriers by name ([`barrier`]), [`Timestamps`], the shared vocabulary of
+//!   tensors ([`TensorSpec`], [`check_inputs`], [`DeviceTensor`], [`BufferSlice`]), and the
+//!   kernels converting an application's images from and to tensors ([`image_io`]).
 //!
 //! Queue access goes through [`Queue::lock`], a scoped guard; an application sharing a queue
 //! supplies its lock through [`QueueLock`].
@@ -55,6 +56,7 @@ pub mod selftest;
 pub mod tensor;
 pub mod testing;
 pub mod timing;
+pub mod transfer;
 
 pub use adapter::{Adapter, DeviceSummary, rank, select_index};
 pub use barrier::Access;
@@ -81,6 +83,7 @@ pub use queue::{DefaultQueueLock, Queue, QueueGuard, QueueLock, QueueStats};
 pub use requirements::{Enabled, Missing, Requirements};
 pub use tensor::{BufferSlice, DeviceTensor, IoError, TensorSpec, check_inputs};
 pub use timing::Summary;
+pub use transfer::{HOST_PATH_ENV, HostPath, HostTransfer, TransferRoute};
 
 pub use ash;
 pub use ash::vk;

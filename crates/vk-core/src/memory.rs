@@ -7,16 +7,16 @@
 //! Mapped allocations are persistently mapped; [`Buffer::write`] flushes and [`Buffer::read`]
 //! invalidates when the memory type is not host-coherent, so callers never think about it.
 //!
-//! [`HostIo::for_device`] is the one rule for how host inputs and outputs reach device
-//! memory: mapped directly where device memory is the host's own memory, through staging
-//! buffers elsewhere.
+//! [`HostIo::for_device`] is the one rule for where host inputs and outputs live: mapped
+//! device memory where device memory is the host's own memory, device-local memory reached
+//! through [`crate::transfer`] elsewhere.
 
 use std::fmt;
 
 use ash::vk;
 use vk_mem::Alloc as _;
 
-use crate::conv::{DeviceType, Version};
+use crate::conv::Version;
 use crate::device::Device;
 use crate::error::{Error, VkError};
 use crate::tensor::BufferSlice;
@@ -126,19 +126,14 @@ pub enum HostIo {
 }
 
 impl HostIo {
-    /// The rule: direct where device memory is the host's own memory (CPU drivers and
-    /// integrated GPUs with a device-local, host-visible heap of at least 64 MiB), staged on
-    /// discrete GPUs, where host reads of device memory through the PCIe BAR are slow even
-    /// when it is mapped (resizable BAR).
+    /// The rule, [`crate::HostPath::rule`]'s placement: direct where device memory is the
+    /// host's own memory (CPU drivers and integrated GPUs with a device-local, host-visible
+    /// heap of at least 64 MiB), staged on discrete GPUs, where host reads of device memory
+    /// through the PCIe BAR are slow even when it is mapped (resizable BAR). Owners that
+    /// honour the `VKDELEGATE_HOST_PATH` override use [`crate::HostPath::for_device`] and
+    /// [`crate::HostPath::io`].
     pub fn for_device(device: &Device) -> HostIo {
-        let caps = device.capabilities();
-        if matches!(caps.device_type, DeviceType::Cpu | DeviceType::Integrated)
-            && caps.memory.has_unified(64 << 20)
-        {
-            HostIo::Direct
-        } else {
-            HostIo::Staged
-        }
+        crate::transfer::HostPath::rule(device).io()
     }
 
     /// Where tensors that the host reads or writes live under this rule.
@@ -194,14 +189,12 @@ impl Allocation {
     fn write(&mut self, offset: u64, data: &[u8], size: u64) -> Result<(), Error> {
         self.check_range("write", offset, data.len(), size)?;
         // SAFETY: the mapping covers `size` bytes and the range fits (checked); the GPU does
-        // not use the range now (callers write only between fence waits).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.mapped().add(offset as usize),
-                data.len(),
-            )
+        // not use the range now (callers write only between fence waits), and `&mut self`
+        // excludes every other host access to it.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.mapped().add(offset as usize), data.len())
         };
+        copy_bytes(dst, data);
         if !self.coherent {
             self.device
                 .vma()?
@@ -220,16 +213,39 @@ impl Allocation {
                 .map_err(|r| VkError::new("vmaInvalidateAllocation", r))?;
         }
         // SAFETY: the mapping covers the range (checked); the GPU finished writing it (the
-        // caller waited for the fence after a host-read barrier).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mapped().add(offset as usize),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
+        // caller waited for the fence after a host-read barrier) and host writes need
+        // `&mut self`, so nothing writes the range while this shared view lives.
+        let src =
+            unsafe { std::slice::from_raw_parts(self.mapped().add(offset as usize), out.len()) };
+        copy_bytes(out, src);
         Ok(())
     }
+}
+
+/// Copies at or above this many bytes are split across threads ([`copy_bytes`]).
+pub(crate) const PARALLEL_COPY_MIN: usize = 16 << 20;
+
+/// Copies `src` into `dst` (same length): one `memcpy` below [`PARALLEL_COPY_MIN`] bytes (no
+/// thread is started), else split into parts of at least 8 MiB copied by up to eight scoped
+/// threads. One thread rarely saturates the memory bus: on large hosts a single `memcpy`
+/// into write-combined or freshly mapped memory runs at a fraction of what the bus takes.
+///
+/// # Panics
+/// When the lengths differ (a bug of the caller: every caller checks the range first).
+pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let parts = (src.len() / (8 << 20)).clamp(1, threads);
+    if src.len() < PARALLEL_COPY_MIN || parts < 2 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let part = src.len().div_ceil(parts);
+    std::thread::scope(|scope| {
+        for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {
+            scope.spawn(move || d.copy_from_slice(s));
+        }
+    });
 }
 
 fn allocation_error(what: &str, bytes: u64, result: vk::Result) -> Error {
@@ -414,6 +430,195 @@ impl Drop for MemoryBlock {
             // SAFETY: allocated by this allocator, freed once; whatever was bound to it was
             // destroyed first by its owner, which waited for its work.
             unsafe { vma.free_memory(&mut self.alloc.raw) };
+        }
+    }
+}
+
+/// What `VK_EXT_external_memory_host` needs of a range of host memory to import it.
+#[derive(Clone, Copy)]
+pub(crate) struct ImportSupport {
+    get_properties: vk::PFN_vkGetMemoryHostPointerPropertiesEXT,
+    /// `minImportedHostPointerAlignment`: pointer and size of an import are multiples of it.
+    pub(crate) alignment: u64,
+}
+
+impl ImportSupport {
+    /// The entry point and alignment, when the device has the extension enabled.
+    pub(crate) fn of(device: &Device) -> Option<ImportSupport> {
+        let name = ash::ext::external_memory_host::NAME;
+        if !device.enabled().has_extension(name) {
+            return None;
+        }
+        let instance = device.instance().raw();
+        // SAFETY: the device is live and the extension enabled on it; the name is a
+        // NUL-terminated entry point of that extension.
+        let f = unsafe {
+            instance.get_device_proc_addr(
+                device.raw().handle(),
+                c"vkGetMemoryHostPointerPropertiesEXT".as_ptr(),
+            )
+        }?;
+        // SAFETY: the loader returned this entry point for this name, whose signature is
+        // `PFN_vkGetMemoryHostPointerPropertiesEXT`.
+        let get_properties: vk::PFN_vkGetMemoryHostPointerPropertiesEXT =
+            unsafe { std::mem::transmute(f) };
+        let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+        let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut host);
+        // SAFETY: a live physical device; the chain holds one structure its enabled
+        // extension defines.
+        unsafe { instance.get_physical_device_properties2(device.physical(), &mut props) };
+        let alignment = host.min_imported_host_pointer_alignment;
+        (alignment.is_power_of_two()).then_some(ImportSupport {
+            get_properties,
+            alignment,
+        })
+    }
+}
+
+/// A buffer over host memory of the caller's, imported with `VK_EXT_external_memory_host`:
+/// the device reads and writes it in place, so no staging copy is needed.
+///
+/// The import covers whole pages: the start is aligned down and the end up to
+/// `minImportedHostPointerAlignment` ([`ImportedBuffer::offset`] is where the caller's bytes
+/// start in the buffer). The pages around the caller's range may hold other data of the
+/// process: that is sound because the device only touches the bytes of the copy regions the
+/// owner records (within the caller's range), and the pages stay mapped while the buffer
+/// lives (the caller's borrow outlives it; it is destroyed before the borrow ends). When the
+/// alignment exceeds the page size the widened range may reach pages that are not mapped; the
+/// driver then refuses the import and the caller falls back.
+///
+/// Device memory is allocated here with `vkAllocateMemory`, outside vk-mem, which cannot
+/// import host pointers; it is the one such allocation in the workspace.
+pub(crate) struct ImportedBuffer {
+    raw: vk::Buffer,
+    memory: vk::DeviceMemory,
+    offset: u64,
+    device: Device,
+}
+
+impl fmt::Debug for ImportedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ImportedBuffer")
+            .field("raw", &self.raw)
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+const HOST_ALLOCATION: vk::ExternalMemoryHandleTypeFlags =
+    vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
+
+impl ImportedBuffer {
+    /// Imports the pages holding `len` bytes at `ptr` as a transfer source and destination.
+    /// Errors say why the range cannot be imported (the caller falls back to staging).
+    ///
+    /// # Safety
+    /// `ptr .. ptr + len` must be one live allocation of the process that stays allocated,
+    /// and that no one frees or remaps, until the buffer is dropped; the device must not use
+    /// the buffer after the owner's borrow of the range ends (the owner waits first).
+    pub(crate) unsafe fn new(
+        device: &Device,
+        support: ImportSupport,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<ImportedBuffer, Error> {
+        let align = support.alignment;
+        let start = (ptr as u64) & !(align - 1);
+        let offset = ptr as u64 - start;
+        let size = (offset + len as u64).div_ceil(align) * align;
+        let base = ptr.wrapping_sub(offset as usize);
+        let mut props = vk::MemoryHostPointerPropertiesEXT::default();
+        // SAFETY: a live device with the extension enabled; `base` is aligned as required
+        // and points into the caller's live allocation's pages.
+        let r = unsafe {
+            (support.get_properties)(
+                device.raw().handle(),
+                HOST_ALLOCATION,
+                base.cast(),
+                &mut props,
+            )
+        };
+        if r != vk::Result::SUCCESS {
+            return Err(VkError::new("vkGetMemoryHostPointerPropertiesEXT", r).into());
+        }
+        let mut b = ImportedBuffer {
+            raw: vk::Buffer::null(),
+            memory: vk::DeviceMemory::null(),
+            offset,
+            device: device.clone(),
+        };
+        b.create_buffer(size)?;
+        // SAFETY: `b.raw` is live.
+        let req = unsafe { device.raw().get_buffer_memory_requirements(b.raw) };
+        let wanted = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+        let type_bits = props.memory_type_bits & req.memory_type_bits;
+        let index = device
+            .capabilities()
+            .memory
+            .find(type_bits, wanted)
+            .filter(|_| req.size <= size)
+            .ok_or(Error::NoMemoryType { type_bits, wanted })?;
+        // SAFETY: `base .. base + size` is the caller's live range widened to whole pages.
+        unsafe { b.import(base, size, index) }?;
+        // SAFETY: buffer and memory are live, unbound, and the memory holds the buffer.
+        unsafe { device.raw().bind_buffer_memory(b.raw, b.memory, 0) }
+            .map_err(|r| VkError::new("vkBindBufferMemory", r))?;
+        Ok(b)
+    }
+
+    fn create_buffer(&mut self, size: u64) -> Result<(), Error> {
+        let mut external =
+            vk::ExternalMemoryBufferCreateInfo::default().handle_types(HOST_ALLOCATION);
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE)
+            .push_next(&mut external);
+        // SAFETY: valid create info; destroyed in `Drop`.
+        self.raw = unsafe { self.device.raw().create_buffer(&info, None) }
+            .map_err(|r| VkError::new("vkCreateBuffer", r))?;
+        Ok(())
+    }
+
+    /// # Safety
+    /// `base .. base + size` is live host memory, aligned as the import requires.
+    unsafe fn import(&mut self, base: *const u8, size: u64, index: u32) -> Result<(), Error> {
+        if let Some(r) = self.device.take_fault(crate::fault::FaultPoint::Import) {
+            return Err(VkError::new("vkAllocateMemory (host import)", r).into());
+        }
+        let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
+            .handle_type(HOST_ALLOCATION)
+            .host_pointer(base.cast_mut().cast());
+        let info = vk::MemoryAllocateInfo::default()
+            .allocation_size(size)
+            .memory_type_index(index)
+            .push_next(&mut import);
+        // SAFETY: the caller's contract covers the pointer; the memory type allows the import
+        // (from vkGetMemoryHostPointerPropertiesEXT); freed in `Drop`.
+        self.memory = unsafe { self.device.raw().allocate_memory(&info, None) }
+            .map_err(|r| VkError::new("vkAllocateMemory (host import)", r))?;
+        Ok(())
+    }
+
+    /// The raw buffer.
+    pub(crate) fn raw(&self) -> vk::Buffer {
+        self.raw
+    }
+
+    /// Where the caller's first byte is in the buffer.
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl Drop for ImportedBuffer {
+    fn drop(&mut self) {
+        let d = self.device.raw();
+        // SAFETY: created from this device, destroyed once; the owner waited for every use
+        // (or leaked the buffer with `mem::forget` when it could not).
+        unsafe {
+            d.destroy_buffer(self.raw, None);
+            d.free_memory(self.memory, None);
         }
     }
 }

@@ -33,13 +33,15 @@ pub struct Requirements {
 }
 
 impl Requirements {
-    /// Requirements of `requester` that ask only for a compute queue on Vulkan 1.1.
+    /// Requirements of `requester` that ask for a compute queue on Vulkan 1.1, and for
+    /// `VK_EXT_external_memory_host` where the device offers it (vk-core's host transfers
+    /// import host memory with it, [`crate::HostPath::Imported`]).
     pub fn new(requester: impl Into<String>) -> Self {
         Requirements {
             requester: requester.into(),
             min_api_version: Version::V1_1,
             required_extensions: Vec::new(),
-            optional_extensions: Vec::new(),
+            optional_extensions: vec![ash::ext::external_memory_host::NAME],
             required_features: Features::empty(),
             optional_features: Features::empty(),
             queue: QueueCaps::COMPUTE,

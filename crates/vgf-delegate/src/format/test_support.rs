@@ -114,6 +114,8 @@ pub struct Options {
     pub alias_io: bool,
     /// Explicit graph constant bindings (graph constant id, constant index).
     pub constant_bindings: Vec<(u32, u32)>,
+    /// Elements of the input and the output (valid: any positive count; 4 by default).
+    pub io_elements: i64,
 }
 
 impl Default for Options {
@@ -130,6 +132,7 @@ impl Default for Options {
             dispatch: [4, 1, 1],
             alias_io: false,
             constant_bindings: Vec::new(),
+            io_elements: 4,
         }
     }
 }
@@ -169,7 +172,8 @@ pub fn compute_file(o: Options) -> Vec<u8> {
         let mut fbb = FlatBufferBuilder::new();
         let mut entries = Vec::new();
         for i in 0..3u32 {
-            let shape = fbb.create_vector(&[fb::Int64::new(4)]);
+            let elements = if i < 2 { o.io_elements } else { 4 };
+            let shape = fbb.create_vector(&[fb::Int64::new(elements)]);
             let strides_len = if i == 0 { o.strides_len } else { 0 };
             let strides = fbb.create_vector(&vec![fb::Int64::new(4); strides_len]);
             let desc = fb::Description::create(

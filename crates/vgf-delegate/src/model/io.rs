@@ -1,7 +1,7 @@
 //! Host input and output: the model's input and output descriptions, staging buffers, input
 //! checks, the copies of [`Model::execute`], and the device tensors of inputs and outputs.
 
-use vk_core::{Buffer, BufferSlice, HostTensor, MemoryLocation, vk};
+use vk_core::{Buffer, BufferSlice, HostPath, HostTensor, MemoryLocation, vk};
 
 use super::external::io_name;
 use super::objects::Objects;
@@ -16,14 +16,18 @@ pub(super) struct Io {
     pub(super) mrt: usize,
     pub(super) bytes: usize,
     pub(super) staging: Option<usize>,
+    /// Moved by the model's [`vk_core::HostTransfer`] (a large staged tensor): no staging
+    /// buffer and no recorded copy.
+    pub(super) transfer: bool,
 }
 
-/// Describes the inputs (or outputs) in `slots`, creating their staging buffers when staged.
+/// Describes the inputs (or outputs) in `slots`, creating their staging buffers when staged
+/// (except for those `path` moves through the model's host transfer).
 pub(super) fn describe(
     objects: &mut Objects,
     vgf: &Vgf<'_>,
     (slots, names, prefix): (&[Binding], &[&str], &str),
-    (memory_mode, external): (MemoryMode, &[Option<BufferSlice>]),
+    (memory_mode, path, external): (MemoryMode, HostPath, &[Option<BufferSlice>]),
 ) -> Result<(Vec<TensorSpec>, Vec<Io>)> {
     let mut specs = Vec::with_capacity(slots.len());
     let mut ios = Vec::with_capacity(slots.len());
@@ -31,7 +35,9 @@ pub(super) fn describe(
         let r = &vgf.resources[b.mrt_index as usize];
         let bytes = packed_bytes(r)?;
         // External memory is not ours to map: the host reaches it through staging.
-        let staging = if memory_mode == MemoryMode::Staged || external[r.index].is_some() {
+        let staged = memory_mode == MemoryMode::Staged || external[r.index].is_some();
+        let transfer = staged && path.transfers(bytes as u64);
+        let staging = if staged && !transfer {
             let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
             let what = format!("staging of {prefix} {i}");
             let staging = Buffer::new(
@@ -52,6 +58,7 @@ pub(super) fn describe(
             mrt: r.index,
             bytes,
             staging,
+            transfer,
         });
     }
     Ok((specs, ios))
@@ -80,6 +87,13 @@ impl Model {
     /// allocator's mapping is flushed where it is not coherent.
     fn write_inputs(&mut self, inputs: &[HostTensor]) -> Result<()> {
         for (t, io) in inputs.iter().zip(&self.input_io) {
+            if io.transfer {
+                let dst = self.objects.buffers[io.mrt];
+                // SAFETY: the model's buffer over the input (TRANSFER_DST usage, `bytes`
+                // long) lives with the model; the model's own work was waited for.
+                unsafe { self.transfer.upload(t.bytes(), dst, 0) }?;
+                continue;
+            }
             match io.staging {
                 Some(s) => self.objects.staging[s].write(0, t.bytes())?,
                 None => {
@@ -95,10 +109,21 @@ impl Model {
 
     /// Reads the outputs from their staging buffers or (direct) their mapped storage, after
     /// the fence wait and the recorded host-read barrier.
-    fn read_outputs(&self) -> Result<Vec<HostTensor>> {
+    fn read_outputs(&mut self) -> Result<Vec<HostTensor>> {
         let mut out = Vec::with_capacity(self.outputs.len());
         for (spec, io) in self.outputs.iter().zip(&self.output_io) {
             let mut data = vec![0u8; io.bytes];
+            if io.transfer {
+                let src = self.objects.buffers[io.mrt];
+                // SAFETY: the model's buffer over the output (TRANSFER_SRC usage) lives with
+                // the model; its writers were submitted and waited for.
+                unsafe { self.transfer.download(src, 0, &mut data) }?;
+                out.push(
+                    HostTensor::new(spec.dtype, spec.shape.clone(), data)
+                        .map_err(|e| unsupported(e.to_string()))?,
+                );
+                continue;
+            }
             match io.staging {
                 Some(s) => self.objects.staging[s].read(0, &mut data)?,
                 None => self.objects.storages[self.storage_of(io.mrt)?].read(0, &mut data)?,

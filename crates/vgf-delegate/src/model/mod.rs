@@ -8,8 +8,10 @@
 //!
 //! Memory per device: where device memory is host-visible ([`MemoryMode::Direct`]: integrated
 //! GPUs, lavapipe) every storage is mapped and written or read in place; elsewhere
-//! ([`MemoryMode::Staged`]: discrete GPUs) storage is device-local and inputs and outputs go
-//! through host-visible staging buffers, copied by the recorded command buffer.
+//! ([`MemoryMode::Staged`]: discrete GPUs) storage is device-local and small inputs and outputs
+//! go through host-visible staging buffers, copied by the recorded command buffer; large ones
+//! through the model's [`vk_core::HostTransfer`] (pipelined staging or imported host memory,
+//! [`LoadOptions::host_path`]) before and after it.
 //!
 //! GRAPH segments become data-graph pipelines (SPIR-V module + graph constants from the
 //! constants section), each with a pipeline session and its bind-point memory; COMPUTE
@@ -36,7 +38,9 @@ use std::path::Path;
 
 use vk_core::arm;
 use vk_core::arm::{DataGraphFns, TensorFns};
-use vk_core::{BufferSlice, Device, SemaphoreSignal, SemaphoreWait, Submission, vk};
+use vk_core::{
+    BufferSlice, Device, HostPath, HostTransfer, SemaphoreSignal, SemaphoreWait, Submission, vk,
+};
 pub use vk_core::{DeviceTensor, TensorSpec};
 
 use crate::error::{Error, Result};
@@ -55,8 +59,9 @@ const DEVICE_CB: usize = 1;
 /// Where tensor memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MemoryMode {
-    /// As [`vk_core::HostIo::for_device`] says for this device: direct where device memory
-    /// is the host's own (CPU drivers, integrated GPUs), staged on discrete GPUs.
+    /// As the host path says ([`LoadOptions::host_path`], else
+    /// [`vk_core::HostPath::for_device`]): direct where device memory is the host's own (CPU
+    /// drivers, integrated GPUs), staged on discrete GPUs.
     #[default]
     Auto,
     /// Input and output storage mapped (device-local where the device has such memory
@@ -74,6 +79,11 @@ pub struct LoadOptions {
     /// Inputs and outputs bound to memory the caller provides instead of their own (the
     /// host path of [`Model::execute`] reaches them through staging buffers).
     pub external: Vec<External>,
+    /// How host inputs and outputs of staged memory move (`None`:
+    /// [`vk_core::HostPath::for_device`], the device's rule unless `VKDELEGATE_HOST_PATH`
+    /// overrides it). With [`MemoryMode::Auto`] it also decides the placement
+    /// ([`vk_core::HostPath::io`]).
+    pub host_path: Option<HostPath>,
 }
 
 /// The `VK_ARM_tensors` objects of a model input or output (for work beyond the buffers of
@@ -102,6 +112,8 @@ pub struct Model {
     /// Per resource: the caller's memory it is bound to, if any.
     external: Vec<Option<BufferSlice>>,
     memory_mode: MemoryMode,
+    /// Host transfers of large staged inputs and outputs.
+    transfer: HostTransfer,
     /// The command pool, the host ([`HOST_CB`]) and device-only ([`DEVICE_CB`]) command
     /// buffers, the fence and the pending state.
     submission: Submission,
@@ -197,7 +209,7 @@ impl Model {
         let usage = resources::Usage::of(vgf)?;
         let tensors = resources::create_tensors(&mut objects, vgf, &usage)?;
         let external = external::resolve(vgf, device, &options.external, &tensors)?;
-        let memory_mode = resources::choose_memory_mode(device, options.memory);
+        let (memory_mode, path) = resources::choose_memory_mode(device, options)?;
         let plan = resources::plan_storages(vgf, &tensors, &usage, &external);
         resources::allocate_storages(&mut objects, &plan, memory_mode)?;
         resources::bind_resources(&mut objects, vgf, &plan, &external)?;
@@ -206,13 +218,13 @@ impl Model {
             &mut objects,
             vgf,
             (&seq.inputs, &seq.input_names, "input"),
-            (memory_mode, &external),
+            (memory_mode, path, &external),
         )?;
         let (outputs, output_io) = io::describe(
             &mut objects,
             vgf,
             (&seq.outputs, &seq.output_names, "output"),
-            (memory_mode, &external),
+            (memory_mode, path, &external),
         )?;
         let (runs, tensor_descriptors) =
             pipelines::create_segments(&mut objects, vgf, &tensors.descs)?;
@@ -227,6 +239,7 @@ impl Model {
             resource_storage: plan.resource_storage,
             external,
             memory_mode,
+            transfer: HostTransfer::new(device, path),
             submission,
             runs,
             sets,
@@ -281,11 +294,11 @@ impl Drop for Model {
     fn drop(&mut self) {
         // Objects may be destroyed only once the GPU is done with them (or the device is
         // lost: then no work runs again); otherwise they are leaked.
-        match self.submission.wait() {
+        match self.submission.wait().and_then(|()| self.transfer.wait()) {
             Ok(()) | Err(vk_core::Error::DeviceLost { .. }) => {}
             Err(e) => {
                 log::error!("vgf-delegate: waiting for the model on drop failed: {e}");
-                self.objects.leak = self.submission.is_pending();
+                self.objects.leak = self.submission.is_pending() || self.transfer.is_pending();
             }
         }
         // `objects` drops next and destroys everything, then `submission` its pool and fence.

@@ -6,7 +6,7 @@ use std::ptr;
 
 use vk_core::arm;
 use vk_core::host::element_count;
-use vk_core::{BufferSlice, DType, Device, HostIo, MemoryBlock, MemoryLocation, vk};
+use vk_core::{BufferSlice, DType, Device, HostIo, HostPath, MemoryBlock, MemoryLocation, vk};
 
 use super::objects::Objects;
 use super::{MemoryMode, unsupported, vkerr};
@@ -276,16 +276,30 @@ fn create_io_buffer(
     Ok(unsafe { d.get_buffer_memory_requirements(buffer) })
 }
 
-/// Where inputs and outputs live: `Auto` follows [`HostIo::for_device`], the workspace's one
-/// rule; `Direct` and `Staged` are explicit.
-pub(super) fn choose_memory_mode(device: &Device, wanted: MemoryMode) -> MemoryMode {
-    match wanted {
-        MemoryMode::Auto => match HostIo::for_device(device) {
+/// Where inputs and outputs live, and how staged ones move: the path is
+/// `options.host_path`, else [`HostPath::for_device`] (the workspace's one rule, with its
+/// override); `Auto` placement follows the path ([`HostPath::io`]), `Direct` and `Staged` are
+/// explicit (staged placement under a direct path moves through staging buffers).
+pub(super) fn choose_memory_mode(
+    device: &Device,
+    options: &super::LoadOptions,
+) -> Result<(MemoryMode, HostPath)> {
+    let path = match options.host_path {
+        Some(p) => p,
+        None => HostPath::for_device(device)?,
+    };
+    let mode = match options.memory {
+        MemoryMode::Auto => match path.io() {
             HostIo::Direct => MemoryMode::Direct,
             HostIo::Staged => MemoryMode::Staged,
         },
         m => m,
-    }
+    };
+    let path = match (mode, path) {
+        (MemoryMode::Staged, HostPath::Direct) => HostPath::staged(),
+        (_, p) => p,
+    };
+    Ok((mode, path))
 }
 
 /// Resources grouped into storages: an alias group shares one, with merged requirements.

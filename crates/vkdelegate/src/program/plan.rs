@@ -6,6 +6,11 @@
 //! boundary; program outputs are copied to host staging buffers, and one final barrier makes
 //! them visible to host reads. One execution is one submission and one fence wait.
 //!
+//! Large program inputs and outputs (as [`vk_core::HostPath::transfers`] says for the device's
+//! host path) are not copied by the recorded command buffer: the plan's
+//! [`vk_core::HostTransfer`] moves them before the submission and after its wait (pipelined
+//! staging or imported host memory), ordered by its own barriers.
+//!
 //! Inputs and outputs bound to application buffers get no staging and no copy: their steps
 //! read and write the application's slices; only a bound output its producer could not write
 //! in place is copied into the application's slice. Such a plan runs by `submit`, ordered by
@@ -21,7 +26,8 @@ use std::time::Duration;
 
 use vk_core::barrier::{Access, host_read_barrier, memory_barrier};
 use vk_core::{
-    AppImage, Buffer, BufferSlice, Device, HostTensor, ImageConversion, MemoryLocation, Submission,
+    AppImage, Buffer, BufferSlice, Device, HostPath, HostTensor, HostTransfer, ImageConversion,
+    MemoryLocation, Submission,
     Timestamps, vk,
 };
 
@@ -36,9 +42,12 @@ pub(super) struct DevicePlan {
     // Field order is drop order: the submission waits for its work before the buffers and
     // queries it uses are destroyed.
     submission: Submission,
+    transfer: HostTransfer,
     timestamps: Option<Timestamps>,
-    staging_in: Vec<Buffer>,
-    staging_out: Vec<Buffer>,
+    /// Per program input not bound to an application buffer.
+    host_in: Vec<HostSide>,
+    /// Per program output not bound to an application buffer.
+    host_out: Vec<HostSide>,
     /// Copies into application buffers (bound outputs not written in place).
     app_copies: usize,
     /// Conversions of image-bound inputs, with the program input's index.
@@ -49,6 +58,23 @@ pub(super) struct DevicePlan {
     uploads: Vec<(BufferSlice, u64)>,
     /// Copies out of the program, kept for recording again.
     downloads: Vec<Download>,
+}
+
+/// How the host reaches a program input or output.
+enum HostSide {
+    /// A staging buffer the recorded command buffer copies from or into.
+    Staged(Buffer),
+    /// The step's slice, reached by the plan's host transfer (large tensors).
+    Transfer(BufferSlice),
+}
+
+impl HostSide {
+    fn staging(&self) -> Option<&Buffer> {
+        match self {
+            HostSide::Staged(b) => Some(b),
+            HostSide::Transfer(_) => None,
+        }
+    }
 }
 
 /// Copies out of the program: to host staging buffer `k` of the plan, or into an application
@@ -112,11 +138,13 @@ impl DevicePlan {
         bound: &Bound,
         images: &BoundImages,
     ) -> Result<Self> {
+        let path = HostPath::for_device(device)?;
         let mut plan = DevicePlan {
             submission: Submission::new(device, 1, "program")?,
+            transfer: HostTransfer::new(device, path),
             timestamps: Timestamps::new(device, steps.len() as u32 + 1)?,
-            staging_in: Vec::new(),
-            staging_out: Vec::new(),
+            host_in: Vec::new(),
+            host_out: Vec::new(),
             app_copies: 0,
             convert_in: Vec::new(),
             convert_out: Vec::new(),
@@ -153,13 +181,17 @@ impl DevicePlan {
                 continue;
             }
             let bytes = spec.bytes().unwrap_or(0) as u64;
+            if self.transfer.path().transfers(bytes) {
+                self.host_in.push(HostSide::Transfer(target));
+                continue;
+            }
             let what = format!("program input '{}'", spec.name);
-            self.staging_in.push(staging(
+            self.host_in.push(HostSide::Staged(staging(
                 device,
                 bytes,
                 vk::BufferUsageFlags::TRANSFER_SRC,
                 &what,
-            )?);
+            )?));
             self.uploads.push((target, bytes));
         }
         Ok(())
@@ -195,13 +227,17 @@ impl DevicePlan {
                 self.convert_out.push((o, c));
                 continue;
             }
+            if self.transfer.path().transfers(bytes) {
+                self.host_out.push(HostSide::Transfer(produced));
+                continue;
+            }
             let what = format!("program output '{}'", spec.name);
-            self.staging_out.push(staging(
+            self.host_out.push(HostSide::Staged(staging(
                 device,
                 bytes,
                 vk::BufferUsageFlags::TRANSFER_DST,
                 &what,
-            )?);
+            )?));
             self.downloads.push(Download::Staging(produced, bytes));
         }
         Ok(())
@@ -270,7 +306,8 @@ impl DevicePlan {
                 ts.write(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, 0);
             }
             memory_barrier(device, cmd, Access::HOST_WRITE, Access::TRANSFER_READ);
-            for (src, (dst, bytes)) in self.staging_in.iter().zip(uploads) {
+            let staged_in = self.host_in.iter().filter_map(HostSide::staging);
+            for (src, (dst, bytes)) in staged_in.zip(uploads) {
                 let region = [vk::BufferCopy::default()
                     .dst_offset(dst.offset)
                     .size(*bytes)];
@@ -288,7 +325,7 @@ impl DevicePlan {
                 }
             }
             memory_barrier(device, cmd, Access::ANY_WRITE, Access::TRANSFER_READ);
-            let mut staging = self.staging_out.iter();
+            let mut staging = self.host_out.iter().filter_map(HostSide::staging);
             for download in downloads {
                 let (src, dst, dst_offset, bytes) = match download {
                     Download::Staging(src, bytes) => match staging.next() {
@@ -313,7 +350,8 @@ impl DevicePlan {
     /// Copy commands recorded per execution: one per program input and output; none at a
     /// step boundary.
     pub(super) fn copies(&self) -> usize {
-        self.staging_in.len() + self.staging_out.len() + self.app_copies
+        let staged = |v: &[HostSide]| v.iter().filter(|h| h.staging().is_some()).count();
+        staged(&self.host_in) + staged(&self.host_out) + self.app_copies
     }
 
     /// Submits the recorded program, waiting on `waits` and signalling `signals`; no host
@@ -364,15 +402,23 @@ impl DevicePlan {
     ) -> Result<(Vec<HostTensor>, Vec<Duration>)> {
         // An earlier failed wait leaves the submission pending: finish it before reuse.
         self.submission.wait()?;
-        for (buffer, t) in self.staging_in.iter_mut().zip(inputs) {
-            buffer.write(0, t.bytes())?;
+        self.transfer.wait()?;
+        for (side, t) in self.host_in.iter_mut().zip(inputs) {
+            match side {
+                HostSide::Staged(buffer) => buffer.write(0, t.bytes())?,
+                HostSide::Transfer(s) => {
+                    // SAFETY: the slice is a step's input buffer (live while the plan is, with
+                    // TRANSFER_DST usage, holding the tensor); the plan's work was waited for.
+                    unsafe { self.transfer.upload(t.bytes(), s.buffer, s.offset) }?
+                }
+            }
         }
         // SAFETY: the command buffer is executable; the steps it records are alive (the
         // program drops the plan first); no semaphores.
         unsafe { self.submission.submit(0, &[], &[]) }?;
         self.submission.wait()?;
         let mut out = Vec::with_capacity(outputs.len());
-        let mut staging = self.staging_out.iter();
+        let mut host_out = self.host_out.iter();
         for (o, spec) in outputs.iter().enumerate() {
             // An image-bound output's values are in its image: an empty tensor stands in.
             if self.convert_out.iter().any(|(k, _)| *k == o) {
@@ -382,11 +428,18 @@ impl DevicePlan {
                 );
                 continue;
             }
-            let Some(buffer) = staging.next() else {
+            let Some(side) = host_out.next() else {
                 continue;
             };
             let mut bytes = vec![0u8; spec.bytes().unwrap_or(0)];
-            buffer.read(0, &mut bytes)?;
+            match side {
+                HostSide::Staged(buffer) => buffer.read(0, &mut bytes)?,
+                HostSide::Transfer(s) => {
+                    // SAFETY: the slice is a step's output buffer (live, TRANSFER_SRC usage);
+                    // its writers were submitted and waited for.
+                    unsafe { self.transfer.download(s.buffer, s.offset, &mut bytes) }?
+                }
+            }
             out.push(
                 HostTensor::new(spec.dtype, spec.shape.clone(), bytes)
                     .map_err(|e| ProgramError::Wiring(e.to_string()))?,
