@@ -234,8 +234,8 @@ fn pick_family(
             continue;
         }
         let presents = match surface {
-            // SAFETY: valid physical device, family index and surface of this instance.
             Some((fns, s)) => {
+                // SAFETY: valid physical device, family index and surface of this instance.
                 unsafe { fns.get_physical_device_surface_support(adapter.raw(), family.index, *s) }
                     .vk("vkGetPhysicalDeviceSurfaceSupportKHR")?
             }
