@@ -215,7 +215,8 @@ impl Convert {
     /// Records the scene image's read into the model's input buffer.
     ///
     /// # Safety
-    /// As [`Convert::record`]; the scene image is in `GENERAL`.
+    /// `cmd` is recording, outside a render pass; the caller orders the pass's reads and
+    /// writes with barriers; the scene image is in `GENERAL`.
     pub unsafe fn record_to_tensor(&self, cmd: vk::CommandBuffer) {
         // SAFETY: forwarded contract.
         unsafe { self.record(cmd, 0) };
@@ -224,7 +225,8 @@ impl Convert {
     /// Records the model's output's write into the result image.
     ///
     /// # Safety
-    /// As [`Convert::record`]; the result image is in `GENERAL`.
+    /// `cmd` is recording, outside a render pass; the caller orders the pass's reads and
+    /// writes with barriers; the result image is in `GENERAL`.
     pub unsafe fn record_to_image(&self, cmd: vk::CommandBuffer) {
         // SAFETY: forwarded contract.
         unsafe { self.record(cmd, 1) };

@@ -89,6 +89,9 @@ pub struct FrameTimes {
     /// Device time from "image rendered" to "result written" (`None`: no model, or no
     /// timestamps on this queue).
     pub render_to_result: Option<Duration>,
+    /// The program's own time (its steps' timings: device timestamps on the device path,
+    /// host wall time per step on the host path).
+    pub model: Option<Duration>,
 }
 
 /// The timeline semaphore ordering the engine's submissions and the program's.
@@ -414,6 +417,7 @@ impl FrameLoop {
         Ok(FrameTimes {
             frame,
             render_to_result: self.render_to_result()?,
+            model: self.model_time(),
         })
     }
 

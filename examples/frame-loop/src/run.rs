@@ -53,7 +53,7 @@ impl Run {
         Ok(())
     }
 
-    /// A title for the window every [`TITLE_EVERY`]: frame time, render-to-result time and
+    /// A title for the window, twice a second: frame time, render-to-result time and
     /// the model's own time.
     pub fn title(&mut self, mode: &str) -> Option<String> {
         if self.title_at.elapsed() < TITLE_EVERY {
@@ -61,12 +61,16 @@ impl Run {
         }
         self.title_at = Instant::now();
         let frame = self.stats.recent_frame_ms(30)?;
+        let r2r = self
+            .stats
+            .recent_render_to_result_ms(30)
+            .map_or_else(|| "-".to_owned(), |t| format!("{t:.2} ms"));
         let model = self
             .frame_loop
             .model_time()
             .map_or_else(|| "-".to_owned(), |d| format!("{:.2} ms", ms(d)));
         Some(format!(
-            "frame-loop [{mode}] {frame:.2} ms/frame, model {model} on {}",
+            "frame-loop [{mode}] frame {frame:.2} ms, rendered->result {r2r}, model {model} on {}",
             self.frame_loop.device_name()
         ))
     }

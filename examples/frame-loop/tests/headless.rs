@@ -240,7 +240,7 @@ fn without_the_model_the_scene_is_presented_as_drawn() {
     let out = cmd.env_remove("DISPLAY").output().unwrap();
     let line = assert_clean(&out);
     assert!(
-        line.contains("render_to_result_ms_median=NaN mode=no-model"),
+        line.contains("render_to_result_ms_median=NaN model_ms_median=NaN mode=no-model"),
         "{line}"
     );
     let (_, _, scene) = read_png(&dir.join("scene.png")).unwrap();
