@@ -22,7 +22,8 @@
 //!   buffers, fence, pending state, semaphores, one [`WaitPolicy`], device loss), memory from one
 //!   vk-mem allocator per device ([`Buffer`], [`MemoryBlock`], the [`HostIo`] rule), barriers
 //!   by name ([`barrier`]), [`Timestamps`], and the shared vocabulary of tensors
-//!   ([`TensorSpec`], [`check_inputs`], [`DeviceTensor`], [`BufferSlice`]).
+//!   ([`TensorSpec`], [`check_inputs`], [`DeviceTensor`], [`BufferSlice`]), and the kernels
+//!   converting an application's images from and to tensors ([`image_io`]).
 //!
 //! Queue access goes through [`Queue::lock`], a scoped guard; an application sharing a queue
 //! supplies its lock through [`QueueLock`].
@@ -43,6 +44,7 @@ pub mod error;
 pub mod fault;
 pub mod features;
 pub mod host;
+pub mod image_io;
 pub mod instance;
 pub mod memory;
 pub mod query;
@@ -64,6 +66,10 @@ pub use error::{Error, Result, VkError, VkResultExt};
 pub use fault::FaultPoint;
 pub use features::Features;
 pub use host::{DType, HostTensor, HostTensorError};
+pub use image_io::{
+    AppImage, ColourMap, FormatClass, ImageConversion, ImageError, ImageProblem, ImageToTensor,
+    TensorLayout, TensorToImage,
+};
 pub use instance::{Instance, InstanceDesc, ValidationLog};
 pub use memory::{Buffer, HostIo, MemoryBlock, MemoryLocation};
 pub use query::Timestamps;

@@ -7,8 +7,14 @@
 //!
 //! The functions here panic on purpose: they are for tests.
 
+use ash::vk;
+
+use crate::barrier::{Access, host_read_barrier};
+use crate::command::Submission;
 use crate::device::Device;
+use crate::image_io::AppImage;
 use crate::instance::{Instance, InstanceDesc};
+use crate::memory::{Buffer, MemoryBlock, MemoryLocation};
 use crate::requirements::Requirements;
 
 /// Environment variable that turns skips into failures.
@@ -137,5 +143,306 @@ pub fn assert_no_validation_errors_of_ours(instance: &Instance) {
             kept.len(),
             EMULATION_LAYER_VUIDS
         );
+    }
+}
+
+/// A 2D image of a test's, in `VK_IMAGE_LAYOUT_GENERAL` from creation, with a view, memory of
+/// the device's allocator, and host upload and read-back of its texels (one submission and
+/// fence wait each, ending with a barrier before every later command on the queue).
+#[derive(Debug)]
+pub struct TestImage {
+    device: Device,
+    /// The image.
+    pub image: vk::Image,
+    /// A 2D colour view of it.
+    pub view: vk::ImageView,
+    /// Its format.
+    pub format: vk::Format,
+    /// Its extent.
+    pub extent: vk::Extent2D,
+    /// The usage it was created with.
+    pub usage: vk::ImageUsageFlags,
+    _memory: MemoryBlock,
+}
+
+impl TestImage {
+    /// An image of `format` and `width` x `height`, with `usage` plus `TRANSFER_SRC` and
+    /// `TRANSFER_DST` (mutable-format, as image conversions need, for `B8G8R8A8_UNORM`).
+    ///
+    /// # Panics
+    /// When Vulkan fails.
+    pub fn new(
+        device: &Device,
+        format: vk::Format,
+        width: u32,
+        height: u32,
+        usage: vk::ImageUsageFlags,
+    ) -> TestImage {
+        let usage = usage | vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST;
+        let extent = vk::Extent2D { width, height };
+        let d = device.raw();
+        let flags = if format == vk::Format::B8G8R8A8_UNORM {
+            vk::ImageCreateFlags::MUTABLE_FORMAT
+        } else {
+            vk::ImageCreateFlags::empty()
+        };
+        let info = vk::ImageCreateInfo::default()
+            .flags(flags)
+            .image_type(vk::ImageType::TYPE_2D)
+            .format(format)
+            .extent(extent.into())
+            .mip_levels(1)
+            .array_layers(1)
+            .samples(vk::SampleCountFlags::TYPE_1)
+            .tiling(vk::ImageTiling::OPTIMAL)
+            .usage(usage)
+            .initial_layout(vk::ImageLayout::UNDEFINED);
+        // SAFETY: valid create info; destroyed in `Drop`.
+        let image = unsafe { d.create_image(&info, None) }.expect("vkCreateImage");
+        // SAFETY: `image` is live.
+        let req = unsafe { d.get_image_memory_requirements(image) };
+        let memory = MemoryBlock::new(device, &req, MemoryLocation::Device, "test image")
+            .expect("test image memory");
+        // SAFETY: the memory fits the image's requirements and is bound once.
+        unsafe { d.bind_image_memory(image, memory.memory(), memory.offset()) }
+            .expect("vkBindImageMemory");
+        let view_info = vk::ImageViewCreateInfo::default()
+            .image(image)
+            .view_type(vk::ImageViewType::TYPE_2D)
+            .format(format)
+            .subresource_range(COLOUR);
+        // SAFETY: valid create info of a live image; destroyed in `Drop`.
+        let view = unsafe { d.create_image_view(&view_info, None) }.expect("vkCreateImageView");
+        let t = TestImage {
+            device: device.clone(),
+            image,
+            view,
+            format,
+            extent,
+            usage,
+            _memory: memory,
+        };
+        t.submit_once(|cmd| {
+            let barrier = [vk::ImageMemoryBarrier::default()
+                .old_layout(vk::ImageLayout::UNDEFINED)
+                .new_layout(vk::ImageLayout::GENERAL)
+                .dst_access_mask(vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE)
+                .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                .image(image)
+                .subresource_range(COLOUR)];
+            // SAFETY: recording; the image is live.
+            unsafe {
+                d.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::TOP_OF_PIPE,
+                    vk::PipelineStageFlags::ALL_COMMANDS,
+                    vk::DependencyFlags::empty(),
+                    &[],
+                    &[],
+                    &barrier,
+                )
+            };
+        });
+        t
+    }
+
+    /// The image as an application's image binding.
+    pub fn app(&self) -> AppImage {
+        AppImage::new(self.image, self.view, self.format, self.extent, self.usage)
+    }
+
+    /// Bytes of all texels.
+    pub fn bytes(&self) -> u64 {
+        let texel = match self.format {
+            vk::Format::R16G16B16A16_SFLOAT => 8,
+            vk::Format::R32G32B32A32_SFLOAT => 16,
+            _ => 4,
+        };
+        u64::from(self.extent.width) * u64::from(self.extent.height) * texel
+    }
+
+    /// Uploads `texels` (row-major, tightly packed, in the image's format).
+    ///
+    /// # Panics
+    /// When `texels` is not [`TestImage::bytes`] long, or Vulkan fails.
+    pub fn write(&self, texels: &[u8]) {
+        assert_eq!(texels.len() as u64, self.bytes(), "texel bytes");
+        let usage = vk::BufferUsageFlags::TRANSFER_SRC;
+        let mut staging = Buffer::new(
+            &self.device,
+            self.bytes(),
+            MemoryLocation::Host,
+            usage,
+            "up",
+        )
+        .expect("staging");
+        staging.write(0, texels).expect("staging write");
+        self.submit_once(|cmd| {
+            let region = [self.region()];
+            // SAFETY: recording; image and staging are live until the fence wait.
+            let dst = vk::ImageLayout::TRANSFER_DST_OPTIMAL;
+            unsafe {
+                self.transition(cmd, vk::ImageLayout::GENERAL, dst, Access::ANY);
+                self.device.raw().cmd_copy_buffer_to_image(
+                    cmd,
+                    staging.raw(),
+                    self.image,
+                    dst,
+                    &region,
+                );
+                self.transition(cmd, dst, vk::ImageLayout::GENERAL, Access::TRANSFER_WRITE);
+            }
+        });
+    }
+
+    /// Reads every texel back (row-major, tightly packed).
+    ///
+    /// # Panics
+    /// When Vulkan fails.
+    pub fn read(&self) -> Vec<u8> {
+        let usage = vk::BufferUsageFlags::TRANSFER_DST;
+        let staging = Buffer::new(
+            &self.device,
+            self.bytes(),
+            MemoryLocation::Host,
+            usage,
+            "down",
+        )
+        .expect("staging");
+        self.submit_once(|cmd| {
+            let region = [self.region()];
+            // SAFETY: recording; image and staging are live until the fence wait.
+            let src = vk::ImageLayout::TRANSFER_SRC_OPTIMAL;
+            unsafe {
+                self.transition(cmd, vk::ImageLayout::GENERAL, src, Access::ANY);
+                self.device.raw().cmd_copy_image_to_buffer(
+                    cmd,
+                    self.image,
+                    src,
+                    staging.raw(),
+                    &region,
+                );
+                self.transition(cmd, src, vk::ImageLayout::GENERAL, Access::ANY);
+                host_read_barrier(&self.device, cmd);
+            }
+        });
+        let mut out = vec![0u8; self.bytes() as usize];
+        staging.read(0, &mut out).expect("staging read");
+        out
+    }
+
+    /// Records a layout transition after `from`'s accesses and before any later access.
+    ///
+    /// # Safety
+    /// `cmd` is recording, outside a render pass; the image is in layout `old`.
+    unsafe fn transition(
+        &self,
+        cmd: vk::CommandBuffer,
+        old: vk::ImageLayout,
+        new: vk::ImageLayout,
+        from: Access,
+    ) {
+        let to = Access::ANY;
+        let barrier = [vk::ImageMemoryBarrier::default()
+            .old_layout(old)
+            .new_layout(new)
+            .src_access_mask(from.access)
+            .dst_access_mask(to.access)
+            .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+            .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+            .image(self.image)
+            .subresource_range(COLOUR)];
+        // SAFETY: the caller's contract; the image is live.
+        unsafe {
+            self.device.raw().cmd_pipeline_barrier(
+                cmd,
+                from.stage,
+                to.stage,
+                vk::DependencyFlags::empty(),
+                &[],
+                &[],
+                &barrier,
+            )
+        };
+    }
+
+    fn region(&self) -> vk::BufferImageCopy {
+        vk::BufferImageCopy::default()
+            .image_subresource(vk::ImageSubresourceLayers {
+                aspect_mask: vk::ImageAspectFlags::COLOR,
+                mip_level: 0,
+                base_array_layer: 0,
+                layer_count: 1,
+            })
+            .image_extent(self.extent.into())
+    }
+
+    fn submit_once(&self, record: impl FnOnce(vk::CommandBuffer)) {
+        let mut s = Submission::new(&self.device, 1, "test image").expect("submission");
+        let cmd = s.begin(0).expect("begin");
+        record(cmd);
+        s.end(0).expect("end");
+        // SAFETY: the command buffer is executable; what it uses lives until the wait.
+        unsafe { s.submit(0, &[], &[]) }.expect("submit");
+        s.wait().expect("wait");
+    }
+}
+
+impl Drop for TestImage {
+    fn drop(&mut self) {
+        let d = self.device.raw();
+        // SAFETY: created in `new`, destroyed once; the test waits for its work first.
+        unsafe {
+            d.destroy_image_view(self.view, None);
+            d.destroy_image(self.image, None);
+        }
+    }
+}
+
+const COLOUR: vk::ImageSubresourceRange = vk::ImageSubresourceRange {
+    aspect_mask: vk::ImageAspectFlags::COLOR,
+    base_mip_level: 0,
+    level_count: 1,
+    base_array_layer: 0,
+    layer_count: 1,
+};
+
+/// An f32 as IEEE half-precision bits (round to nearest even; for test texels).
+pub fn f16_bits(v: f32) -> u16 {
+    let x = v.to_bits();
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let exp = ((x >> 23) & 0xff) as i32 - 127 + 15;
+    let mant = x & 0x007f_ffff;
+    if exp >= 31 {
+        return sign | 0x7c00;
+    }
+    if exp <= 0 {
+        if exp < -10 {
+            return sign;
+        }
+        let m = mant | 0x0080_0000;
+        let shift = (14 - exp) as u32;
+        let half = m >> shift;
+        let rest = m & ((1 << shift) - 1);
+        let mid = 1 << (shift - 1);
+        let round = u32::from(rest > mid || (rest == mid && half & 1 == 1));
+        return sign | (half + round) as u16;
+    }
+    let half = ((exp as u32) << 10) | (mant >> 13);
+    let rest = mant & 0x1fff;
+    let round = u32::from(rest > 0x1000 || (rest == 0x1000 && half & 1 == 1));
+    sign | (half + round) as u16
+}
+
+/// IEEE half-precision bits as an f32.
+pub fn f16_value(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let mant = f32::from(h & 0x3ff);
+    sign * match exp {
+        0 => mant * 2f32.powi(-24),
+        31 => f32::INFINITY,
+        e => (1.0 + mant / 1024.0) * 2f32.powi(e - 15),
     }
 }

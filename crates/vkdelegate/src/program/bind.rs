@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use vk_core::{BufferSlice, Device, TensorSpec, vk};
 
 use super::error::{BindingError, BindingProblem, ProgramError, Result};
+use super::image::BoundImages;
 use super::spec::HandOff;
 use super::step::Prepared;
 use super::wiring::{Source, Wiring};
@@ -93,13 +94,15 @@ fn check_buffer(
 }
 
 /// Resolves `inputs` and `outputs` (by tensor name) against `wiring`, checking every device-free
-/// property: names, hand-off, all-or-none, sizes and usage.
+/// property: names, hand-off, all-or-none (an input or output bound to an image counts as
+/// bound), sizes and usage.
 pub(super) fn resolve(
     inputs: &BTreeMap<String, AppBuffer>,
     outputs: &BTreeMap<String, AppBuffer>,
     wiring: &Wiring,
     prepared: &[Prepared],
     hand_off: HandOff,
+    images: &BoundImages,
 ) -> Result<Bound> {
     if inputs.is_empty() && outputs.is_empty() {
         return Ok(Bound::default());
@@ -128,6 +131,10 @@ pub(super) fn resolve(
     let mut bound = Bound::default();
     for (i, spec) in wiring.inputs.iter().enumerate() {
         let Some(b) = inputs.get(&spec.name) else {
+            if images.input(i) {
+                bound.inputs.push(None);
+                continue;
+            }
             return Err(problem(&spec.name, BindingProblem::Unbound { input: true }));
         };
         let compute = wiring
@@ -142,8 +149,12 @@ pub(super) fn resolve(
         check_buffer(spec, b, need(spec, compute), usage)?;
         bound.inputs.push(Some(*b));
     }
-    for (spec, source) in &wiring.outputs {
+    for (o, (spec, source)) in wiring.outputs.iter().enumerate() {
         let Some(b) = outputs.get(&spec.name) else {
+            if images.output(o) {
+                bound.outputs.push(None);
+                continue;
+            }
             return Err(problem(
                 &spec.name,
                 BindingProblem::Unbound { input: false },
@@ -168,7 +179,8 @@ fn outputs_of(wiring: &Wiring) -> Vec<TensorSpec> {
 }
 
 impl Bound {
-    /// Whether the application's buffers hold every input and output.
+    /// Whether the application's buffers hold the inputs and outputs (those not bound to
+    /// images).
     pub fn is_bound(&self) -> bool {
         !(self.inputs.is_empty() && self.outputs.is_empty())
     }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use vk_core::{TensorSpec, vk};
+use vk_core::{ImageProblem, TensorSpec, vk};
 
 /// Errors of programs.
 #[derive(Debug, thiserror::Error)]
@@ -183,9 +183,11 @@ pub enum BindingProblem {
     /// Bindings need device hand-off.
     #[error("application buffers can be bound only in device hand-off")]
     HostHandOff,
-    /// Some inputs or outputs are bound and this one is not.
+    /// Some inputs or outputs are bound to application buffers and this one is bound to
+    /// neither a buffer nor an image.
     #[error(
-        "this program {} is not bound: bind every input and output, or none",
+        "this program {} is not bound: bind every input and output (to a buffer or an image), \
+         or none to a buffer",
         if *input { "input" } else { "output" }
     )]
     Unbound {
@@ -196,6 +198,23 @@ pub enum BindingProblem {
     #[error("the program's tensors are bound to application buffers: use submit, not execute")]
     BoundProgram,
     /// `submit` on a program whose tensors are not bound.
-    #[error("submit needs every program input and output bound to an application buffer")]
+    #[error("submit needs every program input and output bound to an application buffer or image")]
     NotBound,
+    /// The application's image cannot be converted from or to this tensor (usage, format,
+    /// the device's format features, extent, dtype, shape, channels, palette, or a rebound
+    /// image of another extent or format class).
+    #[error("{0}")]
+    Image(ImageProblem),
+    /// The tensor is bound to both an application buffer and an image.
+    #[error("the tensor is bound to both an application buffer and an image")]
+    BoundTwice,
+    /// Rebinding an image to a tensor that is not bound to one.
+    #[error(
+        "this program {} is not bound to an image",
+        if *input { "input" } else { "output" }
+    )]
+    NotImage {
+        /// Whether it is an input.
+        input: bool,
+    },
 }

@@ -14,12 +14,16 @@
 //! `ops.rs` (compute ops by name), `wiring.rs` (the device-free check), `step.rs` (the one
 //! step interface and its dispatch), `vgf_step.rs` / `compute_step.rs` (one per delegate,
 //! each behind its feature; `absent.rs` answers for a missing one), `plan.rs` (the recorded
-//! device plan), `bind.rs` (application buffers as inputs and outputs).
+//! device plan), `bind.rs` (application buffers as inputs and outputs), `image.rs`
+//! (application images as inputs and outputs).
 //!
 //! An application's own buffers can be the program's inputs and outputs
 //! ([`ProgramBuilder::bind_input`], [`ProgramBuilder::bind_output`]); such a program runs by
 //! [`Program::submit`], ordered by the application's semaphores, with no host wait
-//! (`docs/engine.md`).
+//! (`docs/engine.md`). An application's images can be too
+//! ([`ProgramBuilder::bind_input_image`], [`ProgramBuilder::bind_output_image`]), converted by
+//! small kernels at the start and end of the program's command buffer; they mix with host
+//! inputs and outputs and with application buffers (`docs/engine.md`, "The images").
 
 #[cfg(not(all(feature = "vgf", feature = "compute")))]
 mod absent;
@@ -28,6 +32,7 @@ mod bind;
 mod compute_step;
 mod error;
 mod file;
+mod image;
 mod ops;
 mod plan;
 mod spec;
@@ -52,9 +57,11 @@ pub use spec::{
     Arith, ComputeOp, ComputeStep, DeviceChoice, HandOff, PoolParams, StepKind, StepSpec, Timings,
     UnaryFn, VulkanDelegate,
 };
+pub use vk_core::{AppImage, ColourMap, ImageProblem, ImageToTensor, TensorLayout, TensorToImage};
 
 use bind::Bound;
 use error::Result;
+use image::BoundImages;
 use plan::DevicePlan;
 use step::{Prepared, Runner, StepBindings};
 use wiring::{Source, Wiring};
@@ -68,6 +75,8 @@ pub struct ProgramBuilder {
     hand_off: HandOff,
     bound_inputs: BTreeMap<String, AppBuffer>,
     bound_outputs: BTreeMap<String, AppBuffer>,
+    image_inputs: BTreeMap<String, (AppImage, ImageToTensor)>,
+    image_outputs: BTreeMap<String, (AppImage, TensorToImage)>,
 }
 
 impl Default for ProgramBuilder {
@@ -79,6 +88,8 @@ impl Default for ProgramBuilder {
             hand_off: HandOff::Device,
             bound_inputs: BTreeMap::new(),
             bound_outputs: BTreeMap::new(),
+            image_inputs: BTreeMap::new(),
+            image_outputs: BTreeMap::new(),
         }
     }
 }
@@ -107,6 +118,8 @@ pub struct Program {
     hand_off: HandOff,
     /// The application's buffers, when the program's inputs and outputs are bound to them.
     bound: Bound,
+    /// The application's images bound to inputs and outputs.
+    images: BoundImages,
     last: Timings,
 }
 
@@ -228,12 +241,22 @@ impl ProgramBuilder {
             .map(step::prepare)
             .collect::<Result<_>>()?;
         let wiring = self.wire(&prepared)?;
+        let buffers_in = self.bound_inputs.keys().map(String::as_str).collect();
+        let buffers_out = self.bound_outputs.keys().map(String::as_str).collect();
+        let images = image::resolve(
+            &self.image_inputs,
+            &self.image_outputs,
+            (&buffers_in, &buffers_out),
+            &wiring,
+            self.hand_off,
+        )?;
         let bound = bind::resolve(
             &self.bound_inputs,
             &self.bound_outputs,
             &wiring,
             &prepared,
             self.hand_off,
+            &images,
         )?;
         let requirements: Vec<Requirements> = self
             .steps
@@ -277,7 +300,7 @@ impl ProgramBuilder {
                 _lease: lease,
             });
         }
-        Program::assemble(steps, wiring, self.hand_off, bound)
+        Program::assemble(steps, wiring, self.hand_off, bound, images)
     }
 
     /// In device hand-off, where step `k`'s inputs already live: a producer's output, the
@@ -358,6 +381,7 @@ impl Program {
         wiring: Wiring,
         hand_off: HandOff,
         bound: Bound,
+        images: BoundImages,
     ) -> Result<Program> {
         let mut program = Program {
             plan: None,
@@ -366,17 +390,25 @@ impl Program {
             steps,
             hand_off,
             bound,
+            images,
             last: Timings::default(),
         };
         if hand_off == HandOff::Device {
             let runners: Vec<&dyn Runner> = program.steps.iter().map(|s| &*s.runner).collect();
-            let plan = DevicePlan::record(program.device(), &runners, &wiring, &program.bound)?;
+            let plan = DevicePlan::record(
+                program.device(),
+                &runners,
+                &wiring,
+                &program.bound,
+                &program.images,
+            )?;
             program.plan = Some(plan);
         }
         Ok(program)
     }
 
-    /// Program inputs, in the order `execute` takes them.
+    /// Program inputs, in the order `execute` takes them (those not bound to an image, see
+    /// [`Program::host_inputs`]).
     pub fn inputs(&self) -> &[TensorSpec] {
         &self.inputs
     }
@@ -442,14 +474,17 @@ impl Program {
         &self.last
     }
 
-    /// Runs the program on `inputs` (in [`Program::inputs`] order) and returns its outputs.
+    /// Runs the program on `inputs` (in [`Program::inputs`] order, leaving out the inputs bound
+    /// to images: [`Program::host_inputs`]) and returns its outputs (in [`Program::outputs`]
+    /// order; an output bound to an image as an empty tensor of shape `[0]`, its values
+    /// being in the image). Waits on the host for the work.
     ///
     /// A program bound to application buffers runs by [`Program::submit`] instead.
     pub fn execute(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         if self.bound.is_bound() {
             return Err(self.binding_error(error::BindingProblem::BoundProgram));
         }
-        vk_core::check_inputs(&self.inputs, inputs)?;
+        vk_core::check_inputs(&self.host_inputs(), inputs)?;
         let start = Instant::now();
         let result = match self.hand_off {
             HandOff::Device => self.execute_on_device(inputs),
@@ -467,8 +502,9 @@ impl Program {
         }))
     }
 
-    /// Submits one execution of a program bound to application buffers (every input and
-    /// output, see [`ProgramBuilder::bind_input`]): the recorded plan, waiting on `waits` and
+    /// Submits one execution of a program bound to application buffers and images (every
+    /// input and output, see [`ProgramBuilder::bind_input`] and
+    /// [`ProgramBuilder::bind_input_image`]): the recorded plan, waiting on `waits` and
     /// signalling `signals` (binary or timeline semaphores). Returns once submitted, without
     /// a host wait; [`Program::wait`] waits for it on the host, where needed. Only a submit
     /// while the previous one may still run waits (for it): the plan is one command buffer.
@@ -488,7 +524,8 @@ impl Program {
         waits: &[SemaphoreWait],
         signals: &[SemaphoreSignal],
     ) -> Result<()> {
-        if !self.bound.is_bound() {
+        let images_only = self.images.all(self.inputs.len(), self.outputs.len());
+        if !self.bound.is_bound() && !images_only {
             return Err(self.binding_error(error::BindingProblem::NotBound));
         }
         let plan = self

@@ -10,16 +10,24 @@
 //! read and write the application's slices; only a bound output its producer could not write
 //! in place is copied into the application's slice. Such a plan runs by `submit`, ordered by
 //! the application's semaphores.
+//!
+//! Inputs and outputs bound to application images get no staging either: a conversion kernel
+//! (`vk_core::ImageConversion`) reads an input image into its first consumer's buffer before
+//! the first step, and writes an output's producer buffer into its image after the last.
+//! Rebinding an image rewrites its conversion's descriptor set and records the command
+//! buffer again from the same parts.
 
 use std::time::Duration;
 
 use vk_core::barrier::{Access, host_read_barrier, memory_barrier};
 use vk_core::{
-    Buffer, BufferSlice, Device, HostTensor, MemoryLocation, Submission, Timestamps, vk,
+    AppImage, Buffer, BufferSlice, Device, HostTensor, ImageConversion, MemoryLocation, Submission,
+    Timestamps, vk,
 };
 
 use super::bind::{Bound, written_in_place};
 use super::error::{ProgramError, Result};
+use super::image::{BoundImages, image_error};
 use super::step::Runner;
 use super::wiring::{Source, Wiring};
 
@@ -33,10 +41,19 @@ pub(super) struct DevicePlan {
     staging_out: Vec<Buffer>,
     /// Copies into application buffers (bound outputs not written in place).
     app_copies: usize,
+    /// Conversions of image-bound inputs, with the program input's index.
+    convert_in: Vec<(usize, ImageConversion)>,
+    /// Conversions of image-bound outputs, with the program output's index.
+    convert_out: Vec<(usize, ImageConversion)>,
+    /// Copies into the program (destination, bytes), kept for recording again.
+    uploads: Vec<(BufferSlice, u64)>,
+    /// Copies out of the program, kept for recording again.
+    downloads: Vec<Download>,
 }
 
 /// Copies out of the program: to host staging buffer `k` of the plan, or into an application
 /// slice.
+#[derive(Clone, Copy)]
 enum Download {
     Staging(BufferSlice, u64),
     App(BufferSlice, BufferSlice, u64),
@@ -93,6 +110,7 @@ impl DevicePlan {
         steps: &[&dyn Runner],
         wiring: &Wiring,
         bound: &Bound,
+        images: &BoundImages,
     ) -> Result<Self> {
         let mut plan = DevicePlan {
             submission: Submission::new(device, 1, "program")?,
@@ -100,49 +118,138 @@ impl DevicePlan {
             staging_in: Vec::new(),
             staging_out: Vec::new(),
             app_copies: 0,
+            convert_in: Vec::new(),
+            convert_out: Vec::new(),
+            uploads: Vec::new(),
+            downloads: Vec::new(),
         };
-        let mut uploads = Vec::new();
+        plan.plan_inputs(device, steps, wiring, bound, images)?;
+        plan.plan_outputs(device, steps, wiring, bound, images)?;
+        plan.record_again(device, steps)?;
+        Ok(plan)
+    }
+
+    /// Staging and uploads, or conversions, of the program inputs not bound to buffers.
+    fn plan_inputs(
+        &mut self,
+        device: &Device,
+        steps: &[&dyn Runner],
+        wiring: &Wiring,
+        bound: &Bound,
+        images: &BoundImages,
+    ) -> Result<()> {
         for (i, spec) in wiring.inputs.iter().enumerate() {
             if bound.input(i).is_some() {
                 continue;
             }
+            let target = input_target(steps, wiring, i)?;
+            if let Some(Some((image, conv))) = images.inputs.get(i) {
+                // SAFETY: the image's contract is the caller's (`bind_input_image`); the
+                // target is the first consumer's input buffer, alive as long as the plan.
+                let c =
+                    unsafe { ImageConversion::image_to_tensor(device, *image, spec, target, conv) }
+                        .map_err(|e| image_error(&spec.name, e))?;
+                self.convert_in.push((i, c));
+                continue;
+            }
             let bytes = spec.bytes().unwrap_or(0) as u64;
             let what = format!("program input '{}'", spec.name);
-            plan.staging_in.push(staging(
+            self.staging_in.push(staging(
                 device,
                 bytes,
                 vk::BufferUsageFlags::TRANSFER_SRC,
                 &what,
             )?);
-            uploads.push((input_target(steps, wiring, i)?, bytes));
+            self.uploads.push((target, bytes));
         }
-        let mut downloads = Vec::new();
+        Ok(())
+    }
+
+    /// Staging and downloads, copies or conversions of the program outputs.
+    fn plan_outputs(
+        &mut self,
+        device: &Device,
+        steps: &[&dyn Runner],
+        wiring: &Wiring,
+        bound: &Bound,
+        images: &BoundImages,
+    ) -> Result<()> {
         for (o, (spec, source)) in wiring.outputs.iter().enumerate() {
             let bytes = spec.bytes().unwrap_or(0) as u64;
+            let produced = output_source(steps, *source)?;
             if let Some(Some(app)) = bound.outputs.get(o) {
-                let produced = output_source(steps, *source)?;
                 if !written_in_place(&produced, &app.slice) {
                     bound.check_copy_target(wiring, o)?;
-                    downloads.push(Download::App(produced, app.slice, bytes));
-                    plan.app_copies += 1;
+                    self.downloads
+                        .push(Download::App(produced, app.slice, bytes));
+                    self.app_copies += 1;
                 }
                 continue;
             }
+            if let Some(Some((image, conv))) = images.outputs.get(o) {
+                // SAFETY: as for the inputs; the producer's buffer lives as long as the plan.
+                let c = unsafe {
+                    ImageConversion::tensor_to_image(device, spec, produced, *image, conv)
+                }
+                .map_err(|e| image_error(&spec.name, e))?;
+                self.convert_out.push((o, c));
+                continue;
+            }
             let what = format!("program output '{}'", spec.name);
-            plan.staging_out.push(staging(
+            self.staging_out.push(staging(
                 device,
                 bytes,
                 vk::BufferUsageFlags::TRANSFER_DST,
                 &what,
             )?);
-            downloads.push(Download::Staging(output_source(steps, *source)?, bytes));
+            self.downloads.push(Download::Staging(produced, bytes));
         }
-        let cmd = plan.submission.begin(0)?;
+        Ok(())
+    }
+
+    /// Records the command buffer (again) from the plan's parts.
+    fn record_again(&mut self, device: &Device, steps: &[&dyn Runner]) -> Result<()> {
+        let cmd = self.submission.begin(0)?;
         // SAFETY: `cmd` is recording; every buffer is live and owned by the plan or the
-        // program's steps, which outlive the plan (see `Program`'s field order).
-        unsafe { plan.record_commands(device, cmd, steps, &uploads, &downloads) };
-        plan.submission.end(0)?;
-        Ok(plan)
+        // program's steps, which outlive the plan (see `Program`'s field order); the images'
+        // contract is the caller's.
+        unsafe { self.record_commands(device, cmd, steps) };
+        self.submission.end(0)?;
+        Ok(())
+    }
+
+    /// Binds another image to the conversion of program input (or output) `index`, and
+    /// records the command buffer again.
+    ///
+    /// # Safety
+    /// As `ProgramBuilder::bind_input_image` for `image`; `steps` are the plan's steps.
+    pub(super) unsafe fn rebind_image(
+        &mut self,
+        steps: &[&dyn Runner],
+        name: &str,
+        input: bool,
+        index: usize,
+        image: AppImage,
+    ) -> Result<()> {
+        let conversions = if input {
+            &mut self.convert_in
+        } else {
+            &mut self.convert_out
+        };
+        let Some((_, conversion)) = conversions.iter_mut().find(|(k, _)| *k == index) else {
+            return Err(ProgramError::Wiring(format!(
+                "tensor '{name}' has no image conversion"
+            )));
+        };
+        if conversion.image() == image {
+            return Ok(());
+        }
+        // The descriptor set may be rewritten only once no submission uses it.
+        self.submission.wait()?;
+        // SAFETY: the caller's contract; nothing pending uses the set (waited above).
+        unsafe { conversion.set_image(image) }.map_err(|e| image_error(name, e))?;
+        let device = conversion_device(steps)?;
+        self.record_again(&device, steps)
     }
 
     /// # Safety
@@ -152,9 +259,8 @@ impl DevicePlan {
         device: &Device,
         cmd: vk::CommandBuffer,
         steps: &[&dyn Runner],
-        uploads: &[(BufferSlice, u64)],
-        downloads: &[Download],
     ) {
+        let (uploads, downloads) = (&self.uploads, &self.downloads);
         let d = device.raw();
         // SAFETY: the caller's contract; copies stay inside the staging buffers (sized from
         // the same specs) and the steps' slices (checked by their delegates at load).
@@ -169,6 +275,9 @@ impl DevicePlan {
                     .dst_offset(dst.offset)
                     .size(*bytes)];
                 d.cmd_copy_buffer(cmd, src.raw(), dst.buffer, &region);
+            }
+            for (_, c) in &self.convert_in {
+                c.record(cmd);
             }
             for (k, step) in steps.iter().enumerate() {
                 // Everything before (uploads, earlier steps) is visible to this step.
@@ -193,6 +302,9 @@ impl DevicePlan {
                     .dst_offset(dst_offset)
                     .size(*bytes)];
                 d.cmd_copy_buffer(cmd, src.buffer, dst, &region);
+            }
+            for (_, c) in &self.convert_out {
+                c.record(cmd);
             }
             host_read_barrier(device, cmd);
         }
@@ -260,7 +372,19 @@ impl DevicePlan {
         unsafe { self.submission.submit(0, &[], &[]) }?;
         self.submission.wait()?;
         let mut out = Vec::with_capacity(outputs.len());
-        for (buffer, spec) in self.staging_out.iter().zip(outputs) {
+        let mut staging = self.staging_out.iter();
+        for (o, spec) in outputs.iter().enumerate() {
+            // An image-bound output's values are in its image: an empty tensor stands in.
+            if self.convert_out.iter().any(|(k, _)| *k == o) {
+                out.push(
+                    HostTensor::new(spec.dtype, vec![0], Vec::new())
+                        .map_err(|e| ProgramError::Wiring(e.to_string()))?,
+                );
+                continue;
+            }
+            let Some(buffer) = staging.next() else {
+                continue;
+            };
             let mut bytes = vec![0u8; spec.bytes().unwrap_or(0)];
             buffer.read(0, &mut bytes)?;
             out.push(
@@ -270,4 +394,12 @@ impl DevicePlan {
         }
         Ok((out, self.step_times()?))
     }
+}
+
+/// The device the steps run on (one for the whole program).
+fn conversion_device(steps: &[&dyn Runner]) -> Result<Device> {
+    steps
+        .first()
+        .map(|s| s.device().clone())
+        .ok_or_else(|| ProgramError::Wiring("the program has no steps".into()))
 }

@@ -1,0 +1,71 @@
+// Tensor -> image: one invocation per texel, through a colour map.
+// The including file defines FORMAT, the image's storage format qualifier.
+layout(local_size_x = 8, local_size_y = 8) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer Tensor { float t[]; };
+layout(FORMAT, set = 0, binding = 1) uniform writeonly image2D dst;
+layout(std430, set = 0, binding = 2) readonly buffer Palette { vec4 palette[]; };
+
+layout(push_constant) uniform Params {
+    float scale;
+    float bias;
+    uint width;
+    uint height;
+    uint channels;
+    // bit 0: NHWC (else NCHW); bit 1: the image is BGRA (swap red and blue).
+    uint flags;
+    // 0: channels (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA); 1: heat (C = 1); 2: classes.
+    uint mode;
+} p;
+
+float value(uint pixel, uint c) {
+    uint plane = p.width * p.height;
+    return t[(p.flags & 1u) != 0u ? pixel * p.channels + c : c * plane + pixel];
+}
+
+vec4 channels(uint pixel) {
+    vec4 v = vec4(0.0, 0.0, 0.0, 1.0);
+    for (uint c = 0u; c < min(p.channels, 4u); ++c) {
+        v[c] = clamp(value(pixel, c) * p.scale + p.bias, 0.0, 1.0);
+    }
+    if (p.channels == 1u) {
+        return vec4(v.xxx, 1.0);
+    }
+    if (p.channels == 2u) {
+        return v.xxxy;
+    }
+    return v;
+}
+
+vec4 heat(uint pixel) {
+    float x = clamp(value(pixel, 0u) * p.scale + p.bias, 0.0, 1.0);
+    // Blue through cyan, green and yellow to red.
+    vec3 rgb = clamp(vec3(1.5) - abs(vec3(4.0 * x - 3.0, 4.0 * x - 2.0, 4.0 * x - 1.0)), 0.0, 1.0);
+    return vec4(rgb, 1.0);
+}
+
+vec4 classes(uint pixel) {
+    uint best = 0u;
+    float top = value(pixel, 0u);
+    for (uint c = 1u; c < p.channels; ++c) {
+        float v = value(pixel, c);
+        if (v > top) {
+            top = v;
+            best = c;
+        }
+    }
+    return palette[best];
+}
+
+void main() {
+    uvec2 xy = gl_GlobalInvocationID.xy;
+    if (xy.x >= p.width || xy.y >= p.height) {
+        return;
+    }
+    uint pixel = xy.y * p.width + xy.x;
+    vec4 v = p.mode == 0u ? channels(pixel) : p.mode == 1u ? heat(pixel) : classes(pixel);
+    if ((p.flags & 2u) != 0u) {
+        v = v.bgra;
+    }
+    imageStore(dst, ivec2(xy), v);
+}

@@ -1,0 +1,5 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// tensor to image for images of storage format rgba16f (see tensor_to_image.glsl).
+#define FORMAT rgba16f
+#include "tensor_to_image.glsl"
