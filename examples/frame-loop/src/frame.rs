@@ -2,13 +2,16 @@
 //! present; timed on the host (frame time) and on the device (timestamps: "image rendered"
 //! to "result written").
 //!
-//! Per frame, with the model on the device:
-//! 1. the engine's render submission draws the scene and copies it into the model's input
-//!    buffer, signalling the timeline at `t + 1`;
-//! 2. `Program::submit` waits for `t + 1` and signals `t + 2`;
-//! 3. the engine's present submission waits for `t + 2` (and the swapchain's acquire),
-//!    writes the model's output into the result image, blits it into the target and
-//!    signals the present.
+//! Per frame, with the model on the device (the program's input bound to the scene image,
+//! its output to the result image: `ProgramBuilder::bind_input_image` / `bind_output_image`):
+//! 1. the engine's render submission draws the scene, signalling the timeline at `t + 1`;
+//! 2. `Program::submit` waits for `t + 1`, reads the scene image into its input tensor, runs,
+//!    writes its output into the result image, and signals `t + 2`;
+//! 3. the engine's present submission waits for `t + 2` (and the swapchain's acquire), blits
+//!    the result image into the target and signals the present.
+//!
+//! Timestamps: "image rendered" at the end of the render pass, "result written" at the start
+//! of the present submission (after its wait for the program's signal).
 //!
 //! With `--host-path` the render submission copies the scene into a host buffer instead and
 //! is waited for; `Program::execute` runs on host tensors; the present submission uploads the
@@ -21,12 +24,11 @@ use std::time::{Duration, Instant};
 use ash::vk;
 use shared_runtime::{ContextParts, SharedContext, SharedKey, SharingOptions};
 use vk_core::{
-    Buffer, Device, HostTensor, MemoryLocation, SemaphoreSignal, SemaphoreWait, Submission,
-    Timestamps,
+    AppImage, Buffer, Device, HostTensor, ImageToTensor, MemoryLocation, SemaphoreSignal,
+    SemaphoreWait, Submission, TensorToImage, Timestamps,
 };
-use vkdelegate::program::{AppBuffer, DeviceChoice, Program};
+use vkdelegate::program::{DeviceChoice, Program};
 
-use crate::convert::Convert;
 use crate::engine::Engine;
 use crate::error::{Error, Result, VkCall};
 use crate::image::{self, Image, LAYER, Use};
@@ -143,12 +145,9 @@ impl Drop for Timeline {
 /// The model's side of the loop.
 enum Model {
     None,
-    /// Bound to `x` and `y`; `convert` copies between them and the images.
+    /// Input bound to the scene image, output to the result image.
     Device {
         program: Program,
-        convert: Convert,
-        _x: Buffer,
-        _y: Buffer,
     },
     /// Unbound; `down` receives the scene, `up` holds the result to upload.
     Host {
@@ -157,13 +156,6 @@ enum Model {
         up: Buffer,
     },
 }
-
-/// Device buffer usage of the model's bound input and output.
-const TENSOR_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
-    vk::BufferUsageFlags::STORAGE_BUFFER.as_raw()
-        | vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
-        | vk::BufferUsageFlags::TRANSFER_DST.as_raw(),
-);
 
 /// The key the engine registers its device under.
 pub const SHARED_TOKEN: &str = "frame-loop";
@@ -179,7 +171,7 @@ pub struct FrameLoop {
     present: Submission,
     timestamps: Option<Timestamps>,
     timeline: Timeline,
-    convert_result: Image,
+    result: Image,
     scene: Scene,
     target: Target,
     shared: Option<Arc<SharedContext>>,
@@ -229,10 +221,15 @@ fn device_choice(
     }
 }
 
-fn tensor_bytes(extent: vk::Extent2D) -> u64 {
-    let elements = model::CHANNELS as u64 * u64::from(extent.width) * u64::from(extent.height);
-    // Whole vec4s: the compute shaders touch them.
-    elements.div_ceil(4) * 16
+/// `image` as the program sees it.
+fn app_image(image: &Image, usage: vk::ImageUsageFlags) -> AppImage {
+    AppImage::new(
+        image.raw(),
+        image.view(),
+        image::FORMAT,
+        image.extent(),
+        usage,
+    )
 }
 
 /// The model's side for `mode`.
@@ -248,32 +245,21 @@ fn build_model(
     match settings.mode {
         Mode::NoModel => Ok(Model::None),
         Mode::Model => {
-            let bytes = tensor_bytes(settings.extent);
-            let buffer =
-                |what| Buffer::new(device, bytes, MemoryLocation::Device, TENSOR_USAGE, what);
-            let (x, y) = (buffer("model input")?, buffer("model output")?);
-            // SAFETY: both buffers are live, of the program's device, made with the usage
-            // stated, hold the tensors' bytes, and outlive the program (dropped after it); the
-            // engine touches them only ordered by the timeline semaphore passed to `submit`.
+            let scene = app_image(scene.image(), crate::scene::SCENE_USAGE);
+            let result = app_image(result, RESULT_USAGE);
+            // SAFETY: both images are live, of the program's device, made with the usage
+            // stated, their views 2D colour views of mip 0 / layer 0, and they outlive the
+            // program (`FrameLoop` drops it first). Both are in GENERAL whenever the program
+            // runs (the render pass leaves the scene there, the render submission moves the
+            // result there), and the engine orders its accesses to them against the program's
+            // by the timeline semaphore passed to `submit`.
             let program = unsafe {
                 builder
-                    .bind_input(
-                        model::INPUT,
-                        AppBuffer::new(x.slice(Some(bytes)), TENSOR_USAGE),
-                    )
-                    .bind_output(
-                        model::OUTPUT,
-                        AppBuffer::new(y.slice(Some(bytes)), TENSOR_USAGE),
-                    )
+                    .bind_input_image(model::INPUT, scene, ImageToTensor::default())
+                    .bind_output_image(model::OUTPUT, result, TensorToImage::default())
             }
             .build()?;
-            let convert = Convert::new(device, scene.image(), &x, &y, result)?;
-            Ok(Model::Device {
-                program,
-                convert,
-                _x: x,
-                _y: y,
-            })
+            Ok(Model::Device { program })
         }
         Mode::HostPath => {
             let bytes = 4 * u64::from(width) * u64::from(height);
@@ -323,7 +309,7 @@ impl FrameLoop {
             present: Submission::new(&device, 1, "frame-loop present")?,
             timestamps: Timestamps::new(&device, QUERIES)?,
             timeline: Timeline::new(&device)?,
-            convert_result: result,
+            result: result,
             scene,
             target,
             shared,
@@ -438,6 +424,7 @@ impl FrameLoop {
         let d = device.raw();
         let cmd = self.render.begin(0)?;
         let scene = self.scene.image();
+        let result = &self.result;
         let copy = [vk::BufferImageCopy::default()
             .image_subresource(LAYER)
             .image_extent(scene.extent().into())];
@@ -454,7 +441,16 @@ impl FrameLoop {
                 ts.write(cmd, vk::PipelineStageFlags::COLOR_ATTACHMENT_OUTPUT, 1);
             }
             match &self.model {
-                Model::Device { convert, .. } => convert.record_to_tensor(cmd),
+                Model::Device { .. } => {
+                    // The program writes the whole result image: discard the last frame's.
+                    image::barrier(
+                        &device,
+                        cmd,
+                        result.raw(),
+                        Use::DISCARD_AFTER_TRANSFER,
+                        Use::COMPUTE_WRITE,
+                    );
+                }
                 Model::Host { down, .. } => {
                     d.cmd_copy_image_to_buffer(
                         cmd,
@@ -516,12 +512,12 @@ impl FrameLoop {
         }
     }
 
-    /// The present submission: the model's result into the result image, the blit into the
-    /// target, the screenshot copy.
+    /// The present submission: the host path's upload into the result image, the blit into
+    /// the target, the screenshot copy.
     fn record_present(&mut self, target: Acquired, shot: Option<&Buffer>) -> Result<()> {
         let device = self.engine.device().clone();
         let cmd = self.present.begin(0)?;
-        let result = &self.convert_result;
+        let result = &self.result;
         let copy = [vk::BufferImageCopy::default()
             .image_subresource(LAYER)
             .image_extent(result.extent().into())];
@@ -529,18 +525,8 @@ impl FrameLoop {
         // follow the barriers recorded here.
         unsafe {
             let src = match &self.model {
-                Model::Device { convert, .. } => {
-                    image::barrier(&device, cmd, result.raw(), Use::NONE, Use::COMPUTE_WRITE);
-                    convert.record_to_image(cmd);
-                    image::barrier(
-                        &device,
-                        cmd,
-                        result.raw(),
-                        Use::COMPUTE_WRITE,
-                        Use::TRANSFER_READ,
-                    );
-                    result
-                }
+                // Written by the program's submission, which this one waits for.
+                Model::Device { .. } => result,
                 Model::Host { up, .. } => {
                     image::barrier(&device, cmd, result.raw(), Use::NONE, Use::TRANSFER_WRITE);
                     device.raw().cmd_copy_buffer_to_image(

@@ -149,6 +149,12 @@ impl Use {
         access: vk::AccessFlags::empty(),
         layout: vk::ImageLayout::UNDEFINED,
     };
+    /// After the transfer reads of an earlier frame, the contents discarded.
+    pub const DISCARD_AFTER_TRANSFER: Use = Use {
+        stage: vk::PipelineStageFlags::TRANSFER,
+        access: vk::AccessFlags::empty(),
+        layout: vk::ImageLayout::UNDEFINED,
+    };
     /// Written by a compute shader (storage image, `GENERAL`).
     pub const COMPUTE_WRITE: Use = Use {
         stage: vk::PipelineStageFlags::COMPUTE_SHADER,

@@ -9,7 +9,6 @@
 //!
 //! The crate's README says how to run it; `ARCHITECTURE.md` lists its files.
 
-pub mod convert;
 pub mod engine;
 pub mod error;
 pub mod frame;
