@@ -105,7 +105,7 @@ impl Drop for InstanceOwner {
 
 /// The engine's instance, device and queue, and their adoption by vk-core.
 pub struct Engine {
-    /// The adopted device; `None` once [`Engine::release`] has run.
+    /// The adopted device: `Some` until `Drop` gives it up before destroying the device.
     core: Option<vk_core::Device>,
     /// The device, until it is destroyed.
     device: Option<ash::Device>,
@@ -418,12 +418,6 @@ impl Engine {
     /// Validation errors reported so far (0 without validation).
     pub fn validation_errors(&self) -> u64 {
         self.owner.validation.0.load(Ordering::SeqCst)
-    }
-
-    /// Gives up the engine's own reference to the adopted device; the device is destroyed
-    /// once vk-core's last reference is gone too (checked on drop).
-    pub fn release(&mut self) {
-        self.core = None;
     }
 }
 
