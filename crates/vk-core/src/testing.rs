@@ -280,8 +280,9 @@ impl TestImage {
         staging.write(0, texels).expect("staging write");
         self.submit_once(|cmd| {
             let region = [self.region()];
-            // SAFETY: recording; image and staging are live until the fence wait.
             let dst = vk::ImageLayout::TRANSFER_DST_OPTIMAL;
+            // SAFETY: recording; image and staging are live until the fence wait; the image
+            // is in GENERAL between submissions.
             unsafe {
                 self.transition(cmd, vk::ImageLayout::GENERAL, dst, Access::ANY);
                 self.device.raw().cmd_copy_buffer_to_image(
@@ -312,8 +313,9 @@ impl TestImage {
         .expect("staging");
         self.submit_once(|cmd| {
             let region = [self.region()];
-            // SAFETY: recording; image and staging are live until the fence wait.
             let src = vk::ImageLayout::TRANSFER_SRC_OPTIMAL;
+            // SAFETY: recording; image and staging are live until the fence wait; the image
+            // is in GENERAL between submissions.
             unsafe {
                 self.transition(cmd, vk::ImageLayout::GENERAL, src, Access::ANY);
                 self.device.raw().cmd_copy_image_to_buffer(

@@ -152,8 +152,8 @@ fn check_chain_image(out: &TestImage, seed: u32) {
         for x in 0..W {
             let t = texel(seed, x, y);
             let g = got[(y * W + x) as usize];
-            for c in 0..3 {
-                worst = worst.max((g[c] - chain_of(converted(t, c)).clamp(0.0, 1.0)).abs());
+            for (c, v) in g.iter().take(3).enumerate() {
+                worst = worst.max((v - chain_of(converted(t, c)).clamp(0.0, 1.0)).abs());
             }
             assert_eq!(g[3], 1.0, "alpha at ({x},{y})");
         }

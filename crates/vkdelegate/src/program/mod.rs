@@ -183,7 +183,8 @@ impl ProgramBuilder {
     }
 
     /// Binds program input `name` to the application's buffer: its consumers read it there,
-    /// and the plan records no upload. Bind every input and output, or none; a bound program
+    /// and the plan records no upload. Bind every input and output (to a buffer, or to an
+    /// image: [`ProgramBuilder::bind_input_image`]), or none to a buffer; a bound program
     /// runs by [`Program::submit`], ordered by the application's semaphores. Checked at
     /// [`ProgramBuilder::build`]: the name, device hand-off, the size (the tensor's bytes,
     /// padded to whole vec4s where a compute step reads it), the usage (`STORAGE_BUFFER`, and
