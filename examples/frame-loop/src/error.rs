@@ -31,6 +31,9 @@ pub enum Error {
         /// What it lacks.
         problem: String,
     },
+    /// A host tensor of the host path could not be made or read.
+    #[error("host path: {0}")]
+    HostTensor(String),
     /// The window system failed.
     #[error("window: {0}")]
     Window(String),

@@ -309,7 +309,7 @@ impl FrameLoop {
             present: Submission::new(&device, 1, "frame-loop present")?,
             timestamps: Timestamps::new(&device, QUERIES)?,
             timeline: Timeline::new(&device)?,
-            result: result,
+            result,
             scene,
             target,
             shared,
@@ -500,12 +500,12 @@ impl FrameLoop {
                 down.read(0, &mut rgba)?;
                 let x = model::to_tensor(&rgba, extent.width, extent.height);
                 let x = HostTensor::from_f32(model::shape(extent.width, extent.height), &x)
-                    .map_err(|e| Error::Window(format!("model input: {e}")))?;
+                    .map_err(|e| Error::HostTensor(e.to_string()))?;
                 let y = program.execute(&[x])?;
                 let y = y
                     .first()
                     .and_then(HostTensor::to_f32)
-                    .ok_or_else(|| Error::Window("the model returned no f32 output".into()))?;
+                    .ok_or_else(|| Error::HostTensor("the model returned no f32 output".into()))?;
                 up.write(0, &model::to_rgba(&y, extent.width, extent.height))?;
                 Ok(t + 1)
             }
