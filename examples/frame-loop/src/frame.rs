@@ -293,6 +293,11 @@ impl FrameLoop {
         let device_name = device.capabilities().name.clone();
         let scene = Scene::new(&device, settings.extent)?;
         let result = Image::new(&device, settings.extent, RESULT_USAGE, "result image")?;
+        let render = Submission::new(&device, 1, "frame-loop render")?;
+        let present = Submission::new(&device, 1, "frame-loop present")?;
+        let timestamps = Timestamps::new(&device, QUERIES)?;
+        let timeline = Timeline::new(&device)?;
+        // Registered last: nothing after it fails but the model, which unregisters it.
         let (choice, shared) = device_choice(&device, settings.sharing)?;
         let model = match build_model(&device, &settings, choice, &scene, &result) {
             Ok(m) => m,
@@ -305,10 +310,10 @@ impl FrameLoop {
         };
         Ok(FrameLoop {
             model,
-            render: Submission::new(&device, 1, "frame-loop render")?,
-            present: Submission::new(&device, 1, "frame-loop present")?,
-            timestamps: Timestamps::new(&device, QUERIES)?,
-            timeline: Timeline::new(&device)?,
+            render,
+            present,
+            timestamps,
+            timeline,
             result,
             scene,
             target,
@@ -387,24 +392,29 @@ impl FrameLoop {
         self.timeline.value = t + 2;
         self.frame += 1;
         let frame = start.elapsed();
-        if let (Some(buffer), Some(path)) = (&scene_dump, &self.settings.scene_dump) {
-            let e = self.settings.extent;
-            image::write_png(path, e.width, e.height, &read_rgba(buffer, e, false)?)?;
-        }
-        if let (Some((buffer, extent)), Some(path)) = (&shot, &self.settings.screenshot) {
-            let bgra = self.target.readable() && self.target.bgra();
-            image::write_png(
-                path,
-                extent.width,
-                extent.height,
-                &read_rgba(buffer, *extent, bgra)?,
-            )?;
-        }
+        self.write_captures(scene_dump.as_ref(), shot.as_ref())?;
         Ok(FrameTimes {
             frame,
             render_to_result: self.render_to_result()?,
             model: self.model_time(),
         })
+    }
+
+    /// Writes the read-back scene and screenshot as PNG files where the settings say.
+    fn write_captures(
+        &self,
+        scene_dump: Option<&Buffer>,
+        shot: Option<&(Buffer, vk::Extent2D)>,
+    ) -> Result<()> {
+        if let (Some(buffer), Some(path)) = (scene_dump, &self.settings.scene_dump) {
+            let e = self.settings.extent;
+            image::write_png(path, e.width, e.height, &read_rgba(buffer, e, false)?)?;
+        }
+        if let (Some((buffer, e)), Some(path)) = (shot, &self.settings.screenshot) {
+            let bgra = self.target.readable() && self.target.bgra();
+            image::write_png(path, e.width, e.height, &read_rgba(buffer, *e, bgra)?)?;
+        }
+        Ok(())
     }
 
     fn readback(&self, extent: vk::Extent2D, what: &str) -> Result<Buffer> {
