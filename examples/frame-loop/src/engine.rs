@@ -391,13 +391,10 @@ impl Engine {
     }
 
     /// The adopted device.
-    ///
-    /// # Panics
-    /// After [`Engine::release`].
     pub fn device(&self) -> &vk_core::Device {
         self.core
             .as_ref()
-            .expect("the engine's device is used after release")
+            .expect("the adopted device is `Some` until the engine drops")
     }
 
     /// The `ash` instance.

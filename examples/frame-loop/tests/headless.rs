@@ -78,7 +78,8 @@ fn frame_loop(test: &str, dir: &Path, args: &[&str]) -> Option<Command> {
     Some(c)
 }
 
-/// Asserts that a run succeeded, that validation reported nothing, and returns its stats line.
+/// Asserts that a run succeeded, that validation reported nothing, that the engine destroyed
+/// its device (vk-core let go of it), and returns its stats line.
 fn assert_clean(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
