@@ -139,3 +139,30 @@ pub fn run(check: bool) -> Result {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spirv_names_keep_the_stage_of_graphics_shaders() {
+        let name = |p: &str| spirv_name(Path::new(p)).unwrap();
+        assert_eq!(name("shaders/vk-core/copy.comp"), "copy.spv");
+        assert_eq!(name("shaders/frame-loop/scene.vert"), "scene.vert.spv");
+        assert_eq!(name("shaders/frame-loop/scene.frag"), "scene.frag.spv");
+    }
+
+    #[test]
+    fn example_crates_are_found_beside_the_library_crates() {
+        let root = root();
+        assert_eq!(
+            crate_dir(&root, "vk-core"),
+            Some(root.join("crates/vk-core"))
+        );
+        assert_eq!(
+            crate_dir(&root, "frame-loop"),
+            Some(root.join("examples/frame-loop"))
+        );
+        assert_eq!(crate_dir(&root, "no-such-crate"), None);
+    }
+}
