@@ -26,6 +26,8 @@ const MATRIX: &[(&str, &[&str])] = &[
     ("compute-delegate", &["", "shared"]),
     ("vkdelegate", UMBRELLA_SETS),
     ("vkdelegate-cli", UMBRELLA_SETS),
+    // Not a default member (winit); its test runs the example under Xvfb and offscreen.
+    ("frame-loop", &[""]),
 ];
 
 /// Feature sets of the umbrella crate and the CLI.
@@ -50,7 +52,7 @@ fn usage() -> &'static str {
      \n\
      commands:\n\
      \x20 setup            install what the tests need (Debian packages, Arm's emulation layer)\n\
-     \x20 shaders [--check] compile shaders/**/*.comp to committed SPIR-V (--check: fail if stale)\n\
+     \x20 shaders [--check] compile shaders/**/*.{comp,vert,frag} to committed SPIR-V (--check: fail if stale)\n\
      \x20 ci               from a copy of the repository in an empty folder: setup, then fmt,\n\
      \x20                  clippy, the feature matrix with validation, docs, the shader check\n\
      \x20                  and dependency-tree checks (VKDELEGATE_CI_IN_PLACE=1: no copy)\n\

@@ -1,7 +1,8 @@
 //! Idempotent set-up of what the tests need.
 //!
-//! - Debian packages: the Vulkan loader, lavapipe, glslc, the validation layers, vulkaninfo.
-//!   Installed with apt-get only when one is missing.
+//! - Debian packages: the Vulkan loader, lavapipe, glslc, the validation layers, vulkaninfo;
+//!   Xvfb and the X11 libraries winit loads at run time, for the frame-loop example's windowed
+//!   test. Installed with apt-get only when one is missing.
 //! - Arm's ML emulation layer (PyPI `ai-ml-emulation-layer-for-vulkan`), unpacked into
 //!   `target/vk-emulation-layer/` with one folder per layer (`graph/`, `tensor/`) and manifests
 //!   rewritten to absolute library paths, so the loader finds the libraries without
@@ -23,6 +24,15 @@ const PACKAGES: &[&str] = &[
     "vulkan-validationlayers",
     "glslc",
     "vulkan-tools",
+    // The frame-loop example's windowed test: a virtual X server, and what winit's X11
+    // backend loads at run time.
+    "xvfb",
+    "libx11-6",
+    "libx11-xcb1",
+    "libxcursor1",
+    "libxrandr2",
+    "libxi6",
+    "libxkbcommon-x11-0",
 ];
 
 const EMULATION_WHEEL: &str = "ai-ml-emulation-layer-for-vulkan==0.11.0";

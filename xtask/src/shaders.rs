@@ -1,6 +1,9 @@
-//! `cargo xtask shaders [--check]`: compiles `shaders/<crate>/**/*.comp` with glslc into
-//! `crates/<crate>/spirv/<name>.spv`, which is committed and embedded with `include_bytes!`.
-//! Users who vendor the crates need no glslc. `--check` compiles into memory and fails when a
+//! `cargo xtask shaders [--check]`: compiles `shaders/<crate>/**/*.{comp,vert,frag}` with glslc
+//! into `<crate dir>/spirv/`, which is committed and embedded with `include_bytes!`: a compute
+//! shader `<name>.comp` becomes `<name>.spv`, a vertex or fragment shader `<name>.vert` /
+//! `<name>.frag` becomes `<name>.vert.spv` / `<name>.frag.spv`. The crate dir is
+//! `crates/<crate>`, or `examples/<crate>` for the example crates. Users who vendor the crates
+//! need no glslc. `--check` compiles into memory and fails when a
 //! committed file differs or is missing, or when a committed `.spv` has no source.
 //!
 //! A shader may name its target environment on a line `// target-env: vulkan1.3` (default
@@ -20,11 +23,41 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) -> Result {
         let path = entry.map_err(|e| e.to_string())?.path();
         if path.is_dir() {
             sources(&path, out)?;
-        } else if path.extension().is_some_and(|e| e == "comp") {
+        } else if path
+            .extension()
+            .is_some_and(|e| STAGES.iter().any(|s| e == *s))
+        {
             out.push(path);
         }
     }
     Ok(())
+}
+
+/// Shader stages compiled, by file extension.
+const STAGES: &[&str] = &["comp", "vert", "frag"];
+
+/// Folders that hold crates with shaders: `crates/`, `examples/`.
+const CRATE_DIRS: &[&str] = &["crates", "examples"];
+
+/// The crate folder of `krate`, under one of [`CRATE_DIRS`].
+fn crate_dir(root: &Path, krate: &str) -> Option<PathBuf> {
+    CRATE_DIRS
+        .iter()
+        .map(|d| root.join(d).join(krate))
+        .find(|p| p.is_dir())
+}
+
+/// The SPIR-V file name of `src`: `<stem>.spv` for compute, `<stem>.<stage>.spv` otherwise.
+fn spirv_name(src: &Path) -> Result<String> {
+    let name = src
+        .file_name()
+        .ok_or_else(|| format!("{}: no file name", src.display()))?
+        .to_string_lossy()
+        .into_owned();
+    Ok(match name.strip_suffix(".comp") {
+        Some(stem) => format!("{stem}.spv"),
+        None => format!("{name}.spv"),
+    })
 }
 
 fn target_env(source: &str) -> &str {
@@ -108,16 +141,9 @@ pub fn run(check: bool) -> Result {
             .as_os_str()
             .to_string_lossy()
             .into_owned();
-        let stem = src
-            .file_stem()
-            .ok_or_else(|| format!("{}: no file name", src.display()))?
-            .to_string_lossy()
-            .into_owned();
-        let crate_dir = root.join("crates").join(&krate);
-        if !crate_dir.is_dir() {
-            return Err(format!("{}: no crate named {krate}", src.display()));
-        }
-        let dst = crate_dir.join("spirv").join(format!("{stem}.spv"));
+        let crate_dir = crate_dir(&root, &krate)
+            .ok_or_else(|| format!("{}: no crate named {krate}", src.display()))?;
+        let dst = crate_dir.join("spirv").join(spirv_name(src)?);
         expected.push(dst.clone());
         let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
         let spirv = if needs_sdk_glslc(&text) {
@@ -138,7 +164,11 @@ pub fn run(check: bool) -> Result {
         }
     }
     // Committed SPIR-V without a source is stale too.
-    for krate in std::fs::read_dir(root.join("crates")).map_err(|e| e.to_string())? {
+    let crates = CRATE_DIRS
+        .iter()
+        .filter_map(|d| std::fs::read_dir(root.join(d)).ok())
+        .flatten();
+    for krate in crates {
         let spirv = krate.map_err(|e| e.to_string())?.path().join("spirv");
         let Ok(entries) = std::fs::read_dir(&spirv) else {
             continue;
@@ -158,5 +188,32 @@ pub fn run(check: bool) -> Result {
             "committed SPIR-V is stale; run `cargo xtask shaders`:\n  {}",
             stale.join("\n  ")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spirv_names_keep_the_stage_of_graphics_shaders() {
+        let name = |p: &str| spirv_name(Path::new(p)).unwrap();
+        assert_eq!(name("shaders/vk-core/copy.comp"), "copy.spv");
+        assert_eq!(name("shaders/frame-loop/scene.vert"), "scene.vert.spv");
+        assert_eq!(name("shaders/frame-loop/scene.frag"), "scene.frag.spv");
+    }
+
+    #[test]
+    fn example_crates_are_found_beside_the_library_crates() {
+        let root = root();
+        assert_eq!(
+            crate_dir(&root, "vk-core"),
+            Some(root.join("crates/vk-core"))
+        );
+        assert_eq!(
+            crate_dir(&root, "frame-loop"),
+            Some(root.join("examples/frame-loop"))
+        );
+        assert_eq!(crate_dir(&root, "no-such-crate"), None);
     }
 }
