@@ -147,7 +147,7 @@ pub fn run(check: bool) -> Result {
         expected.push(dst.clone());
         let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
         let spirv = if needs_sdk_glslc(&text) {
-            compile_sdk(src, &stem)?
+            compile_sdk(src, &spirv_name(src)?)?
         } else {
             compile_system(src, &text)?
         };
