@@ -21,7 +21,7 @@ use vk_core::{
 
 use crate::error::{Error, Result};
 use crate::graph::{Conv2d, GraphBuilder, Pool2d};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, Precision, Shader};
 use crate::runtime::Graph;
 
 /// A row whose device or end-to-end spread, `(max - min) / median`, is above this is flagged
@@ -374,7 +374,11 @@ impl CopyBaseline {
 
     fn create_pipeline(&mut self) -> Result<()> {
         let d = self.device.raw();
-        let code = Kernel::CopyVec4.words()?;
+        let code = Shader {
+            kernel: Kernel::CopyVec4,
+            precision: Precision::F32,
+        }
+        .words()?;
         let bindings: Vec<_> = (0..Kernel::CopyVec4.bindings() as u32)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()

@@ -12,7 +12,7 @@ use vk_core::{
 };
 
 use crate::error::{Error, Result};
-use crate::kernels::Kernel;
+use crate::kernels::Shader;
 
 /// Command buffers of a graph's [`Submission`].
 pub(crate) mod cmd {
@@ -121,7 +121,7 @@ impl MemoryReport {
 pub struct DispatchTime {
     /// The op the dispatch belongs to.
     pub op: &'static str,
-    /// The shader.
+    /// The shader (`Gemm`; `Gemm_f16` for its fp16 variant).
     pub kernel: String,
     /// Work groups dispatched.
     pub groups: [u32; 3],
@@ -208,7 +208,7 @@ impl Drop for Objects {
 #[derive(Debug, Clone)]
 pub(crate) struct Recorded {
     pub op: &'static str,
-    pub kernel: Kernel,
+    pub kernel: Shader,
     pub pipeline: vk::Pipeline,
     pub layout: vk::PipelineLayout,
     pub set: vk::DescriptorSet,
@@ -753,7 +753,7 @@ impl Graph {
             .enumerate()
             .map(|(i, r)| DispatchTime {
                 op: r.op,
-                kernel: format!("{:?}", r.kernel),
+                kernel: r.kernel.to_string(),
                 groups: r.groups,
                 time: Duration::from_nanos(
                     (ticks[i + 1].saturating_sub(ticks[i]) as f64 * period) as u64,

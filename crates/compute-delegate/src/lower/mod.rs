@@ -18,14 +18,14 @@ use crate::error::{Error, Result};
 use crate::graph::{
     GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
 };
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, Precision, Shader};
 
 /// One compute dispatch.
 #[derive(Debug, Clone)]
 pub(crate) struct Dispatch {
     pub op: &'static str,
     pub node: usize,
-    pub kernel: Kernel,
+    pub kernel: Shader,
     pub spec: Vec<u32>,
     /// `(storage, written)` per binding.
     pub bindings: Vec<(usize, bool)>,
@@ -125,6 +125,9 @@ struct Lowerer<'a> {
     act: Option<(f32, f32, TensorId)>,
     /// Subgroup arithmetic is available in compute shaders.
     subgroups: bool,
+    /// The current node's precision: its float operands' dtype (kernels without an f16
+    /// variant run as f32).
+    precision: Precision,
 }
 
 impl Lowerer<'_> {
@@ -159,8 +162,27 @@ impl Lowerer<'_> {
         Ok(g)
     }
 
+    /// A dispatch of `kernel` in the current node's precision.
     fn push(
         &mut self,
+        kernel: Kernel,
+        spec: Vec<u32>,
+        bindings: Vec<(usize, bool)>,
+        push: Vec<u32>,
+        groups: [u32; 3],
+    ) {
+        let precision = if kernel.has_f16() {
+            self.precision
+        } else {
+            Precision::F32
+        };
+        self.push_as(precision, kernel, spec, bindings, push, groups);
+    }
+
+    /// A dispatch of `kernel` compiled for `precision`.
+    fn push_as(
+        &mut self,
+        precision: Precision,
         kernel: Kernel,
         spec: Vec<u32>,
         bindings: Vec<(usize, bool)>,
@@ -170,7 +192,7 @@ impl Lowerer<'_> {
         self.out.push(Dispatch {
             op: self.op,
             node: self.node,
-            kernel,
+            kernel: Shader { kernel, precision },
             spec,
             bindings,
             push,
@@ -179,6 +201,8 @@ impl Lowerer<'_> {
         });
     }
 
+    /// A temporary of `elements` sized as f32 (enough for either precision; fp16 GEMMs keep
+    /// their split-K partials in f32).
     fn temp(&mut self, tensor: TensorId, elements: usize) -> usize {
         self.storages.push(Storage {
             kind: StorageKind::Temp,
@@ -294,6 +318,15 @@ fn op_name(op: &Op) -> &'static str {
     }
 }
 
+/// A node's precision: its output's dtype (the float operands of an op share it), except for
+/// casts, which convert through 32-bit words.
+fn node_precision(b: &GraphBuilder, op: &Op, out: TensorId) -> Precision {
+    match op {
+        Op::Cast { .. } => Precision::F32,
+        _ => Precision::of(b.tensors[out.0].dtype),
+    }
+}
+
 struct Fusion {
     /// Per node: a clamp to fuse into its epilogue, and the tensor it then writes.
     act: Vec<Option<(f32, f32, TensorId)>>,
@@ -365,6 +398,7 @@ pub(crate) fn lower(b: &GraphBuilder, limits: &Limits, subgroups: bool) -> Resul
         op: "",
         act: None,
         subgroups,
+        precision: Precision::F32,
     };
     let fusion = fuse_activations(b);
     for (i, node) in b.nodes.iter().enumerate() {
@@ -374,6 +408,7 @@ pub(crate) fn lower(b: &GraphBuilder, limits: &Limits, subgroups: bool) -> Resul
         l.node = i;
         l.op = op_name(&node.op);
         l.act = fusion.act[i];
+        l.precision = node_precision(b, &node.op, node.out);
         l.lower_node(&node.op, node.out)?;
     }
     Ok(Plan {
