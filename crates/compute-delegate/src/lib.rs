@@ -82,7 +82,7 @@ mod kernels;
 mod lower;
 mod runtime;
 
-pub use bench::{BenchRow, bench};
+pub use bench::{BenchRow, bench, bench_requirements};
 pub use error::{Error, Result};
 pub use graph::{
     BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,

@@ -722,6 +722,12 @@ impl Graph {
         Ok(vk_core::VkResultExt::vk(data, "vkGetPipelineCacheData")?)
     }
 
+    /// The kernel of each dispatch, in recording order (`Gemm`; `Gemm_f16` for an fp16
+    /// variant), as [`DispatchTime::kernel`] names them.
+    pub fn kernels(&self) -> Vec<String> {
+        self.recorded.iter().map(|r| r.kernel.to_string()).collect()
+    }
+
     /// Runs the dispatches once (device-resident, on the inputs already on the device) with a
     /// timestamp after each, and returns each dispatch's share of the device time. Dispatches
     /// without a barrier between them may overlap on the device, so their shares are

@@ -64,7 +64,7 @@ pub fn run(args: &BenchArgs) -> Result {
 fn open_device(args: &BenchArgs) -> Result<vkdelegate::vk_core::Device> {
     let req = vkdelegate::vk_core::Requirements::new("vkdelegate bench");
     #[cfg(feature = "compute")]
-    let req = req.union(&vkdelegate::compute::requirements());
+    let req = req.union(&vkdelegate::compute::bench_requirements());
     #[cfg(feature = "vgf")]
     let mut req = req;
     #[cfg(feature = "vgf")]
