@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Row gather (`embedding`): y[i, j] = table[ids[i], j] for a table of `v` rows of `d` 32-bit
-// words; an id outside 0..v gives 0.
+// words (f16 values in the f16 variant); an id outside 0..v gives 0.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;

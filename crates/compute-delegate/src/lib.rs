@@ -55,7 +55,7 @@
 //!   one register-tiled GEMM shader (8x8 per thread, up to 128x128 per work group), split
 //!   along K when the output has too few tiles to fill the device;
 //! - `reshape` / `view` (no copy), `permute` / `transpose`, `cat`, `slice` (strided copies of
-//!   32-bit elements), `cast` between f32, f16, i32 and i8;
+//!   32-bit or f16 elements), `cast` between f32, f16, i32 and i8;
 //! - int8 `add_q8` and `conv2d_q8` with TOSA-style rescales (per tensor or per channel).
 //!
 //! Dtypes: the graph's dtype decides. Float ops take f32 or f16 operands (all float operands
