@@ -45,7 +45,9 @@ fn the_copy_shader_is_the_memory_baseline_and_runs_have_a_spread() {
     // This device was made without the f16 features: the fp16 row fails, naming them.
     let f16 = &add[3];
     assert!(
-        f16.error.as_deref().is_some_and(|e| e.contains("shaderFloat16")),
+        f16.error
+            .as_deref()
+            .is_some_and(|e| e.contains("shaderFloat16")),
         "{f16:?}"
     );
     let add = &add[2];

@@ -434,6 +434,57 @@ mod tests {
         assert_eq!(st, vec![vec![12, 1], vec![0, 1]]);
     }
 
+    fn limits() -> Limits {
+        Limits {
+            max_storage_buffer_range: u32::MAX,
+            max_compute_work_group_count: [65535; 3],
+            max_compute_work_group_size: [1024, 1024, 64],
+            max_compute_work_group_invocations: 1024,
+            max_compute_shared_memory_size: 32768,
+            max_push_constants_size: 128,
+            non_coherent_atom_size: 64,
+            min_storage_buffer_offset_alignment: 16,
+            timestamp_period_bits: 1f32.to_bits(),
+            subgroup_size: 32,
+            subgroup_size_range: [32, 32],
+        }
+    }
+
+    #[test]
+    fn f16_nodes_lower_to_f16_shaders_with_fp32_split_k_partials() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, &[4, 1024]).unwrap();
+        let w = b.input("w", DType::F16, &[1024, 8]).unwrap();
+        let y = b.matmul(x, w).unwrap();
+        let y = b.relu(y).unwrap();
+        let z = b.cast(y, DType::F32).unwrap();
+        b.output(z).unwrap();
+        let plan = lower(&b, &limits(), true).unwrap();
+        let shaders: Vec<String> = plan
+            .dispatches
+            .iter()
+            .map(|d| d.kernel.to_string())
+            .collect();
+        // The split GEMM writes fp32 partials (spec constant 9), summed and clamped in fp32,
+        // narrowed once; then the graph's own cast.
+        assert_eq!(shaders, ["Gemm_f16", "Reduce", "Unary", "Cast", "Cast"]);
+        assert_eq!(plan.dispatches[0].spec[9], 1);
+        // The same graph in f32 keeps one precision throughout.
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[4, 1024]).unwrap();
+        let w = b.input("w", DType::F32, &[1024, 8]).unwrap();
+        let y = b.matmul(x, w).unwrap();
+        b.output(y).unwrap();
+        let plan = lower(&b, &limits(), true).unwrap();
+        let shaders: Vec<String> = plan
+            .dispatches
+            .iter()
+            .map(|d| d.kernel.to_string())
+            .collect();
+        assert_eq!(shaders, ["Gemm", "Reduce"]);
+        assert_eq!(plan.dispatches[0].spec[9], 0);
+    }
+
     #[test]
     fn strides_are_row_major() {
         assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
