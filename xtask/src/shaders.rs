@@ -77,6 +77,15 @@ fn variants(source: &str) -> std::result::Result<Vec<Variant>, String> {
     Ok(out)
 }
 
+/// The SPIR-V file of one compilation: `<stem>.spv`, or `<stem>_<suffix>.spv` for a variant.
+fn spv_name(stem: &str, v: &Variant) -> String {
+    if v.suffix.is_empty() {
+        format!("{stem}.spv")
+    } else {
+        format!("{stem}_{}.spv", v.suffix)
+    }
+}
+
 fn compile(src: &Path, env: &str, v: &Variant) -> std::result::Result<Vec<u8>, String> {
     let out = Command::new("glslc")
         .arg(format!("--target-env={env}"))
@@ -126,12 +135,7 @@ pub fn run(check: bool) -> Result {
         let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
         let env = target_env(&text);
         for v in variants(&text).map_err(|e| format!("{}: {e}", src.display()))? {
-            let name = if v.suffix.is_empty() {
-                format!("{stem}.spv")
-            } else {
-                format!("{stem}_{}.spv", v.suffix)
-            };
-            let dst = crate_dir.join("spirv").join(name);
+            let dst = crate_dir.join("spirv").join(spv_name(&stem, &v));
             expected.push(dst.clone());
             let spirv = compile(src, env, &v)?;
             let current = std::fs::read(&dst).ok();
@@ -189,6 +193,17 @@ mod tests {
         assert!(v[0].args.is_empty());
         assert_eq!(v[1].suffix, "f16");
         assert_eq!(v[1].args, ["-DDTYPE_F16", "-DX=1"]);
+    }
+
+    #[test]
+    fn every_variant_names_its_spirv_file() {
+        let names: Vec<String> = variants("// variant: f16 -DDTYPE_F16\n")
+            .unwrap()
+            .iter()
+            .map(|v| spv_name("gemm", v))
+            .collect();
+        // Both are expected, so neither is reported as SPIR-V without a source.
+        assert_eq!(names, ["gemm.spv", "gemm_f16.spv"]);
     }
 
     #[test]
