@@ -659,3 +659,129 @@ fn f16_external_bindings_need_the_vec4_padded_bytes() {
     assert!(consumer.build_with(&dev, &opts).is_ok());
     assert_no_validation_errors(&instance);
 }
+
+#[test]
+fn f16_more_scalar_forms_masks_and_compositions() {
+    let Some((instance, dev)) = device("f16_more_scalar_forms_masks_and_compositions") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(28);
+    let shape = [2usize, 4, 3];
+    let mut x = rand16(&mut rng, 24);
+    x[0] = 0.0;
+    x[1] = 0.5;
+    let mut g = GraphBuilder::new();
+    let t = g.input("x", DType::F16, &shape).unwrap();
+    let outs = [
+        g.rsub_scalar(t, 1.5).unwrap(),
+        g.div_scalar(t, 4.0).unwrap(),
+        g.sub_scalar(t, 0.25).unwrap(),
+        g.relu6(t).unwrap(),
+        g.eq_scalar(t, 0.5).unwrap(),
+        g.compare_scalar(t, compute_delegate::Compare::Le, 0.0)
+            .unwrap(),
+        g.sum(t, &[0, 2], false).unwrap(),
+        g.any(t, &[1], false).unwrap(),
+        g.group_norm(t, 2, None, None, 1e-5).unwrap(),
+        g.transpose(t, 0, 2).unwrap(),
+    ];
+    for &o in &outs {
+        g.output(o).unwrap();
+    }
+    let parts = g.split(t, &[1, 3], 1).unwrap();
+    let sel = g.select(t, 2, -1).unwrap();
+    for o in [parts[0], parts[1], sel] {
+        g.output(o).unwrap();
+    }
+    let got = run(&dev, &g, &[(&shape, &x)]);
+    let xs = wide(&x);
+    let map = |f: fn(f64) -> f64| xs.iter().map(|&v| f(v)).collect::<Vec<f64>>();
+    assert_close(&got[0], &map(|v| 1.5 - v), TOL_ELEMENTWISE, "rsub_scalar");
+    assert_close(&got[1], &map(|v| v / 4.0), TOL_ELEMENTWISE, "div_scalar");
+    assert_close(&got[2], &map(|v| v - 0.25), TOL_ELEMENTWISE, "sub_scalar");
+    assert_close(
+        &got[3],
+        &map(|v| v.clamp(0.0, 6.0)),
+        TOL_ELEMENTWISE,
+        "relu6",
+    );
+    let eq = map(|v| f64::from(u8::from(v == 0.5)));
+    assert_close(&got[4], &eq, 0.0, "eq_scalar");
+    let le = map(|v| f64::from(u8::from(v <= 0.0)));
+    assert_close(&got[5], &le, 0.0, "le_scalar");
+    let at = |a: usize, b: usize, c: usize| xs[a * 12 + b * 3 + c];
+    let sum02: Vec<f64> = (0..4)
+        .map(|b| {
+            (0..2)
+                .flat_map(|a| (0..3).map(move |c| (a, c)))
+                .map(|(a, c)| at(a, b, c))
+                .sum()
+        })
+        .collect();
+    assert_close(&got[6], &sum02, TOL_REDUCE, "sum over dims 0 and 2");
+    let any: Vec<f64> = (0..6)
+        .map(|i| f64::from(u8::from((0..4).any(|b| at(i / 3, b, i % 3) != 0.0))))
+        .collect();
+    assert_close(&got[7], &any, 0.0, "any over dim 1");
+    let mut gn = Vec::new();
+    for grp in xs.chunks(6) {
+        let m = grp.iter().sum::<f64>() / 6.0;
+        let var = grp.iter().map(|v| (v - m).powi(2)).sum::<f64>() / 6.0;
+        gn.extend(grp.iter().map(|v| (v - m) / (var + 1e-5).sqrt()));
+    }
+    assert_close(&got[8], &gn, TOL_REDUCE, "group_norm");
+    let tr: Vec<f32> = (0..24)
+        .map(|i| x[(i % 2) * 12 + ((i / 2) % 4) * 3 + i / 8])
+        .collect();
+    assert_eq!(got[9], tr, "transpose");
+    let first: Vec<f32> = (0..6).map(|i| x[(i / 3) * 12 + i % 3]).collect();
+    assert_eq!(got[10], first, "split, first part");
+    assert_eq!(got[11].len(), 18, "split, second part");
+    let last: Vec<f32> = (0..8).map(|i| x[i * 3 + 2]).collect();
+    assert_eq!(got[12], last, "select");
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn f16_batched_matmul_and_broadcast_where() {
+    let Some((instance, dev)) = device("f16_batched_matmul_and_broadcast_where") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(29);
+    let (bt, m, k, n) = (3usize, 5usize, 12usize, 9usize);
+    let a = rand16(&mut rng, bt * m * k);
+    let b = rand16(&mut rng, bt * k * n);
+    let c = rand16(&mut rng, n);
+    let mut g = GraphBuilder::new();
+    let ta = g.input("a", DType::F16, &[bt, m, k]).unwrap();
+    let tb = g.input("b", DType::F16, &[bt, k, n]).unwrap();
+    let tc = g.input("c", DType::F16, &[n]).unwrap();
+    let y = g.bmm(ta, tb).unwrap();
+    let mask = g.gt_scalar(tc, 0.0).unwrap();
+    let w = g.where_(mask, y, tc).unwrap();
+    g.output(y).unwrap();
+    g.output(w).unwrap();
+    let got = run(
+        &dev,
+        &g,
+        &[(&[bt, m, k], &a), (&[bt, k, n], &b), (&[n], &c)],
+    );
+    let mut want = Vec::new();
+    for i in 0..bt {
+        let ai = &a[i * m * k..(i + 1) * m * k];
+        let bi = &b[i * k * n..(i + 1) * k * n];
+        want.extend(matmul_ref(ai, bi, m, k, n));
+    }
+    assert_close(&got[0], &want, TOL_GEMM, "bmm");
+    // `where` reads the f16-rounded product: compare with what the bmm wrote.
+    let picked: Vec<f64> = got[0]
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let cv = c[i % n];
+            f64::from(if cv > 0.0 { v } else { cv })
+        })
+        .collect();
+    assert_close(&got[1], &picked, 0.0, "where, broadcast");
+    assert_no_validation_errors(&instance);
+}
