@@ -177,8 +177,8 @@ fn dtype_of(t: &VkTensor, staging: bool, float: DType) -> Result<DType> {
         t.datatype
     };
     match d {
-        VkDataType::Float32 | VkDataType::Float16 if staging => Ok(DType::F32),
-        // Masks are floats too.
+        // Masks are floats too; at the edges, f32 whatever the graph computes in.
+        VkDataType::Float32 | VkDataType::Float16 | VkDataType::Bool if staging => Ok(DType::F32),
         VkDataType::Float32 | VkDataType::Float16 | VkDataType::Bool => Ok(float),
         VkDataType::Int32 => Ok(DType::I32),
         VkDataType::Int8 => Ok(DType::I8),
