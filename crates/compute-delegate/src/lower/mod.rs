@@ -162,7 +162,8 @@ impl Lowerer<'_> {
         Ok(g)
     }
 
-    /// A dispatch of `kernel` in the current node's precision.
+    /// A dispatch of `kernel` in the current node's precision (a kernel without that variant
+    /// fails the build with an internal error when its module is made).
     fn push(
         &mut self,
         kernel: Kernel,
@@ -171,12 +172,7 @@ impl Lowerer<'_> {
         push: Vec<u32>,
         groups: [u32; 3],
     ) {
-        let precision = if kernel.has_f16() {
-            self.precision
-        } else {
-            Precision::F32
-        };
-        self.push_as(precision, kernel, spec, bindings, push, groups);
+        self.push_as(self.precision, kernel, spec, bindings, push, groups);
     }
 
     /// A dispatch of `kernel` compiled for `precision`.
@@ -319,7 +315,7 @@ fn op_name(op: &Op) -> &'static str {
 }
 
 /// A node's precision: its output's dtype (the float operands of an op share it), except for
-/// casts, which convert through 32-bit words.
+/// casts, which convert through 32-bit words (`cast.comp` has one variant).
 fn node_precision(b: &GraphBuilder, op: &Op, out: TensorId) -> Precision {
     match op {
         Op::Cast { .. } => Precision::F32,
