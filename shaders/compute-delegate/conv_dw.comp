@@ -56,7 +56,8 @@ void main() {
             for (uint kx = 0; kx < pc.kw; ++kx) {
                 int xx = x0 + int(kx * pc.dw);
                 if (xx < 0 || xx >= int(pc.w)) continue;
-                acc += float(x[xbase + uint(yy) * pc.w + uint(xx)]) * float(wt[wbase + ky * pc.kw + kx]);
+                float xv = float(x[xbase + uint(yy) * pc.w + uint(xx)]);
+                acc += xv * float(wt[wbase + ky * pc.kw + kx]);
             }
         }
         if (ACT == 1) acc = clamp(acc, pc.act_lo, pc.act_hi);

@@ -1,6 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Strided copy of 32-bit elements (f16 ones in the f16 variant), up to 6 dims: for every index of `dims` (row-major),
+// Strided copy of 32-bit elements (f16 ones in the f16 variant), up to 6 dims: for every
+// index of `dims` (row-major),
 // dst[dst_off + sum(idx * dst_stride)] = src[src_off + sum(idx * src_stride)].
 // Permute, transpose, slice and cat are all this copy with different strides and offsets.
 // variant: f16 -DDTYPE_F16

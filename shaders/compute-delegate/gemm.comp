@@ -141,7 +141,8 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
                 uint e = tid + r * WG;
                 uint mm = m0 + e / (BK / 4);
                 uint kk = k0 + (e % (BK / 4)) * 4;
-                ra4[r] = (mm < pc.m && kk < k_end) ? vec4(a4[(a_off + mm * pc.sa_m + kk) / 4]) : vec4(0.0);
+                bool in_a = mm < pc.m && kk < k_end;
+                ra4[r] = in_a ? vec4(a4[(a_off + mm * pc.sa_m + kk) / 4]) : vec4(0.0);
             }
         }
     } else {
@@ -150,7 +151,8 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
                 uint e = tid + r * WG;
                 uint mm = m0 + e / BK;
                 uint kk = k0 + e % BK;
-                ra[r] = (mm < pc.m && kk < k_end) ? float(a[a_off + mm * pc.sa_m + kk * pc.sa_k]) : 0.0;
+                bool in_a = mm < pc.m && kk < k_end;
+                ra[r] = in_a ? float(a[a_off + mm * pc.sa_m + kk * pc.sa_k]) : 0.0;
             }
         }
     }
@@ -160,7 +162,8 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
                 uint e = tid + r * WG;
                 uint kk = k0 + e / BN4;
                 uint nn = n0 + (e % BN4) * 4;
-                rb4[r] = (nn < pc.n && kk < k_end) ? vec4(b4[(b_off + kk * pc.sb_k + nn) / 4]) : vec4(0.0);
+                bool in_b = nn < pc.n && kk < k_end;
+                rb4[r] = in_b ? vec4(b4[(b_off + kk * pc.sb_k + nn) / 4]) : vec4(0.0);
             }
         }
         return;

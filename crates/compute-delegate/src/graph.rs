@@ -1519,8 +1519,9 @@ impl GraphBuilder {
         self.compare_scalar(n, Compare::Ne, 0.0)
     }
 
-    /// `table[ids]`: rows of the 32-bit or f16 `table` `[v, d]` picked by the i32 `ids` (any shape);
-    /// the result has shape `ids.shape + [d]`. An id outside `0..v` gives a row of zeros.
+    /// `table[ids]`: rows of the 32-bit or f16 `table` `[v, d]` picked by the i32 `ids` (any
+    /// shape); the result has shape `ids.shape + [d]`. An id outside `0..v` gives a row of
+    /// zeros.
     pub fn embedding(&mut self, table: TensorId, ids: TensorId) -> Result<TensorId> {
         const OP: &str = "embedding";
         let ti = self.word_operand(OP, table)?;

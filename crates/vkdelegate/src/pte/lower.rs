@@ -11,9 +11,9 @@
 //! depend on the device.
 //!
 //! Boolean tensors are masks in the graph's float dtype (0.0 false, any other value true;
-//! comparisons write 0.0 or 1.0), passed between delegates and CPU kernels as f32. An input the plan holds as
-//! int64 where the graph holds int32 (token ids) is taken as i64 and narrowed to its low 32
-//! bits inside the graph, as ExecuTorch's Vulkan backend does.
+//! comparisons write 0.0 or 1.0), passed between delegates and CPU kernels as f32. An input
+//! the plan holds as int64 where the graph holds int32 (token ids) is taken as i64 and
+//! narrowed to its low 32 bits inside the graph, as ExecuTorch's Vulkan backend does.
 
 use std::fmt;
 
