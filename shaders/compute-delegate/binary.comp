@@ -1,12 +1,15 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Elementwise binary ops on two tensors of the same shape, on vec4s, grid-stride.
 // OP: 0 add, 1 sub, 2 mul, 3 div.
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
 
-layout(std430, set = 0, binding = 0) readonly buffer A { vec4 a[]; };
-layout(std430, set = 0, binding = 1) readonly buffer B { vec4 b[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer C { vec4 c[]; };
+layout(std430, set = 0, binding = 0) readonly buffer A { T4 a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B { T4 b[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer C { T4 c[]; };
 
 layout(push_constant) uniform Params {
     uint n4;
@@ -25,14 +28,14 @@ void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     uint i = gl_GlobalInvocationID.x;
     for (; i + stride < pc.n4; i += 2 * stride) {
-        vec4 a0 = a[i];
-        vec4 b0 = b[i];
-        vec4 a1 = a[i + stride];
-        vec4 b1 = b[i + stride];
-        c[i] = apply(a0, b0);
-        c[i + stride] = apply(a1, b1);
+        vec4 a0 = vec4(a[i]);
+        vec4 b0 = vec4(b[i]);
+        vec4 a1 = vec4(a[i + stride]);
+        vec4 b1 = vec4(b[i + stride]);
+        c[i] = T4(apply(a0, b0));
+        c[i + stride] = T4(apply(a1, b1));
     }
     if (i < pc.n4) {
-        c[i] = apply(a[i], b[i]);
+        c[i] = T4(apply(vec4(a[i]), vec4(b[i])));
     }
 }

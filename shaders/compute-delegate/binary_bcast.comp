@@ -1,13 +1,16 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Elementwise binary ops with broadcasting, up to 6 dims: the output index is decomposed over
 // `dims` and each operand is read through its own strides (0 on broadcast dims).
 // OP: 0 add, 1 sub, 2 mul, 3 div.
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
 
-layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
-layout(std430, set = 0, binding = 1) readonly buffer B { float b[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer C { float c[]; };
+layout(std430, set = 0, binding = 0) readonly buffer A { T a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B { T b[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer C { T c[]; };
 
 layout(push_constant) uniform Params {
     uint n;
@@ -30,13 +33,13 @@ void main() {
             ia += idx * pc.sa[d];
             ib += idx * pc.sb[d];
         }
-        float u = a[ia];
-        float v = b[ib];
+        float u = float(a[ia]);
+        float v = float(b[ib]);
         float r;
         if (OP == 0) r = u + v;
         else if (OP == 1) r = u - v;
         else if (OP == 2) r = u * v;
         else r = u / v;
-        c[i] = r;
+        c[i] = T(r);
     }
 }

@@ -1,14 +1,17 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Depthwise conv2d (groups == in channels, out channels == m * in channels), one thread per
 // output element, grid-stride. Weight layout [c_out, 1, kh, kw] as PyTorch.
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 // Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh).
 layout(constant_id = 0) const uint ACT = 0;
 
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 1) readonly buffer W { float wt[]; };
-layout(std430, set = 0, binding = 2) readonly buffer B { float bias[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
+layout(std430, set = 0, binding = 1) readonly buffer W { T wt[]; };
+layout(std430, set = 0, binding = 2) readonly buffer B { T bias[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y { T y[]; };
 
 layout(push_constant) uniform Params {
     uint total;
@@ -44,7 +47,7 @@ void main() {
         uint ci = co / mult;
         uint xbase = (n * pc.c_in + ci) * pc.h * pc.w;
         uint wbase = co * pc.kh * pc.kw;
-        float acc = (pc.has_bias == 1) ? bias[co] : 0.0;
+        ACC acc = (pc.has_bias == 1) ? float(bias[co]) : 0.0;
         int y0 = int(oy * pc.sh) - int(pc.ph);
         int x0 = int(ox * pc.sw) - int(pc.pw);
         for (uint ky = 0; ky < pc.kh; ++ky) {
@@ -53,10 +56,11 @@ void main() {
             for (uint kx = 0; kx < pc.kw; ++kx) {
                 int xx = x0 + int(kx * pc.dw);
                 if (xx < 0 || xx >= int(pc.w)) continue;
-                acc += x[xbase + uint(yy) * pc.w + uint(xx)] * wt[wbase + ky * pc.kw + kx];
+                float xv = float(x[xbase + uint(yy) * pc.w + uint(xx)]);
+                acc += xv * float(wt[wbase + ky * pc.kw + kx]);
             }
         }
         if (ACT == 1) acc = clamp(acc, pc.act_lo, pc.act_hi);
-        y[i] = acc;
+        y[i] = T(acc);
     }
 }

@@ -1,11 +1,15 @@
 #version 450
-// Strided copy of 32-bit elements, up to 6 dims: for every index of `dims` (row-major),
+#extension GL_GOOGLE_include_directive : require
+// Strided copy of 32-bit elements (f16 ones in the f16 variant), up to 6 dims: for every
+// index of `dims` (row-major),
 // dst[dst_off + sum(idx * dst_stride)] = src[src_off + sum(idx * src_stride)].
 // Permute, transpose, slice and cat are all this copy with different strides and offsets.
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 
-layout(std430, set = 0, binding = 0) readonly buffer S { uint src[]; };
-layout(std430, set = 0, binding = 1) buffer D { uint dst[]; };
+layout(std430, set = 0, binding = 0) readonly buffer S { WORD src[]; };
+layout(std430, set = 0, binding = 1) buffer D { WORD dst[]; };
 
 layout(push_constant) uniform Params {
     uint n;

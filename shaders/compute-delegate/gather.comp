@@ -1,11 +1,14 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Row gather (`embedding`): y[i, j] = table[ids[i], j] for a table of `v` rows of `d` 32-bit
-// words; an id outside 0..v gives 0.
+// words (f16 values in the f16 variant); an id outside 0..v gives 0.
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 
-layout(std430, set = 0, binding = 0) readonly buffer T { uint table[]; };
+layout(std430, set = 0, binding = 0) readonly buffer Table { WORD table[]; };
 layout(std430, set = 0, binding = 1) readonly buffer I { int ids[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer Y { uint y[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Y { WORD y[]; };
 
 layout(push_constant) uniform Params {
     uint n;
@@ -19,6 +22,6 @@ void main() {
         uint row = i / pc.d;
         uint col = i - row * pc.d;
         int id = ids[row];
-        y[i] = (id >= 0 && uint(id) < pc.v) ? table[uint(id) * pc.d + col] : 0u;
+        y[i] = (id >= 0 && uint(id) < pc.v) ? table[uint(id) * pc.d + col] : WORD(0);
     }
 }

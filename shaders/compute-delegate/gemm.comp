@@ -1,5 +1,6 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 // Tiled GEMM, C[m][n] = sum_k A[m][k] * B[k][n] (+ bias), used for matmul, bmm, linear and
 // (as an implicit GEMM) conv2d. A work group computes a BM x BN tile (BM = 8 * TY,
 // BN = 8 * TX), each thread an 8 x 8 register tile (two vec4 rows x two vec4 columns, split so
@@ -18,6 +19,8 @@
 //         B[k][n] = the input patch element for k = (ci, ky, kx) at output pixel
 //         n = (image, oy, ox); C written to NCHW; bias per output channel.
 // MODE 2: MODE 1 for 1x1 kernels with stride 1 and no padding (B is the input itself).
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x_id = 0) in;
 // Threads per work group (spec constant 0, set to TX * TY; TX and TY are 8 or 16).
 const uint WG = gl_WorkGroupSize.x;
@@ -34,6 +37,9 @@ layout(constant_id = 6) const uint ACT = 0;
 // VEC_B (MODE 0) when B rows are contiguous along N with N and the strides multiples of 4.
 layout(constant_id = 7) const uint VEC_A = 0;
 layout(constant_id = 8) const uint VEC_B = 0;
+// Split-K partial sums are written in fp32 (binding 3 read as C32) whatever T is, so that the
+// summing pass adds fp32 partials.
+layout(constant_id = 9) const uint PARTIAL_F32 = 0;
 
 #ifndef GEMM_BK
 #define GEMM_BK 8
@@ -62,12 +68,13 @@ const uint RB = WG / BN;
 const uint AS_STAGE = BK * AS_ROW;
 const uint BS_STAGE = BK * BN4;
 
-layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
-layout(std430, set = 0, binding = 1) readonly buffer Bm { float b[]; };
-layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer C { float c[]; };
-layout(std430, set = 0, binding = 0) readonly buffer A4 { vec4 a4[]; };
-layout(std430, set = 0, binding = 1) readonly buffer B4 { vec4 b4[]; };
+layout(std430, set = 0, binding = 0) readonly buffer A { T a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Bm { T b[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Bias { T bias[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer C { T c[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer C32 { float c32[]; };
+layout(std430, set = 0, binding = 0) readonly buffer A4 { T4 a4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B4 { T4 b4[]; };
 
 layout(push_constant) uniform Params {
     uint m;
@@ -119,6 +126,14 @@ float rb[MAX_L];
 vec4 ra4[MAX_L4];
 vec4 rb4[MAX_L4];
 
+void store_c(uint i, float v) {
+    if (PARTIAL_F32 == 1) {
+        c32[i] = v;
+    } else {
+        c[i] = T(v);
+    }
+}
+
 void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint k_end) {
     if (VEC_A == 1) {
         [[unroll]] for (uint r = 0; r < MAX_L4; ++r) {
@@ -126,7 +141,8 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
                 uint e = tid + r * WG;
                 uint mm = m0 + e / (BK / 4);
                 uint kk = k0 + (e % (BK / 4)) * 4;
-                ra4[r] = (mm < pc.m && kk < k_end) ? a4[(a_off + mm * pc.sa_m + kk) / 4] : vec4(0.0);
+                bool in_a = mm < pc.m && kk < k_end;
+                ra4[r] = in_a ? vec4(a4[(a_off + mm * pc.sa_m + kk) / 4]) : vec4(0.0);
             }
         }
     } else {
@@ -135,7 +151,8 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
                 uint e = tid + r * WG;
                 uint mm = m0 + e / BK;
                 uint kk = k0 + e % BK;
-                ra[r] = (mm < pc.m && kk < k_end) ? a[a_off + mm * pc.sa_m + kk * pc.sa_k] : 0.0;
+                bool in_a = mm < pc.m && kk < k_end;
+                ra[r] = in_a ? float(a[a_off + mm * pc.sa_m + kk * pc.sa_k]) : 0.0;
             }
         }
     }
@@ -145,7 +162,8 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
                 uint e = tid + r * WG;
                 uint kk = k0 + e / BN4;
                 uint nn = n0 + (e % BN4) * 4;
-                rb4[r] = (nn < pc.n && kk < k_end) ? b4[(b_off + kk * pc.sb_k + nn) / 4] : vec4(0.0);
+                bool in_b = nn < pc.n && kk < k_end;
+                rb4[r] = in_b ? vec4(b4[(b_off + kk * pc.sb_k + nn) / 4]) : vec4(0.0);
             }
         }
         return;
@@ -160,9 +178,9 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
             float v = 0.0;
             if (b_ok && kk < k_end) {
                 if (MODE == 0) {
-                    v = b[b_col + kk * pc.sb_k];
+                    v = float(b[b_col + kk * pc.sb_k]);
                 } else if (MODE == 2) {
-                    v = b[b_col + kk * ohw];
+                    v = float(b[b_col + kk * ohw]);
                 } else {
                     uint ci = kk / khw;
                     uint rem = kk - ci * khw;
@@ -171,7 +189,7 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
                     int iy = b_iy + int(ky * pc.dh);
                     int ix = b_ix + int(kx * pc.dw);
                     if (uint(iy) < pc.h && uint(ix) < pc.w) {
-                        v = b[b_col + ci * hw + uint(iy) * pc.w + uint(ix)];
+                        v = float(b[b_col + ci * hw + uint(iy) * pc.w + uint(ix)]);
                     }
                 }
             }
@@ -263,7 +281,7 @@ void main() {
         }
     }
 
-    vec4 acc[8][2];
+    ACC4 acc[8][2];
     [[unroll]] for (uint i = 0; i < 8; ++i) {
         acc[i][0] = vec4(0.0);
         acc[i][1] = vec4(0.0);
@@ -311,16 +329,16 @@ void main() {
                 float v = acc[i][j][q];
                 if (mm < pc.m && nn < pc.n) {
                     if (MODE == 0) {
-                        if (add_bias) v += bias[nn];
+                        if (add_bias) v += float(bias[nn]);
                         if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
-                        c[c_off + z * pc.sc_b + mm * pc.sc_m + nn] = v;
+                        store_c(c_off + z * pc.sc_b + mm * pc.sc_m + nn, v);
                     } else {
                         uint co = z * pc.m + mm;
-                        if (add_bias) v += bias[co];
+                        if (add_bias) v += float(bias[co]);
                         if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
                         uint img = nn / ohw;
                         uint p = nn - img * ohw;
-                        c[c_off + (img * pc.cout + co) * ohw + p] = v;
+                        store_c(c_off + (img * pc.cout + co) * ohw + p, v);
                     }
                 }
             }

@@ -1,15 +1,16 @@
 // layer_norm over the last `d` elements of each of `rows` rows: one work group per row, mean
 // then variance (two passes over the row, biased variance as PyTorch), then the affine part.
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint HAS_WEIGHT = 0;
 layout(constant_id = 1) const uint HAS_BIAS = 0;
 // Short rows (PER_THREAD = 1): one thread per row, grid-stride, instead of a work group.
 layout(constant_id = 2) const uint PER_THREAD = 0;
 
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 1) readonly buffer W { float w[]; };
-layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
+layout(std430, set = 0, binding = 1) readonly buffer W { T w[]; };
+layout(std430, set = 0, binding = 2) readonly buffer B { T b[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y { T y[]; };
 
 layout(push_constant) uniform Params {
     uint rows;
@@ -24,22 +25,22 @@ void main() {
         uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
         for (uint row = gl_GlobalInvocationID.x; row < pc.rows; row += stride) {
             uint base = row * pc.d;
-            float acc = 0.0;
+            ACC acc = 0.0;
             for (uint j = 0; j < pc.d; ++j) {
-                acc += x[base + j];
+                acc += float(x[base + j]);
             }
             float mean = acc / float(pc.d);
             acc = 0.0;
             for (uint j = 0; j < pc.d; ++j) {
-                float c = x[base + j] - mean;
+                float c = float(x[base + j]) - mean;
                 acc += c * c;
             }
             float rstd = inversesqrt(acc / float(pc.d) + pc.eps);
             for (uint j = 0; j < pc.d; ++j) {
-                float v = (x[base + j] - mean) * rstd;
-                if (HAS_WEIGHT == 1) v *= w[j];
-                if (HAS_BIAS == 1) v += b[j];
-                y[base + j] = v;
+                float v = (float(x[base + j]) - mean) * rstd;
+                if (HAS_WEIGHT == 1) v *= float(w[j]);
+                if (HAS_BIAS == 1) v += float(b[j]);
+                y[base + j] = T(v);
             }
         }
         return;
@@ -48,22 +49,22 @@ void main() {
     for (uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; row < pc.rows;
          row += gl_NumWorkGroups.x * gl_NumWorkGroups.y) {
         uint base = row * pc.d;
-        float acc = 0.0;
+        ACC acc = 0.0;
         for (uint j = t; j < pc.d; j += 256) {
-            acc += x[base + j];
+            acc += float(x[base + j]);
         }
         float mean = block_sum(acc) / float(pc.d);
         acc = 0.0;
         for (uint j = t; j < pc.d; j += 256) {
-            float c = x[base + j] - mean;
+            float c = float(x[base + j]) - mean;
             acc += c * c;
         }
         float rstd = inversesqrt(block_sum(acc) / float(pc.d) + pc.eps);
         for (uint j = t; j < pc.d; j += 256) {
-            float v = (x[base + j] - mean) * rstd;
-            if (HAS_WEIGHT == 1) v *= w[j];
-            if (HAS_BIAS == 1) v += b[j];
-            y[base + j] = v;
+            float v = (float(x[base + j]) - mean) * rstd;
+            if (HAS_WEIGHT == 1) v *= float(w[j]);
+            if (HAS_BIAS == 1) v += float(b[j]);
+            y[base + j] = T(v);
         }
     }
 }

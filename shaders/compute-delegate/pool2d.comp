@@ -1,13 +1,16 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // avg_pool2d / max_pool2d over the last two dims of a [planes, h, w] view, one thread per
 // output element, grid-stride. Padding and ceil_mode follow PyTorch: max ignores padded
 // positions; avg divides by the window clipped to the padded input (count_include_pad) or to
 // the input.
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint MAX = 0;
 
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y { T y[]; };
 
 layout(push_constant) uniform Params {
     uint total;
@@ -41,11 +44,11 @@ void main() {
         int yb = min(y1, int(pc.h));
         int xb = min(x1, int(pc.w));
         uint base = plane * pc.h * pc.w;
-        float acc = (MAX == 1) ? -1.0 / 0.0 : 0.0;
+        ACC acc = (MAX == 1) ? -1.0 / 0.0 : 0.0;
         for (int yy = ya; yy < yb; ++yy) {
             uint row = base + uint(yy) * pc.w;
             for (int xx = xa; xx < xb; ++xx) {
-                float v = x[row + uint(xx)];
+                float v = float(x[row + uint(xx)]);
                 if (MAX == 1) acc = max(acc, v);
                 else acc += v;
             }
@@ -54,6 +57,6 @@ void main() {
             int div = (pc.include_pad == 1) ? pool : (yb - ya) * (xb - xa);
             acc /= float(max(div, 1));
         }
-        y[i] = acc;
+        y[i] = T(acc);
     }
 }

@@ -3,6 +3,7 @@
 // devices with subgroup arithmetic in compute shaders), which define SUBGROUP.
 // ROWS = 1 (inner == 1): one work group per row, an online max/sum per thread, then a
 // work-group reduction of (max, sum). ROWS = 0: one thread per (outer, inner) column.
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint LOG = 0;
 layout(constant_id = 1) const uint ROWS = 1;
@@ -13,10 +14,10 @@ layout(constant_id = 2) const uint VEC4 = 0;
 layout(constant_id = 3) const uint CACHE = 0;
 const uint CACHE_LEN = (CACHE > 0) ? CACHE : 1;
 
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
-layout(std430, set = 0, binding = 0) readonly buffer X4 { vec4 x4[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer Y4 { vec4 y4[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X4 { T4 x4[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y4 { T4 y4[]; };
 
 layout(push_constant) uniform Params {
     uint outer;
@@ -103,7 +104,7 @@ void main() {
                 uint d4 = pc.d / 4;
                 for (uint k = 0; k < CACHE; ++k) {
                     uint j = t + k * 256;
-                    cache[k] = (j < d4) ? x4[base4 + j] : vec4(-1.0 / 0.0);
+                    cache[k] = (j < d4) ? vec4(x4[base4 + j]) : vec4(-1.0 / 0.0);
                     m = max(m, max(max(cache[k].x, cache[k].y), max(cache[k].z, cache[k].w)));
                 }
                 if (m != -1.0 / 0.0) {
@@ -115,7 +116,7 @@ void main() {
             } else if (VEC4 == 1) {
                 uint base4 = base / 4;
                 for (uint j = t; j < pc.d / 4; j += 256) {
-                    vec4 v = x4[base4 + j];
+                    vec4 v = vec4(x4[base4 + j]);
                     float vm = max(max(v.x, v.y), max(v.z, v.w));
                     float mm = max(m, vm);
                     vec4 e = exp(v - mm);
@@ -124,7 +125,7 @@ void main() {
                 }
             } else {
                 for (uint j = t; j < pc.d; j += 256) {
-                    float v = x[base + j];
+                    float v = float(x[base + j]);
                     if (v > m) {
                         s = s * exp(m - v) + 1.0;
                         m = v;
@@ -144,7 +145,7 @@ void main() {
                 for (uint k = 0; k < CACHE; ++k) {
                     uint j = t + k * 256;
                     if (j < d4) {
-                        y4[base4 + j] = (LOG == 1) ? cache[k] - l : exp(cache[k] - gm) * r;
+                        y4[base4 + j] = T4((LOG == 1) ? cache[k] - l : exp(cache[k] - gm) * r);
                     }
                 }
             } else if (VEC4 == 1) {
@@ -152,18 +153,18 @@ void main() {
                 float l = gm + log(gs);
                 float r = 1.0 / gs;
                 for (uint j = t; j < pc.d / 4; j += 256) {
-                    vec4 v = x4[base4 + j];
-                    y4[base4 + j] = (LOG == 1) ? v - l : exp(v - gm) * r;
+                    vec4 v = vec4(x4[base4 + j]);
+                    y4[base4 + j] = T4((LOG == 1) ? v - l : exp(v - gm) * r);
                 }
             } else if (LOG == 1) {
                 float l = gm + log(gs);
                 for (uint j = t; j < pc.d; j += 256) {
-                    y[base + j] = x[base + j] - l;
+                    y[base + j] = T(float(x[base + j]) - l);
                 }
             } else {
                 float r = 1.0 / gs;
                 for (uint j = t; j < pc.d; j += 256) {
-                    y[base + j] = exp(x[base + j] - gm) * r;
+                    y[base + j] = T(exp(float(x[base + j]) - gm) * r);
                 }
             }
         }
@@ -177,7 +178,7 @@ void main() {
             float m = -1.0 / 0.0;
             float s = 0.0;
             for (uint j = 0; j < pc.d; ++j) {
-                float v = x[base + j * pc.inner];
+                float v = float(x[base + j * pc.inner]);
                 if (v > m) {
                     s = s * exp(m - v) + 1.0;
                     m = v;
@@ -188,12 +189,12 @@ void main() {
             if (LOG == 1) {
                 float l = m + log(s);
                 for (uint j = 0; j < pc.d; ++j) {
-                    y[base + j * pc.inner] = x[base + j * pc.inner] - l;
+                    y[base + j * pc.inner] = T(float(x[base + j * pc.inner]) - l);
                 }
             } else {
                 float r = 1.0 / s;
                 for (uint j = 0; j < pc.d; ++j) {
-                    y[base + j * pc.inner] = exp(x[base + j * pc.inner] - m) * r;
+                    y[base + j * pc.inner] = T(exp(float(x[base + j * pc.inner]) - m) * r);
                 }
             }
         }

@@ -1,14 +1,17 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Elementwise unary ops on vec4s, grid-stride. Buffers are padded to whole vec4s, so the last
 // vec4 may hold up to three padding lanes that are computed and never read back.
 // OP: 0 relu, 1 clamp(p0, p1), 2 sigmoid, 3 tanh, 4 gelu (erf), 5 gelu (tanh approximation),
 //     6 hardswish, 7 x + p0, 8 x * p0, 9 p0 - x, 10 x / p0, 11 p0 / x, 12 copy,
 //     13..18 x == p0, !=, >, >=, <, <= p0 as a 0.0 / 1.0 mask, 19 logical not (x == 0.0).
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
 
-layout(std430, set = 0, binding = 0) readonly buffer X { vec4 x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer Y { vec4 y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X { T4 x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y { T4 y[]; };
 
 layout(push_constant) uniform Params {
     uint n4;
@@ -57,12 +60,12 @@ void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     uint i = gl_GlobalInvocationID.x;
     for (; i + stride < pc.n4; i += 2 * stride) {
-        vec4 u = x[i];
-        vec4 v = x[i + stride];
-        y[i] = apply(u);
-        y[i + stride] = apply(v);
+        vec4 u = vec4(x[i]);
+        vec4 v = vec4(x[i + stride]);
+        y[i] = T4(apply(u));
+        y[i + stride] = T4(apply(v));
     }
     if (i < pc.n4) {
-        y[i] = apply(x[i]);
+        y[i] = T4(apply(vec4(x[i])));
     }
 }

@@ -1,13 +1,16 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // `cond ? a : b` with broadcasting, up to 6 dims: the output index is decomposed over `dims`
 // and each operand is read through its own strides (0 on broadcast dims). A mask is f32:
 // 0.0 is false, any other value true.
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 
-layout(std430, set = 0, binding = 0) readonly buffer C { float c[]; };
-layout(std430, set = 0, binding = 1) readonly buffer A { float a[]; };
-layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer C { T c[]; };
+layout(std430, set = 0, binding = 1) readonly buffer A { T a[]; };
+layout(std430, set = 0, binding = 2) readonly buffer B { T b[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y { T y[]; };
 
 layout(push_constant) uniform Params {
     uint n;
@@ -33,6 +36,6 @@ void main() {
             ia += idx * pc.sa[d];
             ib += idx * pc.sb[d];
         }
-        y[i] = (c[ic] != 0.0) ? a[ia] : b[ib];
+        y[i] = T((float(c[ic]) != 0.0) ? float(a[ia]) : float(b[ib]));
     }
 }

@@ -10,7 +10,10 @@
 //! `vulkan1.1`). A shader that enables `GL_KHR_cooperative_matrix` or
 //! `GL_NV_cooperative_matrix2` is compiled by the SDK's glslc (`setup::sdk_glslc`, installed on
 //! first use; SPIR-V 1.6, so such kernels need a Vulkan 1.3 device), the others by the system
-//! glslc.
+//! glslc. Each line `// variant: <suffix> <glslc args...>` (e.g.
+//! `// variant: f16 -DDTYPE_F16`) compiles the source once more with those arguments into
+//! `<name>_<suffix>.spv`; the plain `<name>.spv` stays. `--check` and the stale check cover
+//! every variant.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,17 +50,68 @@ fn crate_dir(root: &Path, krate: &str) -> Option<PathBuf> {
         .find(|p| p.is_dir())
 }
 
-/// The SPIR-V file name of `src`: `<stem>.spv` for compute, `<stem>.<stage>.spv` otherwise.
-fn spirv_name(src: &Path) -> Result<String> {
+/// The SPIR-V file name of `src` compiled as `v`: `<stem>.spv` for compute,
+/// `<stem>.<stage>.spv` otherwise, with `_<suffix>` after the stem for a variant.
+fn spirv_name(src: &Path, v: &Variant) -> Result<String> {
     let name = src
         .file_name()
         .ok_or_else(|| format!("{}: no file name", src.display()))?
         .to_string_lossy()
         .into_owned();
-    Ok(match name.strip_suffix(".comp") {
-        Some(stem) => format!("{stem}.spv"),
-        None => format!("{name}.spv"),
+    let (stem, stage) = match name.strip_suffix(".comp") {
+        Some(stem) => (stem.to_string(), String::new()),
+        None => match name.rsplit_once('.') {
+            Some((stem, stage)) => (stem.to_string(), format!(".{stage}")),
+            None => (name.clone(), String::new()),
+        },
+    };
+    Ok(if v.suffix.is_empty() {
+        format!("{stem}{stage}.spv")
+    } else {
+        format!("{stem}_{}{stage}.spv", v.suffix)
     })
+}
+
+/// One compilation of a source: the output file's suffix (empty for the plain one) and the
+/// extra glslc arguments.
+#[derive(Debug, PartialEq)]
+struct Variant {
+    suffix: String,
+    args: Vec<String>,
+}
+
+/// The plain compilation and one per `// variant:` line.
+fn variants(source: &str) -> std::result::Result<Vec<Variant>, String> {
+    let mut out = vec![Variant {
+        suffix: String::new(),
+        args: Vec::new(),
+    }];
+    for line in source.lines() {
+        let Some(rest) = line.trim().strip_prefix("// variant:") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace().map(str::to_string);
+        let suffix = words
+            .next()
+            .ok_or_else(|| format!("`{}`: a variant needs a suffix", line.trim()))?;
+        if !suffix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(format!(
+                "`{}`: the suffix may hold only letters, digits and '_'",
+                line.trim()
+            ));
+        }
+        if out.iter().any(|v| v.suffix == suffix) {
+            return Err(format!("`{}`: variant {suffix} appears twice", line.trim()));
+        }
+        out.push(Variant {
+            suffix,
+            args: words.collect(),
+        });
+    }
+    Ok(out)
 }
 
 fn target_env(source: &str) -> &str {
@@ -78,10 +132,12 @@ fn needs_sdk_glslc(source: &str) -> bool {
 }
 
 /// The system glslc, optimizing, SPIR-V to stdout.
-fn compile_system(src: &Path, text: &str) -> Result<Vec<u8>> {
+fn compile_system(src: &Path, text: &str, v: &Variant) -> Result<Vec<u8>> {
     let out = Command::new("glslc")
         .arg(format!("--target-env={}", target_env(text)))
-        .args(["-O", "-Werror", "-o", "-"])
+        .args(["-O", "-Werror"])
+        .args(&v.args)
+        .args(["-o", "-"])
         .arg(src)
         .output()
         .map_err(|e| format!("glslc (Debian: apt-get install glslc): {e}"))?;
@@ -143,16 +199,25 @@ pub fn run(check: bool) -> Result {
             .into_owned();
         let crate_dir = crate_dir(&root, &krate)
             .ok_or_else(|| format!("{}: no crate named {krate}", src.display()))?;
-        let dst = crate_dir.join("spirv").join(spirv_name(src)?);
-        expected.push(dst.clone());
         let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
-        let spirv = if needs_sdk_glslc(&text) {
-            compile_sdk(src, &spirv_name(src)?)?
-        } else {
-            compile_system(src, &text)?
-        };
-        let current = std::fs::read(&dst).ok();
-        if current.as_deref() != Some(&spirv[..]) {
+        for v in variants(&text).map_err(|e| format!("{}: {e}", src.display()))? {
+            let dst = crate_dir.join("spirv").join(spirv_name(src, &v)?);
+            expected.push(dst.clone());
+            let spirv = if needs_sdk_glslc(&text) {
+                if !v.args.is_empty() {
+                    return Err(format!(
+                        "{}: variants of cooperative-matrix shaders are not supported",
+                        src.display()
+                    ));
+                }
+                compile_sdk(src, &spirv_name(src, &v)?)?
+            } else {
+                compile_system(src, &text, &v)?
+            };
+            let current = std::fs::read(&dst).ok();
+            if current.as_deref() == Some(&spirv[..]) {
+                continue;
+            }
             if check {
                 stale.push(dst.display().to_string());
             } else {
@@ -181,7 +246,11 @@ pub fn run(check: bool) -> Result {
         }
     }
     if stale.is_empty() {
-        eprintln!("shaders: {} up to date", files.len());
+        eprintln!(
+            "shaders: {} sources, {} SPIR-V files up to date",
+            files.len(),
+            expected.len()
+        );
         Ok(())
     } else {
         Err(format!(
@@ -197,7 +266,11 @@ mod tests {
 
     #[test]
     fn spirv_names_keep_the_stage_of_graphics_shaders() {
-        let name = |p: &str| spirv_name(Path::new(p)).unwrap();
+        let plain = Variant {
+            suffix: String::new(),
+            args: Vec::new(),
+        };
+        let name = |p: &str| spirv_name(Path::new(p), &plain).unwrap();
         assert_eq!(name("shaders/vk-core/copy.comp"), "copy.spv");
         assert_eq!(name("shaders/frame-loop/scene.vert"), "scene.vert.spv");
         assert_eq!(name("shaders/frame-loop/scene.frag"), "scene.frag.spv");
@@ -215,5 +288,34 @@ mod tests {
             Some(root.join("examples/frame-loop"))
         );
         assert_eq!(crate_dir(&root, "no-such-crate"), None);
+    }
+
+    #[test]
+    fn variant_lines_add_compilations() {
+        let v =
+            variants("#version 450\n// variant: f16 -DDTYPE_F16 -DX=1\nvoid main() {}\n").unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].suffix, "");
+        assert!(v[0].args.is_empty());
+        assert_eq!(v[1].suffix, "f16");
+        assert_eq!(v[1].args, ["-DDTYPE_F16", "-DX=1"]);
+    }
+
+    #[test]
+    fn every_variant_names_its_spirv_file() {
+        let names: Vec<String> = variants("// variant: f16 -DDTYPE_F16\n")
+            .unwrap()
+            .iter()
+            .map(|v| spirv_name(Path::new("shaders/compute-delegate/gemm.comp"), v).unwrap())
+            .collect();
+        // Both are expected, so neither is reported as SPIR-V without a source.
+        assert_eq!(names, ["gemm.spv", "gemm_f16.spv"]);
+    }
+
+    #[test]
+    fn bad_variant_lines_are_errors() {
+        assert!(variants("// variant:\n").is_err());
+        assert!(variants("// variant: a/b -DX\n").is_err());
+        assert!(variants("// variant: f16 -DA\n// variant: f16 -DB\n").is_err());
     }
 }

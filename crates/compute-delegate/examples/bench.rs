@@ -11,7 +11,7 @@ fn main() -> ExitCode {
         .iter()
         .find(|a| !a.starts_with("--"))
         .map(String::as_str);
-    let device = match vk_core::Device::open(&compute_delegate::requirements()) {
+    let device = match vk_core::Device::open(&compute_delegate::bench_requirements()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("bench: {e}");

@@ -10,18 +10,24 @@
 //! [`WARM_UP`]) in the same command buffer, each run between two timestamps of one query pool,
 //! so the host does not wait between warm-up and timed runs and the GPU's clocks stay up.
 //! A case whose spread (`(max - min) / median`) exceeds [`NOISY_SPREAD`] is flagged.
+//!
+//! fp16 rows (`add_f16`, `softmax_f16`, `conv3x3_f16`, `matmul_f16`) run the f16 variants on
+//! the same shapes as their fp32 rows and also give their speed-up over them
+//! ([`BenchRow::vs_f32`]); on a device without `crate::F16_FEATURES` enabled they fail with a
+//! named error and the other rows still run ([`bench_requirements`] asks for the features
+//! where the device has them). Every row names the kernels that ran.
 
 use std::time::{Duration, Instant};
 
 use vk_core::barrier::{self, Access};
 use vk_core::timing::ms;
 use vk_core::{
-    Buffer, Device, HostTensor, MemoryLocation, Submission, Timestamps, VkResultExt, vk,
+    Buffer, DType, Device, HostTensor, MemoryLocation, Submission, Timestamps, VkResultExt, vk,
 };
 
 use crate::error::{Error, Result};
 use crate::graph::{Conv2d, GraphBuilder, Pool2d};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, Precision, Shader};
 use crate::runtime::Graph;
 
 /// A row whose device or end-to-end spread, `(max - min) / median`, is above this is flagged
@@ -123,6 +129,12 @@ pub struct BenchRow {
     pub ratio: f64,
     /// Why this op could not be measured (its figures are NaN); the other rows still are.
     pub error: Option<String>,
+    /// The kernels of the op's dispatches, in order, repeats dropped (`Gemm_f16`, ...); empty
+    /// for the baselines.
+    pub kernels: Vec<String>,
+    /// For an fp16 row: the median device time of the same fp32 case over this row's (its
+    /// speed-up), where both ran.
+    pub vs_f32: Option<f64>,
 }
 
 impl BenchRow {
@@ -157,8 +169,17 @@ impl BenchRow {
         } else {
             format!("  NOISY ({})", flags.join(", "))
         };
+        let vs_f32 = self
+            .vs_f32
+            .map_or_else(String::new, |r| format!("  {r:.2}x the f32 case"));
+        let kernels = if self.kernels.is_empty() {
+            String::new()
+        } else {
+            format!("  [{}]", self.kernels.join(" "))
+        };
         format!(
-            "{:<12} {:<26} device {} ms  e2e {} ms  {:>10.1} {:<7}  {:>6.1}% of {} ({:.1} {}){flag}",
+            "{:<12} {:<26} device {} ms  e2e {} ms  {:>10.1} {:<7}  {:>6.1}% of {} ({:.1} {})\
+             {vs_f32}{kernels}{flag}",
             self.op,
             self.shape,
             three(&self.device),
@@ -184,26 +205,32 @@ impl BenchRow {
 const COPY_BASELINE: &str = "copy shader bandwidth";
 const FMA_BASELINE: &str = "fp32 FMA peak";
 
+/// What the benchmarks need of a device: [`crate::requirements`], and the f16 features as
+/// optional (the fp16 rows run where the device has them).
+pub fn bench_requirements() -> vk_core::Requirements {
+    crate::requirements().optional_features(crate::F16_FEATURES | crate::COOPERATIVE_FEATURES)
+}
+
 fn pattern(shape: &[usize], seed: usize) -> Result<HostTensor> {
+    pattern_as(shape, seed, DType::F32)
+}
+
+/// A deterministic pattern in [-0.5, 0.5) as an f32 or f16 tensor.
+fn pattern_as(shape: &[usize], seed: usize, dtype: DType) -> Result<HostTensor> {
     let n: usize = shape.iter().product();
     let v: Vec<f32> = (0..n)
         .map(|i| ((i * 7 + seed * 13) % 1021) as f32 / 1021.0 - 0.5)
         .collect();
-    HostTensor::from_f32(shape.to_vec(), &v).map_err(|e| Error::Graph(format!("bench input: {e}")))
-}
-
-/// [`pattern`] in fp16.
-fn pattern_f16(shape: &[usize], seed: usize) -> Result<HostTensor> {
-    let t = pattern(shape, seed)?;
-    let bytes = t
-        .bytes()
-        .chunks_exact(4)
-        .flat_map(|c| {
-            half::f16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()
-        })
-        .collect();
-    HostTensor::new(vk_core::DType::F16, shape.to_vec(), bytes)
-        .map_err(|e| Error::Graph(format!("bench input: {e}")))
+    let t = if dtype == DType::F16 {
+        let bytes = v
+            .iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect();
+        HostTensor::new(DType::F16, shape.to_vec(), bytes)
+    } else {
+        HostTensor::from_f32(shape.to_vec(), &v)
+    };
+    t.map_err(|e| Error::Graph(format!("bench input: {e}")))
 }
 
 /// Records commands into a command buffer: `cmd` is a primary command buffer of the timer's
@@ -388,7 +415,11 @@ impl CopyBaseline {
 
     fn create_pipeline(&mut self) -> Result<()> {
         let d = self.device.raw();
-        let code = Kernel::CopyVec4.words()?;
+        let code = Shader {
+            kernel: Kernel::CopyVec4,
+            precision: Precision::F32,
+        }
+        .words()?;
         let bindings: Vec<_> = (0..Kernel::CopyVec4.bindings() as u32)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
@@ -672,6 +703,8 @@ type MakeGraph = Box<dyn FnOnce() -> Result<(GraphBuilder, Vec<HostTensor>)>>;
 /// One benchmark: its graph is made only when the filter selects it.
 struct Case {
     op: &'static str,
+    /// For an fp16 case, the op of the fp32 case of the same shape.
+    f32_op: Option<&'static str>,
     shape: String,
     work: Work,
     make: MakeGraph,
@@ -762,6 +795,8 @@ fn row(
         baseline_name: baseline.1,
         ratio: throughput / baseline.0,
         error,
+        kernels: Vec::new(),
+        vs_f32: None,
     }
 }
 
@@ -825,12 +860,6 @@ fn copy_rows(
     Ok(rows)
 }
 
-/// What the benchmarks need: the delegate's requirements, plus (optional) fp16 arithmetic,
-/// 16-bit storage and cooperative matrices for the fp16 cases.
-pub fn requirements() -> vk_core::Requirements {
-    crate::requirements().optional_features(crate::COOPERATIVE_FEATURES)
-}
-
 /// Runs the benchmarks whose op name contains `filter` (all when `None`; the `copy` and
 /// `fma_peak` baselines always run). `quick` uses small shapes (seconds on a CPU driver);
 /// the full shapes are a 1 GiB copy, add 2 x `[256,1024,1024]`, sigmoid and avg_pool 2x2 on
@@ -856,8 +885,11 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
     ));
 
     for case in cases(&s).into_iter().filter(|c| wanted(c.op)) {
+        let mut kernels = Vec::new();
         let measured = (case.make)().and_then(|(g, inputs)| {
             let mut graph = g.build(device)?;
+            kernels = graph.kernels();
+            kernels.dedup();
             let (dev, e2e) = b.time_graph(&mut graph, &inputs)?;
             Ok((dev, Some(e2e)))
         });
@@ -865,7 +897,15 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
             Work::Bytes(_) => (copy_gbs, COPY_BASELINE),
             Work::Flops(_) => (peak, FMA_BASELINE),
         };
-        rows.push(row(case.op, case.shape, &case.work, measured, baseline));
+        let mut r = row(case.op, case.shape, &case.work, measured, baseline);
+        r.kernels = kernels;
+        r.vs_f32 = case.f32_op.and_then(|op| {
+            rows.iter()
+                .find(|f| f.op == op && f.shape == r.shape && f.error.is_none())
+                .map(|f| f.device.median / r.device.median)
+                .filter(|v| v.is_finite())
+        });
+        rows.push(r);
     }
     Ok(rows)
 }
@@ -879,6 +919,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
     let mut cases: Vec<Case> = Vec::new();
     let b = big.clone();
     cases.push(Case {
+        f32_op: None,
         op: "add",
         shape: format!("2 x {}", shape_str(&big)),
         work: Work::Bytes(3.0 * n_big * 4.0),
@@ -893,6 +934,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
     });
     let b = big.clone();
     cases.push(Case {
+        f32_op: None,
         op: "sigmoid",
         shape: shape_str(&big),
         work: Work::Bytes(2.0 * n_big * 4.0),
@@ -906,6 +948,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
     });
     let b = big.clone();
     cases.push(Case {
+        f32_op: None,
         op: "avg_pool2x2",
         shape: shape_str(&big),
         work: Work::Bytes(1.25 * n_big * 4.0),
@@ -919,6 +962,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
     });
     let sm = s.softmax.to_vec();
     cases.push(Case {
+        f32_op: None,
         op: "softmax",
         shape: shape_str(&sm),
         work: Work::Bytes(2.0 * sm.iter().product::<usize>() as f64 * 4.0),
@@ -933,6 +977,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
     for (c, hw) in s.conv {
         let xs = [1, c, hw, hw];
         cases.push(Case {
+            f32_op: None,
             op: "conv3x3",
             shape: format!("{c}->{c} {}", shape_str(&xs)),
             work: Work::Flops(2.0 * (c * c * 9 * hw * hw) as f64),
@@ -954,6 +999,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
     }
     let n = s.matmul;
     cases.push(Case {
+        f32_op: None,
         op: "matmul",
         shape: format!("{n}^3"),
         work: Work::Flops(2.0 * (n as f64).powi(3)),
@@ -966,20 +1012,6 @@ fn cases(s: &Sizes) -> Vec<Case> {
             Ok((g, vec![pattern(&[n, n], 1)?, pattern(&[n, n], 2)?]))
         }),
     });
-    cases.push(Case {
-        op: "matmul_f16",
-        shape: format!("{n}^3"),
-        work: Work::Flops(2.0 * (n as f64).powi(3)),
-        make: Box::new(move || {
-            let f16_t = vk_core::DType::F16;
-            let mut g = GraphBuilder::new();
-            let a = g.input("a", f16_t, &[n, n])?;
-            let b = g.input("b", f16_t, &[n, n])?;
-            let c = g.matmul(a, b)?;
-            g.output(c)?;
-            Ok((g, vec![pattern_f16(&[n, n], 1)?, pattern_f16(&[n, n], 2)?]))
-        }),
-    });
     for &(batch, m, k, n) in &s.gemms {
         let (sa, sb) = if batch == 1 {
             (vec![m, k], vec![k, n])
@@ -988,6 +1020,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
         };
         cases.push(Case {
             op: "matmul",
+            f32_op: None,
             shape: format!("{}@{}", shape_str(&sa), shape_str(&sb)),
             work: Work::Flops(2.0 * (batch * m * k * n) as f64),
             make: Box::new(move || {
@@ -1000,6 +1033,85 @@ fn cases(s: &Sizes) -> Vec<Case> {
             }),
         });
     }
+    cases.extend(f16_cases(s));
+    cases
+}
+
+/// The fp16 cases: add, softmax, the first conv3x3 and matmul, on the fp32 cases' shapes.
+fn f16_cases(s: &Sizes) -> Vec<Case> {
+    let shape_str = |v: &[usize]| format!("{v:?}").replace(' ', "");
+    let h = DType::F16;
+    let mut cases = Vec::new();
+    let b = s.big.clone();
+    let n_big = b.iter().product::<usize>() as f64;
+    cases.push(Case {
+        op: "add_f16",
+        f32_op: Some("add"),
+        shape: format!("2 x {}", shape_str(&b)),
+        work: Work::Bytes(3.0 * n_big * 2.0),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let x = g.input("a", h, &b)?;
+            let y = g.input("b", h, &b)?;
+            let c = g.add(x, y)?;
+            g.output(c)?;
+            Ok((g, vec![pattern_as(&b, 1, h)?, pattern_as(&b, 2, h)?]))
+        }),
+    });
+    let sm = s.softmax.to_vec();
+    cases.push(Case {
+        op: "softmax_f16",
+        f32_op: Some("softmax"),
+        shape: shape_str(&sm),
+        work: Work::Bytes(2.0 * sm.iter().product::<usize>() as f64 * 2.0),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let a = g.input("x", h, &sm)?;
+            let c = g.softmax(a, -1)?;
+            g.output(c)?;
+            Ok((g, vec![pattern_as(&sm, 1, h)?]))
+        }),
+    });
+    let (c, hw) = s.conv[0];
+    let xs = [1, c, hw, hw];
+    cases.push(Case {
+        op: "conv3x3_f16",
+        f32_op: Some("conv3x3"),
+        shape: format!("{c}->{c} {}", shape_str(&xs)),
+        work: Work::Flops(2.0 * (c * c * 9 * hw * hw) as f64),
+        make: Box::new(move || {
+            let ws = [c, c, 3, 3];
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", h, &xs)?;
+            let w = g.constant("w", pattern_as(&ws, 3, h)?)?;
+            let b = g.constant("b", pattern_as(&[c], 4, h)?)?;
+            let p = Conv2d {
+                padding: [1, 1],
+                ..Conv2d::default()
+            };
+            let y = g.conv2d(x, w, Some(b), p)?;
+            g.output(y)?;
+            Ok((g, vec![pattern_as(&xs, 1, h)?]))
+        }),
+    });
+    let n = s.matmul;
+    cases.push(Case {
+        op: "matmul_f16",
+        f32_op: Some("matmul"),
+        shape: format!("{n}^3"),
+        work: Work::Flops(2.0 * (n as f64).powi(3)),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let a = g.input("a", h, &[n, n])?;
+            let b = g.input("b", h, &[n, n])?;
+            let c = g.matmul(a, b)?;
+            g.output(c)?;
+            Ok((
+                g,
+                vec![pattern_as(&[n, n], 1, h)?, pattern_as(&[n, n], 2, h)?],
+            ))
+        }),
+    });
     cases
 }
 

@@ -11,7 +11,7 @@ use vk_core::{
 
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Storage, StorageKind, TensorId};
-use crate::kernels::{Kernel, PUSH_BYTES};
+use crate::kernels::{PUSH_BYTES, Shader};
 use crate::lower::{Dispatch, Plan, lower};
 use crate::runtime::{
     BuildOptions, Graph, Io, MemoryReport, Objects, Recorded, check_binding, cmd, internal,
@@ -36,7 +36,9 @@ pub(crate) fn staging_buffer(device: &Device, bytes: u64, name: &str) -> Result<
 }
 
 impl GraphBuilder {
-    /// Builds the graph on `device` (which must meet [`crate::requirements`]).
+    /// Builds the graph on `device` (which must meet [`GraphBuilder::requirements`]: a graph
+    /// that computes in f16 fails with [`vk_core::Error::Unsupported`] naming the missing
+    /// features on a device without them).
     pub fn build(&self, device: &Device) -> Result<Graph> {
         self.build_with(device, &BuildOptions::default())
     }
@@ -46,6 +48,7 @@ impl GraphBuilder {
         if self.outputs.is_empty() {
             return Err(Error::Graph("the graph has no outputs".into()));
         }
+        device.check(&self.requirements())?;
         check_work_groups(device)?;
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
         let coop = if self.has_f16_gemm() {
@@ -517,10 +520,10 @@ fn create_pipelines(
     let device = objects.device.clone();
     let caps = device.capabilities();
     let d = device.raw();
-    let mut kernels: Vec<Kernel> = plan.dispatches.iter().map(|x| x.kernel).collect();
+    let mut kernels: Vec<Shader> = plan.dispatches.iter().map(|x| x.kernel).collect();
     kernels.sort();
     kernels.dedup();
-    let mut module_of: BTreeMap<Kernel, vk::ShaderModule> = BTreeMap::new();
+    let mut module_of: BTreeMap<Shader, vk::ShaderModule> = BTreeMap::new();
     for k in &kernels {
         let code = k.words()?;
         // SAFETY: valid SPIR-V compiled by the xtask.
@@ -532,7 +535,7 @@ fn create_pipelines(
         module_of.insert(*k, m);
     }
     for k in &kernels {
-        layout_for(objects, k.bindings())?;
+        layout_for(objects, k.kernel.bindings())?;
     }
     let initial = options
         .pipeline_cache
@@ -547,7 +550,8 @@ fn create_pipelines(
         )
     }
     .vk("vkCreatePipelineCache")?;
-    let mut keys: Vec<(Kernel, Vec<u32>)> = plan
+    // The precision is part of the key (`Shader`): an f16 pipeline is another module.
+    let mut keys: Vec<(Shader, Vec<u32>)> = plan
         .dispatches
         .iter()
         .map(|x| (x.kernel, x.spec.clone()))
@@ -576,7 +580,7 @@ fn create_pipelines(
         .zip(&data)
         .map(|(e, d)| vk::SpecializationInfo::default().map_entries(e).data(d))
         .collect();
-    let layout_of = |k: &Kernel| objects.layout_of[&k.bindings()];
+    let layout_of = |k: &Shader| objects.layout_of[&k.kernel.bindings()];
     let infos: Vec<vk::ComputePipelineCreateInfo<'_>> = keys
         .iter()
         .zip(&spec_infos)
@@ -602,7 +606,7 @@ fn create_pipelines(
         },
     )?;
     objects.pipelines = pipelines.clone();
-    let pipeline_of: BTreeMap<(Kernel, Vec<u32>), vk::Pipeline> =
+    let pipeline_of: BTreeMap<(Shader, Vec<u32>), vk::Pipeline> =
         keys.into_iter().zip(pipelines).collect();
     Ok(plan
         .dispatches
@@ -610,7 +614,7 @@ fn create_pipelines(
         .map(|x| {
             (
                 pipeline_of[&(x.kernel, x.spec.clone())],
-                objects.layout_of[&x.kernel.bindings()].1,
+                objects.layout_of[&x.kernel.kernel.bindings()].1,
             )
         })
         .collect())
@@ -673,7 +677,7 @@ fn allocate_sets(
     let total: u32 = plan
         .dispatches
         .iter()
-        .map(|x| x.kernel.bindings() as u32)
+        .map(|x| x.kernel.kernel.bindings() as u32)
         .sum();
     let sizes = [vk::DescriptorPoolSize::default()
         .ty(vk::DescriptorType::STORAGE_BUFFER)
@@ -691,7 +695,7 @@ fn allocate_sets(
     let set_layouts: Vec<vk::DescriptorSetLayout> = plan
         .dispatches
         .iter()
-        .map(|x| objects.layout_of[&x.kernel.bindings()].0)
+        .map(|x| objects.layout_of[&x.kernel.kernel.bindings()].0)
         .collect();
     if set_layouts.is_empty() {
         return Ok(Vec::new());
@@ -753,7 +757,7 @@ fn cache_header_matches(data: &[u8], vendor: u32, device: u32) -> bool {
 mod tests {
     use super::*;
     use crate::graph::{Storage, TensorId};
-    use crate::kernels::Kernel;
+    use crate::kernels::{Kernel, Precision, Shader};
 
     fn storage(kind: StorageKind, bytes: u64) -> Storage {
         Storage {
@@ -767,7 +771,10 @@ mod tests {
         Dispatch {
             op: "test",
             node,
-            kernel: Kernel::Unary,
+            kernel: Shader {
+                kernel: Kernel::Unary,
+                precision: Precision::F32,
+            },
             spec: vec![],
             bindings: bindings.to_vec(),
             push: vec![],

@@ -505,6 +505,30 @@ impl GraphBuilder {
         })
     }
 
+    /// Whether an op of the graph computes in f16 (runs an f16 shader variant). Casts and
+    /// f16 inputs and outputs alone do not: they move packed 32-bit words.
+    pub fn uses_f16(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| !matches!(n.op, Op::Cast { .. }) && self.tensors[n.out.0].dtype == DType::F16)
+    }
+
+    /// What this graph needs from a device: [`crate::f16_requirements`] when it
+    /// [uses f16](Self::uses_f16), else [`crate::requirements`]; with fp16 GEMMs also,
+    /// optionally, [`crate::COOPERATIVE_FEATURES`] (without them the plain kernels run).
+    pub fn requirements(&self) -> vk_core::Requirements {
+        let base = if self.uses_f16() {
+            crate::f16_requirements()
+        } else {
+            crate::requirements()
+        };
+        if self.has_f16_gemm() {
+            base.optional_features(crate::COOPERATIVE_FEATURES)
+        } else {
+            base
+        }
+    }
+
     /// A tensor's name.
     pub fn name(&self, t: TensorId) -> Option<&str> {
         self.tensors.get(t.0).map(|i| i.name.as_str())
@@ -624,6 +648,22 @@ impl GraphBuilder {
         self.constant(name, t)
     }
 
+    /// An f16 constant from f32 values, each rounded to the nearest f16.
+    pub fn constant_f16(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        values: &[f32],
+    ) -> Result<TensorId> {
+        let bytes = values
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        let t = HostTensor::new(DType::F16, shape.to_vec(), bytes)
+            .map_err(|e| shape_err("constant", format!("constant '{name}': {e}")))?;
+        self.constant(name, t)
+    }
+
     /// Marks `t` as a graph output; outputs are returned by `execute` in this order.
     pub fn output(&mut self, t: TensorId) -> Result<()> {
         let info = self.info("output", t)?.clone();
@@ -672,14 +712,15 @@ impl GraphBuilder {
         out
     }
 
-    fn f32_operand(&self, op: &'static str, t: TensorId) -> Result<TensorInfo> {
+    /// A float operand: f32 or f16 (the op then runs in that precision).
+    fn float_operand(&self, op: &'static str, t: TensorId) -> Result<TensorInfo> {
         let info = self.info(op, t)?;
-        if info.dtype != DType::F32 {
+        if !matches!(info.dtype, DType::F32 | DType::F16) {
             return Err(Error::DType {
                 op,
                 tensor: info.name.clone(),
                 actual: info.dtype,
-                expected: "f32",
+                expected: "f32 or f16",
             });
         }
         Ok(info.clone())
@@ -693,52 +734,20 @@ impl GraphBuilder {
             .any(|n| matches!(n.op, Op::Matmul { .. }) && self.tensors[n.out.0].dtype == DType::F16)
     }
 
-    /// The device features this graph may use beyond [`crate::requirements`]: for fp16
-    /// GEMMs, `cooperativeMatrix` (optional: without it the plain kernels run).
-    pub fn requirements(&self) -> vk_core::Requirements {
-        let base = crate::requirements();
-        if self.has_f16_gemm() {
-            base.optional_features(crate::COOPERATIVE_FEATURES)
-        } else {
-            base
-        }
-    }
-
-    /// A GEMM operand: f32, or f16 (then every operand of the op is f16).
-    fn gemm_operand(
-        &self,
-        op: &'static str,
-        t: TensorId,
-        like: Option<DType>,
-    ) -> Result<TensorInfo> {
-        let info = self.info(op, t)?;
-        let ok = match like {
-            Some(d) => info.dtype == d,
-            None => matches!(info.dtype, DType::F32 | DType::F16),
-        };
-        if !ok {
-            return Err(Error::DType {
-                op,
-                tensor: info.name.clone(),
-                actual: info.dtype,
-                expected: match like {
-                    Some(DType::F16) => "f16 (as the op's first operand)",
-                    Some(_) => "f32 (as the op's first operand)",
-                    None => "f32 or f16",
-                },
-            });
-        }
-        Ok(info.clone())
+    /// Another float operand of an op whose first float operand is `first`: the same dtype
+    /// (all float operands of one op share it).
+    fn same_float(&self, op: &'static str, t: TensorId, first: &TensorInfo) -> Result<TensorInfo> {
+        self.typed_operand(op, t, first.dtype)
     }
 
     fn word_operand(&self, op: &'static str, t: TensorId) -> Result<TensorInfo> {
         let info = self.info(op, t)?;
-        if info.dtype.size() != 4 {
+        if info.dtype.size() != 4 && info.dtype != DType::F16 {
             return Err(Error::DType {
                 op,
                 tensor: info.name.clone(),
                 actual: info.dtype,
-                expected: "a 32-bit dtype (f32 or i32)",
+                expected: "f32, i32 or f16",
             });
         }
         Ok(info.clone())
@@ -748,7 +757,7 @@ impl GraphBuilder {
 
     /// A unary elementwise op.
     pub fn unary(&mut self, op: UnaryOp, x: TensorId) -> Result<TensorId> {
-        let xi = self.f32_operand(op.name(), x)?;
+        let xi = self.float_operand(op.name(), x)?;
         if let UnaryOp::Clamp(lo, hi) = op {
             if lo > hi || lo.is_nan() || hi.is_nan() {
                 return Err(shape_err(
@@ -757,7 +766,7 @@ impl GraphBuilder {
                 ));
             }
         }
-        Ok(self.node(Op::Unary { op, x }, op.name(), DType::F32, xi.shape))
+        Ok(self.node(Op::Unary { op, x }, op.name(), xi.dtype, xi.shape))
     }
 
     /// `max(x, 0)`.
@@ -801,10 +810,10 @@ impl GraphBuilder {
     /// A binary elementwise op with PyTorch broadcasting.
     pub fn binary(&mut self, op: BinaryOp, a: TensorId, b: TensorId) -> Result<TensorId> {
         let name = op.name();
-        let ai = self.f32_operand(name, a)?;
-        let bi = self.f32_operand(name, b)?;
+        let ai = self.float_operand(name, a)?;
+        let bi = self.same_float(name, b, &ai)?;
         let shape = broadcast_shape(name, &ai, &bi)?;
-        Ok(self.node(Op::Binary { op, a, b }, name, DType::F32, shape))
+        Ok(self.node(Op::Binary { op, a, b }, name, ai.dtype, shape))
     }
 
     /// `a + b`, broadcasting.
@@ -852,9 +861,9 @@ impl GraphBuilder {
 
     fn softmax_impl(&mut self, x: TensorId, dim: isize, log: bool) -> Result<TensorId> {
         let op = if log { "log_softmax" } else { "softmax" };
-        let xi = self.f32_operand(op, x)?;
+        let xi = self.float_operand(op, x)?;
         let dim = norm_dim(op, &xi.name, dim, xi.shape.len())?;
-        Ok(self.node(Op::Softmax { x, dim, log }, op, DType::F32, xi.shape))
+        Ok(self.node(Op::Softmax { x, dim, log }, op, xi.dtype, xi.shape))
     }
 
     /// Softmax over `dim` (negative counts from the end).
@@ -875,7 +884,7 @@ impl GraphBuilder {
         keepdim: bool,
         mean: bool,
     ) -> Result<TensorId> {
-        let xi = self.f32_operand(op, x)?;
+        let xi = self.float_operand(op, x)?;
         let rank = xi.shape.len();
         let mut ds = Vec::new();
         for &d in dims {
@@ -905,7 +914,7 @@ impl GraphBuilder {
         if shape.is_empty() {
             shape.push(1);
         }
-        Ok(self.node(Op::Reduce { x, dims: ds, mean }, op, DType::F32, shape))
+        Ok(self.node(Op::Reduce { x, dims: ds, mean }, op, xi.dtype, shape))
     }
 
     /// Sum over `dims` (all dims when empty).
@@ -929,7 +938,7 @@ impl GraphBuilder {
         eps: f32,
     ) -> Result<TensorId> {
         const OP: &str = "layer_norm";
-        let xi = self.f32_operand(OP, x)?;
+        let xi = self.float_operand(OP, x)?;
         let k = normalized_shape.len();
         if k == 0 || k > xi.shape.len() || xi.shape[xi.shape.len() - k..] != *normalized_shape {
             return Err(shape_err(
@@ -941,7 +950,7 @@ impl GraphBuilder {
             ));
         }
         for p in [weight, bias].into_iter().flatten() {
-            let pi = self.f32_operand(OP, p)?;
+            let pi = self.same_float(OP, p, &xi)?;
             if pi.shape != normalized_shape {
                 return Err(shape_err(
                     OP,
@@ -962,7 +971,7 @@ impl GraphBuilder {
                 eps,
             },
             OP,
-            DType::F32,
+            xi.dtype,
             xi.shape,
         ))
     }
@@ -971,7 +980,7 @@ impl GraphBuilder {
 
     fn pool_impl(&mut self, x: TensorId, p: Pool2d, max: bool) -> Result<TensorId> {
         let op = if max { "max_pool2d" } else { "avg_pool2d" };
-        let xi = self.f32_operand(op, x)?;
+        let xi = self.float_operand(op, x)?;
         let r = xi.shape.len();
         if r < 3 {
             return Err(shape_err(
@@ -1008,7 +1017,7 @@ impl GraphBuilder {
             })?;
             out[r - 2 + i] = o;
         }
-        Ok(self.node(Op::Pool { x, max, p }, op, DType::F32, out))
+        Ok(self.node(Op::Pool { x, max, p }, op, xi.dtype, out))
     }
 
     /// Average pooling over the last two dims.
@@ -1030,14 +1039,14 @@ impl GraphBuilder {
         p: Conv2d,
     ) -> Result<TensorId> {
         const OP: &str = "conv2d";
-        let xi = self.f32_operand(OP, x)?;
-        let wi = self.f32_operand(OP, w)?;
+        let xi = self.float_operand(OP, x)?;
+        let wi = self.same_float(OP, w, &xi)?;
         let shape = conv_shape(OP, &xi, &wi, &p)?;
         if let Some(b) = bias {
-            let bi = self.f32_operand(OP, b)?;
+            let bi = self.same_float(OP, b, &xi)?;
             check_bias(OP, &bi, shape[1])?;
         }
-        Ok(self.node(Op::Conv { x, w, bias, p }, OP, DType::F32, shape))
+        Ok(self.node(Op::Conv { x, w, bias, p }, OP, xi.dtype, shape))
     }
 
     fn typed_operand(&self, op: &'static str, t: TensorId, dtype: DType) -> Result<TensorInfo> {
@@ -1152,8 +1161,8 @@ impl GraphBuilder {
     /// once at build.
     pub fn linear(&mut self, x: TensorId, w: TensorId, bias: Option<TensorId>) -> Result<TensorId> {
         const OP: &str = "linear";
-        let xi = self.gemm_operand(OP, x, None)?;
-        let wi = self.gemm_operand(OP, w, Some(xi.dtype))?;
+        let xi = self.float_operand(OP, x)?;
+        let wi = self.same_float(OP, w, &xi)?;
         let k = *xi.shape.last().unwrap_or(&0);
         if wi.shape.len() != 2 || wi.shape[1] != k {
             return Err(shape_err(
@@ -1166,7 +1175,7 @@ impl GraphBuilder {
         }
         let n = wi.shape[0];
         if let Some(b) = bias {
-            let bi = self.gemm_operand(OP, b, Some(xi.dtype))?;
+            let bi = self.same_float(OP, b, &xi)?;
             if bi.shape != [n] {
                 return Err(shape_err(
                     OP,
@@ -1202,8 +1211,8 @@ impl GraphBuilder {
     /// `a [b, m, k] @ b [b, k, n]`.
     pub fn bmm(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         const OP: &str = "bmm";
-        let ai = self.gemm_operand(OP, a, None)?;
-        let bi = self.gemm_operand(OP, b, Some(ai.dtype))?;
+        let ai = self.float_operand(OP, a)?;
+        let bi = self.same_float(OP, b, &ai)?;
         if ai.shape.len() != 3 || bi.shape.len() != 3 || ai.shape[0] != bi.shape[0] {
             return Err(shape_err(
                 OP,
@@ -1217,8 +1226,8 @@ impl GraphBuilder {
     }
 
     fn matmul_impl(&mut self, op: &'static str, a: TensorId, b: TensorId) -> Result<TensorId> {
-        let ai = self.gemm_operand(op, a, None)?;
-        let bi = self.gemm_operand(op, b, Some(ai.dtype))?;
+        let ai = self.float_operand(op, a)?;
+        let bi = self.same_float(op, b, &ai)?;
         let (ra, rb) = (ai.shape.len(), bi.shape.len());
         if ra < 2 || rb < 2 {
             return Err(shape_err(
@@ -1505,16 +1514,16 @@ impl GraphBuilder {
     /// `cond ? a : b` elementwise (`cond` a mask: nonzero is true), all three broadcasting.
     pub fn where_(&mut self, cond: TensorId, a: TensorId, b: TensorId) -> Result<TensorId> {
         const OP: &str = "where";
-        let ci = self.f32_operand(OP, cond)?;
-        let ai = self.f32_operand(OP, a)?;
-        let bi = self.f32_operand(OP, b)?;
+        let ai = self.float_operand(OP, a)?;
+        let ci = self.same_float(OP, cond, &ai)?;
+        let bi = self.same_float(OP, b, &ai)?;
         let ab = TensorInfo {
             shape: broadcast_shape(OP, &ai, &bi)?,
             name: format!("{} and {}", ai.name, bi.name),
             ..ai
         };
         let shape = broadcast_shape(OP, &ci, &ab)?;
-        Ok(self.node(Op::Where { cond, a, b }, OP, DType::F32, shape))
+        Ok(self.node(Op::Where { cond, a, b }, OP, ai.dtype, shape))
     }
 
     /// `any(x != 0)` over `dims` as a mask (all dims when empty).
@@ -1524,8 +1533,9 @@ impl GraphBuilder {
         self.compare_scalar(n, Compare::Ne, 0.0)
     }
 
-    /// `table[ids]`: rows of the 32-bit `table` `[v, d]` picked by the i32 `ids` (any shape);
-    /// the result has shape `ids.shape + [d]`. An id outside `0..v` gives a row of zeros.
+    /// `table[ids]`: rows of the 32-bit or f16 `table` `[v, d]` picked by the i32 `ids` (any
+    /// shape); the result has shape `ids.shape + [d]`. An id outside `0..v` gives a row of
+    /// zeros.
     pub fn embedding(&mut self, table: TensorId, ids: TensorId) -> Result<TensorId> {
         const OP: &str = "embedding";
         let ti = self.word_operand(OP, table)?;
@@ -1552,9 +1562,29 @@ impl GraphBuilder {
 
     /// A constant f32 tensor of `shape` filled with `value`.
     pub fn full(&mut self, name: &str, shape: &[usize], value: f32) -> Result<TensorId> {
+        self.full_as(name, shape, value, DType::F32)
+    }
+
+    /// A constant float tensor (f32 or f16) of `shape` filled with `value`.
+    pub fn full_as(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        value: f32,
+        dtype: DType,
+    ) -> Result<TensorId> {
         Self::check_shape("full", name, shape)?;
         let n = shape.iter().product();
-        self.constant_f32(name, shape, &vec![value; n])
+        match dtype {
+            DType::F32 => self.constant_f32(name, shape, &vec![value; n]),
+            DType::F16 => self.constant_f16(name, shape, &vec![value; n]),
+            other => Err(Error::DType {
+                op: "full",
+                tensor: name.to_string(),
+                actual: other,
+                expected: "f32 or f16",
+            }),
+        }
     }
 
     /// `x.select(dim, index)`: the slice at `index` of `dim` (negative counts from the end),
@@ -1617,7 +1647,7 @@ impl GraphBuilder {
         eps: f32,
     ) -> Result<TensorId> {
         const OP: &str = "group_norm";
-        let xi = self.f32_operand(OP, x)?;
+        let xi = self.float_operand(OP, x)?;
         let (n, c) = match xi.shape.as_slice() {
             [n, c, ..] => (*n, *c),
             _ => (0, 0),
@@ -1641,7 +1671,7 @@ impl GraphBuilder {
         pshape.resize(xi.shape.len() - 1, 1);
         for (p, mul) in [(weight, true), (bias, false)] {
             let Some(p) = p else { continue };
-            let pi = self.f32_operand(OP, p)?;
+            let pi = self.same_float(OP, p, &xi)?;
             if pi.shape != [c] {
                 return Err(shape_err(
                     OP,

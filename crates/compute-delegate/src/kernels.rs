@@ -1,5 +1,63 @@
 //! The embedded SPIR-V of the op library (`shaders/compute-delegate/*.comp`, compiled by
-//! `cargo xtask shaders`).
+//! `cargo xtask shaders`): per kernel the plain (fp32) module and, for kernels with a
+//! `// variant: f16` line, the fp16-storage module `<name>_f16.spv`.
+
+use vk_core::DType;
+
+/// The element type a kernel's tensors are stored in (its arithmetic is fp32 either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub(crate) enum Precision {
+    /// f32 tensors (and the integer kernels).
+    #[default]
+    F32,
+    /// f16 tensors (`-DDTYPE_F16`).
+    F16,
+}
+
+impl Precision {
+    /// The precision of an op whose float operands have `dtype`.
+    pub fn of(dtype: DType) -> Precision {
+        if dtype == DType::F16 {
+            Precision::F16
+        } else {
+            Precision::F32
+        }
+    }
+}
+
+/// A kernel compiled for a precision: what a shader module and a pipeline are made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Shader {
+    pub kernel: Kernel,
+    pub precision: Precision,
+}
+
+impl std::fmt::Display for Shader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let fp16_by_nature = matches!(self.kernel, Kernel::GemmCoop | Kernel::GemmCoop2);
+        match self.precision {
+            Precision::F16 if !fp16_by_nature => write!(f, "{:?}_f16", self.kernel),
+            _ => write!(f, "{:?}", self.kernel),
+        }
+    }
+}
+
+impl Shader {
+    /// The SPIR-V words, for `vkCreateShaderModule`.
+    pub fn words(self) -> crate::Result<Vec<u32>> {
+        let bytes = self.kernel.spirv_for(self.precision).ok_or_else(|| {
+            crate::Error::Graph(format!(
+                "internal: {:?} has no {:?} variant",
+                self.kernel, self.precision
+            ))
+        })?;
+        ash::util::read_spv(&mut std::io::Cursor::new(bytes)).map_err(|e| {
+            crate::Error::Graph(format!(
+                "internal: embedded SPIR-V of {self:?} is unreadable: {e}"
+            ))
+        })
+    }
+}
 
 /// A compute shader of the op library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,41 +117,39 @@ impl Kernel {
         }
     }
 
-    /// The SPIR-V words, for `vkCreateShaderModule`.
-    pub fn words(self) -> crate::Result<Vec<u32>> {
-        ash::util::read_spv(&mut std::io::Cursor::new(self.spirv())).map_err(|e| {
-            crate::Error::Graph(format!(
-                "internal: embedded SPIR-V of {self:?} is unreadable: {e}"
-            ))
+    /// The fp16-storage SPIR-V, for kernels that have it.
+    fn spirv_f16(self) -> Option<&'static [u8]> {
+        Some(match self {
+            Kernel::Unary => include_bytes!("../spirv/unary_f16.spv"),
+            Kernel::Binary => include_bytes!("../spirv/binary_f16.spv"),
+            Kernel::BinaryBcast => include_bytes!("../spirv/binary_bcast_f16.spv"),
+            Kernel::Copy => include_bytes!("../spirv/copy_strided_f16.spv"),
+            Kernel::Softmax => include_bytes!("../spirv/softmax_f16.spv"),
+            Kernel::SoftmaxSg => include_bytes!("../spirv/softmax_sg_f16.spv"),
+            Kernel::Reduce => include_bytes!("../spirv/reduce_f16.spv"),
+            Kernel::ReduceSg => include_bytes!("../spirv/reduce_sg_f16.spv"),
+            Kernel::LayerNorm => include_bytes!("../spirv/layer_norm_f16.spv"),
+            Kernel::LayerNormSg => include_bytes!("../spirv/layer_norm_sg_f16.spv"),
+            Kernel::Pool => include_bytes!("../spirv/pool2d_f16.spv"),
+            Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2_f16.spv"),
+            Kernel::ConvDw => include_bytes!("../spirv/conv_dw_f16.spv"),
+            Kernel::Gemm => include_bytes!("../spirv/gemm_f16.spv"),
+            Kernel::Where => include_bytes!("../spirv/where_f16.spv"),
+            Kernel::Gather => include_bytes!("../spirv/gather_f16.spv"),
+            // fp16 kernels by nature.
+            Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
+            Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
+            Kernel::Cast | Kernel::FmaPeak | Kernel::CopyVec4 | Kernel::QAdd | Kernel::QConv => {
+                return None;
+            }
         })
     }
 
-    /// The shader's name (its source file's stem).
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernel::Unary => "unary",
-            Kernel::Binary => "binary",
-            Kernel::BinaryBcast => "binary_bcast",
-            Kernel::Copy => "copy_strided",
-            Kernel::Cast => "cast",
-            Kernel::Softmax => "softmax",
-            Kernel::SoftmaxSg => "softmax_sg",
-            Kernel::Reduce => "reduce",
-            Kernel::ReduceSg => "reduce_sg",
-            Kernel::LayerNorm => "layer_norm",
-            Kernel::LayerNormSg => "layer_norm_sg",
-            Kernel::Pool => "pool2d",
-            Kernel::Pool2x2 => "pool2x2",
-            Kernel::ConvDw => "conv_dw",
-            Kernel::Gemm => "gemm",
-            Kernel::GemmCoop => "gemm_coop",
-            Kernel::GemmCoop2 => "gemm_coop2",
-            Kernel::FmaPeak => "fma_peak",
-            Kernel::CopyVec4 => "copy_vec4",
-            Kernel::QAdd => "qadd",
-            Kernel::QConv => "qconv",
-            Kernel::Where => "where",
-            Kernel::Gather => "gather",
+    /// The SPIR-V of the kernel compiled for `precision`, if it has that variant.
+    pub fn spirv_for(self, precision: Precision) -> Option<&'static [u8]> {
+        match precision {
+            Precision::F32 => Some(self.spirv()),
+            Precision::F16 => self.spirv_f16(),
         }
     }
 
@@ -126,3 +182,52 @@ impl Kernel {
 
 /// The most push-constant bytes any kernel declares.
 pub(crate) const PUSH_BYTES: u32 = 128;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Kernel; 21] = [
+        Kernel::Unary,
+        Kernel::Binary,
+        Kernel::BinaryBcast,
+        Kernel::Copy,
+        Kernel::Cast,
+        Kernel::Softmax,
+        Kernel::SoftmaxSg,
+        Kernel::Reduce,
+        Kernel::ReduceSg,
+        Kernel::LayerNorm,
+        Kernel::LayerNormSg,
+        Kernel::Pool,
+        Kernel::Pool2x2,
+        Kernel::ConvDw,
+        Kernel::Gemm,
+        Kernel::FmaPeak,
+        Kernel::CopyVec4,
+        Kernel::QAdd,
+        Kernel::QConv,
+        Kernel::Where,
+        Kernel::Gather,
+    ];
+
+    #[test]
+    fn every_variant_is_readable_and_distinct() {
+        for k in ALL {
+            let f32 = Shader {
+                kernel: k,
+                precision: Precision::F32,
+            };
+            assert!(f32.words().is_ok(), "{k:?}");
+            let f16 = Shader {
+                kernel: k,
+                precision: Precision::F16,
+            };
+            let has_f16 = k.spirv_for(Precision::F16).is_some();
+            assert_eq!(f16.words().is_ok(), has_f16, "{k:?}");
+            if has_f16 {
+                assert_ne!(k.spirv_for(Precision::F16), Some(k.spirv()), "{k:?}");
+            }
+        }
+    }
+}

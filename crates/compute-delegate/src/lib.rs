@@ -57,11 +57,17 @@
 //!   one register-tiled GEMM shader (8x8 per thread, up to 128x128 per work group), split
 //!   along K when the output has too few tiles to fill the device;
 //! - `reshape` / `view` (no copy), `permute` / `transpose`, `cat`, `slice` (strided copies of
-//!   32-bit elements), `cast` between f32, f16, i32 and i8;
+//!   32-bit or f16 elements), `cast` between f32, f16, i32 and i8;
 //! - int8 `add_q8` and `conv2d_q8` with TOSA-style rescales (per tensor or per channel).
 //!
-//! Dtypes: compute is f32 (and i8/i32 for the quantized ops); f16 and i8 tensors are read and
-//! written as packed 32-bit words, so no 8- or 16-bit storage feature is needed.
+//! Dtypes: the graph's dtype decides. Float ops take f32 or f16 operands (all float operands
+//! of one op the same dtype; mixing is an [`Error::DType`] naming the tensor) and their
+//! outputs keep it. f16 ops run the f16 variant of their shader: fp16 storage, fp32
+//! arithmetic and accumulation (reductions, softmax, norms, GEMM and conv accumulators), on
+//! devices with [`F16_FEATURES`]; a graph with such an op needs [`f16_requirements`] and its
+//! build fails on a device without them with an error naming the missing features. Graphs
+//! without f16 ops ask for nothing 16-bit: `cast` (f32, f16, i32, i8, i64) and f16 graph
+//! inputs and outputs move packed 32-bit words. int8 ops compute in i8/i32.
 //!
 //! What it does not check: the validity of handles given to its `unsafe` functions; that the
 //! device passed to `build` has what [`requirements`] lists (a device made from them does).
@@ -79,7 +85,7 @@ mod kernels;
 mod lower;
 mod runtime;
 
-pub use bench::{BenchRow, bench};
+pub use bench::{BenchRow, bench, bench_requirements};
 pub use coop::{COOPERATIVE_FEATURES, CoopPolicy, cooperative_gemm_kernel};
 pub use error::{Error, Result};
 pub use graph::{
@@ -87,17 +93,35 @@ pub use graph::{
 };
 pub use runtime::{BuildOptions, DispatchTime, ExternalBindings, Graph, MemoryReport};
 
-use vk_core::{QueueCaps, Requirements, Version};
+use vk_core::{Device, Features, QueueCaps, Requirements, Version};
 
-/// What the delegate needs from a device: a compute queue on Vulkan 1.1. Nothing optional is
-/// asked for: the shaders use 32-bit types only (f16 and i8 tensors are packed into 32-bit
-/// words) and subgroup operations, which are core and queried from the device's properties, so
-/// no 8/16/64-bit, subgroup-size or cooperative-matrix feature is enabled on the delegate's
-/// behalf. A shader that needs one would add it here.
+/// What the delegate needs from a device for any graph: a compute queue on Vulkan 1.1.
+/// Nothing optional is asked for: f32 graphs' shaders use 32-bit types only (f16 and i8
+/// tensors at their edges are packed into 32-bit words) and subgroup operations, which are
+/// core and queried from the device's properties, so no 8/16/64-bit, subgroup-size or
+/// cooperative-matrix feature is enabled on the delegate's behalf. Graphs that compute in f16
+/// need [`f16_requirements`] ([`GraphBuilder::requirements`] says which a graph needs).
 pub fn requirements() -> Requirements {
     Requirements::new("compute-delegate")
         .min_api(Version::V1_1)
         .require_queue(QueueCaps::COMPUTE)
+}
+
+/// The features an fp16 graph's shaders use: `shaderFloat16` and
+/// `storageBuffer16BitAccess`.
+pub const F16_FEATURES: Features = Features::SHADER_FLOAT16.union(Features::STORAGE_BUFFER_16BIT);
+
+/// What a graph that computes in f16 needs: [`requirements`] and [`F16_FEATURES`].
+pub fn f16_requirements() -> Requirements {
+    Requirements::new("compute-delegate (f16 graph)")
+        .min_api(Version::V1_1)
+        .require_queue(QueueCaps::COMPUTE)
+        .require_features(F16_FEATURES)
+}
+
+/// Whether `device` has [`F16_FEATURES`] enabled, so that fp16 graphs build on it.
+pub fn supports_f16(device: &Device) -> bool {
+    device.check(&f16_requirements()).is_ok()
 }
 
 #[cfg(feature = "shared")]

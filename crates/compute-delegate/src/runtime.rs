@@ -12,7 +12,7 @@ use vk_core::{
 };
 
 use crate::error::{Error, Result};
-use crate::kernels::Kernel;
+use crate::kernels::Shader;
 
 /// Command buffers of a graph's [`Submission`].
 pub(crate) mod cmd {
@@ -128,7 +128,7 @@ impl MemoryReport {
 pub struct DispatchTime {
     /// The op the dispatch belongs to.
     pub op: &'static str,
-    /// The shader.
+    /// The shader (`Gemm`; `Gemm_f16` for its fp16 variant).
     pub kernel: String,
     /// Work groups dispatched.
     pub groups: [u32; 3],
@@ -218,7 +218,7 @@ impl Drop for Objects {
 #[derive(Debug, Clone)]
 pub(crate) struct Recorded {
     pub op: &'static str,
-    pub kernel: Kernel,
+    pub kernel: Shader,
     pub pipeline: vk::Pipeline,
     pub layout: vk::PipelineLayout,
     pub set: vk::DescriptorSet,
@@ -767,18 +767,18 @@ impl Graph {
         Ok(vk_core::VkResultExt::vk(data, "vkGetPipelineCacheData")?)
     }
 
+    /// The kernel of each dispatch, in recording order (`Gemm`; `Gemm_f16` for an fp16
+    /// variant), as [`DispatchTime::kernel`] names them.
+    pub fn kernels(&self) -> Vec<String> {
+        self.recorded.iter().map(|r| r.kernel.to_string()).collect()
+    }
+
     /// Runs the dispatches once (device-resident, on the inputs already on the device) with a
     /// timestamp after each, and returns each dispatch's share of the device time. Dispatches
     /// without a barrier between them may overlap on the device, so their shares are
     /// approximate.
     pub fn profile(&mut self) -> Result<Vec<DispatchTime>> {
         self.profile_dispatches()
-    }
-
-    /// The shader of each dispatch, in order (`"gemm"`, `"gemm_coop"`, ...): which kernels the
-    /// lowering chose on this device.
-    pub fn kernels(&self) -> Vec<&'static str> {
-        self.recorded.iter().map(|r| r.kernel.name()).collect()
     }
 
     fn profile_dispatches(&mut self) -> Result<Vec<DispatchTime>> {
@@ -808,7 +808,7 @@ impl Graph {
             .enumerate()
             .map(|(i, r)| DispatchTime {
                 op: r.op,
-                kernel: format!("{:?}", r.kernel),
+                kernel: r.kernel.to_string(),
                 groups: r.groups,
                 time: Duration::from_nanos(
                     (ticks[i + 1].saturating_sub(ticks[i]) as f64 * period) as u64,

@@ -6,13 +6,26 @@ use vk_core::testing::{self, assert_no_validation_errors};
 fn quick_bench_runs_every_op_and_reports_ratios() {
     let Some((instance, dev)) = testing::device(
         "quick_bench_runs_every_op_and_reports_ratios",
-        &compute_delegate::requirements(),
+        &compute_delegate::bench_requirements(),
     ) else {
         return;
     };
+    let f16 = compute_delegate::supports_f16(&dev);
     let rows = compute_delegate::bench(&dev, None, true).unwrap();
     for r in &rows {
         eprintln!("{}", r.line());
+        if r.op.ends_with("_f16") {
+            if !f16 {
+                assert!(
+                    r.error
+                        .as_deref()
+                        .is_some_and(|e| e.contains("shaderFloat16"))
+                );
+                continue;
+            }
+            assert!(r.vs_f32.is_some_and(|v| v > 0.0), "{r:?}");
+            assert!(r.kernels.iter().all(|k| k.ends_with("_f16")), "{r:?}");
+        }
         assert!(
             r.device_ms > 0.0 && r.throughput > 0.0 && r.ratio > 0.0,
             "{r:?}"
@@ -28,13 +41,17 @@ fn quick_bench_runs_every_op_and_reports_ratios() {
         "softmax",
         "conv3x3",
         "matmul",
+        "add_f16",
+        "softmax_f16",
+        "conv3x3_f16",
+        "matmul_f16",
     ] {
         assert!(ops.contains(&op), "{op} missing from {ops:?}");
     }
     let only = compute_delegate::bench(&dev, Some("matmul"), true).unwrap();
     assert!(
         only.iter()
-            .all(|r| ["copy", "fma_peak", "matmul"].contains(&r.op.as_str()))
+            .all(|r| ["copy", "fma_peak", "matmul", "matmul_f16"].contains(&r.op.as_str()))
     );
     drop(dev);
     assert_no_validation_errors(&instance);

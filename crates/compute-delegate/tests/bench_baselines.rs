@@ -41,7 +41,15 @@ fn the_copy_shader_is_the_memory_baseline_and_runs_have_a_spread() {
     // An op row: end-to-end spread too, and its memory-bound baseline is the copy shader.
     let add = compute_delegate::bench(&dev, Some("add"), true).unwrap();
     let ops: Vec<&str> = add.iter().map(|r| r.op.as_str()).collect();
-    assert_eq!(ops, ["copy", "fma_peak", "add"]);
+    assert_eq!(ops, ["copy", "fma_peak", "add", "add_f16"]);
+    // This device was made without the f16 features: the fp16 row fails, naming them.
+    let f16 = &add[3];
+    assert!(
+        f16.error
+            .as_deref()
+            .is_some_and(|e| e.contains("shaderFloat16")),
+        "{f16:?}"
+    );
     let add = &add[2];
     assert!(add.error.is_none() && ordered(add), "{add:?}");
     assert_eq!(add.baseline_name, "copy shader bandwidth");

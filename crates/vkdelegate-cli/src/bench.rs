@@ -64,7 +64,7 @@ pub fn run(args: &BenchArgs) -> Result {
 fn open_device(args: &BenchArgs) -> Result<vkdelegate::vk_core::Device> {
     let req = vkdelegate::vk_core::Requirements::new("vkdelegate bench");
     #[cfg(feature = "compute")]
-    let req = req.union(&vkdelegate::compute::bench::requirements());
+    let req = req.union(&vkdelegate::compute::bench_requirements());
     #[cfg(feature = "vgf")]
     let mut req = req;
     #[cfg(feature = "vgf")]
@@ -84,7 +84,8 @@ fn ops(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> 
     println!(
         "\ncompute ops ({} shapes; device and end-to-end ms as min / median / max of the timed \
          runs; ratios to this device's copy-shader bandwidth or fp32 FMA peak, same run; \
-         NOISY: a spread (max - min) / median over {:.0}%):",
+         fp16 rows also as a speed-up over their fp32 case; the kernels that ran; NOISY: a \
+         spread (max - min) / median over {:.0}%):",
         if args.quick { "quick" } else { "full" },
         NOISY_SPREAD * 100.0
     );
@@ -114,6 +115,7 @@ fn row_json(r: &vkdelegate::compute::BenchRow) -> Value {
         "device": spread(&r.device), "end_to_end": r.end_to_end.as_ref().map(spread),
         "noisy": r.noisy(), "throughput": r.throughput, "unit": r.unit, "baseline": r.baseline,
         "baseline_name": r.baseline_name, "ratio": r.ratio, "error": r.error,
+        "kernels": r.kernels, "vs_f32": r.vs_f32,
     })
 }
 

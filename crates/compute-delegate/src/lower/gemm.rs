@@ -3,6 +3,13 @@
 use super::*;
 
 impl Lowerer<'_> {
+    /// The plain GEMM kernel for an `m x n x k` product in the current node's precision (the
+    /// register-tiled `gemm.comp`, fp32 accumulators in both precisions); [`Lowerer::gemm`]
+    /// first offers fp16 products to the cooperative kernels.
+    fn gemm_kernel(&self, _m: usize, _n: usize, _k: usize) -> Kernel {
+        Kernel::Gemm
+    }
+
     /// A GEMM dispatch (see `gemm.comp`), split along K into several dispatches' worth of
     /// work groups plus a summing pass when the output has too few tiles to fill a large GPU.
     #[allow(clippy::too_many_arguments)]
@@ -18,14 +25,9 @@ impl Lowerer<'_> {
         out: TensorId,
         act: Option<(f32, f32)>,
     ) -> Result<()> {
+        // fp16 products on cooperative matrices where the device runs them (`coop.rs`).
         if mode == 0 && self.coop_gemm(m, n, k, batch, &params, &bindings, out, act)? {
             return Ok(());
-        }
-        if self.t(out).dtype == DType::F16 {
-            return Err(Error::Unsupported(format!(
-                "{}: fp16 GEMMs need cooperative matrices on this device",
-                self.op
-            )));
         }
         // Kernel size baked into the implicit-GEMM pipeline.
         let (khs, kws) = if mode == 1 {
@@ -79,8 +81,11 @@ impl Lowerer<'_> {
         let vec_b = mode == 0 && sb_n == 1 && n % 4 == 0 && sb_k % 4 == 0 && sb_b % 4 == 0;
         // With split-K the activation follows the summing pass.
         let fused = act.is_some() && partial.is_none();
+        let kernel = self.gemm_kernel(m, n, k);
+        // fp16 products write fp32 partial sums.
+        let partial_f32 = partial.is_some() && self.precision == Precision::F16;
         self.push(
-            Kernel::Gemm,
+            kernel,
             vec![
                 (tx * ty) as u32,
                 tx as u32,
@@ -91,12 +96,16 @@ impl Lowerer<'_> {
                 u32::from(fused),
                 u32::from(vec_a),
                 u32::from(vec_b),
+                u32::from(partial_f32),
             ],
             bindings,
             push,
             groups,
         );
         if let Some(p) = partial {
+            if partial_f32 {
+                return self.sum_partials_f16(p, splits as u32, out, out_numel, final_out, act);
+            }
             let g = self.linear_groups(out_numel as u64);
             let sum_to = if act.is_some() {
                 (self.temp(out, out_numel), true)
@@ -125,6 +134,56 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// The summing pass of an fp16 split-K GEMM: the fp32 partials are summed in fp32, clamped
+    /// by the fused activation if any, and narrowed to f16 once.
+    fn sum_partials_f16(
+        &mut self,
+        partial: usize,
+        splits: u32,
+        out: TensorId,
+        out_numel: usize,
+        final_out: (usize, bool),
+        act: Option<(f32, f32)>,
+    ) -> Result<()> {
+        let g = self.linear_groups(out_numel as u64);
+        let sum = self.temp(out, out_numel);
+        self.push_as(
+            Precision::F32,
+            Kernel::Reduce,
+            vec![0],
+            vec![(partial, false), (sum, true)],
+            vec![1, splits, out_numel as u32, 1f32.to_bits()],
+            [g, 1, 1],
+        );
+        let mut src = sum;
+        if let Some((lo, hi)) = act {
+            let n4 = out_numel.div_ceil(4);
+            let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
+            let clamped = self.temp(out, out_numel);
+            self.push_as(
+                Precision::F32,
+                Kernel::Unary,
+                vec![1],
+                vec![(sum, false), (clamped, true)],
+                vec![n4 as u32, lo.to_bits(), hi.to_bits()],
+                [g, 1, 1],
+            );
+            src = clamped;
+        }
+        let quads = out_numel.div_ceil(4);
+        let g = self.linear_groups(quads as u64);
+        let code = |d| crate::graph::cast_code(d).unwrap_or(0);
+        self.push_as(
+            Precision::F32,
+            Kernel::Cast,
+            vec![code(DType::F32), code(DType::F16)],
+            vec![(src, false), final_out],
+            vec![quads as u32],
+            [g, 1, 1],
+        );
+        Ok(())
+    }
+
     /// Lowers a node of this family.
     pub(super) fn matmul(&mut self, op: &Op, t: &Target) -> Result<()> {
         let (out, o, act) = (t.out, t.o, t.act);
@@ -139,17 +198,18 @@ impl Lowerer<'_> {
                     let nout = bi.shape[0];
                     let m = ai.numel() / k;
                     // Constant weights are transposed once to [k, n] for coalesced loads.
+                    let es = bi.dtype.size();
                     let (bst, sb_k, sb_n) = match &self.storages[bi.storage].kind {
                         StorageKind::Const(bytes) => {
                             let mut t = vec![0u8; bytes.len()];
                             for r in 0..nout {
                                 for c in 0..k {
-                                    let s = (r * k + c) * 4;
-                                    let d = (c * nout + r) * 4;
-                                    t[d..d + 4].copy_from_slice(&bytes[s..s + 4]);
+                                    let s = (r * k + c) * es;
+                                    let d = (c * nout + r) * es;
+                                    t[d..d + es].copy_from_slice(&bytes[s..s + es]);
                                 }
                             }
-                            let bytes_len = storage_bytes(DType::F32, &[nout * k]);
+                            let bytes_len = storage_bytes(bi.dtype, &[nout * k]);
                             self.storages.push(Storage {
                                 kind: StorageKind::Const(t),
                                 bytes: bytes_len,

@@ -20,14 +20,14 @@ use crate::error::{Error, Result};
 use crate::graph::{
     GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
 };
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, Precision, Shader};
 
 /// One compute dispatch.
 #[derive(Debug, Clone)]
 pub(crate) struct Dispatch {
     pub op: &'static str,
     pub node: usize,
-    pub kernel: Kernel,
+    pub kernel: Shader,
     pub spec: Vec<u32>,
     /// `(storage, written)` per binding.
     pub bindings: Vec<(usize, bool)>,
@@ -129,6 +129,9 @@ struct Lowerer<'a> {
     subgroups: bool,
     /// fp16 GEMMs run on cooperative matrices with this configuration.
     coop: Option<CoopConfig>,
+    /// The current node's precision: its float operands' dtype (kernels without an f16
+    /// variant run as f32).
+    precision: Precision,
 }
 
 impl Lowerer<'_> {
@@ -163,8 +166,23 @@ impl Lowerer<'_> {
         Ok(g)
     }
 
+    /// A dispatch of `kernel` in the current node's precision (a kernel without that variant
+    /// fails the build with an internal error when its module is made).
     fn push(
         &mut self,
+        kernel: Kernel,
+        spec: Vec<u32>,
+        bindings: Vec<(usize, bool)>,
+        push: Vec<u32>,
+        groups: [u32; 3],
+    ) {
+        self.push_as(self.precision, kernel, spec, bindings, push, groups);
+    }
+
+    /// A dispatch of `kernel` compiled for `precision`.
+    fn push_as(
+        &mut self,
+        precision: Precision,
         kernel: Kernel,
         spec: Vec<u32>,
         bindings: Vec<(usize, bool)>,
@@ -174,7 +192,7 @@ impl Lowerer<'_> {
         self.out.push(Dispatch {
             op: self.op,
             node: self.node,
-            kernel,
+            kernel: Shader { kernel, precision },
             spec,
             bindings,
             push,
@@ -183,6 +201,8 @@ impl Lowerer<'_> {
         });
     }
 
+    /// A temporary of `elements` sized as f32 (enough for either precision; fp16 GEMMs keep
+    /// their split-K partials in f32).
     fn temp(&mut self, tensor: TensorId, elements: usize) -> usize {
         self.storages.push(Storage {
             kind: StorageKind::Temp,
@@ -298,6 +318,15 @@ fn op_name(op: &Op) -> &'static str {
     }
 }
 
+/// A node's precision: its output's dtype (the float operands of an op share it), except for
+/// casts, which convert through 32-bit words (`cast.comp` has one variant).
+fn node_precision(b: &GraphBuilder, op: &Op, out: TensorId) -> Precision {
+    match op {
+        Op::Cast { .. } => Precision::F32,
+        _ => Precision::of(b.tensors[out.0].dtype),
+    }
+}
+
 struct Fusion {
     /// Per node: a clamp to fuse into its epilogue, and the tensor it then writes.
     act: Vec<Option<(f32, f32, TensorId)>>,
@@ -375,6 +404,7 @@ pub(crate) fn lower(
         op: "",
         act: None,
         subgroups,
+        precision: Precision::F32,
     };
     let fusion = fuse_activations(b);
     for (i, node) in b.nodes.iter().enumerate() {
@@ -384,6 +414,7 @@ pub(crate) fn lower(
         l.node = i;
         l.op = op_name(&node.op);
         l.act = fusion.act[i];
+        l.precision = node_precision(b, &node.op, node.out);
         l.lower_node(&node.op, node.out)?;
     }
     Ok(Plan {
@@ -407,6 +438,57 @@ mod tests {
         let (d, st) = collapse(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 4, 1]]);
         assert_eq!(d, vec![2, 12]);
         assert_eq!(st, vec![vec![12, 1], vec![0, 1]]);
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            max_storage_buffer_range: u32::MAX,
+            max_compute_work_group_count: [65535; 3],
+            max_compute_work_group_size: [1024, 1024, 64],
+            max_compute_work_group_invocations: 1024,
+            max_compute_shared_memory_size: 32768,
+            max_push_constants_size: 128,
+            non_coherent_atom_size: 64,
+            min_storage_buffer_offset_alignment: 16,
+            timestamp_period_bits: 1f32.to_bits(),
+            subgroup_size: 32,
+            subgroup_size_range: [32, 32],
+        }
+    }
+
+    #[test]
+    fn f16_nodes_lower_to_f16_shaders_with_fp32_split_k_partials() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, &[4, 1024]).unwrap();
+        let w = b.input("w", DType::F16, &[1024, 8]).unwrap();
+        let y = b.matmul(x, w).unwrap();
+        let y = b.relu(y).unwrap();
+        let z = b.cast(y, DType::F32).unwrap();
+        b.output(z).unwrap();
+        let plan = lower(&b, &limits(), true, None).unwrap();
+        let shaders: Vec<String> = plan
+            .dispatches
+            .iter()
+            .map(|d| d.kernel.to_string())
+            .collect();
+        // The split GEMM writes fp32 partials (spec constant 9), summed and clamped in fp32,
+        // narrowed once; then the graph's own cast.
+        assert_eq!(shaders, ["Gemm_f16", "Reduce", "Unary", "Cast", "Cast"]);
+        assert_eq!(plan.dispatches[0].spec[9], 1);
+        // The same graph in f32 keeps one precision throughout.
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[4, 1024]).unwrap();
+        let w = b.input("w", DType::F32, &[1024, 8]).unwrap();
+        let y = b.matmul(x, w).unwrap();
+        b.output(y).unwrap();
+        let plan = lower(&b, &limits(), true, None).unwrap();
+        let shaders: Vec<String> = plan
+            .dispatches
+            .iter()
+            .map(|d| d.kernel.to_string())
+            .collect();
+        assert_eq!(shaders, ["Gemm", "Reduce"]);
+        assert_eq!(plan.dispatches[0].spec[9], 0);
     }
 
     #[test]

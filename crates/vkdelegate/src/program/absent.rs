@@ -63,6 +63,13 @@ pub(super) mod compute {
         Err(absent(step))
     }
 
+    pub(in crate::program) fn vulkan_requirements(
+        step: &str,
+        _d: &VulkanDelegate,
+    ) -> Result<Requirements> {
+        Err(absent(step))
+    }
+
     pub(in crate::program) fn vulkan_io(step: &str, _d: &VulkanDelegate) -> Result<StepIo> {
         Err(absent(step))
     }

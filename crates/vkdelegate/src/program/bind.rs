@@ -55,7 +55,9 @@ fn is_compute(p: &Prepared) -> bool {
 }
 
 /// Bytes a bound tensor must hold: its packed bytes, padded to whole vec4s where a compute
-/// step reads or writes it (its shaders touch whole vec4s).
+/// step reads or writes it (its shaders touch whole vec4s). The padding is to 16 bytes in
+/// either precision: a vec4 of f32, or two f16vec4s (8 bytes each) of an f16 tensor, as the
+/// compute delegate pads its own storages.
 fn need(spec: &TensorSpec, compute: bool) -> u64 {
     let bytes = spec.bytes().unwrap_or(usize::MAX) as u64;
     if compute {
@@ -257,4 +259,21 @@ impl Bound {
 pub(super) fn written_in_place(produced: &BufferSlice, app: &BufferSlice) -> bool {
     produced.buffer == app.buffer && produced.offset == app.offset
         || produced.memory == app.memory && produced.memory_offset == app.memory_offset
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vk_core::DType;
+
+    #[test]
+    fn compute_bindings_need_whole_vec4s_in_either_precision() {
+        let f16 = TensorSpec::new("h", DType::F16, vec![5]);
+        assert_eq!(need(&f16, false), 10);
+        assert_eq!(need(&f16, true), 16);
+        let f16 = TensorSpec::new("h", DType::F16, vec![8]);
+        assert_eq!(need(&f16, true), 16);
+        let f32 = TensorSpec::new("x", DType::F32, vec![5]);
+        assert_eq!(need(&f32, true), 32);
+    }
 }

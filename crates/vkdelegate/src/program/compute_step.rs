@@ -19,6 +19,18 @@ pub(super) fn requirements(_step: &str) -> Result<Requirements> {
     Ok(compute_delegate::requirements())
 }
 
+/// A `VulkanBackend` step's requirements: the compute delegate's, and for fp16 graphs its
+/// f16 features as optional (enabled where the device has them; fp32 otherwise).
+pub(super) fn vulkan_requirements(step: &str, d: &VulkanDelegate) -> Result<Requirements> {
+    let f16 = crate::pte::lower::has_f16(d).map_err(|e| ProgramError::step(step, e.to_string()))?;
+    let base = compute_delegate::requirements();
+    Ok(if f16 {
+        base.optional_features(compute_delegate::F16_FEATURES)
+    } else {
+        base
+    })
+}
+
 /// Input specs: what producers make, else the step's declared input.
 fn input_specs(
     step: &str,
@@ -81,13 +93,33 @@ pub(super) fn load(
     }))
 }
 
-/// The graph of a `VulkanBackend` delegate, lowered onto the compute delegate.
-fn vulkan_graph(step: &str, d: &VulkanDelegate) -> Result<GraphBuilder> {
-    crate::pte::lower::graph(d).map_err(|e| ProgramError::step(step, e.to_string()))
+/// The graph of a `VulkanBackend` delegate, lowered onto the compute delegate (fp16 tensors
+/// in fp16 with `f16`).
+fn vulkan_graph(step: &str, d: &VulkanDelegate, f16: bool) -> Result<GraphBuilder> {
+    crate::pte::lower::graph(d, f16).map_err(|e| ProgramError::step(step, e.to_string()))
+}
+
+/// Whether an fp16 graph computes in fp16 on `device`: where the device has the compute
+/// delegate's f16 features enabled; otherwise it computes in fp32, and says so.
+fn f16_on(step: &str, d: &VulkanDelegate, device: &Device) -> Result<bool> {
+    let f16 = crate::pte::lower::has_f16(d).map_err(|e| ProgramError::step(step, e.to_string()))?;
+    if !f16 {
+        return Ok(false);
+    }
+    let on = compute_delegate::supports_f16(device);
+    if !on {
+        log::info!(
+            "step '{step}': fp16 graph computed in fp32: device '{}' has no shaderFloat16 and \
+             storageBuffer16BitAccess enabled",
+            device.capabilities().name
+        );
+    }
+    Ok(on)
 }
 
 pub(super) fn vulkan_io(step: &str, d: &VulkanDelegate) -> Result<StepIo> {
-    let g = vulkan_graph(step, d)?;
+    // The edges are f32 staging either way, so fp32 lowering gives the same specs.
+    let g = vulkan_graph(step, d, false)?;
     Ok(StepIo {
         inputs: g.input_specs(),
         outputs: g.output_specs(),
@@ -100,7 +132,7 @@ pub(super) fn vulkan_load(
     device: &Device,
     external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
-    let graph = vulkan_graph(step, d)?
+    let graph = vulkan_graph(step, d, f16_on(step, d, device)?)?
         .build_with(device, &options(external))
         .map_err(wrap(step))?;
     Ok(Box::new(ComputeRunner {

@@ -27,8 +27,7 @@ use std::time::Duration;
 use vk_core::barrier::{Access, host_read_barrier, memory_barrier};
 use vk_core::{
     AppImage, Buffer, BufferSlice, Device, HostPath, HostTensor, HostTransfer, ImageConversion,
-    MemoryLocation, Submission,
-    Timestamps, vk,
+    MemoryLocation, Submission, Timestamps, vk,
 };
 
 use super::bind::{Bound, written_in_place};

@@ -76,7 +76,8 @@ pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
 pub(super) fn requirements(step: &str, prepared: &Prepared) -> Result<Requirements> {
     match prepared {
         Prepared::Vgf(bytes) => vgf::requirements(step, bytes),
-        Prepared::Compute(_) | Prepared::Vulkan(_) => compute::requirements(step),
+        Prepared::Compute(_) => compute::requirements(step),
+        Prepared::Vulkan(v) => compute::vulkan_requirements(step, v),
     }
 }
 

@@ -4,13 +4,16 @@
 //! Storage types and memory layouts (texture or buffer, channels- or width-packed) are hints
 //! for ExecuTorch's own runtime; the compute delegate keeps every tensor in a buffer, packed
 //! row-major, which does not change results. Graphs exported with `force_fp16` hold fp16
-//! constants and tensors: they are computed in fp32 here (constants widened at load), with the
-//! delegate's fp32 staging dtype at its inputs and outputs.
+//! constants and tensors: on a device with `compute_delegate::F16_FEATURES` enabled they are
+//! computed in fp16 (the compute delegate's f16 shaders, fp32 accumulation), else in fp32
+//! (constants widened at load). Their inputs and outputs keep the delegate's fp32 staging
+//! dtype either way, cast to and from f16 inside the graph, so a program's wiring does not
+//! depend on the device.
 //!
-//! Boolean tensors are f32 masks (0.0 false, any other value true; comparisons write 0.0 or
-//! 1.0), so they pass between delegates and CPU kernels as f32. An input the plan holds as
-//! int64 where the graph holds int32 (token ids) is taken as i64 and narrowed to its low 32
-//! bits inside the graph, as ExecuTorch's Vulkan backend does.
+//! Boolean tensors are masks in the graph's float dtype (0.0 false, any other value true;
+//! comparisons write 0.0 or 1.0), passed between delegates and CPU kernels as f32. An input
+//! the plan holds as int64 where the graph holds int32 (token ids) is taken as i64 and
+//! narrowed to its low 32 bits inside the graph, as ExecuTorch's Vulkan backend does.
 
 use std::fmt;
 
@@ -84,8 +87,43 @@ fn err(problem: impl Into<String>) -> LowerError {
     LowerError(problem.into())
 }
 
-/// The delegate's graph as a compute graph.
-pub(crate) fn graph(d: &VulkanDelegate) -> Result<GraphBuilder> {
+/// Whether the delegate's graph holds fp16 tensors (then it can compute in fp16).
+pub(crate) fn has_f16(d: &VulkanDelegate) -> Result<bool> {
+    with_vk_graph(d, |_, vk| Ok(has_f16_tensor(vk)))
+}
+
+/// The delegate's graph as a compute graph; fp16 tensors compute in fp16 when `f16` is set,
+/// else in fp32.
+pub(crate) fn graph(d: &VulkanDelegate, f16: bool) -> Result<GraphBuilder> {
+    let long = long_inputs_of(d)?;
+    with_vk_graph(d, |pte, vk| {
+        let float = if f16 && has_f16_tensor(vk) {
+            DType::F16
+        } else {
+            DType::F32
+        };
+        Lowering::new(pte, vk, float).run(&long)
+    })
+}
+
+fn has_f16_tensor(vk: &VkGraph<'_>) -> bool {
+    vk.values
+        .iter()
+        .any(|v| matches!(v, VkValue::Tensor(t) if t.datatype == VkDataType::Float16))
+}
+
+/// Which of the delegate's inputs its plan holds as int64.
+fn long_inputs_of(d: &VulkanDelegate) -> Result<Vec<bool>> {
+    let pte = Pte::decode(&d.program).map_err(|e| err(e.to_string()))?;
+    let plan = pte.plan(&d.plan).map_err(|e| err(e.to_string()))?;
+    Ok(long_inputs(plan, d.delegate))
+}
+
+/// Runs `f` on the delegate's decoded program and `VkGraph`.
+fn with_vk_graph<T>(
+    d: &VulkanDelegate,
+    f: impl FnOnce(&Pte<'_>, &VkGraph<'_>) -> Result<T>,
+) -> Result<T> {
     let pte = Pte::decode(&d.program).map_err(|e| err(e.to_string()))?;
     let plan = pte.plan(&d.plan).map_err(|e| err(e.to_string()))?;
     let delegate = plan
@@ -96,8 +134,7 @@ pub(crate) fn graph(d: &VulkanDelegate) -> Result<GraphBuilder> {
         .delegate_payload(delegate)
         .map_err(|e| err(e.to_string()))?;
     let vk = VkGraph::decode(payload).map_err(|e| err(e.to_string()))?;
-    let long = long_inputs(plan, d.delegate);
-    Lowering::new(&pte, &vk).run(&long)
+    f(&pte, &vk)
 }
 
 /// Which of the delegate's inputs the plan holds as int64.
@@ -126,21 +163,25 @@ struct Lowering<'p, 'a> {
     vk: &'p VkGraph<'a>,
     g: GraphBuilder,
     tensors: Vec<Option<TensorId>>,
+    /// The dtype float tensors and masks compute in (f16 only for fp16 graphs on devices that
+    /// have the features).
+    float: DType,
 }
 
-fn dtype_of(t: &VkTensor, staging: bool) -> Result<DType> {
+/// A tensor's dtype in a graph computing floats in `float`; with `staging`, its dtype at the
+/// graph's edge (fp16 edges are f32 staging, as ExecuTorch's runtime stages them).
+fn dtype_of(t: &VkTensor, staging: bool, float: DType) -> Result<DType> {
     let d = if staging && t.staging_datatype != VkDataType::Unset {
         t.staging_datatype
     } else {
         t.datatype
     };
     match d {
-        // fp16 graphs compute in fp32 here.
-        VkDataType::Float32 | VkDataType::Float16 => Ok(DType::F32),
+        // Masks are floats too; at the edges, f32 whatever the graph computes in.
+        VkDataType::Float32 | VkDataType::Float16 | VkDataType::Bool if staging => Ok(DType::F32),
+        VkDataType::Float32 | VkDataType::Float16 | VkDataType::Bool => Ok(float),
         VkDataType::Int32 => Ok(DType::I32),
         VkDataType::Int8 => Ok(DType::I8),
-        // Masks.
-        VkDataType::Bool => Ok(DType::F32),
         other => Err(err(format!("tensor dtype {other:?} is not supported"))),
     }
 }
@@ -155,24 +196,17 @@ fn dims(t: &VkTensor) -> Vec<usize> {
 
 /// IEEE half to single precision.
 fn f16_to_f32(h: u16) -> f32 {
-    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
-    let exp = i32::from((h >> 10) & 0x1f);
-    let frac = f32::from(h & 0x3ff);
-    match exp {
-        0 => sign * frac * 2f32.powi(-24),
-        31 if frac == 0.0 => sign * f32::INFINITY,
-        31 => f32::NAN,
-        _ => sign * (1.0 + frac / 1024.0) * 2f32.powi(exp - 15),
-    }
+    half::f16::from_bits(h).to_f32()
 }
 
 impl<'p, 'a> Lowering<'p, 'a> {
-    fn new(pte: &'p Pte<'a>, vk: &'p VkGraph<'a>) -> Self {
+    fn new(pte: &'p Pte<'a>, vk: &'p VkGraph<'a>, float: DType) -> Self {
         Lowering {
             pte,
             vk,
             g: GraphBuilder::new(),
             tensors: vec![None; vk.values.len()],
+            float,
         }
     }
 
@@ -180,13 +214,19 @@ impl<'p, 'a> Lowering<'p, 'a> {
         let ge = |e: compute_delegate::Error| err(e.to_string());
         for (i, &id) in self.vk.input_ids.iter().enumerate() {
             let t = self.tensor_value(id)?;
-            let dtype = dtype_of(t, true)?;
+            let dtype = dtype_of(t, true, self.float)?;
+            let inner = dtype_of(t, false, self.float)?;
             let name = format!("in{i}");
             let x = if dtype == DType::I32 && long.get(i) == Some(&true) {
                 let wide = self.g.input(&name, DType::I64, &dims(t)).map_err(ge)?;
                 self.g.cast(wide, DType::I32).map_err(ge)?
             } else {
-                self.g.input(&name, dtype, &dims(t)).map_err(ge)?
+                let x = self.g.input(&name, dtype, &dims(t)).map_err(ge)?;
+                if inner == dtype {
+                    x
+                } else {
+                    self.g.cast(x, inner).map_err(ge)?
+                }
             };
             self.tensors[id as usize] = Some(x);
         }
@@ -195,7 +235,11 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 .map_err(|e| err(format!("node {} ({}): {e}", node.node_id, node.name)))?;
         }
         for &id in &self.vk.output_ids {
-            let t = self.tensor(id)?;
+            let mut t = self.tensor(id)?;
+            let edge = dtype_of(self.tensor_value(id)?, true, self.float)?;
+            if self.g.dtype(t) != Some(edge) {
+                t = self.g.cast(t, edge).map_err(ge)?;
+            }
             self.g.output(t).map_err(|e| err(e.to_string()))?;
         }
         Ok(self.g)
@@ -234,6 +278,27 @@ impl<'p, 'a> Lowering<'p, 'a> {
             .constant(c as usize, self.pte)
             .map_err(|e| err(e.to_string()))?;
         let host = match t.datatype {
+            VkDataType::Float16 if self.float == DType::F16 => {
+                HostTensor::new(DType::F16, dims(t), bytes.to_vec())
+            }
+            VkDataType::Float32 if self.float == DType::F16 => {
+                let v: Vec<u8> = bytes
+                    .chunks_exact(4)
+                    .flat_map(|b| {
+                        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        half::f16::from_f32(v).to_le_bytes()
+                    })
+                    .collect();
+                HostTensor::new(DType::F16, dims(t), v)
+            }
+            VkDataType::Bool if self.float == DType::F16 => {
+                let one = half::f16::ONE.to_le_bytes();
+                let v: Vec<u8> = bytes
+                    .iter()
+                    .flat_map(|&b| if b != 0 { one } else { [0, 0] })
+                    .collect();
+                HostTensor::new(DType::F16, dims(t), v)
+            }
             VkDataType::Float16 => {
                 let v: Vec<f32> = bytes
                     .chunks_exact(2)
@@ -245,7 +310,7 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 let v: Vec<f32> = bytes.iter().map(|&b| f32::from(u8::from(b != 0))).collect();
                 HostTensor::from_f32(dims(t), &v)
             }
-            _ => HostTensor::new(dtype_of(t, false)?, dims(t), bytes.to_vec()),
+            _ => HostTensor::new(dtype_of(t, false, self.float)?, dims(t), bytes.to_vec()),
         }
         .map_err(|e| err(format!("constant {c}: {e}")))?;
         let x = self
@@ -608,7 +673,7 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 let shape = dims(self.tensor_value(out)?);
                 let value = self.number(a(1)?, 0.0)? as f32;
                 self.g
-                    .full(&format!("full{out}"), &shape, value)
+                    .full_as(&format!("full{out}"), &shape, value, self.float)
                     .map_err(ge)?
             }
             other => return Err(err(format!("op {other} is not lowered"))),
