@@ -6,7 +6,7 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 // GEMM on cooperative matrices (VK_KHR_cooperative_matrix): C[m][n] = sum_k A[m][k] * B[k][n]
-// (+ bias per column, fused clamp), A and B fp16, accumulation in fp32, C fp16. Used for
+// (+ bias per column, or per row with BIAS_ROW, fused clamp), A and B fp16, accumulation in fp32, C fp16. Used for
 // matmul, bmm and linear on fp16 tensors.
 //
 // A work group of four subgroups computes a BM x BN block, stepping K by BK through two
@@ -28,6 +28,8 @@ layout(constant_id = 3) const uint TK = 16;
 layout(constant_id = 4) const uint B_T = 0;
 layout(constant_id = 5) const uint VEC = 0;
 layout(constant_id = 6) const uint ACT = 0;
+// The bias is per row (conv2d: per output channel) instead of per column.
+layout(constant_id = 7) const uint BIAS_ROW = 0;
 // Threads per work group (spec constant 0): four subgroups.
 const uint WG = gl_WorkGroupSize.x;
 
@@ -218,7 +220,7 @@ void main() {
                 if (row < pc.m && col < pc.n) {
                     float v = Cs[slot + e];
                     if (pc.has_bias == 1) {
-                        v += float(bias[col]);
+                        v += float(bias[(BIAS_ROW == 1) ? row : col]);
                     }
                     if (ACT == 1) {
                         v = clamp(v, pc.act_lo, pc.act_hi);

@@ -19,6 +19,8 @@ layout(constant_id = 2) const uint BN = 128;
 layout(constant_id = 3) const uint BK = 32;
 layout(constant_id = 4) const uint B_T = 0;
 layout(constant_id = 5) const uint ACT = 0;
+// The bias is per row (conv2d: per output channel) instead of per column.
+layout(constant_id = 6) const uint BIAS_ROW = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { float16_t a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Bm { float16_t b[]; };
@@ -40,12 +42,15 @@ layout(push_constant) uniform Params {
     float act_hi;
 } pc;
 
-// The epilogue per element: bias of the element's column, then the clamp.
-float epilogue(const in uint row, const in uint col, const in float v, const in uint n0) {
+// The epilogue per element: bias of the element's column (or row), then the clamp.
+float epilogue(const in uint row, const in uint col, const in float v, const in uint m0,
+               const in uint n0) {
     float r = v;
-    uint nn = n0 + col;
-    if (pc.has_bias == 1 && nn < pc.n) {
-        r += float(bias[nn]);
+    if (pc.has_bias == 1) {
+        uint i = (BIAS_ROW == 1) ? (m0 + row) : (n0 + col);
+        if (i < ((BIAS_ROW == 1) ? pc.m : pc.n)) {
+            r += float(bias[i]);
+        }
     }
     if (ACT == 1) {
         r = clamp(r, pc.act_lo, pc.act_hi);
@@ -92,7 +97,7 @@ void main() {
         acc = coopMatMulAdd(fa, fb, acc);
     }
     if (pc.has_bias == 1 || ACT == 1) {
-        coopMatPerElementNV(acc, acc, epilogue, n0);
+        coopMatPerElementNV(acc, acc, epilogue, m0, n0);
     }
     coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> res =
         coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);

@@ -77,6 +77,8 @@ pub const COOPERATIVE_FEATURES: Features = Features::COOPERATIVE_MATRIX
     .union(Features::SHADER_FLOAT16)
     .union(Features::STORAGE_BUFFER_16BIT)
     .union(Features::MAINTENANCE_4)
+    .union(Features::VULKAN_MEMORY_MODEL)
+    .union(Features::VULKAN_MEMORY_MODEL_DEVICE_SCOPE)
     .union(NV2_FEATURES);
 
 /// The subgroup-scope kernel's block is 128 x 128 split among 2 x 2 subgroups, stepping K by
@@ -85,8 +87,9 @@ const WARP_TILE: u32 = 64;
 const BLOCK_K: u32 = 32;
 
 /// What the device offers, without the check, best first. Both kinds need Vulkan 1.3 (the
-/// kernels are SPIR-V 1.6) and `cooperativeMatrix`, `shaderFloat16`, 16-bit storage and
-/// `maintenance4` (work-group sizes by id) enabled. The workgroup-scope kernel needs the four
+/// kernels are SPIR-V 1.6) and `cooperativeMatrix`, `shaderFloat16`, 16-bit storage,
+/// `maintenance4` (work-group sizes by id) and the Vulkan memory model (their SPIR-V declares
+/// it) enabled. The workgroup-scope kernel needs the four
 /// `VK_NV_cooperative_matrix2` features it uses; the subgroup-scope kernel a reported
 /// fp16 x fp16 -> fp32 shape that tiles its blocks (16 x 16 x 16 preferred) and subgroups of
 /// 16 to 64 lanes.
@@ -95,7 +98,9 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
     let need = Features::COOPERATIVE_MATRIX
         | Features::SHADER_FLOAT16
         | Features::STORAGE_BUFFER_16BIT
-        | Features::MAINTENANCE_4;
+        | Features::MAINTENANCE_4
+        | Features::VULKAN_MEMORY_MODEL
+        | Features::VULKAN_MEMORY_MODEL_DEVICE_SCOPE;
     if enabled.api_version < Version::V1_3 || !enabled.features.contains(need) {
         return Vec::new();
     }
@@ -116,7 +121,7 @@ fn nv2_config() -> Option<CoopConfig> {
         bm: 128,
         bn: 128,
         bk: 32,
-        threads: 256,
+        threads: 128,
     };
     let Ok(v) = std::env::var(ENV_COOP2) else {
         return Some(default);

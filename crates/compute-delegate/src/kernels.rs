@@ -79,6 +79,7 @@ pub(crate) enum Kernel {
     Gemm,
     GemmCoop,
     GemmCoop2,
+    Im2col,
     FmaPeak,
     CopyVec4,
     QAdd,
@@ -108,6 +109,7 @@ impl Kernel {
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
+            Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
@@ -139,6 +141,7 @@ impl Kernel {
             // fp16 kernels by nature.
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
+            Kernel::Im2col => include_bytes!("../spirv/im2col_f16.spv"),
             Kernel::Cast | Kernel::FmaPeak | Kernel::CopyVec4 | Kernel::QAdd | Kernel::QConv => {
                 return None;
             }
@@ -166,7 +169,8 @@ impl Kernel {
             | Kernel::Reduce
             | Kernel::ReduceSg
             | Kernel::Pool
-            | Kernel::Pool2x2 => 2,
+            | Kernel::Pool2x2
+            | Kernel::Im2col => 2,
             Kernel::Binary | Kernel::BinaryBcast | Kernel::QAdd | Kernel::Gather => 3,
             Kernel::LayerNorm
             | Kernel::LayerNormSg

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] functions
 
-use compute_delegate::{BuildOptions, CoopPolicy, GraphBuilder, cooperative_gemm_kernel};
+use compute_delegate::{BuildOptions, Conv2d, CoopPolicy, GraphBuilder, cooperative_gemm_kernel};
 use half::f16;
 use vk_core::testing::{self, assert_no_validation_errors};
 use vk_core::{DType, Device, HostTensor, Instance};
@@ -141,5 +141,81 @@ fn policy_off_keeps_the_plain_kernel() {
         Ok(graph) => assert!(graph.kernels().iter().all(|k| !k.starts_with("GemmCoop"))),
         Err(e) => panic!("plain fp16 GEMM: {e}"),
     }
+    assert_no_validation_errors(&instance);
+}
+
+/// fp16 conv2d (one group, bias, fused relu) against f64: through cooperative GEMMs where the
+/// device runs them (a patch matrix first unless 1x1), the plain implicit GEMM elsewhere.
+fn run_conv(device: &Device, x_shape: [usize; 4], cout: usize, k: usize, p: Conv2d) {
+    let [nb, cin, h, w] = x_shape;
+    let xs = values(nb * cin * h * w, 4);
+    let ws = values(cout * cin * k * k, 5);
+    let bs = values(cout, 6);
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F16, &x_shape).unwrap();
+    let wt = g.constant("w", tensor(&[cout, cin, k, k], &ws)).unwrap();
+    let b = g.constant("b", tensor(&[cout], &bs)).unwrap();
+    let y = g.conv2d(x, wt, Some(b), p).unwrap();
+    let y = g.relu(y).unwrap();
+    g.output(y).unwrap();
+    let mut graph = g.build(device).unwrap();
+    let want = cooperative_gemm_kernel(device).unwrap_or("Gemm_f16");
+    assert!(
+        graph.kernels().iter().any(|kn| kn == want),
+        "conv {x_shape:?} k{k}: kernels {:?}, expected {want}",
+        graph.kernels()
+    );
+    let got = read(&graph.execute(&[tensor(&x_shape, &xs)]).unwrap()[0]);
+    let oh = (h + 2 * p.padding[0] - k) / p.stride[0] + 1;
+    let ow = (w + 2 * p.padding[1] - k) / p.stride[1] + 1;
+    for img in 0..nb {
+        for co in 0..cout {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut r = f64::from(bs[co]);
+                    for ci in 0..cin {
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                let iy = (oy * p.stride[0] + ky) as isize - p.padding[0] as isize;
+                                let ix = (ox * p.stride[1] + kx) as isize - p.padding[1] as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                    continue;
+                                }
+                                let xv = xs[((img * cin + ci) * h + iy as usize) * w + ix as usize];
+                                let wv = ws[((co * cin + ci) * k + ky) * k + kx];
+                                r += f64::from(xv) * f64::from(wv);
+                            }
+                        }
+                    }
+                    let r = r.max(0.0);
+                    let v = f64::from(got[((img * cout + co) * oh + oy) * ow + ox]);
+                    let tol = 1e-3 * ((cin * k * k) as f64).sqrt() + 2e-3 * r.abs();
+                    assert!(
+                        (v - r).abs() <= tol,
+                        "conv {x_shape:?} k{k}: [{img}][{co}][{oy}][{ox}] = {v}, expected {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fp16_conv2d_uses_the_chosen_kernel_and_matches() {
+    let Some((instance, device)) = device("fp16_conv2d_uses_the_chosen_kernel_and_matches") else {
+        return;
+    };
+    let pad1 = Conv2d {
+        padding: [1, 1],
+        ..Conv2d::default()
+    };
+    run_conv(&device, [2, 16, 12, 10], 24, 3, pad1);
+    run_conv(&device, [1, 32, 9, 9], 40, 1, Conv2d::default());
+    let strided = Conv2d {
+        stride: [2, 2],
+        padding: [1, 1],
+        ..Conv2d::default()
+    };
+    run_conv(&device, [1, 8, 15, 17], 16, 3, strided);
     assert_no_validation_errors(&instance);
 }

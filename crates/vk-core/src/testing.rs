@@ -143,7 +143,12 @@ const COOPERATIVE_MATRIX_SPIRV: &[&str] = &[
     "capability operand: 5432",
     "capability operand: 5433",
     "capability operand: 5439",
-    "1000593000",
+    // Feature structures of VK_KHR_cooperative_matrix and VK_NV_cooperative_matrix2 in
+    // VkDeviceCreateInfo's chain, unknown to the layer.
+    "VkStructureType (1000506000)",
+    "VkStructureType (1000593000)",
+    // Capabilities the layer has no name for.
+    "(Unhandled OpCapability)",
 ];
 
 /// Whether a validation message is one an outdated layer gives for a cooperative-matrix

@@ -328,10 +328,10 @@ fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let builder = vkdelegate::pte::program_builder(bytes.into(), None)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        #[cfg(feature = "shared")]
-        let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
-            vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
-        ));
+        // Each program on its own device, made with its own requirements (a shared context
+        // keeps the features of whichever program made it: an fp32 program's would leave an
+        // fp16 one computing in fp32).
+        let builder = builder.device(vkdelegate::program::DeviceChoice::Standalone);
         let t = Instant::now();
         let mut p = builder.build()?;
         let load = t.elapsed();

@@ -1,13 +1,39 @@
-//! GEMMs on cooperative matrices (`gemm_coop.comp`): fp16 matmul, bmm and linear on devices
-//! where [`crate::coop::usable`] allows them.
+//! fp16 GEMMs and convolutions on cooperative matrices (`gemm_coop.comp`, `gemm_coop2.comp`),
+//! on devices where [`crate::coop::usable`] allows them: matmul, bmm and linear directly;
+//! conv2d (one group) as a GEMM per image over the input itself (1x1, stride 1, no padding) or
+//! over its patch matrix (`im2col.comp` into a temporary).
 
 use super::*;
+use crate::graph::Conv2d;
+
+/// One cooperative GEMM: `C[z] (m x n) = A[z] (m x k) * B[z] (k x n)` for `z < batch`, A
+/// row-major, B row-major or (`b_t`) the transpose of a row-major `[n][k]`, strides in
+/// elements.
+struct CoopGemm {
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    sa_b: usize,
+    sa_m: usize,
+    sb_b: usize,
+    /// Row stride of B as stored (`[k][n]`, or `[n][k]` with `b_t`).
+    sb_row: usize,
+    b_t: bool,
+    sc_b: usize,
+    sc_m: usize,
+    has_bias: bool,
+    /// The bias is per row of C (an output channel) instead of per column.
+    bias_row: bool,
+}
+
+/// The largest temporary patch matrix a convolution may use, in elements.
+const MAX_PATCH_ELEMENTS: usize = 1 << 30;
 
 impl Lowerer<'_> {
-    /// Lowers a GEMM (the `params` and `bindings` of [`Lowerer::gemm`]'s MODE 0) to the
-    /// cooperative kernel, or returns `false` when it does not apply: no cooperative
-    /// configuration, not fp16, or A not contiguous along K, or B contiguous along neither
-    /// dimension.
+    /// Lowers a GEMM (the `params` and `bindings` of [`Lowerer::gemm`]'s MODE 0) to a
+    /// cooperative kernel, or returns `false` when none applies: no cooperative configuration,
+    /// not fp16, A not contiguous along K, or B contiguous along neither dimension.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn coop_gemm(
         &mut self,
@@ -20,26 +46,11 @@ impl Lowerer<'_> {
         out: TensorId,
         act: Option<(f32, f32)>,
     ) -> Result<bool> {
-        let Some(c) = self.coop else {
-            return Ok(false);
-        };
-        if self.t(out).dtype != DType::F16 {
+        if self.coop.is_none() || self.t(out).dtype != DType::F16 {
             return Ok(false);
         }
-        let [
-            _,
-            _,
-            _,
-            sa_b,
-            sa_m,
-            sa_k,
-            sb_b,
-            sb_k,
-            sb_n,
-            sc_b,
-            sc_m,
-            has_bias,
-        ] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i]);
+        let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] =
+            [3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i]);
         // B row-major (N contiguous) or the transpose of a row-major [N][K] (K contiguous).
         let (b_t, sb_row) = match (sb_n, sb_k) {
             (1, s) => (false, s),
@@ -49,8 +60,119 @@ impl Lowerer<'_> {
         if sa_k != 1 || k == 0 {
             return Ok(false);
         }
-        let vec = [sa_m, sa_b, sb_row, sb_b].iter().all(|s| s % 8 == 0);
-        let act_flag = u32::from(act.is_some());
+        let g = CoopGemm {
+            m,
+            n,
+            k,
+            batch,
+            sa_b,
+            sa_m,
+            sb_b,
+            sb_row,
+            b_t,
+            sc_b,
+            sc_m,
+            has_bias: has_bias == 1,
+            bias_row: false,
+        };
+        self.push_coop(&g, bindings.to_vec(), act)?;
+        Ok(true)
+    }
+
+    /// Lowers a one-group fp16 conv2d to cooperative GEMMs, or returns `false` when it does
+    /// not apply. `bindings` are the GEMM's: weights, input, bias, output.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn coop_conv(
+        &mut self,
+        x: &TensorInfo,
+        w_shape: &[usize],
+        p: &Conv2d,
+        out_hw: (usize, usize),
+        bindings: &[(usize, bool)],
+        out: TensorId,
+        act: Option<(f32, f32)>,
+    ) -> Result<bool> {
+        if self.coop.is_none() || self.t(out).dtype != DType::F16 || p.groups != 1 {
+            return Ok(false);
+        }
+        let (nb, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+        let (cout, kh, kw) = (w_shape[0], w_shape[2], w_shape[3]);
+        let (oh, ow) = out_hw;
+        let ohw = oh * ow;
+        let k = cin * kh * kw;
+        let pointwise = kh == 1 && kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
+        let mut b = bindings[1];
+        if !pointwise {
+            let total = nb * k * ohw;
+            if total > MAX_PATCH_ELEMENTS {
+                return Ok(false);
+            }
+            let patches = self.temp(out, total.div_ceil(2));
+            let push = [
+                total,
+                cin,
+                h,
+                wd,
+                oh,
+                ow,
+                kh,
+                kw,
+                p.stride[0],
+                p.stride[1],
+                p.padding[0],
+                p.padding[1],
+                p.dilation[0],
+                p.dilation[1],
+            ];
+            let g = self.linear_groups(total as u64);
+            self.push(
+                Kernel::Im2col,
+                vec![],
+                vec![b, (patches, true)],
+                push.iter().map(|&v| v as u32).collect(),
+                [g, 1, 1],
+            );
+            b = (patches, false);
+        }
+        let g = CoopGemm {
+            m: cout,
+            n: ohw,
+            k,
+            batch: nb,
+            sa_b: 0,
+            sa_m: k,
+            sb_b: k * ohw,
+            sb_row: ohw,
+            b_t: false,
+            sc_b: cout * ohw,
+            sc_m: ohw,
+            has_bias: bindings[2].0 != bindings[1].0,
+            bias_row: true,
+        };
+        self.push_coop(&g, vec![bindings[0], b, bindings[2], bindings[3]], act)?;
+        Ok(true)
+    }
+
+    /// The dispatch of one cooperative GEMM on the device's configuration.
+    fn push_coop(
+        &mut self,
+        g: &CoopGemm,
+        bindings: Vec<(usize, bool)>,
+        act: Option<(f32, f32)>,
+    ) -> Result<()> {
+        let Some(c) = self.coop else {
+            return Err(Error::Graph(
+                "internal: cooperative GEMM without a device configuration".into(),
+            ));
+        };
+        let vec = [g.sa_m, g.sa_b, g.sb_row, g.sb_b]
+            .iter()
+            .all(|s| s % 8 == 0);
+        let (act_flag, b_t, bias_row) = (
+            u32::from(act.is_some()),
+            u32::from(g.b_t),
+            u32::from(g.bias_row),
+        );
         let (kernel, spec, bm, bn) = match c {
             CoopConfig::Khr {
                 tm,
@@ -59,15 +181,7 @@ impl Lowerer<'_> {
                 threads,
             } => (
                 Kernel::GemmCoop,
-                vec![
-                    threads,
-                    tm,
-                    tn,
-                    tk,
-                    u32::from(b_t),
-                    u32::from(vec),
-                    act_flag,
-                ],
+                vec![threads, tm, tn, tk, b_t, u32::from(vec), act_flag, bias_row],
                 128,
                 128,
             ),
@@ -78,32 +192,32 @@ impl Lowerer<'_> {
                 threads,
             } => (
                 Kernel::GemmCoop2,
-                vec![threads, bm, bn, bk, u32::from(b_t), act_flag],
+                vec![threads, bm, bn, bk, b_t, act_flag, bias_row],
                 u64::from(bm),
                 u64::from(bn),
             ),
         };
         let groups = self.check_groups([
-            (n as u64).div_ceil(bn),
-            (m as u64).div_ceil(bm),
-            batch as u64,
+            (g.n as u64).div_ceil(bn),
+            (g.m as u64).div_ceil(bm),
+            g.batch as u64,
         ])?;
         let (lo, hi) = act.unwrap_or((0.0, 0.0));
         let push = vec![
-            m as u32,
-            n as u32,
-            k as u32,
-            sa_b as u32,
-            sa_m as u32,
-            sb_b as u32,
-            sb_row as u32,
-            sc_b as u32,
-            sc_m as u32,
-            has_bias as u32,
+            g.m as u32,
+            g.n as u32,
+            g.k as u32,
+            g.sa_b as u32,
+            g.sa_m as u32,
+            g.sb_b as u32,
+            g.sb_row as u32,
+            g.sc_b as u32,
+            g.sc_m as u32,
+            u32::from(g.has_bias),
             lo.to_bits(),
             hi.to_bits(),
         ];
-        self.push(kernel, spec, bindings.to_vec(), push, groups);
-        Ok(true)
+        self.push(kernel, spec, bindings, push, groups);
+        Ok(())
     }
 }

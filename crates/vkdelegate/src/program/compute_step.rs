@@ -25,7 +25,9 @@ pub(super) fn vulkan_requirements(step: &str, d: &VulkanDelegate) -> Result<Requ
     let f16 = crate::pte::lower::has_f16(d).map_err(|e| ProgramError::step(step, e.to_string()))?;
     let base = compute_delegate::requirements();
     Ok(if f16 {
-        base.optional_features(compute_delegate::F16_FEATURES)
+        base.optional_features(
+            compute_delegate::F16_FEATURES | compute_delegate::COOPERATIVE_FEATURES,
+        )
     } else {
         base
     })
