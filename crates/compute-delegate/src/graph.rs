@@ -726,12 +726,17 @@ impl GraphBuilder {
         Ok(info.clone())
     }
 
-    /// Whether a matmul, bmm or linear works on f16 tensors (one that may run on cooperative
-    /// matrices).
+    /// Whether a matmul, bmm, linear or one-group conv2d works on f16 tensors (one that may
+    /// run on cooperative matrices).
     pub(crate) fn has_f16_gemm(&self) -> bool {
-        self.nodes
-            .iter()
-            .any(|n| matches!(n.op, Op::Matmul { .. }) && self.tensors[n.out.0].dtype == DType::F16)
+        self.nodes.iter().any(|n| {
+            let gemm = match &n.op {
+                Op::Matmul { .. } => true,
+                Op::Conv { p, .. } => p.groups == 1,
+                _ => false,
+            };
+            gemm && self.tensors[n.out.0].dtype == DType::F16
+        })
     }
 
     /// Another float operand of an op whose first float operand is `first`: the same dtype
