@@ -28,6 +28,8 @@ const MATRIX: &[(&str, &[&str])] = &[
     ("vkdelegate-cli", UMBRELLA_SETS),
     // Not a default member (winit); its test runs the example under Xvfb and offscreen.
     ("frame-loop", &[""]),
+    // The tasks' own unit tests (shader names and variants, crate folders).
+    ("xtask", &[""]),
 ];
 
 /// Feature sets of the umbrella crate and the CLI.
