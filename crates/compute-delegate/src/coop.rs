@@ -5,7 +5,8 @@
 //! Drivers are known to advertise cooperative matrices and compute wrong results with them.
 //! Before a graph first uses such a kernel on a device, [`usable`] builds a small graph of
 //! each kind the lowering emits (matmul with a ragged K tail, linear with its weight read
-//! transposed, an unaligned shape on the scalar load path), runs it with the cooperative kernel
+//! transposed, an unaligned shape on the scalar load path, a padded 3x3 conv2d through the
+//! patch matrix with a bias per output channel), runs it with the cooperative kernel
 //! forced, and compares it with a host reference of the same fp16 inputs. A failure or a
 //! mismatch logs a warning and the device keeps the plain kernels. The outcome is kept per
 //! device ([`vk_core::Device::memo`]).
@@ -265,11 +266,94 @@ fn check_all(device: &Device, config: CoopConfig) -> bool {
             }
         }
     }
+    match check_conv(device, config) {
+        Ok(None) => {}
+        Ok(Some(worst)) => {
+            log::warn!(
+                "cooperative-matrix conv2d {config:?} on '{}' is wrong on its check ({worst}); \
+                 not using it",
+                device.capabilities().name
+            );
+            return false;
+        }
+        Err(e) => {
+            log::warn!(
+                "cooperative-matrix conv2d {config:?} check on '{}' failed ({e}); not using it",
+                device.capabilities().name
+            );
+            return false;
+        }
+    }
     log::info!(
         "cooperative-matrix GEMM {config:?} passed its check on '{}'",
         device.capabilities().name
     );
     true
+}
+
+/// The conv2d path: a 3x3 convolution with padding through the patch matrix, bias per output
+/// channel, two images.
+fn check_conv(device: &Device, config: CoopConfig) -> crate::Result<Option<String>> {
+    let (nb, cin, h, w, cout) = (2, 8, 9, 7, 12);
+    let x = values(nb * cin * h * w, 7);
+    let wt = values(cout * cin * 9, 8);
+    let bias = values(cout, 9);
+    let mut g = GraphBuilder::new();
+    let xi = g.input("x", vk_core::DType::F16, &[nb, cin, h, w])?;
+    let wi = g.constant("w", f16_tensor(vec![cout, cin, 3, 3], &wt)?)?;
+    let bi = g.constant("b", f16_tensor(vec![cout], &bias)?)?;
+    let p = crate::Conv2d {
+        padding: [1, 1],
+        ..crate::Conv2d::default()
+    };
+    let y = g.conv2d(xi, wi, Some(bi), p)?;
+    g.output(y)?;
+    let options = BuildOptions {
+        cooperative: CoopPolicy::Unchecked,
+        ..BuildOptions::default()
+    };
+    let mut graph = g.build_with(device, &options)?;
+    if !graph.kernels().iter().any(|k| k == config.kernel_name()) {
+        return Ok(Some("the cooperative kernel was not chosen".into()));
+    }
+    let out = graph.execute(&[f16_tensor(vec![nb, cin, h, w], &x)?])?;
+    let got = f16_values(&out[0]);
+    for img in 0..nb {
+        for co in 0..cout {
+            for oy in 0..h {
+                for ox in 0..w {
+                    let mut r = f64::from(bias[co]);
+                    for ci in 0..cin {
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                let (iy, ix) = (oy + ky, ox + kx);
+                                if iy < 1 || ix < 1 || iy > h || ix > w {
+                                    continue;
+                                }
+                                let xv = x[((img * cin + ci) * h + iy - 1) * w + ix - 1];
+                                r += f64::from(xv)
+                                    * f64::from(wt[(co * cin + ci) * 9 + ky * 3 + kx]);
+                            }
+                        }
+                    }
+                    let v = f64::from(got[((img * cout + co) * h + oy) * w + ox]);
+                    if (v - r).abs() > 2e-3 + 2e-3 * r.abs() {
+                        return Ok(Some(format!(
+                            "[{img}][{co}][{oy}][{ox}] = {v}, expected {r}"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn f16_values(t: &HostTensor) -> Vec<f32> {
+    t.bytes()
+        .chunks_exact(2)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect()
 }
 
 /// Deterministic values in [-1, 1), rounded to fp16.
@@ -326,11 +410,7 @@ fn check_one(device: &Device, p: &Problem, config: CoopConfig) -> crate::Result<
     };
     let inputs = [f16_tensor(vec![p.m, p.k], &a)?, f16_tensor(shape_b, &w)?];
     let out = graph.execute(&inputs)?;
-    let got: Vec<f32> = out[0]
-        .bytes()
-        .chunks_exact(2)
-        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-        .collect();
+    let got = f16_values(&out[0]);
     for i in 0..p.m {
         for j in 0..p.n {
             let mut r = 0f64;
