@@ -68,6 +68,11 @@ pub struct AppImage {
     pub extent: vk::Extent2D,
     /// The usage the image was created with (it needs `STORAGE`).
     pub usage: vk::ImageUsageFlags,
+    /// The queue family that owns the image when it was created with
+    /// `VK_SHARING_MODE_EXCLUSIVE` and is used by another family than the program's
+    /// ([`AppImage::exclusive_to`]); `None`: concurrent sharing, or owned by the program's
+    /// family.
+    pub exclusive_family: Option<u32>,
 }
 
 impl AppImage {
@@ -85,7 +90,27 @@ impl AppImage {
             format,
             extent,
             usage,
+            exclusive_family: None,
         }
+    }
+
+    /// States that the image is owned by queue family `family` (`VK_SHARING_MODE_EXCLUSIVE`).
+    /// A conversion on another family's queue is refused with
+    /// [`ImageProblem::QueueFamily`]: transfer the image's ownership to the program's family
+    /// (a release barrier on the engine's queue, an acquire on the program's) and bind it
+    /// without this, or create it with `VK_SHARING_MODE_CONCURRENT`.
+    pub fn exclusive_to(mut self, family: u32) -> AppImage {
+        self.exclusive_family = Some(family);
+        self
+    }
+}
+
+/// Refuses an image owned exclusively by another queue family than `device`'s.
+fn check_family(device: &Device, image: &AppImage) -> Result<(), ImageProblem> {
+    let queue = device.queue().family();
+    match image.exclusive_family {
+        Some(owner) if owner != queue => Err(ImageProblem::QueueFamily { owner, queue }),
+        _ => Ok(()),
     }
 }
 
@@ -281,6 +306,18 @@ pub enum ImageProblem {
         tensor_width: usize,
         /// The tensor's `H`.
         tensor_height: usize,
+    },
+    /// The image is owned exclusively by another queue family than the program's queue.
+    #[error(
+        "the image is owned by queue family {owner} (exclusive sharing) and the program runs on \
+         family {queue}: transfer its ownership to family {queue} first, or create it with \
+         concurrent sharing"
+    )]
+    QueueFamily {
+        /// The family that owns the image.
+        owner: u32,
+        /// The program's queue family.
+        queue: u32,
     },
     /// A [`ColourMap::Classes`] palette has fewer colours than the tensor has channels.
     #[error("the palette has {colours} colours for {channels} channels")]
@@ -717,6 +754,7 @@ impl ImageConversion {
         conv: &ImageToTensor,
     ) -> Result<ImageConversion, ImageError> {
         conv.check(&image, spec)?;
+        check_family(device, &image)?;
         let direction = Direction::ToTensor(*conv);
         // SAFETY: forwarded contract.
         unsafe { Self::new(device, image, spec, tensor, direction, conv.layout) }
@@ -734,6 +772,7 @@ impl ImageConversion {
         conv: &TensorToImage,
     ) -> Result<ImageConversion, ImageError> {
         conv.check(&image, spec)?;
+        check_family(device, &image)?;
         let direction = Direction::ToImage(conv.clone());
         // SAFETY: forwarded contract.
         unsafe { Self::new(device, image, spec, tensor, direction, conv.layout) }
@@ -816,6 +855,7 @@ impl ImageConversion {
         let (h, w) = (extent.height as usize, extent.width as usize);
         check_image(&image, h, w)?;
         check_format(&self.kernel.device, image.format)?;
+        check_family(&self.kernel.device, &image)?;
         // SAFETY: the caller's contract covers the image; nothing pending uses the old view.
         let swap_view = unsafe { SwapView::for_image(&self.kernel.device, &image) }?;
         self.image = image;

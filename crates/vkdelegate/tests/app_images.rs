@@ -549,6 +549,19 @@ fn each_bad_image_binding_is_a_named_error() {
     };
     let p = image_problem(binding_problem(bind_in(chain(&device, &NCHW3), srgb), "x"));
     assert!(matches!(p, ImageProblem::UnsupportedFormat { .. }), "{p}");
+    let family = device.queue().family();
+    let elsewhere = good.exclusive_to(family + 1);
+    let p = image_problem(binding_problem(
+        bind_in(chain(&device, &NCHW3), elsewhere),
+        "x",
+    ));
+    assert_eq!(
+        p,
+        ImageProblem::QueueFamily {
+            owner: family + 1,
+            queue: family
+        }
+    );
     let p = image_problem(binding_problem(
         bind_in(chain(&device, &[1, 3, H as usize, W as usize + 1]), good),
         "x",

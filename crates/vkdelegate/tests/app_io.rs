@@ -409,6 +409,25 @@ fn each_bad_binding_is_a_named_error() {
             need: STORAGE | SRC
         }
     );
+    // Owned exclusively by another queue family: refused, naming both families.
+    let family = device.queue().family();
+    let elsewhere = x.exclusive_to(family + 1);
+    let p = binding_problem(both(chain(&device), elsewhere, y), "x");
+    assert_eq!(
+        p,
+        BindingProblem::QueueFamily {
+            owner: family + 1,
+            queue: family
+        }
+    );
+    // Owned by the program's own family: accepted as any buffer.
+    // SAFETY: as above.
+    let own = unsafe {
+        chain(&device)
+            .bind_input("x", x.exclusive_to(family))
+            .bind_output("y", y)
+    };
+    assert!(own.build().is_ok());
     let alignment = device
         .capabilities()
         .limits

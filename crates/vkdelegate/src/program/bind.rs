@@ -25,12 +25,31 @@ pub struct AppBuffer {
     pub slice: BufferSlice,
     /// The usage `slice.buffer` was created with.
     pub usage: vk::BufferUsageFlags,
+    /// The queue family that owns the buffer when it was created with
+    /// `VK_SHARING_MODE_EXCLUSIVE` and is used by another family than the program's
+    /// ([`AppBuffer::exclusive_to`]); `None`: concurrent sharing, or owned by the program's
+    /// family.
+    pub exclusive_family: Option<u32>,
 }
 
 impl AppBuffer {
     /// A range of a buffer created with `usage`.
     pub fn new(slice: BufferSlice, usage: vk::BufferUsageFlags) -> AppBuffer {
-        AppBuffer { slice, usage }
+        AppBuffer {
+            slice,
+            usage,
+            exclusive_family: None,
+        }
+    }
+
+    /// States that the buffer is owned by queue family `family` (`VK_SHARING_MODE_EXCLUSIVE`).
+    /// A program on another family's queue refuses it with [`BindingProblem::QueueFamily`]:
+    /// transfer the buffer's ownership to the program's family first (a release barrier on
+    /// the engine's queue, an acquire on the program's), or create it with
+    /// `VK_SHARING_MODE_CONCURRENT`.
+    pub fn exclusive_to(mut self, family: u32) -> AppBuffer {
+        self.exclusive_family = Some(family);
+        self
     }
 }
 
@@ -187,7 +206,8 @@ impl Bound {
         !(self.inputs.is_empty() && self.outputs.is_empty())
     }
 
-    /// Checks every slice's offset against the device's `minStorageBufferOffsetAlignment`.
+    /// Checks every buffer's queue family and every slice's offset against the device's
+    /// `minStorageBufferOffsetAlignment`.
     pub fn check_alignment(&self, wiring: &Wiring, device: &Device) -> Result<()> {
         let alignment = device
             .capabilities()
@@ -199,8 +219,15 @@ impl Bound {
             .iter()
             .zip(&self.inputs)
             .chain(wiring.outputs.iter().map(|(s, _)| s).zip(&self.outputs));
+        let queue = device.queue().family();
         for (spec, b) in specs {
             if let Some(b) = b {
+                if let Some(owner) = b.exclusive_family.filter(|&f| f != queue) {
+                    return Err(problem(
+                        &spec.name,
+                        BindingProblem::QueueFamily { owner, queue },
+                    ));
+                }
                 if b.slice.offset % alignment != 0 {
                     return Err(problem(
                         &spec.name,

@@ -180,6 +180,18 @@ pub enum BindingProblem {
         /// The device's alignment.
         alignment: u64,
     },
+    /// The buffer is owned exclusively by another queue family than the program's queue.
+    #[error(
+        "the buffer is owned by queue family {owner} (exclusive sharing) and the program runs \
+         on family {queue}: transfer its ownership to family {queue} first, or create it with \
+         concurrent sharing"
+    )]
+    QueueFamily {
+        /// The family that owns the buffer.
+        owner: u32,
+        /// The program's queue family.
+        queue: u32,
+    },
     /// Bindings need device hand-off.
     #[error("application buffers can be bound only in device hand-off")]
     HostHandOff,
