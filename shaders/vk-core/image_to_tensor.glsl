@@ -3,7 +3,16 @@
 layout(local_size_x = 8, local_size_y = 8) in;
 
 layout(FORMAT, set = 0, binding = 0) uniform readonly image2D src;
+#ifdef TENSOR_F16
+// fp16 tensors (the `f16` variants): 16-bit stores, so neighbouring texels never share a word.
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+layout(std430, set = 0, binding = 1) writeonly buffer Tensor { float16_t t[]; };
+#define STORE(v) float16_t(v)
+#else
 layout(std430, set = 0, binding = 1) writeonly buffer Tensor { float t[]; };
+#define STORE(v) (v)
+#endif
 
 layout(push_constant) uniform Params {
     vec4 scale;
@@ -29,6 +38,6 @@ void main() {
     uint plane = p.width * p.height;
     bool nhwc = (p.flags & 1u) != 0u;
     for (uint c = 0u; c < p.channels; ++c) {
-        t[nhwc ? pixel * p.channels + c : c * plane + pixel] = v[c];
+        t[nhwc ? pixel * p.channels + c : c * plane + pixel] = STORE(v[c]);
     }
 }

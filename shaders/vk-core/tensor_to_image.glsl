@@ -2,7 +2,14 @@
 // The including file defines FORMAT, the image's storage format qualifier.
 layout(local_size_x = 8, local_size_y = 8) in;
 
+#ifdef TENSOR_F16
+// fp16 tensors (the `f16` variants).
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+layout(std430, set = 0, binding = 0) readonly buffer Tensor { float16_t t[]; };
+#else
 layout(std430, set = 0, binding = 0) readonly buffer Tensor { float t[]; };
+#endif
 layout(FORMAT, set = 0, binding = 1) uniform writeonly image2D dst;
 layout(std430, set = 0, binding = 2) readonly buffer Palette { vec4 palette[]; };
 
@@ -20,7 +27,7 @@ layout(push_constant) uniform Params {
 
 float value(uint pixel, uint c) {
     uint plane = p.width * p.height;
-    return t[(p.flags & 1u) != 0u ? pixel * p.channels + c : c * plane + pixel];
+    return float(t[(p.flags & 1u) != 0u ? pixel * p.channels + c : c * plane + pixel]);
 }
 
 vec4 channels(uint pixel) {

@@ -50,6 +50,22 @@ const TO_IMAGE: [&[u8]; 3] = [
     include_bytes!("../spirv/tensor_to_image_rgba16f.spv"),
     include_bytes!("../spirv/tensor_to_image_rgba32f.spv"),
 ];
+/// Image to fp16 tensor kernels, per format class (16-bit stores).
+const TO_TENSOR_F16: [&[u8]; 3] = [
+    include_bytes!("../spirv/image_to_tensor_rgba8_f16.spv"),
+    include_bytes!("../spirv/image_to_tensor_rgba16f_f16.spv"),
+    include_bytes!("../spirv/image_to_tensor_rgba32f_f16.spv"),
+];
+/// fp16 tensor to image kernels, per format class.
+const TO_IMAGE_F16: [&[u8]; 3] = [
+    include_bytes!("../spirv/tensor_to_image_rgba8_f16.spv"),
+    include_bytes!("../spirv/tensor_to_image_rgba16f_f16.spv"),
+    include_bytes!("../spirv/tensor_to_image_rgba32f_f16.spv"),
+];
+
+/// What the fp16 kernels need enabled on the device.
+const F16_FEATURES: crate::Features =
+    crate::Features::SHADER_FLOAT16.union(crate::Features::STORAGE_BUFFER_16BIT);
 
 /// Work-group size of the kernels in x and y.
 const LOCAL_SIZE: u32 = 8;
@@ -271,7 +287,7 @@ pub enum ImageProblem {
         height: u32,
     },
     /// The tensor is not of a dtype the kernels read or write.
-    #[error("the tensor is {dtype}; image conversions need f32")]
+    #[error("the tensor is {dtype}; image conversions need f32 or f16")]
     DType {
         /// The tensor's dtype.
         dtype: DType,
@@ -307,6 +323,13 @@ pub enum ImageProblem {
         /// The tensor's `H`.
         tensor_height: usize,
     },
+    /// An fp16 tensor on a device without `shaderFloat16` and `storageBuffer16BitAccess`
+    /// enabled.
+    #[error(
+        "the tensor is f16 and the device does not have shaderFloat16 and \
+         storageBuffer16BitAccess enabled"
+    )]
+    F16NotEnabled,
     /// The image is owned exclusively by another queue family than the program's queue.
     #[error(
         "the image is owned by queue family {owner} (exclusive sharing) and the program runs on \
@@ -388,7 +411,7 @@ pub enum ImageError {
 
 /// The tensor's `(C, H, W)` under `layout`.
 fn dims(spec: &TensorSpec, layout: TensorLayout) -> Result<(usize, usize, usize), ImageProblem> {
-    if spec.dtype != DType::F32 {
+    if !matches!(spec.dtype, DType::F32 | DType::F16) {
         return Err(ImageProblem::DType { dtype: spec.dtype });
     }
     let (c, h, w) = match (layout, spec.shape.as_slice()) {
@@ -792,9 +815,18 @@ impl ImageConversion {
         let class = check_format(device, image.format)?;
         let range = check_buffer(device, spec, &tensor)?;
         check_groups(device, image.extent)?;
+        let f16 = spec.dtype == DType::F16;
+        if f16 && !device.enabled().features.contains(F16_FEATURES) {
+            return Err(ImageProblem::F16NotEnabled.into());
+        }
+        let (to_tensor, to_image) = if f16 {
+            (TO_TENSOR_F16, TO_IMAGE_F16)
+        } else {
+            (TO_TENSOR, TO_IMAGE)
+        };
         let (spirv, palette) = match &direction {
-            Direction::ToTensor(_) => (TO_TENSOR[class.index()], None),
-            Direction::ToImage(t) => (TO_IMAGE[class.index()], Some(palette(device, t)?)),
+            Direction::ToTensor(_) => (to_tensor[class.index()], None),
+            Direction::ToImage(t) => (to_image[class.index()], Some(palette(device, t)?)),
         };
         let kernel = Kernel::new(device, spirv, bindings(&direction))?;
         // SAFETY: the caller's contract covers the image.
@@ -1086,11 +1118,10 @@ mod tests {
             ..conv
         };
         assert_eq!(nhwc.check(&rgba8, &f32_spec(&[1, 23, 37, 4])), Ok(()));
-        let e = conv.check(
-            &rgba8,
-            &TensorSpec::new("t", DType::F16, vec![1, 3, 23, 37]),
-        );
-        assert_eq!(e, Err(ImageProblem::DType { dtype: DType::F16 }));
+        let half = TensorSpec::new("t", DType::F16, vec![1, 3, 23, 37]);
+        assert_eq!(conv.check(&rgba8, &half), Ok(()));
+        let e = conv.check(&rgba8, &TensorSpec::new("t", DType::I8, vec![1, 3, 23, 37]));
+        assert_eq!(e, Err(ImageProblem::DType { dtype: DType::I8 }));
         for shape in [&[3, 23, 37][..], &[2, 3, 23, 37], &[1, 1, 3, 23, 37]] {
             let e = conv.check(&rgba8, &f32_spec(shape));
             assert!(

@@ -415,3 +415,103 @@ fn the_tensor_range_is_checked_against_the_tensor_and_the_device() {
     }
     assert_clean(&instance);
 }
+
+/// A device with the fp16 kernels' features enabled, or `None` after a skip.
+fn f16_device(test: &str) -> Option<(vk_core::Instance, Device)> {
+    let req = Requirements::new("vk-core image test (f16)").require_features(
+        vk_core::Features::SHADER_FLOAT16 | vk_core::Features::STORAGE_BUFFER_16BIT,
+    );
+    testing::device(test, &req)
+}
+
+#[test]
+fn images_round_trip_through_fp16_tensors() {
+    let Some((instance, device)) = f16_device("images_round_trip_through_fp16_tensors") else {
+        return;
+    };
+    let format = vk::Format::R8G8B8A8_UNORM;
+    let src = image(&device, format);
+    src.write(&pattern(format));
+    let dst = image(&device, format);
+    let c = 3;
+    let spec = TensorSpec::new("t", DType::F16, shape(TensorLayout::Nchw, c));
+    // Three halves per texel: an odd element count, neighbours sharing 32-bit words.
+    let buffer = Buffer::new(
+        &device,
+        (c * (W * H) as usize * 2).div_ceil(16) as u64 * 16,
+        MemoryLocation::Host,
+        vk::BufferUsageFlags::STORAGE_BUFFER,
+        "f16 tensor",
+    )
+    .unwrap();
+    let read = ImageToTensor::default();
+    let write = TensorToImage::default();
+    // SAFETY: images and buffer are live and outlive the conversions' submissions.
+    let (into, back) = unsafe {
+        (
+            ImageConversion::image_to_tensor(&device, src.app(), &spec, buffer.slice(None), &read)
+                .unwrap(),
+            ImageConversion::tensor_to_image(&device, &spec, buffer.slice(None), dst.app(), &write)
+                .unwrap(),
+        )
+    };
+    run(&device, &into);
+    let mut raw = vec![0u8; c * (W * H) as usize * 2];
+    buffer.read(0, &mut raw).unwrap();
+    for y in 0..H {
+        for x in 0..W {
+            let t = decode(format, &encode(format, texel(x, y)));
+            for ch in 0..c {
+                let i = index(TensorLayout::Nchw, c, ch, x, y) * 2;
+                let v = f16_value(u16::from_le_bytes([raw[i], raw[i + 1]]));
+                assert!(
+                    (v - t[ch]).abs() <= 1e-3,
+                    "({x},{y}) c{ch}: {v} != {}",
+                    t[ch]
+                );
+            }
+        }
+    }
+    run(&device, &back);
+    let out = dst.read();
+    let want = src.read();
+    for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+        // RGB round trips through f16 exactly at 8 bits; alpha is written as 1.
+        let expected = if i % 4 == 3 { 255 } else { *b };
+        assert!(a.abs_diff(expected) <= 1, "byte {i}: {a} != {expected}");
+    }
+    assert_clean(&instance);
+}
+
+#[test]
+fn fp16_tensors_need_the_f16_features() {
+    let Some((instance, device)) = device("fp16_tensors_need_the_f16_features") else {
+        return;
+    };
+    if device
+        .enabled()
+        .features
+        .contains(vk_core::Features::SHADER_FLOAT16 | vk_core::Features::STORAGE_BUFFER_16BIT)
+    {
+        eprintln!("note: the device enabled the f16 features itself; nothing to refuse");
+        return;
+    }
+    let img = image(&device, vk::Format::R8G8B8A8_UNORM);
+    let spec = TensorSpec::new("t", DType::F16, shape(TensorLayout::Nchw, 3));
+    let buffer = tensor_buffer(&device, 3 * (W * H) as usize);
+    // SAFETY: as above; the conversion is refused before anything is recorded.
+    let e = unsafe {
+        ImageConversion::image_to_tensor(
+            &device,
+            img.app(),
+            &spec,
+            buffer.slice(None),
+            &ImageToTensor::default(),
+        )
+    };
+    assert!(
+        matches!(e, Err(ImageError::Problem(ImageProblem::F16NotEnabled))),
+        "{e:?}"
+    );
+    assert_clean(&instance);
+}

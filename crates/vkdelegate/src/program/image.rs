@@ -126,7 +126,7 @@ impl ProgramBuilder {
     /// Binds program input `name` to the application's image: at the start of each execution
     /// a conversion kernel reads it into the program's own input buffer, as `conv` says
     /// (`tensor = (texel - mean) * scale`, NCHW or NHWC, `C` in `1..=4` from the tensor's
-    /// shape, `H` x `W` the image's extent, f32). Images mix with host inputs (run by
+    /// shape, `H` x `W` the image's extent, f32 or f16). Images mix with host inputs (run by
     /// [`Program::execute`], which then takes only the inputs not bound to an image) and with
     /// [`ProgramBuilder::bind_input`]'s buffers (every input and output then bound to a buffer
     /// or an image; run by [`Program::submit`]). Checked at [`ProgramBuilder::build`], each
