@@ -146,6 +146,12 @@ void store_block(uint tid, uint stage) {
 }
 
 void main() {
+    // The block is split among exactly four subgroups; a driver that picked another subgroup
+    // size than the one the work group was sized for computes nothing (the per-device check
+    // then fails) rather than indexing past the block.
+    if (gl_NumSubgroups != 4u) {
+        return;
+    }
     uint tid = gl_LocalInvocationID.x;
     uint sg = gl_SubgroupID;
     uint wm = sg / 2;

@@ -6,8 +6,8 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 // GEMM on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2): the same contract
-// as gemm_coop.comp (A, B fp16, fp32 accumulation, C fp16, bias per column, fused clamp), with
-// the tiling inside a work group left to the driver. A work group computes a BM x BN block of
+// as gemm_coop.comp (A, B fp16, fp32 accumulation, C fp16, bias per column or per row, fused
+// clamp), with the tiling inside a work group left to the driver. A work group computes a BM x BN block of
 // C, stepping K by BK; tensor layouts bound each load and store, so rows and columns outside
 // the matrices read as zero and are not written.
 //

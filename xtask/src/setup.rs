@@ -9,7 +9,7 @@
 //!   `LD_LIBRARY_PATH` and vk-core can put the graph layer above the tensor layer.
 //! - A shader compiler that knows cooperative matrices: the `glslc` of PyPI's
 //!   `ai-ml-sdk-scenario-runner` (glslang of Vulkan SDK 1.4.357), unpacked into
-//!   `target/shader-tools/glslc`. Debian 12's glslc (shaderc 2023.2) lacks
+//!   `target/shader-tools/scenario-runner-<version>/glslc`. Debian 12's glslc (shaderc 2023.2) lacks
 //!   `GL_KHR_cooperative_matrix`; `cargo xtask shaders` uses this one for the shaders that
 //!   need it.
 
@@ -45,11 +45,14 @@ pub fn run() -> Result {
     Ok(())
 }
 
-const SCENARIO_RUNNER_WHEEL: &str = "ai-ml-sdk-scenario-runner==0.11.0";
+const SCENARIO_RUNNER_VERSION: &str = "0.11.0";
 
-/// The cooperative-matrix-capable `glslc`, installed on first use.
+/// The cooperative-matrix-capable `glslc`, installed on first use into a folder named after
+/// the pinned wheel's version (a new pin installs anew).
 pub fn sdk_glslc() -> Result<std::path::PathBuf> {
-    let dir = target_dir().join("shader-tools");
+    let dir = target_dir()
+        .join("shader-tools")
+        .join(format!("scenario-runner-{SCENARIO_RUNNER_VERSION}"));
     let glslc = dir.join("glslc");
     if glslc.is_file() {
         return Ok(glslc);
@@ -68,15 +71,17 @@ pub fn sdk_glslc() -> Result<std::path::PathBuf> {
                 "--dest",
             ])
             .arg(&wheel_dir)
-            .arg(SCENARIO_RUNNER_WHEEL),
+            .arg(format!(
+                "ai-ml-sdk-scenario-runner=={SCENARIO_RUNNER_VERSION}"
+            )),
     )?;
     let script = r#"
 import os, pathlib, sys, zipfile
 dest = pathlib.Path(sys.argv[1])
-wheels = sorted((dest / "wheel").glob("ai_ml_sdk_scenario_runner-*.whl"))
+wheels = sorted((dest / "wheel").glob("ai_ml_sdk_scenario_runner-" + sys.argv[2] + "-*.whl"))
 if not wheels:
-    sys.exit("no scenario-runner wheel in " + str(dest / "wheel"))
-with zipfile.ZipFile(wheels[-1]) as z:
+    sys.exit("no scenario-runner " + sys.argv[2] + " wheel in " + str(dest / "wheel"))
+with zipfile.ZipFile(wheels[0]) as z:
     data = z.read("scenario_runner/binaries/bin/glslc")
 tmp = dest / "glslc.part"
 tmp.write_bytes(data)
@@ -84,7 +89,13 @@ os.chmod(tmp, 0o755)
 os.replace(tmp, dest / "glslc")
 print("glslc installed in", dest)
 "#;
-    exec(Command::new(python()).arg("-c").arg(script).arg(&dir))?;
+    exec(
+        Command::new(python())
+            .arg("-c")
+            .arg(script)
+            .arg(&dir)
+            .arg(SCENARIO_RUNNER_VERSION),
+    )?;
     Ok(glslc)
 }
 

@@ -9,8 +9,8 @@
 //! A shader may name its target environment on a line `// target-env: vulkan1.3` (default
 //! `vulkan1.1`). A shader that enables `GL_KHR_cooperative_matrix` or
 //! `GL_NV_cooperative_matrix2` is compiled by the SDK's glslc (`setup::sdk_glslc`, installed on
-//! first use; SPIR-V 1.6, so such kernels need a Vulkan 1.3 device), the others by the system
-//! glslc. Each line `// variant: <suffix> <glslc args...>` (e.g.
+//! first use; it always targets SPIR-V 1.6, so such kernels need a Vulkan 1.3 device, and takes
+//! no `// target-env:` or optimization; compute shaders only), the others by the system glslc. Each line `// variant: <suffix> <glslc args...>` (e.g.
 //! `// variant: f16 -DDTYPE_F16`) compiles the source once more with those arguments into
 //! `<name>_<suffix>.spv`; the plain `<name>.spv` stays. `--check` and the stale check cover
 //! every variant.
@@ -207,6 +207,12 @@ pub fn run(check: bool) -> Result {
                 if !v.args.is_empty() {
                     return Err(format!(
                         "{}: variants of cooperative-matrix shaders are not supported",
+                        src.display()
+                    ));
+                }
+                if src.extension().is_none_or(|e| e != "comp") {
+                    return Err(format!(
+                        "{}: cooperative-matrix shaders are compute shaders (.comp)",
                         src.display()
                     ));
                 }

@@ -107,7 +107,15 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
     }
     let mut out = Vec::new();
     if enabled.features.contains(NV2_FEATURES) {
-        out.extend(nv2_config());
+        let invocations = device
+            .capabilities()
+            .limits
+            .max_compute_work_group_invocations;
+        out.extend(
+            nv2_config().filter(
+                |c| matches!(*c, CoopConfig::Nv2 { threads, .. } if threads <= invocations),
+            ),
+        );
     }
     out.extend(khr(device));
     out
@@ -130,29 +138,60 @@ fn nv2_config() -> Option<CoopConfig> {
     if v == "off" {
         return None;
     }
-    let p: Vec<u32> = v.split(',').filter_map(|x| x.parse().ok()).collect();
-    match p[..] {
-        [threads, bm, bn, bk] => Some(CoopConfig::Nv2 {
-            bm,
-            bn,
-            bk,
-            threads,
-        }),
-        _ => {
-            log::warn!("{ENV_COOP2}={v}: expected `off` or `threads,bm,bn,bk`; using the default");
+    match parse_nv2(&v) {
+        Some(c) => Some(c),
+        None => {
+            log::warn!(
+                "{ENV_COOP2}={v}: expected `off` or `threads,bm,bn,bk` (threads 32 to 1024, \
+                 tiles nonzero multiples of 16); using the default"
+            );
             Some(default)
         }
     }
 }
 
+/// `threads,bm,bn,bk`, each a number; threads 32..=1024, tiles nonzero multiples of 16.
+fn parse_nv2(v: &str) -> Option<CoopConfig> {
+    let p: Vec<u32> = v
+        .split(',')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    let [threads, bm, bn, bk] = p[..] else {
+        return None;
+    };
+    let tile = |t: u32| t > 0 && t % 16 == 0 && t <= 512;
+    ((32..=1024).contains(&threads) && tile(bm) && tile(bn) && tile(bk)).then_some(
+        CoopConfig::Nv2 {
+            bm,
+            bn,
+            bk,
+            threads,
+        },
+    )
+}
+
+/// The subgroup-scope kernel: only where the subgroup size is fixed (its work group is four
+/// subgroups; a driver free to pick another size would break that, see `gemm_coop.comp`),
+/// with a reported shape whose offsets stay 16-byte aligned (`k`, `n` multiples of 8) and
+/// within the device's work-group and shared-memory limits.
 fn khr(device: &Device) -> Option<CoopConfig> {
     let caps = device.capabilities();
-    let sg = caps.limits.subgroup_size;
-    if !(16..=64).contains(&sg) {
+    let limits = &caps.limits;
+    let sg = limits.subgroup_size;
+    let fixed = limits.subgroup_size_range == [sg, sg] || limits.subgroup_size_range == [0, 0];
+    if !(16..=64).contains(&sg) || !fixed || 4 * sg > limits.max_compute_work_group_invocations {
         return None;
     }
     let fits = |s: &&vk_core::CoopMatrixShape| {
-        WARP_TILE % s.m == 0 && WARP_TILE % s.n == 0 && BLOCK_K % s.k == 0
+        s.m > 0
+            && s.n % 8 == 0
+            && s.k % 8 == 0
+            && s.n > 0
+            && s.k > 0
+            && WARP_TILE % s.m == 0
+            && WARP_TILE % s.n == 0
+            && BLOCK_K % s.k == 0
+            && khr_shared_bytes(s) <= limits.max_compute_shared_memory_size
     };
     let shapes: Vec<_> = caps
         .coop_shapes(CoopComponent::F16, CoopComponent::F32)
@@ -168,6 +207,12 @@ fn khr(device: &Device) -> Option<CoopConfig> {
         tk: best.k,
         threads: 4 * sg,
     })
+}
+
+/// Shared memory of `gemm_coop.comp` with fragments of `s`: two stages of A (128 x 40 halves)
+/// and B (32 x 136 halves at most), and one fp32 fragment per subgroup.
+fn khr_shared_bytes(s: &vk_core::CoopMatrixShape) -> u32 {
+    2 * 128 * 40 * 2 + 2 * 32 * 136 * 2 + 4 * s.m * s.n * 4
 }
 
 /// The configuration graphs built with `policy` use on `device`, if any: under
@@ -236,10 +281,16 @@ const PROBLEMS: &[Problem] = &[
 ];
 
 fn check(device: &Device, config: CoopConfig) -> bool {
+    /// Clears the forced kind however the check ends (a panic included).
+    struct Unforce;
+    impl Drop for Unforce {
+        fn drop(&mut self) {
+            FORCED.with(|f| f.set(None));
+        }
+    }
     FORCED.with(|f| f.set(Some(config)));
-    let ok = check_all(device, config);
-    FORCED.with(|f| f.set(None));
-    ok
+    let _unforce = Unforce;
+    check_all(device, config)
 }
 
 fn check_all(device: &Device, config: CoopConfig) -> bool {
@@ -433,4 +484,47 @@ fn check_one(device: &Device, p: &Problem, config: CoopConfig) -> crate::Result<
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuning_values_are_parsed_strictly() {
+        assert_eq!(
+            parse_nv2("128, 128,256,32"),
+            Some(CoopConfig::Nv2 {
+                bm: 128,
+                bn: 256,
+                bk: 32,
+                threads: 128
+            })
+        );
+        for bad in [
+            "",
+            "128,128,128",
+            "128,x,128,128,32",
+            "128,0,128,32",
+            "128,128,128,8",
+            "8,128,128,32",
+        ] {
+            assert_eq!(parse_nv2(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_subgroup_kernel_fits_its_shared_memory_in_48_kib_at_16x16() {
+        let s = vk_core::CoopMatrixShape {
+            m: 16,
+            n: 16,
+            k: 16,
+            a: CoopComponent::F16,
+            b: CoopComponent::F16,
+            c: CoopComponent::F32,
+            result: CoopComponent::F32,
+            subgroup_scope: true,
+        };
+        assert!(khr_shared_bytes(&s) <= 48 * 1024);
+    }
 }

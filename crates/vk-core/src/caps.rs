@@ -407,8 +407,12 @@ pub(crate) unsafe fn query_coop_shapes(
 ) -> Vec<CoopMatrixShape> {
     // SAFETY: guaranteed by the caller.
     let props = unsafe { fns.get_physical_device_cooperative_matrix_properties(physical) };
-    let Ok(props) = props else {
-        return Vec::new();
+    let props = match props {
+        Ok(p) => p,
+        Err(e) => {
+            log::warn!("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR: {e}; no shapes");
+            return Vec::new();
+        }
     };
     props
         .iter()

@@ -57,7 +57,8 @@ impl Lowerer<'_> {
                     let k = cin_g * kh * kw;
                     // Gemm bindings: A = weights, B = input, bias, C.
                     let gb = vec![bindings[1], bindings[0], bindings[2], bindings[3]];
-                    if self.coop_conv(&xi, &wi.shape, p, (oh, ow), &gb, out, act)? {
+                    let with_bias = b.is_some();
+                    if self.coop_conv(&xi, &wi.shape, p, (oh, ow), &gb, with_bias, out, act)? {
                         return Ok(());
                     }
                     let params = [

@@ -89,6 +89,7 @@ impl Lowerer<'_> {
         p: &Conv2d,
         out_hw: (usize, usize),
         bindings: &[(usize, bool)],
+        has_bias: bool,
         out: TensorId,
         act: Option<(f32, f32)>,
     ) -> Result<bool> {
@@ -104,7 +105,10 @@ impl Lowerer<'_> {
         let mut b = bindings[1];
         if !pointwise {
             let total = nb * k * ohw;
-            if total > MAX_PATCH_ELEMENTS {
+            // The patch matrix must fit one storage buffer binding; else the implicit GEMM
+            // (no temporary) runs.
+            let range = u64::from(self.limits.max_storage_buffer_range);
+            if total > MAX_PATCH_ELEMENTS || 2 * total as u64 > range {
                 return Ok(false);
             }
             let patches = self.temp(out, total.div_ceil(2));
@@ -146,7 +150,7 @@ impl Lowerer<'_> {
             b_t: false,
             sc_b: cout * ohw,
             sc_m: ohw,
-            has_bias: bindings[2].0 != bindings[1].0,
+            has_bias,
             bias_row: true,
         };
         self.push_coop(&g, vec![bindings[0], b, bindings[2], bindings[3]], act)?;
@@ -165,7 +169,14 @@ impl Lowerer<'_> {
                 "internal: cooperative GEMM without a device configuration".into(),
             ));
         };
-        let vec = [g.sa_m, g.sa_b, g.sb_row, g.sb_b]
+        // 16-byte loads where every row (and, with a batch, every matrix) starts at a multiple
+        // of 8 halves.
+        let batch_strides = if g.batch > 1 {
+            [g.sa_b, g.sb_b]
+        } else {
+            [0, 0]
+        };
+        let vec = [g.sa_m, g.sb_row, batch_strides[0], batch_strides[1]]
             .iter()
             .all(|s| s % 8 == 0);
         let (act_flag, b_t, bias_row) = (
