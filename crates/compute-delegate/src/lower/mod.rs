@@ -491,6 +491,73 @@ mod tests {
         assert_eq!(plan.dispatches[0].spec[9], 0);
     }
 
+    const NV2: CoopConfig = CoopConfig::Nv2 {
+        bm: 128,
+        bn: 128,
+        bk: 32,
+        threads: 128,
+    };
+
+    fn shaders(plan: &Plan) -> Vec<String> {
+        plan.dispatches
+            .iter()
+            .map(|d| d.kernel.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn fp16_products_lower_to_the_cooperative_kernel_and_fp32_ones_do_not() {
+        let gemm = |dtype| {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", dtype, &[300, 200]).unwrap();
+            let w = b.input("w", dtype, &[200, 72]).unwrap();
+            let y = b.matmul(x, w).unwrap();
+            b.output(y).unwrap();
+            lower(&b, &limits(), true, Some(NV2)).unwrap()
+        };
+        let plan = gemm(DType::F16);
+        assert_eq!(shaders(&plan), ["GemmCoop2"]);
+        let d = &plan.dispatches[0];
+        // Spec: threads, bm, bn, bk, B transposed, clamp, bias per row.
+        assert_eq!(d.spec, [128, 128, 128, 32, 0, 0, 0]);
+        assert_eq!(d.groups, [1, 3, 1]);
+        // Push: m, n, k, strides of A (batch, row), B (batch, row), C (batch, row), bias.
+        assert_eq!(&d.push[..10], &[300, 72, 200, 0, 200, 0, 72, 21600, 72, 0]);
+        assert_eq!(shaders(&gemm(DType::F32)), ["Gemm"]);
+    }
+
+    #[test]
+    fn fp16_convolutions_go_through_a_patch_matrix_with_a_bias_per_channel() {
+        let conv = |k: usize, limits: &Limits| {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F16, &[2, 8, 10, 12]).unwrap();
+            let w = b.input("w", DType::F16, &[16, 8, k, k]).unwrap();
+            let bias = b.input("b", DType::F16, &[16]).unwrap();
+            let p = crate::Conv2d {
+                padding: [k / 2, k / 2],
+                ..crate::Conv2d::default()
+            };
+            let y = b.conv2d(x, w, Some(bias), p).unwrap();
+            b.output(y).unwrap();
+            lower(&b, limits, true, Some(NV2)).unwrap()
+        };
+        let plan = conv(3, &limits());
+        assert_eq!(shaders(&plan), ["Im2col_f16", "GemmCoop2"]);
+        let g = &plan.dispatches[1];
+        assert_eq!(g.spec[6], 1, "bias per output channel");
+        // One GEMM per image: M = 16 channels, N = 120 pixels, K = 72, batch 2.
+        assert_eq!(&g.push[..3], &[16, 120, 72]);
+        assert_eq!(g.groups[2], 2);
+        // 1x1: the input itself is B, no patch matrix.
+        assert_eq!(shaders(&conv(1, &limits())), ["GemmCoop2"]);
+        // A patch matrix beyond one binding's range: the implicit GEMM instead.
+        let small = Limits {
+            max_storage_buffer_range: 4096,
+            ..limits()
+        };
+        assert_eq!(shaders(&conv(3, &small)), ["Gemm_f16"]);
+    }
+
     #[test]
     fn strides_are_row_major() {
         assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
