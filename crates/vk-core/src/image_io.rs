@@ -33,8 +33,9 @@ use ash::vk;
 
 use crate::barrier::{Access, memory_barrier};
 use crate::device::Device;
-use crate::error::{Error, VkError, VkResultExt};
+use crate::error::{Error, VkResultExt};
 use crate::host::DType;
+use crate::kernel::Kernel;
 use crate::memory::{Buffer, MemoryLocation};
 use crate::tensor::{BufferSlice, TensorSpec};
 
@@ -533,33 +534,6 @@ enum Direction {
     ToImage(TensorToImage),
 }
 
-/// The pipeline and descriptor objects of one conversion, destroyed in reverse order.
-struct Kernel {
-    device: Device,
-    shader: vk::ShaderModule,
-    set_layout: vk::DescriptorSetLayout,
-    layout: vk::PipelineLayout,
-    pipeline: vk::Pipeline,
-    pool: vk::DescriptorPool,
-    set: vk::DescriptorSet,
-}
-
-impl Drop for Kernel {
-    fn drop(&mut self) {
-        let d = self.device.raw();
-        // SAFETY: every handle was created from `d` by `Kernel::new`, is null or live, and is
-        // destroyed once; the owner of the conversion keeps it until no submission recording
-        // it can still run (its contract).
-        unsafe {
-            d.destroy_descriptor_pool(self.pool, None);
-            d.destroy_pipeline(self.pipeline, None);
-            d.destroy_pipeline_layout(self.layout, None);
-            d.destroy_descriptor_set_layout(self.set_layout, None);
-            d.destroy_shader_module(self.shader, None);
-        }
-    }
-}
-
 /// The descriptor types of a kernel's bindings, in binding order.
 fn bindings(direction: &Direction) -> &'static [vk::DescriptorType] {
     match direction {
@@ -572,111 +546,6 @@ fn bindings(direction: &Direction) -> &'static [vk::DescriptorType] {
             vk::DescriptorType::STORAGE_IMAGE,
             vk::DescriptorType::STORAGE_BUFFER,
         ],
-    }
-}
-
-impl Kernel {
-    fn new(device: &Device, spirv: &[u8], types: &[vk::DescriptorType]) -> Result<Kernel, Error> {
-        let mut k = Kernel {
-            device: device.clone(),
-            shader: vk::ShaderModule::null(),
-            set_layout: vk::DescriptorSetLayout::null(),
-            layout: vk::PipelineLayout::null(),
-            pipeline: vk::Pipeline::null(),
-            pool: vk::DescriptorPool::null(),
-            set: vk::DescriptorSet::null(),
-        };
-        k.create_pipeline(spirv, types)?;
-        k.create_set(types)?;
-        Ok(k)
-    }
-
-    fn create_pipeline(&mut self, spirv: &[u8], types: &[vk::DescriptorType]) -> Result<(), Error> {
-        let d = self.device.raw();
-        let code = ash::util::read_spv(&mut std::io::Cursor::new(spirv))
-            .map_err(|e| Error::InvalidArgument(format!("embedded SPIR-V is unreadable: {e}")))?;
-        // SAFETY: `code` is valid SPIR-V compiled by the xtask.
-        self.shader = unsafe {
-            d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
-        }
-        .vk("vkCreateShaderModule")?;
-        let bindings: Vec<_> = (0u32..)
-            .zip(types)
-            .map(|(b, ty)| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
-                    .descriptor_type(*ty)
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        // SAFETY: valid create info.
-        self.set_layout = unsafe {
-            d.create_descriptor_set_layout(
-                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                None,
-            )
-        }
-        .vk("vkCreateDescriptorSetLayout")?;
-        let push = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .size(PUSH_BYTES as u32)];
-        let set_layouts = [self.set_layout];
-        // SAFETY: valid create info referencing a live set layout.
-        self.layout = unsafe {
-            d.create_pipeline_layout(
-                &vk::PipelineLayoutCreateInfo::default()
-                    .set_layouts(&set_layouts)
-                    .push_constant_ranges(&push),
-                None,
-            )
-        }
-        .vk("vkCreatePipelineLayout")?;
-        let stage = vk::PipelineShaderStageCreateInfo::default()
-            .stage(vk::ShaderStageFlags::COMPUTE)
-            .module(self.shader)
-            .name(c"main");
-        let info = [vk::ComputePipelineCreateInfo::default()
-            .stage(stage)
-            .layout(self.layout)];
-        // SAFETY: valid create info referencing a live module and layout.
-        self.pipeline =
-            unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &info, None) }
-                .map_err(|(_, e)| VkError::new("vkCreateComputePipelines", e))?[0];
-        Ok(())
-    }
-
-    fn create_set(&mut self, types: &[vk::DescriptorType]) -> Result<(), Error> {
-        let d = self.device.raw();
-        let sizes: Vec<_> = types
-            .iter()
-            .map(|ty| {
-                vk::DescriptorPoolSize::default()
-                    .ty(*ty)
-                    .descriptor_count(1)
-            })
-            .collect();
-        // SAFETY: valid create info.
-        self.pool = unsafe {
-            d.create_descriptor_pool(
-                &vk::DescriptorPoolCreateInfo::default()
-                    .max_sets(1)
-                    .pool_sizes(&sizes),
-                None,
-            )
-        }
-        .vk("vkCreateDescriptorPool")?;
-        let set_layouts = [self.set_layout];
-        // SAFETY: the pool has room for one set of this layout.
-        self.set = unsafe {
-            d.allocate_descriptor_sets(
-                &vk::DescriptorSetAllocateInfo::default()
-                    .descriptor_pool(self.pool)
-                    .set_layouts(&set_layouts),
-            )
-        }
-        .vk("vkAllocateDescriptorSets")?[0];
-        Ok(())
     }
 }
 
@@ -828,7 +697,7 @@ impl ImageConversion {
             Direction::ToTensor(_) => (to_tensor[class.index()], None),
             Direction::ToImage(t) => (to_image[class.index()], Some(palette(device, t)?)),
         };
-        let kernel = Kernel::new(device, spirv, bindings(&direction))?;
+        let kernel = Kernel::new(device, spirv, bindings(&direction), PUSH_BYTES as u32)?;
         // SAFETY: the caller's contract covers the image.
         let swap_view = unsafe { SwapView::for_image(device, &image) }?;
         let conversion = ImageConversion {

@@ -47,6 +47,7 @@ pub mod features;
 pub mod host;
 pub mod image_io;
 pub mod instance;
+mod kernel;
 pub mod memory;
 pub mod nv;
 pub mod query;

@@ -9,7 +9,8 @@ use ash::vk;
 use crate::barrier::host_read_barrier;
 use crate::command::Submission;
 use crate::device::Device;
-use crate::error::{Error, VkResultExt};
+use crate::error::Error;
+use crate::kernel::Kernel;
 use crate::memory::{Buffer, MemoryLocation};
 
 /// The self-test shader's SPIR-V (`shaders/vk-core/selftest_saxpy.comp`).
@@ -30,135 +31,27 @@ pub struct SelfTestReport {
     pub submit_and_wait: Duration,
 }
 
-/// Objects created by the self-test, destroyed in reverse order whatever happens.
-struct Scratch<'d> {
-    device: &'d ash::Device,
-    shader: vk::ShaderModule,
-    set_layout: vk::DescriptorSetLayout,
-    layout: vk::PipelineLayout,
-    pipeline: vk::Pipeline,
-    pool: vk::DescriptorPool,
-}
-
-impl Drop for Scratch<'_> {
-    fn drop(&mut self) {
-        let d = self.device;
-        // SAFETY: every handle below was created from `d` by `run_saxpy`, is null or live, is
-        // destroyed once, and no submitted work still uses it (the submission, declared after
-        // the scratch objects, waits for its work when dropped, before them).
-        unsafe {
-            d.destroy_descriptor_pool(self.pool, None);
-            d.destroy_pipeline(self.pipeline, None);
-            d.destroy_pipeline_layout(self.layout, None);
-            d.destroy_descriptor_set_layout(self.set_layout, None);
-            d.destroy_shader_module(self.shader, None);
-        }
-    }
-}
-
-impl Scratch<'_> {
-    /// The shader module, layouts and the pipeline.
-    fn create_pipeline(&mut self) -> Result<(), Error> {
-        let d = self.device;
-        let code = ash::util::read_spv(&mut std::io::Cursor::new(SAXPY_SPIRV))
-            .map_err(|e| Error::InvalidArgument(format!("embedded SPIR-V is unreadable: {e}")))?;
-        // SAFETY: `code` is valid SPIR-V compiled by the xtask.
-        self.shader = unsafe {
-            d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
-        }
-        .vk("vkCreateShaderModule")?;
-
-        let bindings = [0, 1].map(|b| {
-            vk::DescriptorSetLayoutBinding::default()
-                .binding(b)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(1)
-                .stage_flags(vk::ShaderStageFlags::COMPUTE)
-        });
-        // SAFETY: valid create info.
-        self.set_layout = unsafe {
-            d.create_descriptor_set_layout(
-                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                None,
-            )
-        }
-        .vk("vkCreateDescriptorSetLayout")?;
-        let push = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .size(8)];
-        let set_layouts = [self.set_layout];
-        // SAFETY: valid create info.
-        self.layout = unsafe {
-            d.create_pipeline_layout(
-                &vk::PipelineLayoutCreateInfo::default()
-                    .set_layouts(&set_layouts)
-                    .push_constant_ranges(&push),
-                None,
-            )
-        }
-        .vk("vkCreatePipelineLayout")?;
-        let stage = vk::PipelineShaderStageCreateInfo::default()
-            .stage(vk::ShaderStageFlags::COMPUTE)
-            .module(self.shader)
-            .name(c"main");
-        let pinfo = [vk::ComputePipelineCreateInfo::default()
-            .stage(stage)
-            .layout(self.layout)];
-        // SAFETY: valid create info referencing live module and layout.
-        self.pipeline =
-            unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &pinfo, None) }
-                .map_err(|(_, e)| crate::error::VkError::new("vkCreateComputePipelines", e))?[0];
-
-        Ok(())
-    }
-
-    /// The descriptor pool and one set binding `buffers` (x, y).
-    fn descriptor_set(&mut self, buffers: [vk::Buffer; 2]) -> Result<vk::DescriptorSet, Error> {
-        let d = self.device;
-        let set_layouts = [self.set_layout];
-        let sizes = [vk::DescriptorPoolSize::default()
-            .ty(vk::DescriptorType::STORAGE_BUFFER)
-            .descriptor_count(2)];
-        // SAFETY: valid create info.
-        self.pool = unsafe {
-            d.create_descriptor_pool(
-                &vk::DescriptorPoolCreateInfo::default()
-                    .max_sets(1)
-                    .pool_sizes(&sizes),
-                None,
-            )
-        }
-        .vk("vkCreateDescriptorPool")?;
-        // SAFETY: the pool has room for one set of this layout.
-        let set = unsafe {
-            d.allocate_descriptor_sets(
-                &vk::DescriptorSetAllocateInfo::default()
-                    .descriptor_pool(self.pool)
-                    .set_layouts(&set_layouts),
-            )
-        }
-        .vk("vkAllocateDescriptorSets")?[0];
-        let infos = buffers.map(|b| {
-            [vk::DescriptorBufferInfo::default()
-                .buffer(b)
-                .range(vk::WHOLE_SIZE)]
-        });
-        let writes = [
-            vk::WriteDescriptorSet::default()
-                .dst_set(set)
-                .dst_binding(0)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .buffer_info(&infos[0]),
-            vk::WriteDescriptorSet::default()
-                .dst_set(set)
-                .dst_binding(1)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .buffer_info(&infos[1]),
-        ];
-        // SAFETY: writes reference a live set and live buffers.
-        unsafe { d.update_descriptor_sets(&writes, &[]) };
-        Ok(set)
-    }
+/// Points binding 0 and 1 of `set` at `buffers` (x, y).
+fn write_set(device: &Device, set: vk::DescriptorSet, buffers: [vk::Buffer; 2]) {
+    let infos = buffers.map(|b| {
+        [vk::DescriptorBufferInfo::default()
+            .buffer(b)
+            .range(vk::WHOLE_SIZE)]
+    });
+    let writes = [
+        vk::WriteDescriptorSet::default()
+            .dst_set(set)
+            .dst_binding(0)
+            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+            .buffer_info(&infos[0]),
+        vk::WriteDescriptorSet::default()
+            .dst_set(set)
+            .dst_binding(1)
+            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+            .buffer_info(&infos[1]),
+    ];
+    // SAFETY: writes reference a live set and live buffers; no submission uses the set yet.
+    unsafe { device.raw().update_descriptor_sets(&writes, &[]) };
 }
 
 /// Runs `y = a * x + y` over `n` elements on `device` and checks the result on the host.
@@ -181,15 +74,6 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
     let xs: Vec<f32> = (0..n).map(|i| (i % 97) as f32 * 0.5 - 7.0).collect();
     let ys: Vec<f32> = (0..n).map(|i| (i % 13) as f32 + 0.25).collect();
 
-    let mut s = Scratch {
-        device: d,
-        shader: vk::ShaderModule::null(),
-        set_layout: vk::DescriptorSetLayout::null(),
-        layout: vk::PipelineLayout::null(),
-        pipeline: vk::Pipeline::null(),
-        pool: vk::DescriptorPool::null(),
-    };
-
     // Buffers in mapped host memory (the self-test is about the dispatch path).
     let mut buffers = Vec::new();
     for (data, what) in [(&xs, "self-test x"), (&ys, "self-test y")] {
@@ -205,8 +89,15 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
         buffers.push(b);
     }
 
-    s.create_pipeline()?;
-    let set = s.descriptor_set([buffers[0].raw(), buffers[1].raw()])?;
+    // Declared before the submission, which is dropped first and waits for its work.
+    let kernel = Kernel::new(
+        device,
+        SAXPY_SPIRV,
+        &[vk::DescriptorType::STORAGE_BUFFER; 2],
+        8,
+    )?;
+    let set = kernel.set;
+    write_set(device, set, [buffers[0].raw(), buffers[1].raw()]);
 
     let mut submission = Submission::new(device, 1, "the self-test")?;
     let cmd = submission.begin(0)?;
@@ -216,16 +107,22 @@ pub fn run_saxpy(device: &Device, n: u32) -> Result<SelfTestReport, Error> {
     // SAFETY: recording into a fresh primary command buffer; every handle is live and the
     // dispatch stays within the device's work-group count limit (checked below).
     unsafe {
-        d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, s.pipeline);
+        d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, kernel.pipeline);
         d.cmd_bind_descriptor_sets(
             cmd,
             vk::PipelineBindPoint::COMPUTE,
-            s.layout,
+            kernel.layout,
             0,
             &[set],
             &[],
         );
-        d.cmd_push_constants(cmd, s.layout, vk::ShaderStageFlags::COMPUTE, 0, &params);
+        d.cmd_push_constants(
+            cmd,
+            kernel.layout,
+            vk::ShaderStageFlags::COMPUTE,
+            0,
+            &params,
+        );
     }
     let groups = n.div_ceil(LOCAL_SIZE);
     if groups > caps.limits.max_compute_work_group_count[0] {

@@ -495,41 +495,12 @@ const COLOUR: vk::ImageSubresourceRange = vk::ImageSubresourceRange {
 
 /// An f32 as IEEE half-precision bits (round to nearest even; for test texels).
 pub fn f16_bits(v: f32) -> u16 {
-    let x = v.to_bits();
-    let sign = ((x >> 16) & 0x8000) as u16;
-    let exp = ((x >> 23) & 0xff) as i32 - 127 + 15;
-    let mant = x & 0x007f_ffff;
-    if exp >= 31 {
-        return sign | 0x7c00;
-    }
-    if exp <= 0 {
-        if exp < -10 {
-            return sign;
-        }
-        let m = mant | 0x0080_0000;
-        let shift = (14 - exp) as u32;
-        let half = m >> shift;
-        let rest = m & ((1 << shift) - 1);
-        let mid = 1 << (shift - 1);
-        let round = u32::from(rest > mid || (rest == mid && half & 1 == 1));
-        return sign | (half + round) as u16;
-    }
-    let half = ((exp as u32) << 10) | (mant >> 13);
-    let rest = mant & 0x1fff;
-    let round = u32::from(rest > 0x1000 || (rest == 0x1000 && half & 1 == 1));
-    sign | (half + round) as u16
+    half::f16::from_f32(v).to_bits()
 }
 
 /// IEEE half-precision bits as an f32.
 pub fn f16_value(h: u16) -> f32 {
-    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
-    let exp = i32::from((h >> 10) & 0x1f);
-    let mant = f32::from(h & 0x3ff);
-    sign * match exp {
-        0 => mant * 2f32.powi(-24),
-        31 => f32::INFINITY,
-        e => (1.0 + mant / 1024.0) * 2f32.powi(e - 15),
-    }
+    half::f16::from_bits(h).to_f32()
 }
 
 #[cfg(test)]
