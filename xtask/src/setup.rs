@@ -57,23 +57,9 @@ pub fn sdk_glslc() -> Result<std::path::PathBuf> {
     if glslc.is_file() {
         return Ok(glslc);
     }
-    let wheel_dir = dir.join("wheel");
-    std::fs::create_dir_all(&wheel_dir).map_err(|e| format!("{}: {e}", wheel_dir.display()))?;
-    exec(
-        Command::new(python())
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--dest",
-            ])
-            .arg(&wheel_dir)
-            .arg(format!(
-                "ai-ml-sdk-scenario-runner=={SCENARIO_RUNNER_VERSION}"
-            )),
+    pip_download(
+        &format!("ai-ml-sdk-scenario-runner=={SCENARIO_RUNNER_VERSION}"),
+        &dir.join("wheel"),
     )?;
     let script = r#"
 import os, pathlib, sys, zipfile
@@ -97,6 +83,25 @@ print("glslc installed in", dest)
             .arg(SCENARIO_RUNNER_VERSION),
     )?;
     Ok(glslc)
+}
+
+/// Downloads the binary wheel `requirement` (no dependencies) into `dest`.
+fn pip_download(requirement: &str, dest: &Path) -> Result {
+    std::fs::create_dir_all(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+    exec(
+        Command::new(python())
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+            ])
+            .arg(dest)
+            .arg(requirement),
+    )
 }
 
 fn python() -> &'static str {
@@ -168,23 +173,8 @@ fn emulation_layer() -> Result {
         eprintln!("setup: emulation layer present in {}", dir.display());
         return Ok(());
     }
-    let wheel_dir = dir.join("wheel");
-    std::fs::create_dir_all(&wheel_dir).map_err(|e| format!("{}: {e}", wheel_dir.display()))?;
+    pip_download(EMULATION_WHEEL, &dir.join("wheel"))?;
     let python = python();
-    exec(
-        Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--dest",
-            ])
-            .arg(&wheel_dir)
-            .arg(EMULATION_WHEEL),
-    )?;
     // Unpack the libraries and manifests with Python's zipfile (no unzip needed), rewriting
     // each manifest's library_path to the absolute path of its library.
     let script = r#"
