@@ -21,6 +21,8 @@ layout(constant_id = 4) const uint B_T = 0;
 layout(constant_id = 5) const uint ACT = 0;
 // The bias is per row (conv2d: per output channel) instead of per column.
 layout(constant_id = 6) const uint BIAS_ROW = 0;
+// K steps unrolled in the fast path.
+layout(constant_id = 7) const uint UNROLL = 4;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { float16_t a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Bm { float16_t b[]; };
@@ -85,16 +87,66 @@ void main() {
     uint b_off = z * pc.sb_b;
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
-    for (uint k0 = 0; k0 < pc.k; k0 += BK) {
-        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;
-        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;
-        coopMatLoadTensorNV(fa, a, a_off, sliceTensorLayoutNV(la, m0, BM, k0, BK));
+    // The fast path: the block and every K step lie inside A and B, and every row starts on 16
+    // bytes, so the loads need no clamping and may be 16-byte wide. Most blocks of a large
+    // product take it; the edge blocks and odd shapes take the clamped loop below.
+    bool inside = m0 + BM <= pc.m && n0 + BN <= pc.n && pc.k % BK == 0 &&
+                  (pc.sa_m | pc.sb_k | a_off | b_off) % 8 == 0;
+    if (inside) {
+        tensorLayoutNV<2> ua = createTensorLayoutNV(2);
+        tensorLayoutNV<2> ub = createTensorLayoutNV(2);
+        ua = setTensorLayoutDimensionNV(ua, pc.m, pc.k);
+        // The masks tell the compiler what the test above established.
+        ua = setTensorLayoutStrideNV(ua, pc.sa_m & ~7u, 1);
         if (B_T == 1) {
-            coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
+            ub = setTensorLayoutDimensionNV(ub, pc.n, pc.k);
         } else {
-            coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(lb, k0, BK, n0, BN));
+            ub = setTensorLayoutDimensionNV(ub, pc.k, pc.n);
         }
-        acc = coopMatMulAdd(fa, fb, acc);
+        ub = setTensorLayoutStrideNV(ub, pc.sb_k & ~7u, 1);
+        a_off &= ~7u;
+        b_off &= ~7u;
+        uint k0 = 0;
+        for (; k0 + UNROLL * BK <= pc.k; k0 += UNROLL * BK) {
+            [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+                uint kk = k0 + u * BK;
+                coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;
+                coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;
+                coopMatLoadTensorNV(fa, a, a_off, sliceTensorLayoutNV(ua, m0, BM, kk, BK));
+                if (B_T == 1) {
+                    coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(ub, n0, BN, kk, BK),
+                                        transposed);
+                } else {
+                    coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(ub, kk, BK, n0, BN));
+                }
+                acc = coopMatMulAdd(fa, fb, acc);
+            }
+        }
+        for (; k0 < pc.k; k0 += BK) {
+            coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;
+            coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;
+            coopMatLoadTensorNV(fa, a, a_off, sliceTensorLayoutNV(ua, m0, BM, k0, BK));
+            if (B_T == 1) {
+                coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(ub, n0, BN, k0, BK),
+                                    transposed);
+            } else {
+                coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(ub, k0, BK, n0, BN));
+            }
+            acc = coopMatMulAdd(fa, fb, acc);
+        }
+    } else {
+        for (uint k0 = 0; k0 < pc.k; k0 += BK) {
+            coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;
+            coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;
+            coopMatLoadTensorNV(fa, a, a_off, sliceTensorLayoutNV(la, m0, BM, k0, BK));
+            if (B_T == 1) {
+                coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(lb, n0, BN, k0, BK),
+                                    transposed);
+            } else {
+                coopMatLoadTensorNV(fb, b, b_off, sliceTensorLayoutNV(lb, k0, BK, n0, BN));
+            }
+            acc = coopMatMulAdd(fa, fb, acc);
+        }
     }
     if (pc.has_bias == 1 || ACT == 1) {
         coopMatPerElementNV(acc, acc, epilogue, m0, n0);

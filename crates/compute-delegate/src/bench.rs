@@ -135,6 +135,10 @@ pub struct BenchRow {
     /// For an fp16 row: the median device time of the same fp32 case over this row's (its
     /// speed-up), where both ran.
     pub vs_f32: Option<f64>,
+    /// For an op of several dispatches: each dispatch's kernel and device time in ms, from one
+    /// profiled run (a share of the row's time; dispatches without a barrier between them may
+    /// overlap).
+    pub dispatches: Vec<(String, f64)>,
 }
 
 impl BenchRow {
@@ -177,9 +181,19 @@ impl BenchRow {
         } else {
             format!("  [{}]", self.kernels.join(" "))
         };
+        let split = if self.dispatches.is_empty() {
+            String::new()
+        } else {
+            let parts: Vec<String> = self
+                .dispatches
+                .iter()
+                .map(|(k, t)| format!("{k} {t:.3}"))
+                .collect();
+            format!("  (ms: {})", parts.join(", "))
+        };
         format!(
             "{:<12} {:<26} device {} ms  e2e {} ms  {:>10.1} {:<7}  {:>6.1}% of {} ({:.1} {})\
-             {vs_f32}{kernels}{flag}",
+             {vs_f32}{kernels}{split}{flag}",
             self.op,
             self.shape,
             three(&self.device),
@@ -797,6 +811,7 @@ fn row(
         error,
         kernels: Vec::new(),
         vs_f32: None,
+        dispatches: Vec::new(),
     }
 }
 
@@ -885,12 +900,20 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
     ));
 
     for case in cases(&s).into_iter().filter(|c| wanted(c.op)) {
-        let mut kernels = Vec::new();
+        let (mut kernels, mut dispatches) = (Vec::new(), Vec::new());
         let measured = (case.make)().and_then(|(g, inputs)| {
             let mut graph = g.build(device)?;
             kernels = graph.kernels();
+            let several = kernels.len() > 1;
             kernels.dedup();
             let (dev, e2e) = b.time_graph(&mut graph, &inputs)?;
+            if several {
+                dispatches = graph
+                    .profile()?
+                    .into_iter()
+                    .map(|d| (d.kernel, ms(d.time)))
+                    .collect();
+            }
             Ok((dev, Some(e2e)))
         });
         let baseline = match case.work {
@@ -899,6 +922,7 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
         };
         let mut r = row(case.op, case.shape, &case.work, measured, baseline);
         r.kernels = kernels;
+        r.dispatches = dispatches;
         r.vs_f32 = case.f32_op.and_then(|op| {
             rows.iter()
                 .find(|f| f.op == op && f.shape == r.shape && f.error.is_none())

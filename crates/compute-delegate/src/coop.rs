@@ -39,14 +39,46 @@ pub(crate) enum CoopConfig {
         tk: u32,
         threads: u32,
     },
-    /// `gemm_coop2.comp`: one workgroup-scope `bm x bn` accumulator stepping K by `bk`.
-    Nv2 {
-        bm: u32,
-        bn: u32,
-        bk: u32,
-        threads: u32,
-    },
+    /// `gemm_coop2.comp` with one to three tiles, largest first (see [`CoopConfig::nv2_tile`]).
+    Nv2 { tiles: [Option<Nv2Tile>; 3] },
 }
+
+/// A tile of `gemm_coop2.comp`: one workgroup-scope `bm x bn` accumulator stepping K by `bk`,
+/// on `threads` invocations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Nv2Tile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub threads: u32,
+}
+
+/// The default tiles, largest first: 128 x 256 for large products (measured fastest on 4096^3
+/// on an H200), 128 x 128, and 64 x 64 for small ones.
+const NV2_TILES: [Nv2Tile; 3] = [
+    Nv2Tile {
+        bm: 128,
+        bn: 256,
+        bk: 64,
+        threads: 256,
+    },
+    Nv2Tile {
+        bm: 128,
+        bn: 128,
+        bk: 32,
+        threads: 128,
+    },
+    Nv2Tile {
+        bm: 64,
+        bn: 64,
+        bk: 32,
+        threads: 128,
+    },
+];
+
+/// A product takes the largest tile that gives it at least this many work groups (two per
+/// multiprocessor of a large GPU), else the smallest.
+const NV2_MIN_GROUPS: u64 = 264;
 
 impl CoopConfig {
     /// The memo key of this kind's check.
@@ -55,6 +87,34 @@ impl CoopConfig {
             CoopConfig::Khr { .. } => "compute-delegate: cooperative GEMM (KHR) check",
             CoopConfig::Nv2 { .. } => "compute-delegate: cooperative GEMM (NV2) check",
         }
+    }
+
+    /// The workgroup-scope tiles, largest first (none for the subgroup-scope kernel).
+    pub fn nv2_tiles(self) -> impl Iterator<Item = Nv2Tile> {
+        let tiles = match self {
+            CoopConfig::Nv2 { tiles } => tiles,
+            CoopConfig::Khr { .. } => [None; 3],
+        };
+        tiles.into_iter().flatten()
+    }
+
+    /// The tile an `m x n` product of `batch` matrices runs on: the largest that gives it
+    /// [`NV2_MIN_GROUPS`] work groups and pads its rows by at most a quarter (a 64-row product
+    /// on 128-row tiles would compute twice its work), else the smallest; `None` for the
+    /// subgroup-scope kernel.
+    pub fn nv2_tile(self, m: usize, n: usize, batch: usize) -> Option<Nv2Tile> {
+        let (m, n) = (m as u64, n as u64);
+        let groups = |t: &Nv2Tile| m.div_ceil(t.bm.into()) * n.div_ceil(t.bn.into());
+        let padded = |t: &Nv2Tile| m.div_ceil(t.bm.into()) * u64::from(t.bm);
+        let mut last = None;
+        for t in self.nv2_tiles() {
+            let fills = groups(&t) * batch as u64 >= NV2_MIN_GROUPS;
+            if fills && 4 * (padded(&t) - m) <= padded(&t) {
+                return Some(t);
+            }
+            last = Some(t);
+        }
+        last
     }
 
     /// The kernel's name.
@@ -111,11 +171,16 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
             .capabilities()
             .limits
             .max_compute_work_group_invocations;
-        out.extend(
-            nv2_config().filter(
-                |c| matches!(*c, CoopConfig::Nv2 { threads, .. } if threads <= invocations),
-            ),
-        );
+        if let Some(tiles) = nv2_tiles() {
+            let mut fitting = tiles
+                .into_iter()
+                .flatten()
+                .filter(|t| t.threads <= invocations);
+            let tiles = [fitting.next(), fitting.next(), fitting.next()];
+            if tiles[0].is_some() {
+                out.push(CoopConfig::Nv2 { tiles });
+            }
+        }
     }
     out.extend(khr(device));
     out
@@ -125,13 +190,10 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
 /// `threads,bm,bn,bk` (each kind is still checked before use).
 pub const ENV_COOP2: &str = "VKDELEGATE_COOP2";
 
-fn nv2_config() -> Option<CoopConfig> {
-    let default = CoopConfig::Nv2 {
-        bm: 128,
-        bn: 128,
-        bk: 32,
-        threads: 128,
-    };
+/// The tiles of the workgroup-scope kernel: the defaults, the one tile [`ENV_COOP2`] names, or
+/// none (`off`).
+fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
+    let default = NV2_TILES.map(Some);
     let Ok(v) = std::env::var(ENV_COOP2) else {
         return Some(default);
     };
@@ -139,7 +201,7 @@ fn nv2_config() -> Option<CoopConfig> {
         return None;
     }
     match parse_nv2(&v) {
-        Some(c) => Some(c),
+        Some(t) => Some([Some(t), None, None]),
         None => {
             log::warn!(
                 "{ENV_COOP2}={v}: expected `off` or `threads,bm,bn,bk` (threads 32 to 1024, \
@@ -151,7 +213,7 @@ fn nv2_config() -> Option<CoopConfig> {
 }
 
 /// `threads,bm,bn,bk`, each a number; threads 32..=1024, tiles nonzero multiples of 16.
-fn parse_nv2(v: &str) -> Option<CoopConfig> {
+fn parse_nv2(v: &str) -> Option<Nv2Tile> {
     let p: Vec<u32> = v
         .split(',')
         .map(|x| x.trim().parse().ok())
@@ -160,14 +222,12 @@ fn parse_nv2(v: &str) -> Option<CoopConfig> {
         return None;
     };
     let tile = |t: u32| t > 0 && t % 16 == 0 && t <= 512;
-    ((32..=1024).contains(&threads) && tile(bm) && tile(bn) && tile(bk)).then_some(
-        CoopConfig::Nv2 {
-            bm,
-            bn,
-            bk,
-            threads,
-        },
-    )
+    ((32..=1024).contains(&threads) && tile(bm) && tile(bn) && tile(bk)).then_some(Nv2Tile {
+        bm,
+        bn,
+        bk,
+        threads,
+    })
 }
 
 /// The subgroup-scope kernel: only where the subgroup size is fixed (its work group is four
@@ -278,6 +338,20 @@ const PROBLEMS: &[Problem] = &[
         k: 45,
         linear: false,
     },
+    // Whole blocks: the unclamped fast path, unrolled steps and their remainder, both layouts
+    // of B.
+    Problem {
+        m: 256,
+        n: 256,
+        k: 320,
+        linear: false,
+    },
+    Problem {
+        m: 256,
+        n: 256,
+        k: 320,
+        linear: true,
+    },
 ];
 
 fn check(device: &Device, config: CoopConfig) -> bool {
@@ -288,9 +362,21 @@ fn check(device: &Device, config: CoopConfig) -> bool {
             FORCED.with(|f| f.set(None));
         }
     }
-    FORCED.with(|f| f.set(Some(config)));
     let _unforce = Unforce;
-    check_all(device, config)
+    // Each workgroup-scope tile is its own pipeline: each is checked alone.
+    let mut kinds: Vec<CoopConfig> = config
+        .nv2_tiles()
+        .map(|t| CoopConfig::Nv2 {
+            tiles: [Some(t), None, None],
+        })
+        .collect();
+    if kinds.is_empty() {
+        kinds.push(config);
+    }
+    kinds.into_iter().all(|c| {
+        FORCED.with(|f| f.set(Some(c)));
+        check_all(device, c)
+    })
 }
 
 fn check_all(device: &Device, config: CoopConfig) -> bool {
@@ -494,7 +580,7 @@ mod tests {
     fn tuning_values_are_parsed_strictly() {
         assert_eq!(
             parse_nv2("128, 128,256,32"),
-            Some(CoopConfig::Nv2 {
+            Some(Nv2Tile {
                 bm: 128,
                 bn: 256,
                 bk: 32,
@@ -511,6 +597,32 @@ mod tests {
         ] {
             assert_eq!(parse_nv2(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn products_take_the_largest_tile_that_fills_the_device() {
+        let all = CoopConfig::Nv2 {
+            tiles: NV2_TILES.map(Some),
+        };
+        assert_eq!(all.nv2_tile(4096, 4096, 1), Some(NV2_TILES[0]));
+        assert_eq!(all.nv2_tile(64, 50176, 1), Some(NV2_TILES[2]));
+        assert_eq!(all.nv2_tile(96, 50176, 1), Some(NV2_TILES[1]));
+        assert_eq!(all.nv2_tile(80, 50176, 1), Some(NV2_TILES[2]));
+        assert_eq!(all.nv2_tile(320, 49, 1), Some(NV2_TILES[2]));
+        assert_eq!(all.nv2_tile(256, 256, 16), Some(NV2_TILES[2]));
+        assert_eq!(all.nv2_tile(512, 1024, 16), Some(NV2_TILES[1]));
+        let one = CoopConfig::Nv2 {
+            tiles: [Some(NV2_TILES[1]), None, None],
+        };
+        assert_eq!(one.nv2_tile(4096, 4096, 1), Some(NV2_TILES[1]));
+        assert_eq!(one.nv2_tile(8, 8, 1), Some(NV2_TILES[1]));
+        let khr = CoopConfig::Khr {
+            tm: 16,
+            tn: 16,
+            tk: 16,
+            threads: 128,
+        };
+        assert_eq!(khr.nv2_tile(4096, 4096, 1), None);
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub(crate) enum Kernel {
     Gemm,
     GemmCoop,
     GemmCoop2,
+    Gemv,
     Im2col,
     FmaPeak,
     CopyVec4,
@@ -109,6 +110,7 @@ impl Kernel {
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
+            Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
@@ -136,6 +138,7 @@ impl Kernel {
             Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2_f16.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw_f16.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm_f16.spv"),
+            Kernel::Gemv => include_bytes!("../spirv/gemv_f16.spv"),
             Kernel::Where => include_bytes!("../spirv/where_f16.spv"),
             Kernel::Gather => include_bytes!("../spirv/gather_f16.spv"),
             // fp16 kernels by nature.
@@ -176,6 +179,7 @@ impl Kernel {
             | Kernel::LayerNormSg
             | Kernel::ConvDw
             | Kernel::Gemm
+            | Kernel::Gemv
             | Kernel::GemmCoop
             | Kernel::GemmCoop2
             | Kernel::Where => 4,
@@ -191,7 +195,7 @@ pub(crate) const PUSH_BYTES: u32 = 128;
 mod tests {
     use super::*;
 
-    const ALL: [Kernel; 21] = [
+    const ALL: [Kernel; 22] = [
         Kernel::Unary,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -207,6 +211,7 @@ mod tests {
         Kernel::Pool2x2,
         Kernel::ConvDw,
         Kernel::Gemm,
+        Kernel::Gemv,
         Kernel::FmaPeak,
         Kernel::CopyVec4,
         Kernel::QAdd,

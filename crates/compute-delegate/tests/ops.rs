@@ -690,6 +690,74 @@ fn matmul_bmm_and_linear() {
     assert_no_validation_errors(&instance);
 }
 
+/// Products of one to four rows run as `gemv.comp`: with and without split-K, K tails that
+/// are not multiples of the slices, columns that leave lanes idle, a batch with A broadcast,
+/// and linear with a bias and a clamp fused (or applied after the summing pass).
+#[test]
+fn few_row_products_read_b_once() {
+    let Some((instance, dev)) = device("few_row_products_read_b_once") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(61);
+    for (batch, m, k, n) in [
+        (1, 1, 4096, 256),
+        (1, 2, 37, 12),
+        (1, 3, 64, 260),
+        (1, 4, 1000, 8),
+        (3, 1, 300, 20),
+    ] {
+        let a = rand_vec(&mut rng, m * k);
+        let b = rand_vec(&mut rng, batch * k * n);
+        let sb: Vec<usize> = if batch == 1 {
+            vec![k, n]
+        } else {
+            vec![batch, k, n]
+        };
+        let mut g = GraphBuilder::new();
+        let ta = g.input("a", DType::F32, &[m, k]).unwrap();
+        let tb = g.input("b", DType::F32, &sb).unwrap();
+        let c = g.matmul(ta, tb).unwrap();
+        g.output(c).unwrap();
+        let built = g.build(&dev).unwrap();
+        let what = format!("matmul {batch} x {m}x{k}x{n}");
+        assert!(
+            built.kernels().iter().any(|k| k == "Gemv"),
+            "{what}: {:?}",
+            built.kernels()
+        );
+        let got = run(&dev, &g, &[(&[m, k], &a), (&sb, &b)]);
+        let want = matmul_ref(&a, &b, batch, m, k, n, false, batch > 1);
+        assert_close(&got[0], &want, 1e-4, &what);
+    }
+    for (m, k, n) in [(1usize, 2048usize, 64usize), (4, 24, 36)] {
+        let x = rand_vec(&mut rng, m * k);
+        let w = rand_vec(&mut rng, n * k);
+        let bias = rand_vec(&mut rng, n);
+        let wt: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+        let want: Vec<f32> = matmul_ref(&x, &wt, 1, m, k, n, false, false)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v + bias[i % n]).clamp(-1.0, 6.0))
+            .collect();
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &[m, k]).unwrap();
+        let tw = g.constant_f32("w", &[n, k], &w).unwrap();
+        let tb = g.constant_f32("bias", &[n], &bias).unwrap();
+        let y = g.linear(tx, tw, Some(tb)).unwrap();
+        let y = g.clamp(y, -1.0, 6.0).unwrap();
+        g.output(y).unwrap();
+        let built = g.build(&dev).unwrap();
+        assert!(
+            built.kernels().iter().any(|k| k == "Gemv"),
+            "{:?}",
+            built.kernels()
+        );
+        let got = run(&dev, &g, &[(&[m, k], &x)]);
+        assert_close(&got[0], &want, 1e-4, &format!("linear {m}x{k}x{n}"));
+    }
+    assert_no_validation_errors(&instance);
+}
+
 fn reduce_ref(x: &[f32], s: &[usize], dims: &[usize], mean: bool) -> Vec<f32> {
     let out: Vec<usize> = s
         .iter()

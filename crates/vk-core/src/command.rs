@@ -75,6 +75,10 @@ pub struct WaitPolicy {
     /// `vkWaitForFences`: a blocked thread is woken tens of microseconds after the GPU
     /// finishes, which dominates the host cost of short executions.
     pub spin: Duration,
+    /// A wait also polls until 1.25x the time the submission's previous work took from submit
+    /// to finish (repeated executions of one model take about the same time), up to this
+    /// long after the submit; then it blocks. Zero polls for `spin` only.
+    pub spin_max: Duration,
 }
 
 impl WaitPolicy {
@@ -83,6 +87,8 @@ impl WaitPolicy {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
     /// Polling before blocking: 200 us.
     pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+    /// Polling for work of known length: up to 2 ms after the submit.
+    pub const DEFAULT_SPIN_MAX: Duration = Duration::from_millis(2);
 }
 
 impl Default for WaitPolicy {
@@ -90,6 +96,7 @@ impl Default for WaitPolicy {
         WaitPolicy {
             timeout: Self::DEFAULT_TIMEOUT,
             spin: Self::DEFAULT_SPIN,
+            spin_max: Self::DEFAULT_SPIN_MAX,
         }
     }
 }
@@ -103,6 +110,10 @@ pub struct Submission {
     pending: bool,
     policy: WaitPolicy,
     what: String,
+    /// When the pending work was submitted.
+    submitted: Option<std::time::Instant>,
+    /// How long the previous work took from submit until its wait saw it finish.
+    last_busy: Duration,
 }
 
 impl fmt::Debug for Submission {
@@ -133,6 +144,8 @@ impl Submission {
             pending: false,
             policy: WaitPolicy::default(),
             what: what.into(),
+            submitted: None,
+            last_busy: Duration::ZERO,
         };
         if count > 0 {
             let alloc = vk::CommandBufferAllocateInfo::default()
@@ -252,6 +265,7 @@ impl Submission {
         };
         result.map_err(|e| self.note_loss(e))?;
         self.pending = true;
+        self.submitted = Some(std::time::Instant::now());
         Ok(())
     }
 
@@ -291,20 +305,32 @@ impl Submission {
                 return Err(e);
             }
         }
+        if let Some(t) = self.submitted.take() {
+            self.last_busy = t.elapsed();
+        }
         // SAFETY: the fence is signaled and no submission uses it.
         unsafe { self.device.raw().reset_fences(&[self.fence]) }.vk("vkResetFences")?;
         self.pending = false;
         Ok(())
     }
 
-    /// Polls the fence for up to the policy's `spin`; whether it signaled.
+    /// How long [`Submission::poll`] polls from `now`: the policy's `spin`, or until 1.25x the
+    /// previous work's time after the submit (at most `spin_max` after it), whichever is later.
+    fn spin_budget(&self, now: std::time::Instant) -> Duration {
+        let expected = self.last_busy.mul_f64(1.25).min(self.policy.spin_max);
+        let since_submit = self.submitted.map_or(Duration::ZERO, |t| now - t);
+        self.policy.spin.max(expected.saturating_sub(since_submit))
+    }
+
+    /// Polls the fence for up to [`Submission::spin_budget`]; whether it signaled.
     fn poll(&self) -> Result<bool, VkError> {
         let start = std::time::Instant::now();
+        let budget = self.spin_budget(start);
         loop {
             // SAFETY: the fence belongs to this device.
             match unsafe { self.device.raw().get_fence_status(self.fence) } {
                 Ok(true) => return Ok(true),
-                Ok(false) if start.elapsed() < self.policy.spin => std::hint::spin_loop(),
+                Ok(false) if start.elapsed() < budget => std::hint::spin_loop(),
                 Ok(false) => return Ok(false),
                 Err(r) => return Err(VkError::new("vkGetFenceStatus", r)),
             }

@@ -25,6 +25,10 @@ pub struct BenchArgs {
     pub repeat: usize,
     pub json: Option<PathBuf>,
     pub skip_ops: bool,
+    /// Only the op rows a filter names, without the host I/O rows.
+    pub skip_host_io: bool,
+    /// Print every dispatch of each `.pte` program's profile, in order.
+    pub dispatches: bool,
 }
 
 #[cfg(any(feature = "vgf", feature = "compute"))]
@@ -43,13 +47,15 @@ pub fn run(args: &BenchArgs) -> Result {
     report.insert("device".into(), json!(device.capabilities().name));
     if !args.skip_ops {
         report.insert("ops".into(), ops(&device, args)?);
-        report.insert("host_io".into(), crate::hostio::rows(&device, args.quick)?);
+        if !args.skip_host_io {
+            report.insert("host_io".into(), crate::hostio::rows(&device, args.quick)?);
+        }
     }
     if !args.vgf.is_empty() {
         report.insert("vgf".into(), vgf(&device, args)?);
     }
     if !args.pte.is_empty() {
-        report.insert("pte".into(), pte(&args.pte, args.repeat)?);
+        report.insert("pte".into(), pte(&args.pte, args.repeat, args.dispatches)?);
     }
     if let Some(p) = &args.program {
         report.insert("program".into(), program(p, args.repeat)?);
@@ -115,7 +121,7 @@ fn row_json(r: &vkdelegate::compute::BenchRow) -> Value {
         "device": spread(&r.device), "end_to_end": r.end_to_end.as_ref().map(spread),
         "noisy": r.noisy(), "throughput": r.throughput, "unit": r.unit, "baseline": r.baseline,
         "baseline_name": r.baseline_name, "ratio": r.ratio, "error": r.error,
-        "kernels": r.kernels, "vs_f32": r.vs_f32,
+        "kernels": r.kernels, "vs_f32": r.vs_f32, "dispatches": r.dispatches,
     })
 }
 
@@ -320,7 +326,7 @@ fn program(path: &Path, repeat: usize) -> Result<Value> {
 /// ExecuTorch programs: load time, per-inference time (host input to host output), device time
 /// per delegate, host overhead.
 #[cfg(any(feature = "vgf", feature = "compute"))]
-fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
+fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
     use std::time::Instant;
     use vkdelegate::vk_core::{HostTensor, Summary};
     let mut out = Vec::new();
@@ -343,13 +349,14 @@ fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
         for _ in 0..3 {
             p.execute(&inputs)?;
         }
-        let (mut totals, mut overheads) = (Vec::new(), Vec::new());
+        let (mut totals, mut overheads, mut copies) = (Vec::new(), Vec::new(), Vec::new());
         let mut per_step: Vec<Vec<Duration>> = vec![Vec::new(); p.steps().len()];
         for _ in 0..repeat.max(10) {
             p.execute(&inputs)?;
             let t = p.last_timings();
             let device: Duration = t.steps.iter().map(|(_, d)| *d).sum();
             totals.push(t.total);
+            copies.push(t.host_copies);
             overheads.push(t.total.saturating_sub(device));
             for (k, (_, d)) in t.steps.iter().enumerate() {
                 per_step[k].push(*d);
@@ -357,8 +364,9 @@ fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
         }
         let total = Summary::of_durations(&totals).ok_or("no runs")?;
         let overhead = Summary::of_durations(&overheads).ok_or("no runs")?;
+        let copies = Summary::of_durations(&copies).ok_or("no runs")?;
         println!(
-            "\nExecuTorch program {}: load {:.1} ms; host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us",
+            "\nExecuTorch program {}: load {:.1} ms; host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us (host copies {:.1} us)",
             path.display(),
             ms(load),
             total.min,
@@ -366,9 +374,10 @@ fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
             total.max,
             total.runs,
             if total.is_noisy(0.10) { " NOISY" } else { "" },
-            overhead.median * 1e3
+            overhead.median * 1e3,
+            copies.median * 1e3
         );
-        let top = top_ops(&mut p)?;
+        let top = top_ops(&mut p, dispatches)?;
         let mut steps = Vec::new();
         for ((name, kind), ds) in p.steps().iter().zip(&per_step) {
             if let Some(s) = Summary::of_durations(ds) {
@@ -379,23 +388,38 @@ fn pte(paths: &[PathBuf], repeat: usize) -> Result<Value> {
         out.push(json!({
             "program": path.display().to_string(), "load_ms": ms(load),
             "min_ms": total.min, "median_ms": total.median, "max_ms": total.max,
-            "host_overhead_us": overhead.median * 1e3, "steps": steps, "ops": top,
+            "host_overhead_us": overhead.median * 1e3, "host_copies_us": copies.median * 1e3,
+            "steps": steps, "ops": top,
         }));
     }
     Ok(Value::Array(out))
 }
 
 /// The per-op device profile of a program's compute steps, summed by op and kernel, largest
-/// first; prints the top five.
+/// first; prints the top five and, with `dispatches`, every dispatch in recording order.
 #[cfg(any(feature = "vgf", feature = "compute"))]
-fn top_ops(p: &mut vkdelegate::program::Program) -> Result<Value> {
+fn top_ops(p: &mut vkdelegate::program::Program, dispatches: bool) -> Result<Value> {
     let mut by_op: std::collections::BTreeMap<String, (Duration, usize)> = Default::default();
     let mut total = Duration::ZERO;
-    for (_, op, t) in p.profile()? {
-        let e = by_op.entry(op).or_default();
-        e.0 += t;
+    let profile = p.profile()?;
+    if dispatches {
+        println!("  dispatches (step, op [kernel], work groups, device time):");
+    }
+    for d in profile {
+        if dispatches {
+            let [x, y, z] = d.groups;
+            println!(
+                "    {:<18} {:<28} {:>14} {:>8.3} ms",
+                d.step,
+                d.op,
+                format!("{x}x{y}x{z}"),
+                ms(d.time)
+            );
+        }
+        let e = by_op.entry(d.op).or_default();
+        e.0 += d.time;
         e.1 += 1;
-        total += t;
+        total += d.time;
     }
     let mut rows: Vec<(String, Duration, usize)> =
         by_op.into_iter().map(|(op, (t, n))| (op, t, n)).collect();
@@ -422,7 +446,7 @@ fn top_ops(p: &mut vkdelegate::program::Program) -> Result<Value> {
 }
 
 #[cfg(not(any(feature = "vgf", feature = "compute")))]
-fn pte(_: &[PathBuf], _: usize) -> Result<Value> {
+fn pte(_: &[PathBuf], _: usize, _: bool) -> Result<Value> {
     Err("ExecuTorch programs need the `vgf` or `compute` feature, which this build lacks".into())
 }
 

@@ -97,6 +97,12 @@ enum Cmd {
         /// Skip the compute op benchmarks.
         #[arg(long)]
         no_ops: bool,
+        /// Skip the host I/O rows (after the op rows).
+        #[arg(long)]
+        no_host_io: bool,
+        /// Print every dispatch of each `.pte` program's device profile.
+        #[arg(long)]
+        dispatches: bool,
         /// Also write the figures as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -157,6 +163,8 @@ fn main() -> ExitCode {
             scenario_runner,
             repeat,
             no_ops,
+            no_host_io,
+            dispatches,
             json,
         } => bench::run(&bench::BenchArgs {
             quick,
@@ -168,6 +176,8 @@ fn main() -> ExitCode {
             repeat,
             json,
             skip_ops: no_ops,
+            skip_host_io: no_host_io,
+            dispatches,
         }),
         Cmd::Demo { root } => demo::run(&root),
     };

@@ -94,7 +94,7 @@ fn runs_on(model: &str, atol: f32, rtol: f32, choice: DeviceChoice) -> Vec<Strin
         .profile()
         .unwrap()
         .into_iter()
-        .map(|(_, op, _)| op)
+        .map(|d| d.op)
         .collect();
     let instance = program.device().instance().clone();
     drop(program);

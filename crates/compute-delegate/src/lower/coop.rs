@@ -196,17 +196,19 @@ impl Lowerer<'_> {
                 128,
                 128,
             ),
-            CoopConfig::Nv2 {
-                bm,
-                bn,
-                bk,
-                threads,
-            } => (
-                Kernel::GemmCoop2,
-                vec![threads, bm, bn, bk, b_t, act_flag, bias_row],
-                u64::from(bm),
-                u64::from(bn),
-            ),
+            CoopConfig::Nv2 { .. } => {
+                let Some(t) = c.nv2_tile(g.m, g.n, g.batch) else {
+                    return Err(Error::Graph(
+                        "internal: workgroup-scope GEMM without a tile".into(),
+                    ));
+                };
+                (
+                    Kernel::GemmCoop2,
+                    vec![t.threads, t.bm, t.bn, t.bk, b_t, act_flag, bias_row],
+                    u64::from(t.bm),
+                    u64::from(t.bn),
+                )
+            }
         };
         let groups = self.check_groups([
             (g.n as u64).div_ceil(bn),

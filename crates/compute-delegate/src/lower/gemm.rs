@@ -25,6 +25,10 @@ impl Lowerer<'_> {
         out: TensorId,
         act: Option<(f32, f32)>,
     ) -> Result<()> {
+        // Products of a few rows read B once (`gemv.comp`).
+        if mode == 0 && self.gemv(m, n, k, batch, &params, &bindings, out, act)? {
+            return Ok(());
+        }
         // fp16 products on cooperative matrices where the device runs them (`coop.rs`).
         if mode == 0 && self.coop_gemm(m, n, k, batch, &params, &bindings, out, act)? {
             return Ok(());
@@ -102,34 +106,114 @@ impl Lowerer<'_> {
             push,
             groups,
         );
+        match partial {
+            Some(p) => self.sum_partials(p, splits as u32, out, out_numel, final_out, act),
+            None => Ok(()),
+        }
+    }
+
+    /// A GEMM of at most [`GEMV_MAX_ROWS`] rows with B row-major in vec4s (the `params` and
+    /// `bindings` of [`Lowerer::gemm`]'s MODE 0) as `gemv.comp`, split along K until it has
+    /// enough work groups to fill a large GPU; `false` when it does not apply.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        batch: usize,
+        params: &[usize; 26],
+        bindings: &[(usize, bool)],
+        out: TensorId,
+        act: Option<(f32, f32)>,
+    ) -> Result<bool> {
+        let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] =
+            [3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i]);
+        let vec_b = sb_n == 1 && [n, sb_k, sb_b, sc_m, sc_b].iter().all(|v| v % 4 == 0);
+        if m == 0 || m > GEMV_MAX_ROWS || k == 0 || sa_k != 1 || !vec_b {
+            return Ok(false);
+        }
+        let cols = (n as u64).div_ceil(GEMV_COLUMNS);
+        let splits = SPLIT_TARGET_TILES
+            .div_ceil(cols * batch as u64)
+            .clamp(1, (k as u64).div_ceil(GEMV_MIN_K_SPLIT));
+        let k_split = (k as u64).div_ceil(splits).div_ceil(4) * 4;
+        let splits = (k as u64).div_ceil(k_split);
+        let groups = self.check_groups([cols, splits, batch as u64])?;
+        let out_numel = self.t(out).numel();
+        let mut bindings = bindings.to_vec();
+        let final_out = bindings[3];
+        let partial = (splits > 1).then(|| self.temp(out, out_numel * splits as usize));
         if let Some(p) = partial {
-            if partial_f32 {
-                return self.sum_partials_f16(p, splits as u32, out, out_numel, final_out, act);
-            }
-            let g = self.linear_groups(out_numel as u64);
-            let sum_to = if act.is_some() {
-                (self.temp(out, out_numel), true)
-            } else {
-                final_out
-            };
+            bindings[3] = (p, true);
+        }
+        let (lo, hi) = act.unwrap_or((0.0, 0.0));
+        let push = [
+            m,
+            n,
+            k,
+            sa_b,
+            sa_m,
+            sb_b,
+            sb_k,
+            sc_b,
+            sc_m,
+            has_bias,
+            k_split as usize,
+            out_numel,
+        ]
+        .iter()
+        .map(|&v| v as u32)
+        .chain([lo.to_bits(), hi.to_bits()])
+        .collect();
+        let spec = vec![
+            m as u32,
+            u32::from(act.is_some() && partial.is_none()),
+            u32::from(partial.is_some()),
+        ];
+        self.push(Kernel::Gemv, spec, bindings, push, groups);
+        if let Some(p) = partial {
+            self.sum_partials(p, splits as u32, out, out_numel, final_out, act)?;
+        }
+        Ok(true)
+    }
+
+    /// The summing pass of a split-K GEMM, then the clamp of the fused activation if any. fp16
+    /// products write fp32 partial sums, which [`Lowerer::sum_partials_f16`] sums.
+    fn sum_partials(
+        &mut self,
+        p: usize,
+        splits: u32,
+        out: TensorId,
+        out_numel: usize,
+        final_out: (usize, bool),
+        act: Option<(f32, f32)>,
+    ) -> Result<()> {
+        if self.precision == Precision::F16 {
+            return self.sum_partials_f16(p, splits, out, out_numel, final_out, act);
+        }
+        let g = self.linear_groups(out_numel as u64);
+        let sum_to = match act {
+            Some(_) => (self.temp(out, out_numel), true),
+            None => final_out,
+        };
+        self.push(
+            Kernel::Reduce,
+            vec![0],
+            vec![(p, false), sum_to],
+            vec![1, splits, out_numel as u32, 1f32.to_bits()],
+            [g, 1, 1],
+        );
+        if let Some((lo, hi)) = act {
+            let n4 = out_numel.div_ceil(4);
+            let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
             self.push(
-                Kernel::Reduce,
-                vec![0],
-                vec![(p, false), sum_to],
-                vec![1, splits as u32, out_numel as u32, 1f32.to_bits()],
+                Kernel::Unary,
+                vec![1],
+                vec![(sum_to.0, false), final_out],
+                vec![n4 as u32, lo.to_bits(), hi.to_bits()],
                 [g, 1, 1],
             );
-            if act.is_some() {
-                let n4 = out_numel.div_ceil(4);
-                let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
-                self.push(
-                    Kernel::Unary,
-                    vec![1],
-                    vec![(sum_to.0, false), final_out],
-                    vec![n4 as u32, lo.to_bits(), hi.to_bits()],
-                    [g, 1, 1],
-                );
-            }
         }
         Ok(())
     }

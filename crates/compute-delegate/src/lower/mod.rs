@@ -64,6 +64,12 @@ const ROW_GROUPS: usize = 8192;
 const SPLIT_BELOW_TILES: u64 = 264;
 /// ... into about this many work groups.
 const SPLIT_TARGET_TILES: u64 = 528;
+/// `gemv.comp` runs products of at most this many rows ...
+const GEMV_MAX_ROWS: usize = 4;
+/// ... over this many columns per work group ...
+const GEMV_COLUMNS: u64 = 256;
+/// ... and splits K no finer than this.
+const GEMV_MIN_K_SPLIT: u64 = 64;
 
 /// Drops size-1 dims and merges adjacent dims that are contiguous in every stride set.
 fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
@@ -459,7 +465,7 @@ mod tests {
     #[test]
     fn f16_nodes_lower_to_f16_shaders_with_fp32_split_k_partials() {
         let mut b = GraphBuilder::new();
-        let x = b.input("x", DType::F16, &[4, 1024]).unwrap();
+        let x = b.input("x", DType::F16, &[8, 1024]).unwrap();
         let w = b.input("w", DType::F16, &[1024, 8]).unwrap();
         let y = b.matmul(x, w).unwrap();
         let y = b.relu(y).unwrap();
@@ -477,7 +483,7 @@ mod tests {
         assert_eq!(plan.dispatches[0].spec[9], 1);
         // The same graph in f32 keeps one precision throughout.
         let mut b = GraphBuilder::new();
-        let x = b.input("x", DType::F32, &[4, 1024]).unwrap();
+        let x = b.input("x", DType::F32, &[8, 1024]).unwrap();
         let w = b.input("w", DType::F32, &[1024, 8]).unwrap();
         let y = b.matmul(x, w).unwrap();
         b.output(y).unwrap();
@@ -491,11 +497,46 @@ mod tests {
         assert_eq!(plan.dispatches[0].spec[9], 0);
     }
 
+    #[test]
+    fn few_row_products_lower_to_the_gemv_kernel_split_along_k() {
+        for (dtype, sum) in [
+            (DType::F32, vec!["Gemv", "Reduce"]),
+            (DType::F16, vec!["Gemv_f16", "Reduce", "Cast"]),
+        ] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", dtype, &[1, 4096]).unwrap();
+            let w = b.input("w", dtype, &[4096, 4096]).unwrap();
+            let y = b.matmul(x, w).unwrap();
+            b.output(y).unwrap();
+            let plan = lower(&b, &limits(), true, None).unwrap();
+            assert_eq!(shaders(&plan), sum);
+            // 16 column groups; K split into 32 splits of 128 rows.
+            assert_eq!(plan.dispatches[0].groups, [16, 32, 1]);
+            assert_eq!(plan.dispatches[0].spec, [1, 0, 1]);
+        }
+        // Five rows, or columns not in vec4s, take the tiled kernel.
+        for (m, n) in [(5, 64), (1, 63)] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[m, 64]).unwrap();
+            let w = b.input("w", DType::F32, &[64, n]).unwrap();
+            let y = b.matmul(x, w).unwrap();
+            b.output(y).unwrap();
+            let plan = lower(&b, &limits(), true, None).unwrap();
+            assert_eq!(shaders(&plan), ["Gemm"], "{m}x{n}");
+        }
+    }
+
     const NV2: CoopConfig = CoopConfig::Nv2 {
-        bm: 128,
-        bn: 128,
-        bk: 32,
-        threads: 128,
+        tiles: [
+            Some(crate::coop::Nv2Tile {
+                bm: 128,
+                bn: 128,
+                bk: 32,
+                threads: 128,
+            }),
+            None,
+            None,
+        ],
     };
 
     fn shaders(plan: &Plan) -> Vec<String> {

@@ -277,11 +277,16 @@ impl Runner for ComputeRunner {
         unsafe { self.graph.record_into(cmd) }
     }
 
-    fn profile(&mut self, step: &str) -> Result<Vec<(String, std::time::Duration)>> {
+    fn profile(&mut self, step: &str) -> Result<Vec<super::DispatchProfile>> {
         let times = self.graph.profile().map_err(wrap(step))?;
         Ok(times
             .into_iter()
-            .map(|d| (format!("{} [{}]", d.op, d.kernel), d.time))
+            .map(|d| super::DispatchProfile {
+                step: step.to_string(),
+                op: format!("{} [{}]", d.op, d.kernel),
+                groups: d.groups,
+                time: d.time,
+            })
             .collect())
     }
 }

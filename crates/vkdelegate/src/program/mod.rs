@@ -376,6 +376,19 @@ fn union(requirements: &[Requirements]) -> Requirements {
         .fold(requirements[0].clone(), |u, r| u.union(r))
 }
 
+/// One dispatch of [`Program::profile`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchProfile {
+    /// The step it belongs to.
+    pub step: String,
+    /// The op and the kernel that ran it, as `op [Kernel]`.
+    pub op: String,
+    /// Work groups dispatched.
+    pub groups: [u32; 3],
+    /// Device time from the previous dispatch's end to its own.
+    pub time: std::time::Duration,
+}
+
 impl Program {
     fn assemble(
         steps: Vec<Loaded>,
@@ -457,15 +470,13 @@ impl Program {
     }
 
     /// Device time per dispatch of each step that can time its dispatches (compute steps), from
-    /// one device-resident run of each on the tensors the last execution left on the device:
-    /// (step, op, time). Run `execute` first.
-    pub fn profile(&mut self) -> Result<Vec<(String, String, std::time::Duration)>> {
+    /// one device-resident run of each on the tensors the last execution left on the device,
+    /// in recording order. Run `execute` first.
+    pub fn profile(&mut self) -> Result<Vec<DispatchProfile>> {
         let mut out = Vec::new();
         for step in &mut self.steps {
             let name = step.spec.name.clone();
-            for (op, t) in step.runner.profile(&name)? {
-                out.push((name.clone(), op, t));
-            }
+            out.extend(step.runner.profile(&name)?);
         }
         Ok(out)
     }
@@ -561,7 +572,8 @@ impl Program {
             .plan
             .as_mut()
             .ok_or_else(|| ProgramError::Wiring("the device plan was not recorded".into()))?;
-        let (outputs, times) = plan.run(inputs, &self.outputs)?;
+        let (outputs, times, copies) = plan.run(inputs, &self.outputs)?;
+        self.last.host_copies = copies;
         self.last.steps = self
             .steps
             .iter()

@@ -398,10 +398,11 @@ impl DevicePlan {
         &mut self,
         inputs: &[HostTensor],
         outputs: &[vk_core::TensorSpec],
-    ) -> Result<(Vec<HostTensor>, Vec<Duration>)> {
+    ) -> Result<(Vec<HostTensor>, Vec<Duration>, Duration)> {
         // An earlier failed wait leaves the submission pending: finish it before reuse.
         self.submission.wait()?;
         self.transfer.wait()?;
+        let copying = std::time::Instant::now();
         for (side, t) in self.host_in.iter_mut().zip(inputs) {
             match side {
                 HostSide::Staged(buffer) => buffer.write(0, t.bytes())?,
@@ -412,10 +413,12 @@ impl DevicePlan {
                 }
             }
         }
+        let mut copies = copying.elapsed();
         // SAFETY: the command buffer is executable; the steps it records are alive (the
         // program drops the plan first); no semaphores.
         unsafe { self.submission.submit(0, &[], &[]) }?;
         self.submission.wait()?;
+        let copying = std::time::Instant::now();
         let mut out = Vec::with_capacity(outputs.len());
         let mut host_out = self.host_out.iter();
         for (o, spec) in outputs.iter().enumerate() {
@@ -444,7 +447,8 @@ impl DevicePlan {
                     .map_err(|e| ProgramError::Wiring(e.to_string()))?,
             );
         }
-        Ok((out, self.step_times()?))
+        copies += copying.elapsed();
+        Ok((out, self.step_times()?, copies))
     }
 }
 

@@ -40,9 +40,8 @@ pub(super) trait Runner: Send {
     /// with barriers, and submits it only while the step is alive and not otherwise running.
     unsafe fn record_into(&self, cmd: vk::CommandBuffer);
     /// Device time per dispatch of one device-resident run on the inputs already on the
-    /// device, as (op, time); empty where the delegate cannot time its work dispatch by
-    /// dispatch.
-    fn profile(&mut self, _step: &str) -> Result<Vec<(String, std::time::Duration)>> {
+    /// device; empty where the delegate cannot time its work dispatch by dispatch.
+    fn profile(&mut self, _step: &str) -> Result<Vec<super::DispatchProfile>> {
         Ok(Vec::new())
     }
 }
