@@ -13,6 +13,11 @@
 //
 // A is row-major (row stride sa_m). B is row-major [K][N] (row stride sb_k) or, with B_T, a
 // row-major [N][K] read through a transposing view.
+//
+// Split-K (PARTIAL): gl_WorkGroupID.z = batch * splits + split; split s covers
+// k in [s * k_split, (s + 1) * k_split) and writes its fp32 partial sums c_split elements
+// further on (binding 3 read as fp32; a later pass sums, clamps and narrows them); split 0
+// adds the bias.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BM = 128;
 layout(constant_id = 2) const uint BN = 128;
@@ -23,11 +28,13 @@ layout(constant_id = 5) const uint ACT = 0;
 layout(constant_id = 6) const uint BIAS_ROW = 0;
 // K steps unrolled in the fast path.
 layout(constant_id = 7) const uint UNROLL = 4;
+layout(constant_id = 8) const uint PARTIAL = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { float16_t a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Bm { float16_t b[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float16_t bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C { float16_t c[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer C32 { float c32[]; };
 
 layout(push_constant) uniform Params {
     uint m;
@@ -42,19 +49,22 @@ layout(push_constant) uniform Params {
     uint has_bias;
     float act_lo;
     float act_hi;
+    uint splits;
+    uint k_split;
+    uint c_split;
 } pc;
 
 // The epilogue per element: bias of the element's column (or row), then the clamp.
 float epilogue(const in uint row, const in uint col, const in float v, const in uint m0,
-               const in uint n0) {
+               const in uint n0, const in uint add_bias) {
     float r = v;
-    if (pc.has_bias == 1) {
+    if (add_bias == 1) {
         uint i = (BIAS_ROW == 1) ? (m0 + row) : (n0 + col);
         if (i < ((BIAS_ROW == 1) ? pc.m : pc.n)) {
             r += float(bias[i]);
         }
     }
-    if (ACT == 1) {
+    if (ACT == 1 && PARTIAL == 0) {
         r = clamp(r, pc.act_lo, pc.act_hi);
     }
     return r;
@@ -63,7 +73,11 @@ float epilogue(const in uint row, const in uint col, const in float v, const in 
 void main() {
     uint m0 = gl_WorkGroupID.y * BM;
     uint n0 = gl_WorkGroupID.x * BN;
-    uint z = gl_WorkGroupID.z;
+    // Without PARTIAL these fold to one split over all of K.
+    uint z = (PARTIAL == 1) ? gl_WorkGroupID.z / pc.splits : gl_WorkGroupID.z;
+    uint split = (PARTIAL == 1) ? gl_WorkGroupID.z - z * pc.splits : 0;
+    uint k_begin = split * pc.k_split;
+    uint k_end = (PARTIAL == 1) ? min(pc.k, k_begin + pc.k_split) : pc.k;
 
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la =
         createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
@@ -71,12 +85,12 @@ void main() {
         createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
         createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    la = setTensorLayoutDimensionNV(la, pc.m, pc.k);
+    la = setTensorLayoutDimensionNV(la, pc.m, k_end);
     la = setTensorLayoutStrideNV(la, pc.sa_m, 1);
     if (B_T == 1) {
-        lb = setTensorLayoutDimensionNV(lb, pc.n, pc.k);
+        lb = setTensorLayoutDimensionNV(lb, pc.n, k_end);
     } else {
-        lb = setTensorLayoutDimensionNV(lb, pc.k, pc.n);
+        lb = setTensorLayoutDimensionNV(lb, k_end, pc.n);
     }
     lb = setTensorLayoutStrideNV(lb, pc.sb_k, 1);
     lc = setTensorLayoutDimensionNV(lc, pc.m, pc.n);
@@ -90,24 +104,24 @@ void main() {
     // The fast path: the block and every K step lie inside A and B, and every row starts on 16
     // bytes, so the loads need no clamping and may be 16-byte wide. Most blocks of a large
     // product take it; the edge blocks and odd shapes take the clamped loop below.
-    bool inside = m0 + BM <= pc.m && n0 + BN <= pc.n && pc.k % BK == 0 &&
-                  (pc.sa_m | pc.sb_k | a_off | b_off) % 8 == 0;
+    bool inside = m0 + BM <= pc.m && n0 + BN <= pc.n && (k_end - k_begin) % BK == 0 &&
+                  (pc.sa_m | pc.sb_k | a_off | b_off | k_begin) % 8 == 0;
     if (inside) {
         tensorLayoutNV<2> ua = createTensorLayoutNV(2);
         tensorLayoutNV<2> ub = createTensorLayoutNV(2);
-        ua = setTensorLayoutDimensionNV(ua, pc.m, pc.k);
+        ua = setTensorLayoutDimensionNV(ua, pc.m, k_end);
         // The masks tell the compiler what the test above established.
         ua = setTensorLayoutStrideNV(ua, pc.sa_m & ~7u, 1);
         if (B_T == 1) {
-            ub = setTensorLayoutDimensionNV(ub, pc.n, pc.k);
+            ub = setTensorLayoutDimensionNV(ub, pc.n, k_end);
         } else {
-            ub = setTensorLayoutDimensionNV(ub, pc.k, pc.n);
+            ub = setTensorLayoutDimensionNV(ub, k_end, pc.n);
         }
         ub = setTensorLayoutStrideNV(ub, pc.sb_k & ~7u, 1);
         a_off &= ~7u;
         b_off &= ~7u;
-        uint k0 = 0;
-        for (; k0 + UNROLL * BK <= pc.k; k0 += UNROLL * BK) {
+        uint k0 = k_begin & ~7u;
+        for (; k0 + UNROLL * BK <= k_end; k0 += UNROLL * BK) {
             [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
                 uint kk = k0 + u * BK;
                 coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;
@@ -122,7 +136,7 @@ void main() {
                 acc = coopMatMulAdd(fa, fb, acc);
             }
         }
-        for (; k0 < pc.k; k0 += BK) {
+        for (; k0 < k_end; k0 += BK) {
             coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;
             coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;
             coopMatLoadTensorNV(fa, a, a_off, sliceTensorLayoutNV(ua, m0, BM, k0, BK));
@@ -135,7 +149,7 @@ void main() {
             acc = coopMatMulAdd(fa, fb, acc);
         }
     } else {
-        for (uint k0 = 0; k0 < pc.k; k0 += BK) {
+        for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
             coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;
             coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;
             coopMatLoadTensorNV(fa, a, a_off, sliceTensorLayoutNV(la, m0, BM, k0, BK));
@@ -148,8 +162,14 @@ void main() {
             acc = coopMatMulAdd(fa, fb, acc);
         }
     }
-    if (pc.has_bias == 1 || ACT == 1) {
-        coopMatPerElementNV(acc, acc, epilogue, m0, n0);
+    uint add_bias = (pc.has_bias == 1 && split == 0) ? 1 : 0;
+    if (add_bias == 1 || (ACT == 1 && PARTIAL == 0)) {
+        coopMatPerElementNV(acc, acc, epilogue, m0, n0, add_bias);
+    }
+    if (PARTIAL == 1) {
+        coopMatStoreTensorNV(acc, c32, split * pc.c_split + z * pc.sc_b,
+                             sliceTensorLayoutNV(lc, m0, BM, n0, BN));
+        return;
     }
     coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> res =
         coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);

@@ -1,16 +1,31 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // im2col for the cooperative-matrix convolutions: the patch matrix of conv2d input images,
 // out[img][k][p] with k = (ci * kh + ky) * kw + kx over the input channels and the kernel
 // window, p = oy * ow + ox over the output pixels; zero where the window leaves the padded
-// input. One thread per output element, grid-stride (consecutive threads write consecutive
-// pixels). The GEMM that follows reads it as B = [K][OH * OW] per image.
+// input. The GEMM that follows reads it as B = [K][OH * OW] per image.
+//
+// Where OH * OW is a multiple of 8, a thread writes 8 consecutive pixels of one row with
+// 16-byte stores (the row's indices are decoded once for the 8, and consecutive threads write
+// consecutive 8-pixel groups); otherwise one thread per element. Grid-stride either way.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { WORD x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { WORD y[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y4 { uvec4 y4[]; };
+
+#ifdef DTYPE_F16
+#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+// Two elements per 32-bit word.
+#define BITS(v) uint(float16BitsToUint16(v))
+const uint WORDS8 = 4;
+#else
+#define BITS(v) (v)
+const uint WORDS8 = 8;
+#endif
 
 layout(push_constant) uniform Params {
     uint total;
@@ -29,11 +44,63 @@ layout(push_constant) uniform Params {
     uint dw;
 } pc;
 
+// The input element of patch row kk (= (ci, ky, kx)) for output pixel (oy, ox), or zero.
+WORD patch_value(const uint img, const uint ci, const uint ky, const uint kx, const uint oy,
+           const uint ox) {
+    int iy = int(oy * pc.sh + ky * pc.dh) - int(pc.ph);
+    int ix = int(ox * pc.sw + kx * pc.dw) - int(pc.pw);
+    if (uint(iy) < pc.h && uint(ix) < pc.w) {
+        return x[((img * pc.c_in + ci) * pc.h + uint(iy)) * pc.w + uint(ix)];
+    }
+    return WORD(0);
+}
+
+// Eight consecutive pixels of one patch row per thread, stored as 16-byte words.
+void by_eight(const uint ohw, const uint khw, const uint k, const uint stride) {
+    uint groups = pc.total / 8;
+    uint per_row = ohw / 8;
+    for (uint g = gl_GlobalInvocationID.x; g < groups; g += stride) {
+        uint row = g / per_row;
+        uint p = (g - row * per_row) * 8;
+        uint kk = row % k;
+        uint img = row / k;
+        uint ci = kk / khw;
+        uint r = kk - ci * khw;
+        uint ky = r / pc.kw;
+        uint kx = r - ky * pc.kw;
+        uint oy = p / pc.ow;
+        uint ox = p - oy * pc.ow;
+        uint words[8];
+        [[unroll]] for (uint e = 0; e < 8; ++e) {
+            uint bits = BITS(patch_value(img, ci, ky, kx, oy, ox));
+            if (WORDS8 == 4) {
+                words[e / 2] = (e % 2 == 0) ? bits : (words[e / 2] | (bits << 16));
+            } else {
+                words[e] = bits;
+            }
+            ox += 1;
+            if (ox == pc.ow) {
+                ox = 0;
+                oy += 1;
+            }
+        }
+        uint w0 = g * (WORDS8 / 4);
+        y4[w0] = uvec4(words[0], words[1], words[2], words[3]);
+        if (WORDS8 == 8) {
+            y4[w0 + 1] = uvec4(words[4], words[5], words[6], words[7]);
+        }
+    }
+}
+
 void main() {
     uint ohw = pc.oh * pc.ow;
     uint khw = pc.kh * pc.kw;
     uint k = pc.c_in * khw;
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    if (ohw % 8 == 0) {
+        by_eight(ohw, khw, k, stride);
+        return;
+    }
     for (uint i = gl_GlobalInvocationID.x; i < pc.total; i += stride) {
         uint p = i % ohw;
         uint rest = i / ohw;
@@ -45,12 +112,6 @@ void main() {
         uint kx = r - ky * pc.kw;
         uint oy = p / pc.ow;
         uint ox = p - oy * pc.ow;
-        int iy = int(oy * pc.sh + ky * pc.dh) - int(pc.ph);
-        int ix = int(ox * pc.sw + kx * pc.dw) - int(pc.pw);
-        WORD v = WORD(0);
-        if (uint(iy) < pc.h && uint(ix) < pc.w) {
-            v = x[((img * pc.c_in + ci) * pc.h + uint(iy)) * pc.w + uint(ix)];
-        }
-        y[i] = v;
+        y[i] = patch_value(img, ci, ky, kx, oy, ox);
     }
 }

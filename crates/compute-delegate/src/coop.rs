@@ -352,6 +352,13 @@ const PROBLEMS: &[Problem] = &[
         k: 320,
         linear: true,
     },
+    // One block and a deep K: split along K, fp32 partial sums, the bias added once.
+    Problem {
+        m: 64,
+        n: 64,
+        k: 1024,
+        linear: true,
+    },
 ];
 
 fn check(device: &Device, config: CoopConfig) -> bool {

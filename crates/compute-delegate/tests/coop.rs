@@ -120,6 +120,8 @@ fn fp16_linear_uses_the_chosen_kernel_and_matches() {
     };
     run_gemm(&device, 1, 40, 136, 64, true);
     run_gemm(&device, 2, 17, 30, 70, true);
+    // Split along K on the workgroup-scope kernel.
+    run_gemm(&device, 1, 64, 64, 1024, true);
     assert_no_validation_errors(&instance);
 }
 

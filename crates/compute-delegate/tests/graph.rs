@@ -192,9 +192,9 @@ fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
         ("matmul", "Gemm")
     );
     assert_eq!(profile[1].kernel, "Reduce");
-    assert_eq!(profile[0].groups[2], 2, "two K splits");
+    assert_eq!(profile[0].groups[2], 4, "four K splits");
     assert_eq!(split.barrier_count(), 1);
-    assert_eq!(split.memory().intermediates, 2 * 130 * 70 * 4);
+    assert_eq!(split.memory().intermediates, 4 * 130 * 70 * 4);
     drop((graph, graph2, split));
     assert_no_validation_errors(&instance);
 }

@@ -75,7 +75,7 @@ impl Lowerer<'_> {
             has_bias: has_bias == 1,
             bias_row: false,
         };
-        self.push_coop(&g, bindings.to_vec(), act)?;
+        self.push_coop(&g, bindings.to_vec(), act, out)?;
         Ok(true)
     }
 
@@ -128,7 +128,9 @@ impl Lowerer<'_> {
                 p.dilation[0],
                 p.dilation[1],
             ];
-            let g = self.linear_groups(total as u64);
+            // Eight pixels per thread where the rows allow it (see `im2col.comp`).
+            let threads = if ohw % 8 == 0 { total / 8 } else { total };
+            let g = self.linear_groups(threads as u64);
             self.push(
                 Kernel::Im2col,
                 vec![],
@@ -153,16 +155,19 @@ impl Lowerer<'_> {
             has_bias,
             bias_row: true,
         };
-        self.push_coop(&g, vec![bindings[0], b, bindings[2], bindings[3]], act)?;
+        self.push_coop(&g, vec![bindings[0], b, bindings[2], bindings[3]], act, out)?;
         Ok(true)
     }
 
-    /// The dispatch of one cooperative GEMM on the device's configuration.
+    /// The dispatch of one cooperative GEMM on the device's configuration; `bindings` are A,
+    /// B, the bias and C. On the workgroup-scope kernel a product with too few blocks to fill
+    /// the device and a deep K is split along K (fp32 partial sums, then a summing pass).
     fn push_coop(
         &mut self,
         g: &CoopGemm,
         bindings: Vec<(usize, bool)>,
         act: Option<(f32, f32)>,
+        out: TensorId,
     ) -> Result<()> {
         let Some(c) = self.coop else {
             return Err(Error::Graph(
@@ -179,12 +184,8 @@ impl Lowerer<'_> {
         let vec = [g.sa_m, g.sb_row, batch_strides[0], batch_strides[1]]
             .iter()
             .all(|s| s % 8 == 0);
-        let (act_flag, b_t, bias_row) = (
-            u32::from(act.is_some()),
-            u32::from(g.b_t),
-            u32::from(g.bias_row),
-        );
-        let (kernel, spec, bm, bn) = match c {
+        let (b_t, bias_row) = (u32::from(g.b_t), u32::from(g.bias_row));
+        let (kernel, mut spec, bm, bn, bk) = match c {
             CoopConfig::Khr {
                 tm,
                 tn,
@@ -192,9 +193,10 @@ impl Lowerer<'_> {
                 threads,
             } => (
                 Kernel::GemmCoop,
-                vec![threads, tm, tn, tk, b_t, u32::from(vec), act_flag, bias_row],
+                vec![threads, tm, tn, tk, b_t, u32::from(vec), 0, bias_row],
                 128,
                 128,
+                None,
             ),
             CoopConfig::Nv2 { .. } => {
                 let Some(t) = c.nv2_tile(g.m, g.n, g.batch) else {
@@ -204,17 +206,35 @@ impl Lowerer<'_> {
                 };
                 (
                     Kernel::GemmCoop2,
-                    vec![t.threads, t.bm, t.bn, t.bk, b_t, act_flag, bias_row],
+                    vec![t.threads, t.bm, t.bn, t.bk, b_t, 0, bias_row],
                     u64::from(t.bm),
                     u64::from(t.bn),
+                    Some(u64::from(t.bk)),
                 )
             }
+        };
+        let blocks = (g.n as u64).div_ceil(bn) * (g.m as u64).div_ceil(bm) * g.batch as u64;
+        let (splits, k_split) = match bk {
+            Some(bk) => coop_splits(blocks, g.k as u64, bk),
+            None => (1, g.k as u64),
         };
         let groups = self.check_groups([
             (g.n as u64).div_ceil(bn),
             (g.m as u64).div_ceil(bm),
-            g.batch as u64,
+            g.batch as u64 * splits,
         ])?;
+        // The clamp is fused where the result is final; the activation spec constant is 5.
+        let act_slot = if kernel == Kernel::GemmCoop { 6 } else { 5 };
+        spec[act_slot] = u32::from(act.is_some() && splits == 1);
+        let out_numel = self.t(out).numel();
+        let mut bindings = bindings;
+        let final_out = bindings[3];
+        let partial = (splits > 1).then(|| self.temp(out, out_numel * splits as usize));
+        if let Some(p) = partial {
+            bindings[3] = (p, true);
+            spec.push(4); // UNROLL, as in the shader
+            spec.push(1); // PARTIAL
+        }
         let (lo, hi) = act.unwrap_or((0.0, 0.0));
         let push = vec![
             g.m as u32,
@@ -229,8 +249,52 @@ impl Lowerer<'_> {
             u32::from(g.has_bias),
             lo.to_bits(),
             hi.to_bits(),
+            splits as u32,
+            k_split as u32,
+            out_numel as u32,
         ];
         self.push(kernel, spec, bindings, push, groups);
+        if let Some(p) = partial {
+            self.sum_partials_f16(p, splits as u32, out, out_numel, final_out, act)?;
+        }
         Ok(())
+    }
+}
+
+/// Products with fewer blocks than this and a K of at least [`COOP_SPLIT_MIN_K`] are split
+/// along K ...
+const COOP_SPLIT_BELOW_BLOCKS: u64 = 132;
+/// ... into about this many work groups, ...
+const COOP_SPLIT_TARGET_BLOCKS: u64 = 264;
+/// ... each split at least four K steps deep.
+const COOP_SPLIT_MIN_K: u64 = 256;
+
+/// Splits and split depth (a multiple of the K step `bk`) for a workgroup-scope product of
+/// `blocks` blocks and depth `k`.
+fn coop_splits(blocks: u64, k: u64, bk: u64) -> (u64, u64) {
+    if blocks >= COOP_SPLIT_BELOW_BLOCKS || k < COOP_SPLIT_MIN_K {
+        return (1, k);
+    }
+    let splits = COOP_SPLIT_TARGET_BLOCKS
+        .div_ceil(blocks)
+        .min(k / (4 * bk))
+        .clamp(1, 16);
+    let k_split = k.div_ceil(splits).div_ceil(bk) * bk;
+    (k.div_ceil(k_split), k_split)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::coop_splits;
+
+    #[test]
+    fn only_small_deep_products_are_split_into_whole_k_steps() {
+        assert_eq!(coop_splits(512, 4096, 64), (1, 4096));
+        assert_eq!(coop_splits(3, 160, 32), (1, 160));
+        // 3 blocks, K = 960 in steps of 32: 7 splits asked, 6 of 160 deep.
+        assert_eq!(coop_splits(3, 960, 32), (6, 160));
+        assert_eq!(coop_splits(1, 4096, 32), (16, 256));
+        let (s, d) = coop_splits(20, 1000, 32);
+        assert!(s > 1 && d % 32 == 0 && (s - 1) * d < 1000 && s * d >= 1000);
     }
 }

@@ -46,14 +46,20 @@ impl Lowerer<'_> {
         };
         let mut splits: u64 = 1;
         let t = tiles(tx, ty);
-        if t < SPLIT_BELOW_TILES && k >= 512 {
+        if t < SPLIT_BELOW_TILES && k >= 256 {
             splits = SPLIT_TARGET_TILES
                 .div_ceil(t)
-                .min(k as u64 / 256)
+                .min(k as u64 / 128)
                 .clamp(1, 16);
-        } else if t < 256 && ty == 16 && tx == 16 {
-            ty = 8;
-            tx = 8;
+        }
+        // The summing pass costs about a small dispatch: a split must at least triple the work
+        // groups to pay for it; else smaller tiles make more of them.
+        if splits < 3 {
+            splits = 1;
+            if t < 256 && ty == 16 && tx == 16 {
+                ty = 8;
+                tx = 8;
+            }
         }
         let k_split = (k as u64).div_ceil(splits).div_ceil(8) * 8;
         let splits = (k as u64).div_ceil(k_split);
@@ -220,7 +226,7 @@ impl Lowerer<'_> {
 
     /// The summing pass of an fp16 split-K GEMM: the fp32 partials are summed in fp32, clamped
     /// by the fused activation if any, and narrowed to f16 once.
-    fn sum_partials_f16(
+    pub(super) fn sum_partials_f16(
         &mut self,
         partial: usize,
         splits: u32,
