@@ -73,11 +73,17 @@ float epilogue(const in uint row, const in uint col, const in float v, const in 
 void main() {
     uint m0 = gl_WorkGroupID.y * BM;
     uint n0 = gl_WorkGroupID.x * BN;
-    // Without PARTIAL these fold to one split over all of K.
-    uint z = (PARTIAL == 1) ? gl_WorkGroupID.z / pc.splits : gl_WorkGroupID.z;
-    uint split = (PARTIAL == 1) ? gl_WorkGroupID.z - z * pc.splits : 0;
-    uint k_begin = split * pc.k_split;
-    uint k_end = (PARTIAL == 1) ? min(pc.k, k_begin + pc.k_split) : pc.k;
+    // Without PARTIAL: one split over all of K (the branch folds away).
+    uint z = gl_WorkGroupID.z;
+    uint split = 0;
+    uint k_begin = 0;
+    uint k_end = pc.k;
+    if (PARTIAL == 1) {
+        z = gl_WorkGroupID.z / pc.splits;
+        split = gl_WorkGroupID.z - z * pc.splits;
+        k_begin = split * pc.k_split;
+        k_end = min(pc.k, k_begin + pc.k_split);
+    }
 
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la =
         createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);

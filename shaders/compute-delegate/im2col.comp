@@ -17,16 +17,6 @@ layout(std430, set = 0, binding = 0) readonly buffer X { WORD x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { WORD y[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y4 { uvec4 y4[]; };
 
-#ifdef DTYPE_F16
-#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
-// Two elements per 32-bit word.
-#define BITS(v) uint(float16BitsToUint16(v))
-const uint WORDS8 = 4;
-#else
-#define BITS(v) (v)
-const uint WORDS8 = 8;
-#endif
-
 layout(push_constant) uniform Params {
     uint total;
     uint c_in;
@@ -46,7 +36,7 @@ layout(push_constant) uniform Params {
 
 // The input element of patch row kk (= (ci, ky, kx)) for output pixel (oy, ox), or zero.
 WORD patch_value(const uint img, const uint ci, const uint ky, const uint kx, const uint oy,
-           const uint ox) {
+                 const uint ox) {
     int iy = int(oy * pc.sh + ky * pc.dh) - int(pc.ph);
     int ix = int(ox * pc.sw + kx * pc.dw) - int(pc.pw);
     if (uint(iy) < pc.h && uint(ix) < pc.w) {
@@ -70,25 +60,23 @@ void by_eight(const uint ohw, const uint khw, const uint k, const uint stride) {
         uint kx = r - ky * pc.kw;
         uint oy = p / pc.ow;
         uint ox = p - oy * pc.ow;
-        uint words[8];
+        WORD v[8];
         [[unroll]] for (uint e = 0; e < 8; ++e) {
-            uint bits = BITS(patch_value(img, ci, ky, kx, oy, ox));
-            if (WORDS8 == 4) {
-                words[e / 2] = (e % 2 == 0) ? bits : (words[e / 2] | (bits << 16));
-            } else {
-                words[e] = bits;
-            }
+            v[e] = patch_value(img, ci, ky, kx, oy, ox);
             ox += 1;
             if (ox == pc.ow) {
                 ox = 0;
                 oy += 1;
             }
         }
-        uint w0 = g * (WORDS8 / 4);
-        y4[w0] = uvec4(words[0], words[1], words[2], words[3]);
-        if (WORDS8 == 8) {
-            y4[w0 + 1] = uvec4(words[4], words[5], words[6], words[7]);
-        }
+#ifdef DTYPE_F16
+        // Two halves per 32-bit word, the first in the low bits (little-endian order).
+        y4[g] = uvec4(packFloat2x16(f16vec2(v[0], v[1])), packFloat2x16(f16vec2(v[2], v[3])),
+                      packFloat2x16(f16vec2(v[4], v[5])), packFloat2x16(f16vec2(v[6], v[7])));
+#else
+        y4[2 * g] = uvec4(v[0], v[1], v[2], v[3]);
+        y4[2 * g + 1] = uvec4(v[4], v[5], v[6], v[7]);
+#endif
     }
 }
 

@@ -195,7 +195,7 @@ pub(crate) const PUSH_BYTES: u32 = 128;
 mod tests {
     use super::*;
 
-    const ALL: [Kernel; 22] = [
+    const ALL: [Kernel; 23] = [
         Kernel::Unary,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -212,6 +212,7 @@ mod tests {
         Kernel::ConvDw,
         Kernel::Gemm,
         Kernel::Gemv,
+        Kernel::Im2col,
         Kernel::FmaPeak,
         Kernel::CopyVec4,
         Kernel::QAdd,
@@ -219,6 +220,40 @@ mod tests {
         Kernel::Where,
         Kernel::Gather,
     ];
+
+    /// Every module of the plain kernels (the cooperative ones need extensions a CPU driver
+    /// lacks) is created on the test device with validation on, including those that only a
+    /// GPU with cooperative matrices runs (the patch matrix of `im2col.comp`).
+    #[test]
+    fn every_plain_module_is_valid_on_the_test_device() {
+        let Some((instance, device)) = vk_core::testing::device(
+            "every_plain_module_is_valid_on_the_test_device",
+            &crate::f16_requirements(),
+        ) else {
+            return;
+        };
+        let cooperative = [Kernel::GemmCoop, Kernel::GemmCoop2];
+        for k in ALL.into_iter().filter(|k| !cooperative.contains(k)) {
+            for precision in [Precision::F32, Precision::F16] {
+                if k.spirv_for(precision).is_none() {
+                    continue;
+                }
+                let shader = Shader {
+                    kernel: k,
+                    precision,
+                };
+                let words = shader.words().expect("embedded SPIR-V");
+                let info = ash::vk::ShaderModuleCreateInfo::default().code(&words);
+                // SAFETY: valid create info with SPIR-V words; destroyed right away.
+                let module = unsafe { device.raw().create_shader_module(&info, None) }
+                    .unwrap_or_else(|e| panic!("{shader}: {e}"));
+                // SAFETY: the module was created above and is used by nothing.
+                unsafe { device.raw().destroy_shader_module(module, None) };
+            }
+        }
+        drop(device);
+        vk_core::testing::assert_no_validation_errors(&instance);
+    }
 
     #[test]
     fn every_variant_is_readable_and_distinct() {

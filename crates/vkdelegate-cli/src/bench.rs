@@ -349,14 +349,16 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
         for _ in 0..3 {
             p.execute(&inputs)?;
         }
-        let (mut totals, mut overheads, mut copies) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut totals, mut overheads) = (Vec::new(), Vec::new());
+        let (mut ups, mut downs) = (Vec::new(), Vec::new());
         let mut per_step: Vec<Vec<Duration>> = vec![Vec::new(); p.steps().len()];
         for _ in 0..repeat.max(10) {
             p.execute(&inputs)?;
             let t = p.last_timings();
             let device: Duration = t.steps.iter().map(|(_, d)| *d).sum();
             totals.push(t.total);
-            copies.push(t.host_copies);
+            ups.push(t.host_upload);
+            downs.push(t.host_download);
             overheads.push(t.total.saturating_sub(device));
             for (k, (_, d)) in t.steps.iter().enumerate() {
                 per_step[k].push(*d);
@@ -364,9 +366,10 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
         }
         let total = Summary::of_durations(&totals).ok_or("no runs")?;
         let overhead = Summary::of_durations(&overheads).ok_or("no runs")?;
-        let copies = Summary::of_durations(&copies).ok_or("no runs")?;
+        let up = Summary::of_durations(&ups).ok_or("no runs")?;
+        let down = Summary::of_durations(&downs).ok_or("no runs")?;
         println!(
-            "\nExecuTorch program {}: load {:.1} ms; host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us (host copies {:.1} us)",
+            "\nExecuTorch program {}: load {:.1} ms; host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us (host side of the copies: in {:.1} us, out {:.1} us)",
             path.display(),
             ms(load),
             total.min,
@@ -375,7 +378,8 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
             total.runs,
             if total.is_noisy(0.10) { " NOISY" } else { "" },
             overhead.median * 1e3,
-            copies.median * 1e3
+            up.median * 1e3,
+            down.median * 1e3
         );
         let top = top_ops(&mut p, dispatches)?;
         let mut steps = Vec::new();
@@ -388,7 +392,7 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
         out.push(json!({
             "program": path.display().to_string(), "load_ms": ms(load),
             "min_ms": total.min, "median_ms": total.median, "max_ms": total.max,
-            "host_overhead_us": overhead.median * 1e3, "host_copies_us": copies.median * 1e3,
+            "host_overhead_us": overhead.median * 1e3, "host_upload_us": up.median * 1e3, "host_download_us": down.median * 1e3,
             "steps": steps, "ops": top,
         }));
     }

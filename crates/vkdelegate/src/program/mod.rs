@@ -572,8 +572,9 @@ impl Program {
             .plan
             .as_mut()
             .ok_or_else(|| ProgramError::Wiring("the device plan was not recorded".into()))?;
-        let (outputs, times, copies) = plan.run(inputs, &self.outputs)?;
-        self.last.host_copies = copies;
+        let (outputs, times, [upload, download]) = plan.run(inputs, &self.outputs)?;
+        self.last.host_upload = upload;
+        self.last.host_download = download;
         self.last.steps = self
             .steps
             .iter()

@@ -398,7 +398,7 @@ impl DevicePlan {
         &mut self,
         inputs: &[HostTensor],
         outputs: &[vk_core::TensorSpec],
-    ) -> Result<(Vec<HostTensor>, Vec<Duration>, Duration)> {
+    ) -> Result<(Vec<HostTensor>, Vec<Duration>, [Duration; 2])> {
         // An earlier failed wait leaves the submission pending: finish it before reuse.
         self.submission.wait()?;
         self.transfer.wait()?;
@@ -413,7 +413,7 @@ impl DevicePlan {
                 }
             }
         }
-        let mut copies = copying.elapsed();
+        let upload = copying.elapsed();
         // SAFETY: the command buffer is executable; the steps it records are alive (the
         // program drops the plan first); no semaphores.
         unsafe { self.submission.submit(0, &[], &[]) }?;
@@ -447,8 +447,8 @@ impl DevicePlan {
                     .map_err(|e| ProgramError::Wiring(e.to_string()))?,
             );
         }
-        copies += copying.elapsed();
-        Ok((out, self.step_times()?, copies))
+        let download = copying.elapsed();
+        Ok((out, self.step_times()?, [upload, download]))
     }
 }
 

@@ -215,9 +215,11 @@ pub struct Timings {
     pub steps: Vec<(String, Duration)>,
     /// Wall time of the whole execution, host copies included.
     pub total: Duration,
-    /// Wall time of the host side of the copies in device mode: inputs into staging memory
-    /// (or their transfers) before the submit, outputs out of it after the wait.
-    pub host_copies: Duration,
+    /// Wall time of the host side of the input copies in device mode: into staging memory, or
+    /// their transfers, before the submit.
+    pub host_upload: Duration,
+    /// Wall time of the host side of the output copies in device mode, after the wait.
+    pub host_download: Duration,
     /// Submissions made.
     pub submissions: u32,
 }
