@@ -233,3 +233,37 @@ fn inspect_summarizes_and_details_on_request() {
         "{text}"
     );
 }
+
+/// `bench --no-ops --dispatches` on a small `.pte` program: its timings, the host side of its
+/// copies, and one line per compute dispatch with its kernel, work groups and time.
+#[cfg(all(feature = "vgf", feature = "compute"))]
+#[test]
+fn bench_profiles_every_dispatch_of_a_pte_program() {
+    let out = bin()
+        .arg("bench")
+        .args(["--no-ops", "--dispatches", "--repeat", "10", "--pte"])
+        .arg(root().join("fixtures/pte/conv_relu_residual/model.pte"))
+        .output()
+        .unwrap();
+    assert_clean(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("host input to host output") && stdout.contains("copies: in"),
+        "{stdout}"
+    );
+    let dispatches: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.contains("dispatches (step, op [kernel], work groups"))
+        .skip(1)
+        .take_while(|l| l.ends_with(" ms") && l.contains('['))
+        .collect();
+    assert!(!dispatches.is_empty(), "{stdout}");
+    for line in &dispatches {
+        let groups = line.split_whitespace().rev().nth(2).unwrap_or_default();
+        assert_eq!(groups.split('x').count(), 3, "{line}");
+    }
+    assert!(
+        dispatches.iter().any(|l| l.contains("conv2d [")),
+        "{stdout}"
+    );
+}
