@@ -1136,6 +1136,44 @@ fn f16_cases(s: &Sizes) -> Vec<Case> {
             ))
         }),
     });
+    // linear with its weight as an input: B read through the transposing view.
+    cases.push(Case {
+        op: "linear_f16",
+        f32_op: None,
+        shape: format!("{n}^3, weight [n,k]"),
+        work: Work::Flops(2.0 * (n as f64).powi(3)),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", h, &[n, n])?;
+            let w = g.input("w", h, &[n, n])?;
+            let y = g.linear(x, w, None)?;
+            g.output(y)?;
+            Ok((
+                g,
+                vec![pattern_as(&[n, n], 1, h)?, pattern_as(&[n, n], 2, h)?],
+            ))
+        }),
+    });
+    // The few-row shape of the fp32 cases.
+    if let Some(&(1, m, k, nn)) = s.gemms.first() {
+        cases.push(Case {
+            op: "matmul_f16",
+            f32_op: Some("matmul"),
+            shape: format!("[{m},{k}]@[{k},{nn}]"),
+            work: Work::Flops(2.0 * (m * k * nn) as f64),
+            make: Box::new(move || {
+                let mut g = GraphBuilder::new();
+                let a = g.input("a", h, &[m, k])?;
+                let b = g.input("b", h, &[k, nn])?;
+                let c = g.matmul(a, b)?;
+                g.output(c)?;
+                Ok((
+                    g,
+                    vec![pattern_as(&[m, k], 1, h)?, pattern_as(&[k, nn], 2, h)?],
+                ))
+            }),
+        });
+    }
     cases
 }
 
