@@ -80,6 +80,7 @@ pub(crate) enum Kernel {
     GemmCoop,
     GemmCoop2,
     Gemv,
+    SplitSum,
     Im2col,
     FmaPeak,
     CopyVec4,
@@ -111,6 +112,7 @@ impl Kernel {
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
+            Kernel::SplitSum => include_bytes!("../spirv/split_sum.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
@@ -139,6 +141,7 @@ impl Kernel {
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw_f16.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm_f16.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv_f16.spv"),
+            Kernel::SplitSum => include_bytes!("../spirv/split_sum_f16.spv"),
             Kernel::Where => include_bytes!("../spirv/where_f16.spv"),
             Kernel::Gather => include_bytes!("../spirv/gather_f16.spv"),
             // fp16 kernels by nature.
@@ -173,7 +176,8 @@ impl Kernel {
             | Kernel::ReduceSg
             | Kernel::Pool
             | Kernel::Pool2x2
-            | Kernel::Im2col => 2,
+            | Kernel::Im2col
+            | Kernel::SplitSum => 2,
             Kernel::Binary | Kernel::BinaryBcast | Kernel::QAdd | Kernel::Gather => 3,
             Kernel::LayerNorm
             | Kernel::LayerNormSg
@@ -195,7 +199,7 @@ pub(crate) const PUSH_BYTES: u32 = 128;
 mod tests {
     use super::*;
 
-    const ALL: [Kernel; 23] = [
+    const ALL: [Kernel; 24] = [
         Kernel::Unary,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -212,6 +216,7 @@ mod tests {
         Kernel::ConvDw,
         Kernel::Gemm,
         Kernel::Gemv,
+        Kernel::SplitSum,
         Kernel::Im2col,
         Kernel::FmaPeak,
         Kernel::CopyVec4,

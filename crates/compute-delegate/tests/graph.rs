@@ -191,7 +191,7 @@ fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
         (profile[0].op, profile[0].kernel.as_str()),
         ("matmul", "Gemm")
     );
-    assert_eq!(profile[1].kernel, "Reduce");
+    assert_eq!(profile[1].kernel, "SplitSum");
     assert_eq!(profile[0].groups[2], 4, "four K splits");
     assert_eq!(split.barrier_count(), 1);
     assert_eq!(split.memory().intermediates, 4 * 130 * 70 * 4);

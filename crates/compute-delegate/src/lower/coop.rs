@@ -229,7 +229,8 @@ impl Lowerer<'_> {
         let out_numel = self.t(out).numel();
         let mut bindings = bindings;
         let final_out = bindings[3];
-        let partial = (splits > 1).then(|| self.temp(out, out_numel * splits as usize));
+        let stride = super::gemm::split_stride(out_numel);
+        let partial = (splits > 1).then(|| self.temp(out, stride * splits as usize));
         if let Some(p) = partial {
             bindings[3] = (p, true);
             spec.push(4); // UNROLL, as in the shader
@@ -251,11 +252,11 @@ impl Lowerer<'_> {
             hi.to_bits(),
             splits as u32,
             k_split as u32,
-            out_numel as u32,
+            stride as u32,
         ];
         self.push(kernel, spec, bindings, push, groups);
         if let Some(p) = partial {
-            self.sum_partials_f16(p, splits as u32, out, out_numel, final_out, act)?;
+            self.sum_partials(p, splits as u32, out_numel, final_out, act)?;
         }
         Ok(())
     }

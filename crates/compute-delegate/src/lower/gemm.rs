@@ -2,6 +2,12 @@
 
 use super::*;
 
+/// The distance between two splits' partial sums of an output of `out_numel` elements: a
+/// multiple of 4, so that the summing pass reads them as vec4s.
+pub(super) fn split_stride(out_numel: usize) -> usize {
+    out_numel.next_multiple_of(4)
+}
+
 impl Lowerer<'_> {
     /// The plain GEMM kernel for an `m x n x k` product in the current node's precision (the
     /// register-tiled `gemm.comp`, fp32 accumulators in both precisions); [`Lowerer::gemm`]
@@ -71,7 +77,8 @@ impl Lowerer<'_> {
         ])?;
         let mut bindings = bindings;
         let final_out = bindings[3];
-        let partial = (splits > 1).then(|| self.temp(out, out_numel * splits as usize));
+        let stride = split_stride(out_numel);
+        let partial = (splits > 1).then(|| self.temp(out, stride * splits as usize));
         if let Some(p) = partial {
             bindings[3] = (p, true);
         }
@@ -80,7 +87,7 @@ impl Lowerer<'_> {
         push.extend([
             splits as u32,
             k_split as u32,
-            out_numel as u32,
+            stride as u32,
             lo.to_bits(),
             hi.to_bits(),
         ]);
@@ -113,7 +120,7 @@ impl Lowerer<'_> {
             groups,
         );
         match partial {
-            Some(p) => self.sum_partials(p, splits as u32, out, out_numel, final_out, act),
+            Some(p) => self.sum_partials(p, splits as u32, out_numel, final_out, act),
             None => Ok(()),
         }
     }
@@ -179,96 +186,36 @@ impl Lowerer<'_> {
         ];
         self.push(Kernel::Gemv, spec, bindings, push, groups);
         if let Some(p) = partial {
-            self.sum_partials(p, splits as u32, out, out_numel, final_out, act)?;
+            self.sum_partials(p, splits as u32, out_numel, final_out, act)?;
         }
         Ok(true)
     }
 
-    /// The summing pass of a split-K GEMM, then the clamp of the fused activation if any. fp16
-    /// products write fp32 partial sums, which [`Lowerer::sum_partials_f16`] sums.
-    fn sum_partials(
-        &mut self,
-        p: usize,
-        splits: u32,
-        out: TensorId,
-        out_numel: usize,
-        final_out: (usize, bool),
-        act: Option<(f32, f32)>,
-    ) -> Result<()> {
-        if self.precision == Precision::F16 {
-            return self.sum_partials_f16(p, splits, out, out_numel, final_out, act);
-        }
-        let g = self.linear_groups(out_numel as u64);
-        let sum_to = match act {
-            Some(_) => (self.temp(out, out_numel), true),
-            None => final_out,
-        };
-        self.push(
-            Kernel::Reduce,
-            vec![0],
-            vec![(p, false), sum_to],
-            vec![1, splits, out_numel as u32, 1f32.to_bits()],
-            [g, 1, 1],
-        );
-        if let Some((lo, hi)) = act {
-            let n4 = out_numel.div_ceil(4);
-            let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
-            self.push(
-                Kernel::Unary,
-                vec![1],
-                vec![(sum_to.0, false), final_out],
-                vec![n4 as u32, lo.to_bits(), hi.to_bits()],
-                [g, 1, 1],
-            );
-        }
-        Ok(())
-    }
-
-    /// The summing pass of an fp16 split-K GEMM: the fp32 partials are summed in fp32, clamped
-    /// by the fused activation if any, and narrowed to f16 once.
-    pub(super) fn sum_partials_f16(
+    /// The summing pass of a split-K GEMM (`split_sum.comp`) in one dispatch: the fp32
+    /// partial sums `split_stride(out_numel)` elements apart are summed in fp32, clamped by the
+    /// fused activation if any, and stored in the node's precision.
+    pub(super) fn sum_partials(
         &mut self,
         partial: usize,
         splits: u32,
-        out: TensorId,
         out_numel: usize,
         final_out: (usize, bool),
         act: Option<(f32, f32)>,
     ) -> Result<()> {
-        let g = self.linear_groups(out_numel as u64);
-        let sum = self.temp(out, out_numel);
-        self.push_as(
-            Precision::F32,
-            Kernel::Reduce,
-            vec![0],
-            vec![(partial, false), (sum, true)],
-            vec![1, splits, out_numel as u32, 1f32.to_bits()],
-            [g, 1, 1],
-        );
-        let mut src = sum;
-        if let Some((lo, hi)) = act {
-            let n4 = out_numel.div_ceil(4);
-            let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
-            let clamped = self.temp(out, out_numel);
-            self.push_as(
-                Precision::F32,
-                Kernel::Unary,
-                vec![1],
-                vec![(sum, false), (clamped, true)],
-                vec![n4 as u32, lo.to_bits(), hi.to_bits()],
-                [g, 1, 1],
-            );
-            src = clamped;
-        }
         let quads = out_numel.div_ceil(4);
         let g = self.linear_groups(quads as u64);
-        let code = |d| crate::graph::cast_code(d).unwrap_or(0);
-        self.push_as(
-            Precision::F32,
-            Kernel::Cast,
-            vec![code(DType::F32), code(DType::F16)],
-            vec![(src, false), final_out],
-            vec![quads as u32],
+        let (lo, hi) = act.unwrap_or((0.0, 0.0));
+        self.push(
+            Kernel::SplitSum,
+            vec![u32::from(act.is_some())],
+            vec![(partial, false), final_out],
+            vec![
+                quads as u32,
+                splits,
+                (split_stride(out_numel) / 4) as u32,
+                lo.to_bits(),
+                hi.to_bits(),
+            ],
             [g, 1, 1],
         );
         Ok(())

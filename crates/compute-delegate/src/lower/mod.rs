@@ -477,9 +477,10 @@ mod tests {
             .iter()
             .map(|d| d.kernel.to_string())
             .collect();
-        // The split GEMM writes fp32 partials (spec constant 9), summed and clamped in fp32,
-        // narrowed once; then the graph's own cast.
-        assert_eq!(shaders, ["Gemm_f16", "Reduce", "Unary", "Cast", "Cast"]);
+        // The split GEMM writes fp32 partials (spec constant 9), summed and clamped in fp32 and
+        // narrowed once in one pass (ACT on); then the graph's own cast.
+        assert_eq!(shaders, ["Gemm_f16", "SplitSum_f16", "Cast"]);
+        assert_eq!(plan.dispatches[1].spec, [1]);
         assert_eq!(plan.dispatches[0].spec[9], 1);
         // The same graph in f32 keeps one precision throughout.
         let mut b = GraphBuilder::new();
@@ -493,15 +494,15 @@ mod tests {
             .iter()
             .map(|d| d.kernel.to_string())
             .collect();
-        assert_eq!(shaders, ["Gemm", "Reduce"]);
+        assert_eq!(shaders, ["Gemm", "SplitSum"]);
         assert_eq!(plan.dispatches[0].spec[9], 0);
     }
 
     #[test]
     fn few_row_products_lower_to_the_gemv_kernel_split_along_k() {
         for (dtype, sum) in [
-            (DType::F32, vec!["Gemv", "Reduce"]),
-            (DType::F16, vec!["Gemv_f16", "Reduce", "Cast"]),
+            (DType::F32, vec!["Gemv", "SplitSum"]),
+            (DType::F16, vec!["Gemv_f16", "SplitSum_f16"]),
         ] {
             let mut b = GraphBuilder::new();
             let x = b.input("x", dtype, &[1, 4096]).unwrap();
