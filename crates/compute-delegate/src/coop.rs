@@ -387,52 +387,50 @@ fn check(device: &Device, config: CoopConfig) -> bool {
 }
 
 fn check_all(device: &Device, config: CoopConfig) -> bool {
-    for p in PROBLEMS {
-        match check_one(device, p, config) {
-            Ok(None) => {}
-            Ok(Some(worst)) => {
-                log::warn!(
-                    "cooperative-matrix GEMM {config:?} on '{}' is wrong on a {}x{}x{} check \
-                     ({worst}); not using it",
-                    device.capabilities().name,
-                    p.m,
-                    p.n,
-                    p.k
-                );
-                return false;
-            }
-            Err(e) => {
-                log::warn!(
-                    "cooperative-matrix GEMM {config:?} check on '{}' failed ({e}); not using it",
-                    device.capabilities().name
-                );
-                return false;
-            }
-        }
-    }
-    match check_conv(device, config) {
-        Ok(None) => {}
-        Ok(Some(worst)) => {
-            log::warn!(
-                "cooperative-matrix conv2d {config:?} on '{}' is wrong on its check ({worst}); \
-                 not using it",
-                device.capabilities().name
-            );
-            return false;
-        }
-        Err(e) => {
-            log::warn!(
-                "cooperative-matrix conv2d {config:?} check on '{}' failed ({e}); not using it",
-                device.capabilities().name
-            );
-            return false;
-        }
+    let gemms_pass = PROBLEMS.iter().all(|p| {
+        let what = format!("a {}x{}x{} check", p.m, p.n, p.k);
+        passed(device, config, "GEMM", &what, check_one(device, p, config))
+    });
+    let conv_passes = || {
+        let outcome = check_conv(device, config);
+        passed(device, config, "conv2d", "its check", outcome)
+    };
+    if !(gemms_pass && conv_passes()) {
+        return false;
     }
     log::info!(
         "cooperative-matrix GEMM {config:?} passed its check on '{}'",
         device.capabilities().name
     );
     true
+}
+
+/// Whether one check problem's `outcome` (the worst mismatch, if any) is a pass; logs a
+/// warning naming the `kind` of product and the check otherwise.
+fn passed(
+    device: &Device,
+    config: CoopConfig,
+    kind: &str,
+    check: &str,
+    outcome: crate::Result<Option<String>>,
+) -> bool {
+    let name = &device.capabilities().name;
+    match outcome {
+        Ok(None) => true,
+        Ok(Some(worst)) => {
+            log::warn!(
+                "cooperative-matrix {kind} {config:?} on '{name}' is wrong on {check} \
+                 ({worst}); not using it"
+            );
+            false
+        }
+        Err(e) => {
+            log::warn!(
+                "cooperative-matrix {kind} {config:?} check on '{name}' failed ({e}); not using it"
+            );
+            false
+        }
+    }
 }
 
 /// The conv2d path: a 3x3 convolution with padding through the patch matrix, bias per output

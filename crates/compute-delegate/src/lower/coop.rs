@@ -50,7 +50,7 @@ impl Lowerer<'_> {
             return Ok(false);
         }
         let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] =
-            [3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i]);
+            super::gemm::gemm_layout(params);
         // B row-major (N contiguous) or the transpose of a row-major [N][K] (K contiguous).
         let (b_t, sb_row) = match (sb_n, sb_k) {
             (1, s) => (false, s),

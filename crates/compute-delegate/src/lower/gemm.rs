@@ -8,6 +8,12 @@ pub(super) fn split_stride(out_numel: usize) -> usize {
     out_numel.next_multiple_of(4)
 }
 
+/// The strides and bias flag in a GEMM's push-constant `params` (`gemm.comp`'s order, after
+/// m, n, k): `[sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias]`.
+pub(super) fn gemm_layout(params: &[usize; 26]) -> [usize; 9] {
+    [3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i])
+}
+
 impl Lowerer<'_> {
     /// The plain GEMM kernel for an `m x n x k` product in the current node's precision (the
     /// register-tiled `gemm.comp`, fp32 accumulators in both precisions); [`Lowerer::gemm`]
@@ -92,8 +98,7 @@ impl Lowerer<'_> {
             hi.to_bits(),
         ]);
         // vec4 loads where rows are contiguous and everything is a multiple of 4.
-        let [_, _, _, sa_b, sa_m, sa_k, sb_b, sb_k, sb_n] =
-            [0, 1, 2, 3, 4, 5, 6, 7, 8].map(|i| params[i]);
+        let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, ..] = gemm_layout(&params);
         let vec_a = sa_k == 1 && k % 4 == 0 && sa_m % 4 == 0 && sa_b % 4 == 0;
         let vec_b = mode == 0 && sb_n == 1 && n % 4 == 0 && sb_k % 4 == 0 && sb_b % 4 == 0;
         // With split-K the activation follows the summing pass.
@@ -140,8 +145,7 @@ impl Lowerer<'_> {
         out: TensorId,
         act: Option<(f32, f32)>,
     ) -> Result<bool> {
-        let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] =
-            [3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i]);
+        let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] = gemm_layout(params);
         let vec_b = sb_n == 1 && [n, sb_k, sb_b, sc_m, sc_b].iter().all(|v| v % 4 == 0);
         if m == 0 || m > GEMV_MAX_ROWS || k == 0 || sa_k != 1 || !vec_b {
             return Ok(false);
