@@ -9,17 +9,19 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
 mod example;
+mod steps;
 
 use example::{fixture, serial};
+use steps::step_op;
 use vk_core::testing::{self, TestImage, assert_no_validation_errors_of_ours};
 use vk_core::{
     ArmSupport, Buffer, Device, Features, HostTensor, Instance, MemoryLocation, SemaphoreSignal,
     SemaphoreWait, vk,
 };
 use vkdelegate::program::{
-    AppBuffer, AppImage, BindingProblem, ColourMap, ComputeStep, DeviceChoice, HandOff,
-    ImageProblem, ImageToTensor, Program, ProgramBuilder, ProgramError, ProgramFile, StepKind,
-    StepSpec, TensorLayout, TensorToImage,
+    AppBuffer, AppImage, BindingProblem, ColourMap, DeviceChoice, HandOff, ImageProblem,
+    ImageToTensor, Program, ProgramBuilder, ProgramError, ProgramFile, StepKind, StepSpec,
+    TensorLayout, TensorToImage,
 };
 
 const W: u32 = 37;
@@ -83,19 +85,6 @@ fn read_rgba32f(img: &TestImage) -> Vec<[f32; 4]> {
         .chunks_exact(16)
         .map(|t| [0, 1, 2, 3].map(|i| f32::from_le_bytes(t[4 * i..4 * i + 4].try_into().unwrap())))
         .collect()
-}
-
-fn step_op(name: &str, op: &str, io: (&str, &str), extra: &[(&str, toml::Value)]) -> StepSpec {
-    let attrs = extra
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    StepSpec {
-        name: name.into(),
-        kind: StepKind::Compute(ComputeStep::from_attributes(name, op, &attrs).unwrap()),
-        inputs: vec![io.0.into()],
-        outputs: vec![io.1.into()],
-    }
 }
 
 fn shape_value(shape: &[usize]) -> toml::Value {

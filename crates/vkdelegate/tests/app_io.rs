@@ -7,16 +7,18 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
 mod example;
+mod steps;
 
 use example::{fixture, input, reference, requirements, serial};
+use steps::step_op;
 use vk_core::testing::{self, assert_no_validation_errors_of_ours};
 use vk_core::{
     ArmSupport, Buffer, Device, Features, HostTensor, Instance, MemoryLocation, SemaphoreSignal,
     SemaphoreWait, Submission, barrier, vk,
 };
 use vkdelegate::program::{
-    AppBuffer, BindingProblem, ComputeStep, DeviceChoice, HandOff, Program, ProgramBuilder,
-    ProgramError, StepKind, StepSpec,
+    AppBuffer, BindingProblem, DeviceChoice, HandOff, Program, ProgramBuilder, ProgramError,
+    StepKind, StepSpec,
 };
 
 const STORAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::STORAGE_BUFFER;
@@ -179,19 +181,6 @@ fn step_vgf(name: &str, file: &str, input: &str, output: &str) -> StepSpec {
         },
         inputs: vec![input.into()],
         outputs: vec![output.into()],
-    }
-}
-
-fn step_op(name: &str, op: &str, io: (&str, &str), extra: &[(&str, toml::Value)]) -> StepSpec {
-    let attrs = extra
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    StepSpec {
-        name: name.into(),
-        kind: StepKind::Compute(ComputeStep::from_attributes(name, op, &attrs).unwrap()),
-        inputs: vec![io.0.into()],
-        outputs: vec![io.1.into()],
     }
 }
 

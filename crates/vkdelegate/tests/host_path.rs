@@ -6,24 +6,14 @@
 #![cfg(feature = "compute")]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
+mod steps;
+
+use steps::step_op;
 use vk_core::testing::{self, assert_no_validation_errors_of_ours};
 use vk_core::{HOST_PATH_ENV, HostTensor};
-use vkdelegate::program::{ComputeStep, DeviceChoice, HandOff, ProgramBuilder, StepKind, StepSpec};
+use vkdelegate::program::{DeviceChoice, HandOff, ProgramBuilder};
 
 const SHAPE: [usize; 4] = [1, 32, 112, 112];
-
-fn step(name: &str, op: &str, io: (&str, &str), attrs: &[(&str, toml::Value)]) -> StepSpec {
-    let attrs = attrs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    StepSpec {
-        name: name.into(),
-        kind: StepKind::Compute(ComputeStep::from_attributes(name, op, &attrs).unwrap()),
-        inputs: vec![io.0.into()],
-        outputs: vec![io.1.into()],
-    }
-}
 
 #[test]
 fn large_program_io_goes_through_the_host_transfer() {
@@ -47,7 +37,7 @@ fn large_program_io_goes_through_the_host_transfer() {
     let input = HostTensor::from_f32(SHAPE.to_vec(), &x).unwrap();
     for hand_off in [HandOff::Device, HandOff::Host] {
         let mut program = ProgramBuilder::new()
-            .step(step(
+            .step(step_op(
                 "scale",
                 "mul_scalar",
                 ("x", "a"),
@@ -56,7 +46,7 @@ fn large_program_io_goes_through_the_host_transfer() {
                     ("input_shape", shape.clone()),
                 ],
             ))
-            .step(step(
+            .step(step_op(
                 "shift",
                 "add_scalar",
                 ("a", "y"),

@@ -4,15 +4,17 @@
 #![cfg(all(feature = "vgf", feature = "compute", feature = "shared"))]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
+mod steps;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use shared_runtime::{Mode, SharingOptions};
+use steps::step_op;
 use vk_core::testing::{self, assert_no_validation_errors_of_ours as assert_no_validation_errors};
 use vk_core::{ArmSupport, HostTensor};
 use vkdelegate::program::{
-    ComputeStep, DeviceChoice, HandOff, Program, ProgramBuilder, ProgramError, ProgramFile,
-    StepKind, StepSpec,
+    DeviceChoice, HandOff, Program, ProgramBuilder, ProgramError, ProgramFile, StepKind, StepSpec,
 };
 
 fn fixture(rel: &str) -> PathBuf {
@@ -58,31 +60,6 @@ fn step_vgf(name: &str, file: &str, input: &str, output: &str) -> StepSpec {
     }
 }
 
-fn step_op(
-    name: &str,
-    op: &str,
-    input: &str,
-    output: &str,
-    extra: &[(&str, toml::Value)],
-) -> StepSpec {
-    StepSpec {
-        name: name.into(),
-        kind: StepKind::Compute(
-            ComputeStep::from_attributes(
-                name,
-                op,
-                &extra
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.clone()))
-                    .collect(),
-            )
-            .unwrap_or_else(|e| panic!("{e}")),
-        ),
-        inputs: vec![input.into()],
-        outputs: vec![output.into()],
-    }
-}
-
 fn unique_token() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     format!("program-test-{}", N.fetch_add(1, Ordering::SeqCst))
@@ -99,7 +76,7 @@ fn shared(token: &str) -> DeviceChoice {
 fn example(hand_off: HandOff, device: DeviceChoice) -> Program {
     ProgramBuilder::new()
         .step(step_vgf("pool", "avgpool/model.vgf", "x", "pooled"))
-        .step(step_op("gate", "sigmoid", "pooled", "gated", &[]))
+        .step(step_op("gate", "sigmoid", ("pooled", "gated"), &[]))
         .step(step_vgf(
             "square_plus",
             "sqplus_1x3x4x4/model.vgf",
@@ -219,8 +196,7 @@ fn load_order_does_not_matter() {
         .step(step_op(
             "gate",
             "sigmoid",
-            "x",
-            "gated",
+            ("x", "gated"),
             &[(
                 "input_shape",
                 toml::Value::Array(vec![1.into(), 3.into(), 4.into(), 4.into()]),
@@ -267,8 +243,7 @@ fn a_shape_mismatch_between_steps_names_both_steps() {
         .step(step_op(
             "flatten",
             "reshape",
-            "pooled",
-            "flat",
+            ("pooled", "flat"),
             &[(
                 "shape",
                 toml::Value::Array(vec![1.into(), 3.into(), 16.into()]),
