@@ -1061,7 +1061,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
     cases
 }
 
-/// The fp16 cases: add, softmax, the first conv3x3 and matmul, on the fp32 cases' shapes.
+/// The fp16 cases: add, softmax, both conv3x3 and matmul, on the fp32 cases' shapes.
 fn f16_cases(s: &Sizes) -> Vec<Case> {
     let shape_str = |v: &[usize]| format!("{v:?}").replace(' ', "");
     let h = DType::F16;
@@ -1096,28 +1096,29 @@ fn f16_cases(s: &Sizes) -> Vec<Case> {
             Ok((g, vec![pattern_as(&sm, 1, h)?]))
         }),
     });
-    let (c, hw) = s.conv[0];
-    let xs = [1, c, hw, hw];
-    cases.push(Case {
-        op: "conv3x3_f16",
-        f32_op: Some("conv3x3"),
-        shape: format!("{c}->{c} {}", shape_str(&xs)),
-        work: Work::Flops(2.0 * (c * c * 9 * hw * hw) as f64),
-        make: Box::new(move || {
-            let ws = [c, c, 3, 3];
-            let mut g = GraphBuilder::new();
-            let x = g.input("x", h, &xs)?;
-            let w = g.constant("w", pattern_as(&ws, 3, h)?)?;
-            let b = g.constant("b", pattern_as(&[c], 4, h)?)?;
-            let p = Conv2d {
-                padding: [1, 1],
-                ..Conv2d::default()
-            };
-            let y = g.conv2d(x, w, Some(b), p)?;
-            g.output(y)?;
-            Ok((g, vec![pattern_as(&xs, 1, h)?]))
-        }),
-    });
+    for &(c, hw) in &s.conv {
+        let xs = [1, c, hw, hw];
+        cases.push(Case {
+            op: "conv3x3_f16",
+            f32_op: Some("conv3x3"),
+            shape: format!("{c}->{c} {}", shape_str(&xs)),
+            work: Work::Flops(2.0 * (c * c * 9 * hw * hw) as f64),
+            make: Box::new(move || {
+                let ws = [c, c, 3, 3];
+                let mut g = GraphBuilder::new();
+                let x = g.input("x", h, &xs)?;
+                let w = g.constant("w", pattern_as(&ws, 3, h)?)?;
+                let b = g.constant("b", pattern_as(&[c], 4, h)?)?;
+                let p = Conv2d {
+                    padding: [1, 1],
+                    ..Conv2d::default()
+                };
+                let y = g.conv2d(x, w, Some(b), p)?;
+                g.output(y)?;
+                Ok((g, vec![pattern_as(&xs, 1, h)?]))
+            }),
+        });
+    }
     let n = s.matmul;
     cases.push(Case {
         op: "matmul_f16",

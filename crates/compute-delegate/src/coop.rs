@@ -39,8 +39,12 @@ pub(crate) enum CoopConfig {
         tk: u32,
         threads: u32,
     },
-    /// `gemm_coop2.comp` with one to three tiles, largest first (see [`CoopConfig::nv2_tile`]).
-    Nv2 { tiles: [Option<Nv2Tile>; 3] },
+    /// `gemm_coop2.comp` with one to three tiles, largest first (see [`CoopConfig::nv2_tile`]),
+    /// and `conv_coop2.comp` (the implicit-GEMM conv2d) on its tile, if it runs.
+    Nv2 {
+        tiles: [Option<Nv2Tile>; 3],
+        conv: Option<Nv2Tile>,
+    },
 }
 
 /// A tile of `gemm_coop2.comp`: one workgroup-scope `bm x bn` accumulator stepping K by `bk`,
@@ -76,6 +80,14 @@ const NV2_TILES: [Nv2Tile; 3] = [
     },
 ];
 
+/// The tile of `conv_coop2.comp`: 128 output pixels (`bm`) of 64 output channels (`bn`).
+const NV2_CONV: Nv2Tile = Nv2Tile {
+    bm: 128,
+    bn: 64,
+    bk: 32,
+    threads: 128,
+};
+
 /// A product takes the largest tile that gives it at least this many work groups (two per
 /// multiprocessor of a large GPU), else the smallest.
 const NV2_MIN_GROUPS: u64 = 264;
@@ -92,7 +104,7 @@ impl CoopConfig {
     /// The workgroup-scope tiles, largest first (none for the subgroup-scope kernel).
     pub fn nv2_tiles(self) -> impl Iterator<Item = Nv2Tile> {
         let tiles = match self {
-            CoopConfig::Nv2 { tiles } => tiles,
+            CoopConfig::Nv2 { tiles, .. } => tiles,
             CoopConfig::Khr { .. } => [None; 3],
         };
         tiles.into_iter().flatten()
@@ -115,6 +127,24 @@ impl CoopConfig {
             last = Some(t);
         }
         last
+    }
+
+    /// The implicit-GEMM conv2d's tile, if the device runs it.
+    pub fn nv2_conv(self) -> Option<Nv2Tile> {
+        match self {
+            CoopConfig::Nv2 { conv, .. } => conv,
+            CoopConfig::Khr { .. } => None,
+        }
+    }
+
+    /// The kernel a 3x3 conv2d of stride 1 runs on (the GEMM's after a patch matrix, or the
+    /// implicit GEMM's).
+    fn conv_kernel_name(self) -> &'static str {
+        if self.nv2_conv().is_some() {
+            "ConvCoop2"
+        } else {
+            self.kernel_name()
+        }
     }
 
     /// The kernel's name.
@@ -172,13 +202,12 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
             .limits
             .max_compute_work_group_invocations;
         if let Some(tiles) = nv2_tiles() {
-            let mut fitting = tiles
-                .into_iter()
-                .flatten()
-                .filter(|t| t.threads <= invocations);
+            let fits = |t: &Nv2Tile| t.threads <= invocations;
+            let mut fitting = tiles.into_iter().flatten().filter(fits);
             let tiles = [fitting.next(), fitting.next(), fitting.next()];
+            let conv = nv2_conv().filter(fits);
             if tiles[0].is_some() {
-                out.push(CoopConfig::Nv2 { tiles });
+                out.push(CoopConfig::Nv2 { tiles, conv });
             }
         }
     }
@@ -210,6 +239,27 @@ fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
             Some(default)
         }
     }
+}
+
+/// Environment variable for tuning the implicit-GEMM conv2d: `off` (patch matrices instead),
+/// or `threads,bm,bn,bk` (`bm` output pixels of `bn` output channels per work group).
+pub const ENV_CONV2: &str = "VKDELEGATE_CONV2";
+
+/// The implicit-GEMM conv2d's tile: the default, the one [`ENV_CONV2`] names, or none.
+fn nv2_conv() -> Option<Nv2Tile> {
+    let Ok(v) = std::env::var(ENV_CONV2) else {
+        return Some(NV2_CONV);
+    };
+    if v == "off" {
+        return None;
+    }
+    parse_nv2(&v).or_else(|| {
+        log::warn!(
+            "{ENV_CONV2}={v}: expected `off` or `threads,bm,bn,bk` (threads 32 to 1024, \
+             tiles nonzero multiples of 16); using the default"
+        );
+        Some(NV2_CONV)
+    })
 }
 
 /// `threads,bm,bn,bk`, each a number; threads 32..=1024, tiles nonzero multiples of 16.
@@ -301,11 +351,25 @@ fn forced() -> Option<CoopConfig> {
     FORCED.with(|f| f.get())
 }
 
+/// Whether a check is running: its graphs take the cooperative kernels whatever their size.
+pub(crate) fn checking() -> bool {
+    forced().is_some()
+}
+
 /// The cooperative GEMM kernel fp16 GEMMs use on `device` under the default policy
 /// (`"GemmCoop2"` or `"GemmCoop"`, as [`crate::Graph::kernels`] names them), if any; runs the checks on first call. For reports and
 /// tests.
 pub fn cooperative_gemm_kernel(device: &Device) -> Option<&'static str> {
     usable(device, CoopPolicy::Auto).map(CoopConfig::kernel_name)
+}
+
+/// The kernel large fp16 conv2d of stride 1 use on `device` under the default policy
+/// (`"ConvCoop2"`, the implicit GEMM), if the device runs it; runs the checks on first call.
+/// For reports and tests.
+pub fn cooperative_conv_kernel(device: &Device) -> Option<&'static str> {
+    usable(device, CoopPolicy::Auto)
+        .and_then(CoopConfig::nv2_conv)
+        .map(|_| "ConvCoop2")
 }
 
 /// One check problem: `[m, k] x [k, n]` (or linear with a `[n, k]` weight and a bias).
@@ -370,13 +434,21 @@ fn check(device: &Device, config: CoopConfig) -> bool {
         }
     }
     let _unforce = Unforce;
-    // Each workgroup-scope tile is its own pipeline: each is checked alone.
+    // Each workgroup-scope tile is its own pipeline: each is checked alone, the convolutions
+    // through patch matrices, and then the implicit-GEMM conv2d on the first tile.
     let mut kinds: Vec<CoopConfig> = config
         .nv2_tiles()
         .map(|t| CoopConfig::Nv2 {
             tiles: [Some(t), None, None],
+            conv: None,
         })
         .collect();
+    if let (Some(conv), Some(first)) = (config.nv2_conv(), config.nv2_tiles().next()) {
+        kinds.push(CoopConfig::Nv2 {
+            tiles: [Some(first), None, None],
+            conv: Some(conv),
+        });
+    }
     if kinds.is_empty() {
         kinds.push(config);
     }
@@ -387,10 +459,13 @@ fn check(device: &Device, config: CoopConfig) -> bool {
 }
 
 fn check_all(device: &Device, config: CoopConfig) -> bool {
-    let gemms_pass = PROBLEMS.iter().all(|p| {
-        let what = format!("a {}x{}x{} check", p.m, p.n, p.k);
-        passed(device, config, "GEMM", &what, check_one(device, p, config))
-    });
+    // The implicit-GEMM conv2d's kind: its GEMM tile was checked on its own.
+    let conv_only = config.nv2_conv().is_some();
+    let gemms_pass = conv_only
+        || PROBLEMS.iter().all(|p| {
+            let what = format!("a {}x{}x{} check", p.m, p.n, p.k);
+            passed(device, config, "GEMM", &what, check_one(device, p, config))
+        });
     let conv_passes = || {
         let outcome = check_conv(device, config);
         passed(device, config, "conv2d", "its check", outcome)
@@ -433,10 +508,11 @@ fn passed(
     }
 }
 
-/// The conv2d path: a 3x3 convolution with padding through the patch matrix, bias per output
-/// channel, two images.
+/// The conv2d path: a 3x3 convolution with padding, through the patch matrix or the implicit
+/// GEMM, bias per output channel, two images; two blocks of output channels, a ragged block
+/// of input channels and two columns of pixel patches on the implicit GEMM.
 fn check_conv(device: &Device, config: CoopConfig) -> crate::Result<Option<String>> {
-    let (nb, cin, h, w, cout) = (2, 8, 9, 7, 12);
+    let (nb, cin, h, w, cout) = (2, 40, 9, 37, 72);
     let x = values(nb * cin * h * w, 7);
     let wt = values(cout * cin * 9, 8);
     let bias = values(cout, 9);
@@ -455,7 +531,11 @@ fn check_conv(device: &Device, config: CoopConfig) -> crate::Result<Option<Strin
         ..BuildOptions::default()
     };
     let mut graph = g.build_with(device, &options)?;
-    if !graph.kernels().iter().any(|k| k == config.kernel_name()) {
+    if !graph
+        .kernels()
+        .iter()
+        .any(|k| k == config.conv_kernel_name())
+    {
         return Ok(Some("the cooperative kernel was not chosen".into()));
     }
     let out = graph.execute(&[f16_tensor(vec![nb, cin, h, w], &x)?])?;
@@ -608,6 +688,7 @@ mod tests {
     fn products_take_the_largest_tile_that_fills_the_device() {
         let all = CoopConfig::Nv2 {
             tiles: NV2_TILES.map(Some),
+            conv: None,
         };
         assert_eq!(all.nv2_tile(4096, 4096, 1), Some(NV2_TILES[0]));
         assert_eq!(all.nv2_tile(64, 50176, 1), Some(NV2_TILES[2]));
@@ -618,6 +699,7 @@ mod tests {
         assert_eq!(all.nv2_tile(512, 1024, 16), Some(NV2_TILES[1]));
         let one = CoopConfig::Nv2 {
             tiles: [Some(NV2_TILES[1]), None, None],
+            conv: None,
         };
         assert_eq!(one.nv2_tile(4096, 4096, 1), Some(NV2_TILES[1]));
         assert_eq!(one.nv2_tile(8, 8, 1), Some(NV2_TILES[1]));

@@ -34,7 +34,7 @@ pub(crate) struct Shader {
 
 impl std::fmt::Display for Shader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let fp16_by_nature = matches!(self.kernel, Kernel::GemmCoop | Kernel::GemmCoop2);
+        let fp16_by_nature = self.kernel.fp16_by_nature();
         match self.precision {
             Precision::F16 if !fp16_by_nature => write!(f, "{:?}_f16", self.kernel),
             _ => write!(f, "{:?}", self.kernel),
@@ -79,6 +79,8 @@ pub(crate) enum Kernel {
     Gemm,
     GemmCoop,
     GemmCoop2,
+    ConvCoop2,
+    ConvPack,
     Gemv,
     SplitSum,
     Im2col,
@@ -91,6 +93,14 @@ pub(crate) enum Kernel {
 }
 
 impl Kernel {
+    /// Whether the kernel has fp16 operands whatever the graph's precision (one module).
+    pub fn fp16_by_nature(self) -> bool {
+        matches!(
+            self,
+            Kernel::GemmCoop | Kernel::GemmCoop2 | Kernel::ConvCoop2 | Kernel::ConvPack
+        )
+    }
+
     /// The SPIR-V words, as bytes.
     pub fn spirv(self) -> &'static [u8] {
         match self {
@@ -111,6 +121,8 @@ impl Kernel {
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
+            Kernel::ConvCoop2 => include_bytes!("../spirv/conv_coop2.spv"),
+            Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
             Kernel::SplitSum => include_bytes!("../spirv/split_sum.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
@@ -147,6 +159,8 @@ impl Kernel {
             // fp16 kernels by nature.
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
+            Kernel::ConvCoop2 => include_bytes!("../spirv/conv_coop2.spv"),
+            Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col_f16.spv"),
             Kernel::Cast | Kernel::FmaPeak | Kernel::CopyVec4 | Kernel::QAdd | Kernel::QConv => {
                 return None;
@@ -186,6 +200,8 @@ impl Kernel {
             | Kernel::Gemv
             | Kernel::GemmCoop
             | Kernel::GemmCoop2
+            | Kernel::ConvCoop2
+            | Kernel::ConvPack
             | Kernel::Where => 4,
             Kernel::QConv => 6,
         }
@@ -199,7 +215,7 @@ pub(crate) const PUSH_BYTES: u32 = 128;
 mod tests {
     use super::*;
 
-    const ALL: [Kernel; 24] = [
+    const ALL: [Kernel; 25] = [
         Kernel::Unary,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -218,6 +234,7 @@ mod tests {
         Kernel::Gemv,
         Kernel::SplitSum,
         Kernel::Im2col,
+        Kernel::ConvPack,
         Kernel::FmaPeak,
         Kernel::CopyVec4,
         Kernel::QAdd,
@@ -228,7 +245,8 @@ mod tests {
 
     /// Every module of the plain kernels (the cooperative ones need extensions a CPU driver
     /// lacks) is created on the test device with validation on, including those that only a
-    /// GPU with cooperative matrices runs (the patch matrix of `im2col.comp`).
+    /// GPU with cooperative matrices runs (the patch matrix of `im2col.comp`, the packed
+    /// operands of `conv_pack.comp`).
     #[test]
     fn every_plain_module_is_valid_on_the_test_device() {
         let Some((instance, device)) = vk_core::testing::device(
@@ -274,7 +292,7 @@ mod tests {
             };
             let has_f16 = k.spirv_for(Precision::F16).is_some();
             assert_eq!(f16.words().is_ok(), has_f16, "{k:?}");
-            if has_f16 {
+            if has_f16 && !k.fp16_by_nature() {
                 assert_ne!(k.spirv_for(Precision::F16), Some(k.spirv()), "{k:?}");
             }
         }

@@ -86,7 +86,9 @@ mod lower;
 mod runtime;
 
 pub use bench::{BenchRow, bench, bench_requirements};
-pub use coop::{COOPERATIVE_FEATURES, CoopPolicy, cooperative_gemm_kernel};
+pub use coop::{
+    COOPERATIVE_FEATURES, CoopPolicy, cooperative_conv_kernel, cooperative_gemm_kernel,
+};
 pub use error::{Error, Result};
 pub use graph::{
     BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,

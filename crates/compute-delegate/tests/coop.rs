@@ -5,7 +5,10 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] functions
 
-use compute_delegate::{BuildOptions, Conv2d, CoopPolicy, GraphBuilder, cooperative_gemm_kernel};
+use compute_delegate::{
+    BuildOptions, Conv2d, CoopPolicy, GraphBuilder, cooperative_conv_kernel,
+    cooperative_gemm_kernel,
+};
 use half::f16;
 use vk_core::testing::{self, assert_no_validation_errors};
 use vk_core::{DType, Device, HostTensor, Instance};
@@ -147,8 +150,16 @@ fn policy_off_keeps_the_plain_kernel() {
 }
 
 /// fp16 conv2d (one group, bias, fused relu) against f64: through cooperative GEMMs where the
-/// device runs them (a patch matrix first unless 1x1), the plain implicit GEMM elsewhere.
-fn run_conv(device: &Device, x_shape: [usize; 4], cout: usize, k: usize, p: Conv2d) {
+/// device runs them (a patch matrix first unless 1x1; `implicit`: the cooperative implicit
+/// GEMM where the device runs it), the plain implicit GEMM elsewhere.
+fn run_conv(
+    device: &Device,
+    x_shape: [usize; 4],
+    cout: usize,
+    k: usize,
+    p: Conv2d,
+    implicit: bool,
+) {
     let [nb, cin, h, w] = x_shape;
     let xs = values(nb * cin * h * w, 4);
     let ws = values(cout * cin * k * k, 5);
@@ -161,15 +172,19 @@ fn run_conv(device: &Device, x_shape: [usize; 4], cout: usize, k: usize, p: Conv
     let y = g.relu(y).unwrap();
     g.output(y).unwrap();
     let mut graph = g.build(device).unwrap();
-    let want = cooperative_gemm_kernel(device).unwrap_or("Gemm_f16");
+    let want = implicit
+        .then(|| cooperative_conv_kernel(device))
+        .flatten()
+        .or_else(|| cooperative_gemm_kernel(device))
+        .unwrap_or("Gemm_f16");
     assert!(
         graph.kernels().iter().any(|kn| kn == want),
         "conv {x_shape:?} k{k}: kernels {:?}, expected {want}",
         graph.kernels()
     );
     let got = read(&graph.execute(&[tensor(&x_shape, &xs)]).unwrap()[0]);
-    let oh = (h + 2 * p.padding[0] - k) / p.stride[0] + 1;
-    let ow = (w + 2 * p.padding[1] - k) / p.stride[1] + 1;
+    let oh = (h + 2 * p.padding[0] - p.dilation[0] * (k - 1) - 1) / p.stride[0] + 1;
+    let ow = (w + 2 * p.padding[1] - p.dilation[1] * (k - 1) - 1) / p.stride[1] + 1;
     for img in 0..nb {
         for co in 0..cout {
             for oy in 0..oh {
@@ -178,8 +193,10 @@ fn run_conv(device: &Device, x_shape: [usize; 4], cout: usize, k: usize, p: Conv
                     for ci in 0..cin {
                         for ky in 0..k {
                             for kx in 0..k {
-                                let iy = (oy * p.stride[0] + ky) as isize - p.padding[0] as isize;
-                                let ix = (ox * p.stride[1] + kx) as isize - p.padding[1] as isize;
+                                let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize
+                                    - p.padding[0] as isize;
+                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize
+                                    - p.padding[1] as isize;
                                 if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
                                     continue;
                                 }
@@ -211,13 +228,21 @@ fn fp16_conv2d_uses_the_chosen_kernel_and_matches() {
         padding: [1, 1],
         ..Conv2d::default()
     };
-    run_conv(&device, [2, 16, 12, 10], 24, 3, pad1);
-    run_conv(&device, [1, 32, 9, 9], 40, 1, Conv2d::default());
+    run_conv(&device, [2, 16, 12, 10], 24, 3, pad1, false);
+    run_conv(&device, [1, 32, 9, 9], 40, 1, Conv2d::default(), false);
     let strided = Conv2d {
         stride: [2, 2],
         padding: [1, 1],
         ..Conv2d::default()
     };
-    run_conv(&device, [1, 8, 15, 17], 16, 3, strided);
+    run_conv(&device, [1, 8, 15, 17], 16, 3, strided, false);
+    // Large enough for the implicit GEMM: 11 x 3 pixel patches of 8 x 32 and four blocks of
+    // output channels (the last one partial); dilated.
+    let dilated = Conv2d {
+        padding: [2, 2],
+        dilation: [2, 2],
+        ..Conv2d::default()
+    };
+    run_conv(&device, [1, 16, 96, 88], 200, 3, dilated, true);
     assert_no_validation_errors(&instance);
 }

@@ -84,7 +84,7 @@ pub struct ValidationLog {
 }
 
 impl ValidationLog {
-    const KEPT: usize = 256;
+    const KEPT: usize = 4096;
 
     /// Number of error messages so far.
     pub fn error_count(&self) -> u64 {
@@ -96,7 +96,7 @@ impl ValidationLog {
         self.warnings.load(Ordering::SeqCst)
     }
 
-    /// The first error messages (up to 256).
+    /// The first error messages (up to 4096).
     pub fn first_errors(&self) -> Vec<String> {
         self.first_errors
             .lock()

@@ -196,7 +196,7 @@ pub const EMULATION_LAYER_VUIDS: &[&str] = &["VUID-VkComputePipelineCreateInfo-l
 
 /// As [`assert_no_validation_errors`], but excuses [`EMULATION_LAYER_VUIDS`] when the
 /// instance uses the emulation layers (printing how many were excused). Every error must have
-/// been kept (at most 256) to be judged; otherwise the assertion fails.
+/// been kept (at most 4096) to be judged; otherwise the assertion fails.
 ///
 /// # Panics
 /// When there were other validation errors.

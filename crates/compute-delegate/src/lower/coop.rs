@@ -1,7 +1,8 @@
 //! fp16 GEMMs and convolutions on cooperative matrices (`gemm_coop.comp`, `gemm_coop2.comp`),
 //! on devices where [`crate::coop::usable`] allows them: matmul, bmm and linear directly;
-//! conv2d (one group) as a GEMM per image over the input itself (1x1, stride 1, no padding) or
-//! over its patch matrix (`im2col.comp` into a temporary).
+//! conv2d (one group) as a GEMM per image over the input itself (1x1, stride 1, no padding),
+//! as an implicit GEMM over the input (`conv_coop2.comp`; stride 1, large enough to fill the
+//! device) or over its patch matrix (`im2col.comp` into a temporary).
 
 use super::*;
 use crate::graph::Conv2d;
@@ -102,6 +103,9 @@ impl Lowerer<'_> {
         let ohw = oh * ow;
         let k = cin * kh * kw;
         let pointwise = kh == 1 && kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
+        if !pointwise && self.implicit_conv(x, w_shape, p, out_hw, bindings, has_bias, act, out)? {
+            return Ok(true);
+        }
         let mut b = bindings[1];
         if !pointwise {
             let total = nb * k * ohw;
@@ -156,6 +160,109 @@ impl Lowerer<'_> {
             bias_row: true,
         };
         self.push_coop(&g, vec![bindings[0], b, bindings[2], bindings[3]], act, out)?;
+        Ok(true)
+    }
+
+    /// Lowers a conv2d of stride 1 to the implicit GEMM (`conv_pack.comp`, then
+    /// `conv_coop2.comp`) where the device runs it and the convolution fills the device (a
+    /// check's graphs take it at any size); else returns `false` (a patch matrix and a GEMM,
+    /// which can split small ones along K).
+    #[allow(clippy::too_many_arguments)]
+    fn implicit_conv(
+        &mut self,
+        x: &TensorInfo,
+        w_shape: &[usize],
+        p: &Conv2d,
+        (oh, ow): (usize, usize),
+        bindings: &[(usize, bool)],
+        has_bias: bool,
+        act: Option<(f32, f32)>,
+        out: TensorId,
+    ) -> Result<bool> {
+        let Some(t) = self.coop.and_then(CoopConfig::nv2_conv) else {
+            return Ok(false);
+        };
+        if p.stride != [1, 1] {
+            return Ok(false);
+        }
+        let (nb, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+        let (cout, kh, kw) = (w_shape[0], w_shape[2], w_shape[3]);
+        let (bm, bn, bk) = (t.bm as usize, t.bn as usize, t.bk as usize);
+        let tw = patch_width(oh, ow, bm);
+        let th = bm / tw;
+        let (tiles_x, tiles_y) = (ow.div_ceil(tw), oh.div_ceil(th));
+        let blocks = (tiles_x * tiles_y * cout.div_ceil(bn) * nb) as u64;
+        if blocks < COOP_SPLIT_BELOW_BLOCKS && !crate::coop::checking() {
+            return Ok(false);
+        }
+        // The packed operands: every tile's window inside the padded images, channels in
+        // whole K steps, output channels in whole blocks.
+        let (cp, coutp) = (cin.next_multiple_of(bk), cout.next_multiple_of(bn));
+        let hp = tiles_y * th + (kh - 1) * p.dilation[0];
+        let wp = tiles_x * tw + (kw - 1) * p.dilation[1];
+        let (packed_x, packed_w) = (nb * hp * wp * cp, kh * kw * cp * coutp);
+        let range = u64::from(self.limits.max_storage_buffer_range);
+        if 2 * packed_x.max(packed_w) as u64 > range || packed_x > MAX_PATCH_ELEMENTS {
+            return Ok(false);
+        }
+        let groups = self.check_groups([
+            (tiles_x * tiles_y) as u64,
+            cout.div_ceil(bn) as u64,
+            nb as u64,
+        ])?;
+        let (px, pw) = (self.temp(out, packed_x / 2), self.temp(out, packed_w / 2));
+        let pack = [
+            cin,
+            h,
+            wd,
+            cp,
+            hp,
+            wp,
+            p.padding[0],
+            p.padding[1],
+            cout,
+            coutp,
+            kh * kw,
+            packed_x / 8,
+            packed_w / 8,
+        ];
+        let g = self.linear_groups(((packed_x + packed_w) / 8) as u64);
+        self.push(
+            Kernel::ConvPack,
+            vec![],
+            vec![bindings[1], bindings[0], (px, true), (pw, true)],
+            pack.iter().map(|&v| v as u32).collect(),
+            [g, 1, 1],
+        );
+        let (lo, hi) = act.unwrap_or((0.0, 0.0));
+        let dims = [
+            nb,
+            cp,
+            hp,
+            wp,
+            coutp,
+            cout,
+            oh,
+            ow,
+            kh,
+            kw,
+            p.dilation[0],
+            p.dilation[1],
+            usize::from(has_bias),
+        ];
+        let mut push: Vec<u32> = dims.iter().map(|&v| v as u32).collect();
+        push.extend([lo.to_bits(), hi.to_bits(), tiles_x as u32]);
+        let spec = vec![
+            t.threads,
+            t.bm,
+            t.bn,
+            tw as u32,
+            th as u32,
+            t.bk,
+            u32::from(act.is_some()),
+        ];
+        let conv_bindings = vec![(px, false), (pw, false), bindings[2], bindings[3]];
+        self.push(Kernel::ConvCoop2, spec, conv_bindings, push, groups);
         Ok(true)
     }
 
@@ -262,6 +369,17 @@ impl Lowerer<'_> {
     }
 }
 
+/// The width of the implicit GEMM's pixel patches of `bn` pixels on an `oh x ow` output: the
+/// one of 8, 16, 32 and 64 pixels that covers it with the fewest pixels, the widest of equals.
+fn patch_width(oh: usize, ow: usize, bn: usize) -> usize {
+    let covered = |tw: usize| ow.div_ceil(tw) * tw * oh.div_ceil(bn / tw) * (bn / tw);
+    [64, 32, 16, 8]
+        .into_iter()
+        .filter(|&tw| tw <= bn && bn % tw == 0)
+        .min_by_key(|&tw| covered(tw))
+        .unwrap_or(bn)
+}
+
 /// Products with fewer blocks than this and a K of at least [`COOP_SPLIT_MIN_K`] are split
 /// along K ...
 const COOP_SPLIT_BELOW_BLOCKS: u64 = 132;
@@ -286,7 +404,16 @@ fn coop_splits(blocks: u64, k: u64, bk: u64) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::coop_splits;
+    use super::{coop_splits, patch_width};
+
+    #[test]
+    fn pixel_patches_are_as_wide_as_covers_the_output_with_least_waste() {
+        assert_eq!(patch_width(224, 224, 256), 32);
+        assert_eq!(patch_width(56, 56, 256), 64);
+        assert_eq!(patch_width(7, 7, 256), 32);
+        assert_eq!(patch_width(100, 20, 128), 8);
+        assert_eq!(patch_width(4, 4, 16), 8);
+    }
 
     #[test]
     fn only_small_deep_products_are_split_into_whole_k_steps() {

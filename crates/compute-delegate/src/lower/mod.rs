@@ -538,6 +538,12 @@ mod tests {
             None,
             None,
         ],
+        conv: Some(crate::coop::Nv2Tile {
+            bm: 128,
+            bn: 64,
+            bk: 32,
+            threads: 128,
+        }),
     };
 
     fn shaders(plan: &Plan) -> Vec<String> {
@@ -598,6 +604,45 @@ mod tests {
             ..limits()
         };
         assert_eq!(shaders(&conv(3, &small)), ["Gemm_f16"]);
+    }
+
+    #[test]
+    fn large_fp16_convolutions_of_stride_1_are_implicit_gemms() {
+        let conv = |shape: [usize; 4], stride: usize| {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F16, &shape).unwrap();
+            let w = b.input("w", DType::F16, &[96, shape[1], 3, 3]).unwrap();
+            let p = crate::Conv2d {
+                padding: [1, 1],
+                stride: [stride, stride],
+                ..crate::Conv2d::default()
+            };
+            let y = b.conv2d(x, w, None, p).unwrap();
+            let y = b.relu(y).unwrap();
+            b.output(y).unwrap();
+            lower(&b, &limits(), true, Some(NV2)).unwrap()
+        };
+        let plan = conv([2, 64, 112, 100], 1);
+        assert_eq!(shaders(&plan), ["ConvPack", "ConvCoop2"]);
+        // Packed: 2 images of 114 x 106 pixels of 64 channels, 9 taps of 64 x 128 weights.
+        let pack = &plan.dispatches[0].push;
+        assert_eq!(pack[..11], [64, 112, 100, 64, 114, 106, 1, 1, 96, 128, 9]);
+        assert_eq!(pack[11..], [2 * 114 * 106 * 8, 9 * 64 * 16]);
+        let d = &plan.dispatches[1];
+        // Spec: threads, bm, bn, patch width and height, bk, clamp.
+        assert_eq!(d.spec, [128, 128, 64, 8, 16, 32, 1]);
+        // Patches of 8 x 16 pixels: 13 x 7 of them, two blocks of channels, two images.
+        assert_eq!(d.groups, [91, 2, 2]);
+        assert_eq!(
+            d.push[..13],
+            [2, 64, 114, 106, 128, 96, 112, 100, 3, 3, 1, 1, 0]
+        );
+        assert_eq!(d.push[15], 13);
+        // Too few blocks to fill the device, or stride 2: a patch matrix (and a split K).
+        for (shape, stride) in [([1, 64, 16, 16], 1), ([2, 64, 112, 100], 2)] {
+            let plan = shaders(&conv(shape, stride));
+            assert_eq!(plan, ["Im2col_f16", "GemmCoop2", "SplitSum_f16"]);
+        }
     }
 
     #[test]
