@@ -176,6 +176,32 @@ pub struct Capabilities {
     pub arm: ArmSupport,
     /// The cooperative-matrix shapes of `VK_KHR_cooperative_matrix` (empty without it).
     pub cooperative_matrix: Vec<CoopMatrixShape>,
+    /// The flexible-dimension shapes of `VK_NV_cooperative_matrix2` (empty without it).
+    pub cooperative_matrix_flexible: Vec<CoopFlexibleShape>,
+}
+
+/// One `VkCooperativeMatrixFlexibleDimensionsPropertiesNV`: matrices of any multiple of the
+/// granularities, with these component types, scope and work-group size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CoopFlexibleShape {
+    /// Granularity of the rows of A and C.
+    pub m: u32,
+    /// Granularity of the columns of B and C.
+    pub n: u32,
+    /// Granularity of the columns of A and rows of B.
+    pub k: u32,
+    /// Component type of A.
+    pub a: CoopComponent,
+    /// Component type of B.
+    pub b: CoopComponent,
+    /// Component type of C.
+    pub c: CoopComponent,
+    /// Component type of the result.
+    pub result: CoopComponent,
+    /// Whether the scope is the work group.
+    pub workgroup_scope: bool,
+    /// Invocations of the work group the shape is for (workgroup scope).
+    pub invocations: u32,
 }
 
 /// A component type of a cooperative matrix.
@@ -240,6 +266,20 @@ impl Capabilities {
     ) -> impl Iterator<Item = &CoopMatrixShape> + '_ {
         self.cooperative_matrix.iter().filter(move |s| {
             s.subgroup_scope && s.a == ab && s.b == ab && s.c == acc && s.result == acc
+        })
+    }
+
+    /// Whether a workgroup-scope product of `m x k` by `k x n` fp16 matrices with fp32
+    /// accumulation on `invocations` invocations fits a reported flexible-dimension shape.
+    pub fn coop_workgroup_fits(&self, m: u32, n: u32, k: u32, invocations: u32) -> bool {
+        let (h, f) = (CoopComponent::F16, CoopComponent::F32);
+        self.cooperative_matrix_flexible.iter().any(|s| {
+            s.workgroup_scope
+                && s.invocations == invocations
+                && (s.a, s.b, s.c, s.result) == (h, h, f, f)
+                && [(m, s.m), (n, s.n), (k, s.k)]
+                    .iter()
+                    .all(|&(d, g)| g > 0 && d % g == 0)
         })
     }
 
@@ -392,8 +432,46 @@ impl Capabilities {
             queue_families,
             arm,
             cooperative_matrix: Vec::new(),
+            cooperative_matrix_flexible: Vec::new(),
         })
     }
+}
+
+/// The flexible-dimension shapes `VK_NV_cooperative_matrix2` reports for `physical`.
+///
+/// # Safety
+/// `physical` was enumerated from `instance`, which `entry` loaded, and the device lists the
+/// extension.
+pub(crate) unsafe fn query_coop_flexible(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+) -> Vec<CoopFlexibleShape> {
+    // SAFETY: guaranteed by the caller.
+    let props = unsafe { crate::nv::flexible_dimensions_properties(entry, instance, physical) };
+    let props = match props {
+        Ok(p) => p,
+        Err(e) => {
+            log::warn!(
+                "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV: {e}; no shapes"
+            );
+            return Vec::new();
+        }
+    };
+    props
+        .iter()
+        .map(|p| CoopFlexibleShape {
+            m: p.m_granularity,
+            n: p.n_granularity,
+            k: p.k_granularity,
+            a: CoopComponent::from_vk(p.a_type),
+            b: CoopComponent::from_vk(p.b_type),
+            c: CoopComponent::from_vk(p.c_type),
+            result: CoopComponent::from_vk(p.result_type),
+            workgroup_scope: p.scope == vk::ScopeKHR::WORKGROUP,
+            invocations: p.workgroup_invocations,
+        })
+        .collect()
 }
 
 /// The shapes `VK_KHR_cooperative_matrix` reports for `physical`.

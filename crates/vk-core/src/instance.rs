@@ -526,6 +526,13 @@ impl Instance {
                     // SAFETY: `raw` was enumerated from this instance and lists the extension.
                     caps.cooperative_matrix = unsafe { crate::caps::query_coop_shapes(&fns, raw) };
                 }
+                if caps.has_extension(crate::nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME) {
+                    // SAFETY: `raw` was enumerated from this instance, which this entry
+                    // loaded, and lists the extension.
+                    caps.cooperative_matrix_flexible = unsafe {
+                        crate::caps::query_coop_flexible(&self.shared.entry, &self.shared.raw, raw)
+                    };
+                }
                 Ok(Adapter::new(self.clone(), raw, index, caps))
             })
             .collect()

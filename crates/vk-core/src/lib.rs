@@ -62,8 +62,8 @@ pub mod transfer;
 pub use adapter::{Adapter, DeviceSummary, rank, select_index};
 pub use barrier::Access;
 pub use caps::{
-    ArmSupport, Capabilities, CoopComponent, CoopMatrixShape, Limits, MemoryHeap, MemoryInfo,
-    MemoryType, QueueFamily,
+    ArmSupport, Capabilities, CoopComponent, CoopFlexibleShape, CoopMatrixShape, Limits,
+    MemoryHeap, MemoryInfo, MemoryType, QueueFamily,
 };
 pub use command::{SemaphoreSignal, SemaphoreWait, Submission, WaitPolicy};
 pub use conv::{DeviceType, QueueCaps, Version};

@@ -293,6 +293,7 @@ mod tests {
                 .collect(),
             arm: ArmSupport::Absent,
             cooperative_matrix: Vec::new(),
+            cooperative_matrix_flexible: Vec::new(),
         }
     }
 

@@ -49,6 +49,17 @@ fn caps_json(a: &Adapter, rank: usize, chosen: bool) -> Value {
             "caps": f.caps.describe(),
             "timestamp_valid_bits": f.timestamp_valid_bits,
         })).collect::<Vec<_>>(),
+        "cooperative_matrix": c.cooperative_matrix.iter().map(|m| json!({
+            "mnk": [m.m, m.n, m.k],
+            "types": format!("{:?} x {:?} + {:?} -> {:?}", m.a, m.b, m.c, m.result),
+            "subgroup_scope": m.subgroup_scope,
+        })).collect::<Vec<_>>(),
+        "cooperative_matrix_flexible": c.cooperative_matrix_flexible.iter().map(|m| json!({
+            "granularity": [m.m, m.n, m.k],
+            "types": format!("{:?} x {:?} + {:?} -> {:?}", m.a, m.b, m.c, m.result),
+            "workgroup_scope": m.workgroup_scope,
+            "invocations": m.invocations,
+        })).collect::<Vec<_>>(),
         "extensions": c.extensions,
     })
 }
@@ -140,6 +151,7 @@ fn print_table(
                 println!("  memory type {i:<2}   heap {} {:?}", t.heap, t.flags);
             }
         }
+        print_coop(c);
         println!("  features         {}", c.features);
         let missing = Features::all() - c.features;
         if !missing.is_empty() {
@@ -245,4 +257,26 @@ pub fn demo_devices() -> Result {
         .into());
     }
     Ok(())
+}
+
+/// The fp16 x fp16 -> fp32 cooperative-matrix shapes: subgroup-scope sizes and workgroup-scope
+/// granularities with their work-group sizes.
+fn print_coop(c: &vk_core::Capabilities) {
+    use vk_core::CoopComponent::{F16, F32};
+    let sizes: Vec<String> = c
+        .coop_shapes(F16, F32)
+        .map(|m| format!("{}x{}x{}", m.m, m.n, m.k))
+        .collect();
+    if !sizes.is_empty() {
+        println!("  coop fp16        {}", sizes.join(", "));
+    }
+    let flexible: Vec<String> = c
+        .cooperative_matrix_flexible
+        .iter()
+        .filter(|m| m.workgroup_scope && (m.a, m.b, m.c, m.result) == (F16, F16, F32, F32))
+        .map(|m| format!("{}x{}x{} on {}", m.m, m.n, m.k, m.invocations))
+        .collect();
+    if !flexible.is_empty() {
+        println!("  coop2 fp16       multiples of {}", flexible.join(", "));
+    }
 }

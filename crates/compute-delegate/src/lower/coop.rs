@@ -313,7 +313,7 @@ impl Lowerer<'_> {
                 };
                 (
                     Kernel::GemmCoop2,
-                    vec![t.threads, t.bm, t.bn, t.bk, b_t, 0, bias_row],
+                    vec![t.threads, t.bm, t.bn, t.bk, b_t, 0, bias_row, t.unroll],
                     u64::from(t.bm),
                     u64::from(t.bn),
                     Some(u64::from(t.bk)),
@@ -340,7 +340,6 @@ impl Lowerer<'_> {
         let partial = (splits > 1).then(|| self.temp(out, stride * splits as usize));
         if let Some(p) = partial {
             bindings[3] = (p, true);
-            spec.push(4); // UNROLL, as in the shader
             spec.push(1); // PARTIAL
         }
         let (lo, hi) = act.unwrap_or((0.0, 0.0));

@@ -534,6 +534,7 @@ mod tests {
                 bn: 128,
                 bk: 32,
                 threads: 128,
+                unroll: 4,
             }),
             None,
             None,
@@ -543,6 +544,7 @@ mod tests {
             bn: 64,
             bk: 32,
             threads: 128,
+            unroll: 1,
         }),
     };
 
@@ -566,8 +568,8 @@ mod tests {
         let plan = gemm(DType::F16);
         assert_eq!(shaders(&plan), ["GemmCoop2"]);
         let d = &plan.dispatches[0];
-        // Spec: threads, bm, bn, bk, B transposed, clamp, bias per row.
-        assert_eq!(d.spec, [128, 128, 128, 32, 0, 0, 0]);
+        // Spec: threads, bm, bn, bk, B transposed, clamp, bias per row, unrolled steps.
+        assert_eq!(d.spec, [128, 128, 128, 32, 0, 0, 0, 4]);
         assert_eq!(d.groups, [1, 3, 1]);
         // Push: m, n, k, strides of A (batch, row), B (batch, row), C (batch, row), bias.
         assert_eq!(&d.push[..10], &[300, 72, 200, 0, 200, 0, 72, 21600, 72, 0]);
