@@ -6,7 +6,9 @@
 //   x[img][c][yp - ph][xp - pw], zero outside the input and for c >= c_in, with hp x wp
 //   pixels and cp channels per image (cp a multiple of 8);
 // - the weights per tap, wk[tap][c][co] = w[co][c][tap], zero for c >= c_in or co >= c_out,
-//   cp x coutp per tap (coutp a multiple of 8).
+//   cp x coutp per tap (coutp a multiple of 8), for conv_coop2.comp; or (w_layout 1) per
+//   output channel, wk[co][tap][c], zero for c >= c_in, taps x cp per output channel, for
+//   gemm_coop.comp's CONV mode.
 // Each thread writes eight consecutive elements with one 16-byte store: the first `groups_p`
 // groups of eight are the input's, the next `groups_w` the weights'. Grid-stride.
 layout(local_size_x = 256) in;
@@ -30,6 +32,7 @@ layout(push_constant) uniform Params {
     uint taps;
     uint groups_p;
     uint groups_w;
+    uint w_layout;
 } pc;
 
 uvec4 pack8(const float16_t v[8]) {
@@ -74,12 +77,29 @@ void weight_group(const uint g) {
     wk[g] = pack8(v);
 }
 
+// Eight input channels of one output channel and tap (w_layout 1).
+void weight_group_co_major(const uint g) {
+    uint per_row = pc.cp / 8;
+    uint row = g / per_row;
+    uint c = (g - row * per_row) * 8;
+    uint tap = row % pc.taps;
+    uint co = row / pc.taps;
+    float16_t v[8];
+    for (uint e = 0; e < 8; ++e) {
+        bool real = c + e < pc.c_in;
+        v[e] = real ? w[(co * pc.c_in + c + e) * pc.taps + tap] : float16_t(0);
+    }
+    wk[g] = pack8(v);
+}
+
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     uint total = pc.groups_p + pc.groups_w;
     for (uint g = gl_GlobalInvocationID.x; g < total; g += stride) {
         if (g < pc.groups_p) {
             input_group(g);
+        } else if (pc.w_layout == 1) {
+            weight_group_co_major(g - pc.groups_p);
         } else {
             weight_group(g - pc.groups_p);
         }

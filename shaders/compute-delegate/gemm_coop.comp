@@ -21,6 +21,12 @@
 // contiguous, row stride sb_k): its block is then stored N-major and loaded column-major.
 // Out-of-range rows and columns of A and B load as zero, so any M, N, K works; the epilogue
 // writes through a per-subgroup shared fragment with bounds checks.
+//
+// CONV: conv2d with stride 1 as an implicit GEMM over conv_pack.comp's operands (per image
+// z): A = the weights as [c_out][tap][cp] (K = taps * cp), B^T row n = output pixel
+// (oy, ox) = (n / ow, n % ow), whose K = (tap, c) element is the padded channels-last input at
+// pixel (oy + ky * dh, ox + kx * dw), channel c; C = [c_out][oh * ow] per image (NCHW). The
+// lowering sets B_T, VEC and BIAS_ROW with it.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TM = 16;
 layout(constant_id = 2) const uint TN = 16;
@@ -30,6 +36,7 @@ layout(constant_id = 5) const uint VEC = 0;
 layout(constant_id = 6) const uint ACT = 0;
 // The bias is per row (conv2d: per output channel) instead of per column.
 layout(constant_id = 7) const uint BIAS_ROW = 0;
+layout(constant_id = 8) const uint CONV = 0;
 // Threads per work group (spec constant 0): four subgroups.
 const uint WG = gl_WorkGroupSize.x;
 
@@ -74,6 +81,14 @@ layout(push_constant) uniform Params {
     uint has_bias;
     float act_lo;
     float act_hi;
+    // CONV: channels per padded pixel, padded image width, output width, kernel width,
+    // dilation.
+    uint cp;
+    uint wp;
+    uint ow;
+    uint kw;
+    uint dh;
+    uint dw;
 } pc;
 
 // Stages of A and B as 16-byte chunks (8 halves each).
@@ -104,6 +119,21 @@ uvec4 load8(bool is_a, uint base, uint stride, uint row, uint col, uint rows, ui
                  packFloat2x16(f16vec2(h[4], h[5])), packFloat2x16(f16vec2(h[6], h[7])));
 }
 
+// CONV: eight channels of B^T row n (an output pixel) at K index kk (a multiple of 8, within
+// one tap since cp is a multiple of 8), zero outside the product.
+uvec4 load_pixel8(uint base, uint n, uint kk) {
+    if (n >= pc.n || kk >= pc.k) {
+        return uvec4(0);
+    }
+    uint tap = kk / pc.cp;
+    uint c = kk - tap * pc.cp;
+    uint ky = tap / pc.kw;
+    uint kx = tap - ky * pc.kw;
+    uint oy = n / pc.ow;
+    uint ox = n - oy * pc.ow;
+    return b8[(base + ((oy + ky * pc.dh) * pc.wp + ox + kx * pc.dw) * pc.cp + c) / 8];
+}
+
 void load_block(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0) {
     [[unroll]] for (uint r = 0; r < MAX_L; ++r) {
         if (r < LA) {
@@ -114,7 +144,11 @@ void load_block(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0) {
         }
         if (r < LB) {
             uint e = tid + r * WG;
-            if (B_T == 1) {
+            if (CONV == 1) {
+                uint row = e / (BK / 8);
+                uint col = (e % (BK / 8)) * 8;
+                rb[r] = load_pixel8(b_off, n0 + row, k0 + col);
+            } else if (B_T == 1) {
                 uint row = e / (BK / 8);
                 uint col = (e % (BK / 8)) * 8;
                 rb[r] = load8(false, b_off, pc.sb_k, n0 + row, k0 + col, pc.n, pc.k);

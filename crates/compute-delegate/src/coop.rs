@@ -144,14 +144,22 @@ impl CoopConfig {
         }
     }
 
-    /// The kernel a 3x3 conv2d of stride 1 runs on (the GEMM's after a patch matrix, or the
-    /// implicit GEMM's).
-    fn conv_kernel_name(self) -> &'static str {
-        if self.nv2_conv().is_some() {
-            "ConvCoop2"
-        } else {
-            self.kernel_name()
+    /// The kernel of the implicit-GEMM conv2d: `conv_coop2.comp` where the workgroup-scope
+    /// configuration has its tile, `gemm_coop.comp` (its CONV mode) on the subgroup-scope
+    /// kernel; `None` where convolutions go through a patch matrix.
+    fn implicit_conv_kernel(self) -> Option<&'static str> {
+        match self {
+            CoopConfig::Nv2 { conv: Some(_), .. } => Some("ConvCoop2"),
+            CoopConfig::Nv2 { conv: None, .. } => None,
+            CoopConfig::Khr { .. } => Some("GemmCoop"),
         }
+    }
+
+    /// The kernel a 3x3 conv2d of stride 1 runs on: the implicit GEMM's, else the GEMM's
+    /// after a patch matrix.
+    fn conv_kernel_name(self) -> &'static str {
+        self.implicit_conv_kernel()
+            .unwrap_or_else(|| self.kernel_name())
     }
 
     /// The kernel's name.
@@ -391,13 +399,11 @@ pub fn cooperative_gemm_kernel(device: &Device) -> Option<&'static str> {
     usable(device, CoopPolicy::Auto).map(CoopConfig::kernel_name)
 }
 
-/// The kernel large fp16 conv2d of stride 1 use on `device` under the default policy
-/// (`"ConvCoop2"`, the implicit GEMM), if the device runs it; runs the checks on first call.
-/// For reports and tests.
+/// The implicit-GEMM kernel large fp16 conv2d of stride 1 run on `device` under the default
+/// policy (`"ConvCoop2"`, or `"GemmCoop"` in its CONV mode), if the device runs one; runs the
+/// checks on first call. For reports and tests.
 pub fn cooperative_conv_kernel(device: &Device) -> Option<&'static str> {
-    usable(device, CoopPolicy::Auto)
-        .and_then(CoopConfig::nv2_conv)
-        .map(|_| "ConvCoop2")
+    usable(device, CoopPolicy::Auto).and_then(CoopConfig::implicit_conv_kernel)
 }
 
 /// One check problem: `[m, k] x [k, n]` (or linear with a `[n, k]` weight and a bias).
@@ -495,8 +501,16 @@ fn check_all(device: &Device, config: CoopConfig) -> bool {
             passed(device, config, "GEMM", &what, check_one(device, p, config))
         });
     let conv_passes = || {
-        let outcome = check_conv(device, config);
-        passed(device, config, "conv2d", "its check", outcome)
+        [1, 2].into_iter().all(|stride| {
+            let what = format!("its stride-{stride} check");
+            passed(
+                device,
+                config,
+                "conv2d",
+                &what,
+                check_conv(device, config, stride),
+            )
+        })
     };
     if !(gemms_pass && conv_passes()) {
         return false;
@@ -536,11 +550,13 @@ fn passed(
     }
 }
 
-/// The conv2d path: a 3x3 convolution with padding, through the patch matrix or the implicit
-/// GEMM, bias per output channel, two images; two blocks of output channels, a ragged block
-/// of input channels and two columns of pixel patches on the implicit GEMM.
-fn check_conv(device: &Device, config: CoopConfig) -> crate::Result<Option<String>> {
+/// The conv2d paths: a 3x3 convolution with padding and a bias per output channel, two
+/// images; of stride 1 on the implicit GEMM where the device runs one (two blocks of output
+/// channels, a ragged block of input channels, two columns of pixel patches), of stride 2
+/// through the patch matrix.
+fn check_conv(device: &Device, config: CoopConfig, stride: usize) -> crate::Result<Option<String>> {
     let (nb, cin, h, w, cout) = (2, 40, 9, 37, 72);
+    let (oh, ow) = ((h - 1) / stride + 1, (w - 1) / stride + 1);
     let x = values(nb * cin * h * w, 7);
     let wt = values(cout * cin * 9, 8);
     let bias = values(cout, 9);
@@ -550,6 +566,7 @@ fn check_conv(device: &Device, config: CoopConfig) -> crate::Result<Option<Strin
     let bi = g.constant("b", f16_tensor(vec![cout], &bias)?)?;
     let p = crate::Conv2d {
         padding: [1, 1],
+        stride: [stride, stride],
         ..crate::Conv2d::default()
     };
     let y = g.conv2d(xi, wi, Some(bi), p)?;
@@ -559,24 +576,26 @@ fn check_conv(device: &Device, config: CoopConfig) -> crate::Result<Option<Strin
         ..BuildOptions::default()
     };
     let mut graph = g.build_with(device, &options)?;
-    if !graph
-        .kernels()
-        .iter()
-        .any(|k| k == config.conv_kernel_name())
-    {
+    let want = if stride == 1 {
+        config.conv_kernel_name()
+    } else {
+        config.kernel_name()
+    };
+    if !graph.kernels().iter().any(|k| k == want) {
         return Ok(Some("the cooperative kernel was not chosen".into()));
     }
     let out = graph.execute(&[f16_tensor(vec![nb, cin, h, w], &x)?])?;
     let got = f16_values(&out[0]);
     for img in 0..nb {
         for co in 0..cout {
-            for oy in 0..h {
-                for ox in 0..w {
+            for oy in 0..oh {
+                for ox in 0..ow {
                     let mut r = f64::from(bias[co]);
                     for ci in 0..cin {
                         for ky in 0..3 {
                             for kx in 0..3 {
-                                let (iy, ix) = (oy + ky, ox + kx);
+                                // Coordinates in the padded input.
+                                let (iy, ix) = (oy * stride + ky, ox * stride + kx);
                                 if iy < 1 || ix < 1 || iy > h || ix > w {
                                     continue;
                                 }
@@ -586,7 +605,7 @@ fn check_conv(device: &Device, config: CoopConfig) -> crate::Result<Option<Strin
                             }
                         }
                     }
-                    let v = f64::from(got[((img * cout + co) * h + oy) * w + ox]);
+                    let v = f64::from(got[((img * cout + co) * oh + oy) * ow + ox]);
                     if (v - r).abs() > 2e-3 + 2e-3 * r.abs() {
                         return Ok(Some(format!(
                             "[{img}][{co}][{oy}][{ox}] = {v}, expected {r}"

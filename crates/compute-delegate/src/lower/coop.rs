@@ -1,8 +1,9 @@
 //! fp16 GEMMs and convolutions on cooperative matrices (`gemm_coop.comp`, `gemm_coop2.comp`),
 //! on devices where [`crate::coop::usable`] allows them: matmul, bmm and linear directly;
 //! conv2d (one group) as a GEMM per image over the input itself (1x1, stride 1, no padding),
-//! as an implicit GEMM over the input (`conv_coop2.comp`; stride 1, large enough to fill the
-//! device) or over its patch matrix (`im2col.comp` into a temporary).
+//! as an implicit GEMM over packed operands (`conv_pack.comp`, then `conv_coop2.comp` or
+//! `gemm_coop.comp`'s CONV mode; stride 1, large enough to fill the device) or over its patch
+//! matrix (`im2col.comp` into a temporary).
 
 use super::*;
 use crate::graph::Conv2d;
@@ -26,6 +27,34 @@ struct CoopGemm {
     has_bias: bool,
     /// The bias is per row of C (an output channel) instead of per column.
     bias_row: bool,
+}
+
+/// A conv2d of stride 1 and one group, as the implicit GEMMs see it.
+struct ImplicitConv {
+    nb: usize,
+    cin: usize,
+    h: usize,
+    w: usize,
+    cout: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    pad: [usize; 2],
+    dil: [usize; 2],
+    has_bias: bool,
+    act: Option<(f32, f32)>,
+}
+
+/// The packed operands of an implicit GEMM (`conv_pack.comp`): images of `hp x wp` pixels of
+/// `cp` channels (a multiple of 8), and weights `[tap][cp][coutp]` or, `co_major`,
+/// `[c_out][tap][cp]` (then `coutp` is `c_out`).
+struct Packing {
+    cp: usize,
+    hp: usize,
+    wp: usize,
+    coutp: usize,
+    co_major: bool,
 }
 
 /// The largest temporary patch matrix a convolution may use, in elements.
@@ -163,10 +192,11 @@ impl Lowerer<'_> {
         Ok(true)
     }
 
-    /// Lowers a conv2d of stride 1 to the implicit GEMM (`conv_pack.comp`, then
-    /// `conv_coop2.comp`) where the device runs it and the convolution fills the device (a
-    /// check's graphs take it at any size); else returns `false` (a patch matrix and a GEMM,
-    /// which can split small ones along K).
+    /// Lowers a conv2d of stride 1 to an implicit GEMM over packed operands
+    /// (`conv_pack.comp`, then `conv_coop2.comp` or `gemm_coop.comp`'s CONV mode) where the
+    /// device runs one and the convolution fills the device (a check's graphs take it at any
+    /// size); else returns `false` (a patch matrix and a GEMM, which can split small ones
+    /// along K).
     #[allow(clippy::too_many_arguments)]
     fn implicit_conv(
         &mut self,
@@ -179,76 +209,83 @@ impl Lowerer<'_> {
         act: Option<(f32, f32)>,
         out: TensorId,
     ) -> Result<bool> {
-        let Some(t) = self.coop.and_then(CoopConfig::nv2_conv) else {
-            return Ok(false);
-        };
         if p.stride != [1, 1] {
             return Ok(false);
         }
-        let (nb, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-        let (cout, kh, kw) = (w_shape[0], w_shape[2], w_shape[3]);
+        let c = ImplicitConv {
+            nb: x.shape[0],
+            cin: x.shape[1],
+            h: x.shape[2],
+            w: x.shape[3],
+            cout: w_shape[0],
+            kh: w_shape[2],
+            kw: w_shape[3],
+            oh,
+            ow,
+            pad: p.padding,
+            dil: p.dilation,
+            has_bias,
+            act,
+        };
+        match self.coop {
+            Some(CoopConfig::Nv2 { conv: Some(t), .. }) => self.conv_nv2(&c, t, bindings, out),
+            Some(CoopConfig::Khr {
+                tm,
+                tn,
+                tk,
+                threads,
+            }) => self.conv_khr(&c, [threads, tm, tn, tk], bindings, out),
+            _ => Ok(false),
+        }
+    }
+
+    /// `conv_coop2.comp`: TH x TW pixel patches by `t.bn` output channels; the input padded so
+    /// that every patch's window lies inside, the weights as `[tap][cp][coutp]`.
+    fn conv_nv2(
+        &mut self,
+        c: &ImplicitConv,
+        t: crate::coop::Nv2Tile,
+        bindings: &[(usize, bool)],
+        out: TensorId,
+    ) -> Result<bool> {
         let (bm, bn, bk) = (t.bm as usize, t.bn as usize, t.bk as usize);
-        let tw = patch_width(oh, ow, bm);
+        let tw = patch_width(c.oh, c.ow, bm);
         let th = bm / tw;
-        let (tiles_x, tiles_y) = (ow.div_ceil(tw), oh.div_ceil(th));
-        let blocks = (tiles_x * tiles_y * cout.div_ceil(bn) * nb) as u64;
+        let (tiles_x, tiles_y) = (c.ow.div_ceil(tw), c.oh.div_ceil(th));
+        let blocks = (tiles_x * tiles_y * c.cout.div_ceil(bn) * c.nb) as u64;
         if blocks < COOP_SPLIT_BELOW_BLOCKS && !crate::coop::checking() {
             return Ok(false);
         }
-        // The packed operands: every tile's window inside the padded images, channels in
-        // whole K steps, output channels in whole blocks.
-        let (cp, coutp) = (cin.next_multiple_of(bk), cout.next_multiple_of(bn));
-        let hp = tiles_y * th + (kh - 1) * p.dilation[0];
-        let wp = tiles_x * tw + (kw - 1) * p.dilation[1];
-        let (packed_x, packed_w) = (nb * hp * wp * cp, kh * kw * cp * coutp);
-        let range = u64::from(self.limits.max_storage_buffer_range);
-        if 2 * packed_x.max(packed_w) as u64 > range || packed_x > MAX_PATCH_ELEMENTS {
-            return Ok(false);
-        }
+        let pk = Packing {
+            cp: c.cin.next_multiple_of(bk),
+            hp: tiles_y * th + (c.kh - 1) * c.dil[0],
+            wp: tiles_x * tw + (c.kw - 1) * c.dil[1],
+            coutp: c.cout.next_multiple_of(bn),
+            co_major: false,
+        };
         let groups = self.check_groups([
             (tiles_x * tiles_y) as u64,
-            cout.div_ceil(bn) as u64,
-            nb as u64,
+            c.cout.div_ceil(bn) as u64,
+            c.nb as u64,
         ])?;
-        let (px, pw) = (self.temp(out, packed_x / 2), self.temp(out, packed_w / 2));
-        let pack = [
-            cin,
-            h,
-            wd,
-            cp,
-            hp,
-            wp,
-            p.padding[0],
-            p.padding[1],
-            cout,
-            coutp,
-            kh * kw,
-            packed_x / 8,
-            packed_w / 8,
-        ];
-        let g = self.linear_groups(((packed_x + packed_w) / 8) as u64);
-        self.push(
-            Kernel::ConvPack,
-            vec![],
-            vec![bindings[1], bindings[0], (px, true), (pw, true)],
-            pack.iter().map(|&v| v as u32).collect(),
-            [g, 1, 1],
-        );
-        let (lo, hi) = act.unwrap_or((0.0, 0.0));
+        let Some((px, pw)) = self.pack_conv(c, &pk, bindings, out) else {
+            return Ok(false);
+        };
+        let (lo, hi) = c.act.unwrap_or((0.0, 0.0));
         let dims = [
-            nb,
-            cp,
-            hp,
-            wp,
-            coutp,
-            cout,
-            oh,
-            ow,
-            kh,
-            kw,
-            p.dilation[0],
-            p.dilation[1],
-            usize::from(has_bias),
+            c.nb,
+            pk.cp,
+            pk.hp,
+            pk.wp,
+            pk.coutp,
+            c.cout,
+            c.oh,
+            c.ow,
+            c.kh,
+            c.kw,
+            c.dil[0],
+            c.dil[1],
+            usize::from(c.has_bias),
         ];
         let mut push: Vec<u32> = dims.iter().map(|&v| v as u32).collect();
         push.extend([lo.to_bits(), hi.to_bits(), tiles_x as u32]);
@@ -259,11 +296,114 @@ impl Lowerer<'_> {
             tw as u32,
             th as u32,
             t.bk,
-            u32::from(act.is_some()),
+            u32::from(c.act.is_some()),
         ];
         let conv_bindings = vec![(px, false), (pw, false), bindings[2], bindings[3]];
         self.push(Kernel::ConvCoop2, spec, conv_bindings, push, groups);
         Ok(true)
+    }
+
+    /// `gemm_coop.comp`'s CONV mode: `C[co][pixel]` per image, its 128 x 128 blocks over the
+    /// output channels and the output pixels in order; the input padded by the kernel's reach,
+    /// the weights as `[c_out][tap][cp]`. `khr` is the configuration's threads and fragment
+    /// shape.
+    fn conv_khr(
+        &mut self,
+        c: &ImplicitConv,
+        khr: [u32; 4],
+        bindings: &[(usize, bool)],
+        out: TensorId,
+    ) -> Result<bool> {
+        let pixels = c.oh * c.ow;
+        let blocks = (pixels.div_ceil(128) * c.cout.div_ceil(128) * c.nb) as u64;
+        if blocks < COOP_SPLIT_BELOW_BLOCKS && !crate::coop::checking() {
+            return Ok(false);
+        }
+        let pk = Packing {
+            cp: c.cin.next_multiple_of(8),
+            hp: c.oh + (c.kh - 1) * c.dil[0],
+            wp: c.ow + (c.kw - 1) * c.dil[1],
+            coutp: c.cout,
+            co_major: true,
+        };
+        let groups = self.check_groups([
+            pixels.div_ceil(128) as u64,
+            c.cout.div_ceil(128) as u64,
+            c.nb as u64,
+        ])?;
+        let Some((px, pw)) = self.pack_conv(c, &pk, bindings, out) else {
+            return Ok(false);
+        };
+        let (lo, hi) = c.act.unwrap_or((0.0, 0.0));
+        let k = c.kh * c.kw * pk.cp;
+        let dims = [
+            c.cout,
+            pixels,
+            k,
+            0,
+            k,
+            pk.hp * pk.wp * pk.cp,
+            pk.cp,
+            c.cout * pixels,
+            pixels,
+            usize::from(c.has_bias),
+        ];
+        let mut push: Vec<u32> = dims.iter().map(|&v| v as u32).collect();
+        push.extend([lo.to_bits(), hi.to_bits()]);
+        let conv = [pk.cp, pk.wp, c.ow, c.kw, c.dil[0], c.dil[1]];
+        push.extend(conv.iter().map(|&v| v as u32));
+        let [threads, tm, tn, tk] = khr;
+        // Spec: threads, fragment, B transposed, 16-byte loads, clamp, bias per row, CONV.
+        let act = u32::from(c.act.is_some());
+        let spec = vec![threads, tm, tn, tk, 1, 1, act, 1, 1];
+        let conv_bindings = vec![(pw, false), (px, false), bindings[2], bindings[3]];
+        self.push(Kernel::GemmCoop, spec, conv_bindings, push, groups);
+        Ok(true)
+    }
+
+    /// `conv_pack.comp` into two temporaries (the packed input, the packed weights), or `None`
+    /// when either would not fit one binding. `bindings` are the GEMM's: weights, input, bias,
+    /// output.
+    fn pack_conv(
+        &mut self,
+        c: &ImplicitConv,
+        pk: &Packing,
+        bindings: &[(usize, bool)],
+        out: TensorId,
+    ) -> Option<(usize, usize)> {
+        let taps = c.kh * c.kw;
+        let packed_x = c.nb * pk.hp * pk.wp * pk.cp;
+        let packed_w = taps * pk.cp * pk.coutp;
+        let range = u64::from(self.limits.max_storage_buffer_range);
+        if 2 * packed_x.max(packed_w) as u64 > range || packed_x > MAX_PATCH_ELEMENTS {
+            return None;
+        }
+        let (px, pw) = (self.temp(out, packed_x / 2), self.temp(out, packed_w / 2));
+        let push = [
+            c.cin,
+            c.h,
+            c.w,
+            pk.cp,
+            pk.hp,
+            pk.wp,
+            c.pad[0],
+            c.pad[1],
+            c.cout,
+            pk.coutp,
+            taps,
+            packed_x / 8,
+            packed_w / 8,
+            usize::from(pk.co_major),
+        ];
+        let g = self.linear_groups(((packed_x + packed_w) / 8) as u64);
+        self.push(
+            Kernel::ConvPack,
+            vec![],
+            vec![bindings[1], bindings[0], (px, true), (pw, true)],
+            push.iter().map(|&v| v as u32).collect(),
+            [g, 1, 1],
+        );
+        Some((px, pw))
     }
 
     /// The dispatch of one cooperative GEMM on the device's configuration; `bindings` are A,

@@ -629,7 +629,7 @@ mod tests {
         // Packed: 2 images of 114 x 106 pixels of 64 channels, 9 taps of 64 x 128 weights.
         let pack = &plan.dispatches[0].push;
         assert_eq!(pack[..11], [64, 112, 100, 64, 114, 106, 1, 1, 96, 128, 9]);
-        assert_eq!(pack[11..], [2 * 114 * 106 * 8, 9 * 64 * 16]);
+        assert_eq!(pack[11..], [2 * 114 * 106 * 8, 9 * 64 * 16, 0]);
         let d = &plan.dispatches[1];
         // Spec: threads, bm, bn, patch width and height, bk, clamp.
         assert_eq!(d.spec, [128, 128, 64, 8, 16, 32, 1]);
@@ -645,6 +645,40 @@ mod tests {
             let plan = shaders(&conv(shape, stride));
             assert_eq!(plan, ["Im2col_f16", "GemmCoop2", "SplitSum_f16"]);
         }
+    }
+
+    #[test]
+    fn on_subgroup_scope_matrices_convolutions_of_stride_1_are_implicit_gemms() {
+        let khr = CoopConfig::Khr {
+            tm: 16,
+            tn: 16,
+            tk: 16,
+            threads: 128,
+        };
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, &[2, 20, 112, 100]).unwrap();
+        let w = b.input("w", DType::F16, &[96, 20, 3, 3]).unwrap();
+        let bias = b.input("b", DType::F16, &[96]).unwrap();
+        let p = crate::Conv2d {
+            padding: [1, 1],
+            ..crate::Conv2d::default()
+        };
+        let y = b.conv2d(x, w, Some(bias), p).unwrap();
+        b.output(y).unwrap();
+        let plan = lower(&b, &limits(), true, Some(khr)).unwrap();
+        assert_eq!(shaders(&plan), ["ConvPack", "GemmCoop"]);
+        // Packed: 2 images of 114 x 102 pixels of 24 channels; weights [96][9][24].
+        let pack = &plan.dispatches[0].push;
+        assert_eq!(pack[3..6], [24, 114, 102]);
+        assert_eq!(pack[11..], [2 * 114 * 102 * 3, 96 * 9 * 3, 1]);
+        let d = &plan.dispatches[1];
+        // Spec: threads, fragment, B transposed, 16-byte loads, clamp, bias per row, CONV.
+        assert_eq!(d.spec, [128, 16, 16, 16, 1, 1, 0, 1, 1]);
+        // 11200 pixels in 88 blocks of 128, one block of channels, two images.
+        assert_eq!(d.groups, [88, 1, 2]);
+        // M, N, K, then the strides of A, B and C, the bias, and the CONV parameters.
+        assert_eq!(d.push[..3], [96, 11200, 216]);
+        assert_eq!(d.push[12..], [24, 102, 100, 3, 1, 1]);
     }
 
     #[test]
