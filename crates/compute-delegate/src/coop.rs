@@ -151,7 +151,7 @@ impl CoopConfig {
         match self {
             CoopConfig::Nv2 { conv: Some(_), .. } => Some("ConvCoop2"),
             CoopConfig::Nv2 { conv: None, .. } => None,
-            CoopConfig::Khr { .. } => Some("GemmCoop"),
+            CoopConfig::Khr { .. } => (!implicit_conv_off()).then_some("GemmCoop"),
         }
     }
 
@@ -268,9 +268,15 @@ fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
     }
 }
 
-/// Environment variable for tuning the implicit-GEMM conv2d: `off` (patch matrices instead),
-/// or `threads,bm,bn,bk` (`bm` output pixels of `bn` output channels per work group).
+/// Environment variable for tuning the implicit-GEMM conv2d: `off` (patch matrices instead, on
+/// either kind), or `threads,bm,bn,bk` (the workgroup-scope kernel's tile: `bm` output pixels
+/// of `bn` output channels per work group).
 pub const ENV_CONV2: &str = "VKDELEGATE_CONV2";
+
+/// Whether [`ENV_CONV2`] is `off`: convolutions through patch matrices on either kind.
+pub(crate) fn implicit_conv_off() -> bool {
+    std::env::var(ENV_CONV2).is_ok_and(|v| v == "off")
+}
 
 /// The implicit-GEMM conv2d's tile: the default, the one [`ENV_CONV2`] names, or none.
 fn nv2_conv() -> Option<Nv2Tile> {

@@ -316,7 +316,9 @@ impl Lowerer<'_> {
     ) -> Result<bool> {
         let pixels = c.oh * c.ow;
         let blocks = (pixels.div_ceil(128) * c.cout.div_ceil(128) * c.nb) as u64;
-        if blocks < COOP_SPLIT_BELOW_BLOCKS && !crate::coop::checking() {
+        if crate::coop::implicit_conv_off()
+            || (blocks < COOP_SPLIT_BELOW_BLOCKS && !crate::coop::checking())
+        {
             return Ok(false);
         }
         let pk = Packing {
