@@ -221,7 +221,8 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
         if let Some(tiles) = nv2_tiles() {
             let caps = device.capabilities();
             let fits = |t: &Nv2Tile| {
-                let reported = caps.coop_workgroup_fits(t.bm, t.bn, t.bk, t.threads);
+                let (h, f) = (CoopComponent::F16, CoopComponent::F32);
+                let reported = caps.coop_workgroup_fits(h, f, [t.bm, t.bn, t.bk], t.threads);
                 if !reported {
                     log::debug!(
                         "workgroup-scope tile {t:?}: no flexible-dimension shape of '{}' fits it",

@@ -269,14 +269,29 @@ impl Capabilities {
         })
     }
 
-    /// Whether a workgroup-scope product of `m x k` by `k x n` fp16 matrices with fp32
-    /// accumulation on `invocations` invocations fits a reported flexible-dimension shape.
-    pub fn coop_workgroup_fits(&self, m: u32, n: u32, k: u32, invocations: u32) -> bool {
-        let (h, f) = (CoopComponent::F16, CoopComponent::F32);
-        self.cooperative_matrix_flexible.iter().any(|s| {
-            s.workgroup_scope
-                && s.invocations == invocations
-                && (s.a, s.b, s.c, s.result) == (h, h, f, f)
+    /// The workgroup-scope flexible-dimension shapes with these component types.
+    pub fn coop_flexible_shapes(
+        &self,
+        ab: CoopComponent,
+        acc: CoopComponent,
+    ) -> impl Iterator<Item = &CoopFlexibleShape> + '_ {
+        self.cooperative_matrix_flexible.iter().filter(move |s| {
+            s.workgroup_scope && s.a == ab && s.b == ab && s.c == acc && s.result == acc
+        })
+    }
+
+    /// Whether a workgroup-scope `[m, n, k]` product (`m x k` by `k x n`) with these component
+    /// types on `invocations` invocations fits a reported flexible-dimension shape: one for
+    /// that work-group size whose granularities divide the tile.
+    pub fn coop_workgroup_fits(
+        &self,
+        ab: CoopComponent,
+        acc: CoopComponent,
+        [m, n, k]: [u32; 3],
+        invocations: u32,
+    ) -> bool {
+        self.coop_flexible_shapes(ab, acc).any(|s| {
+            s.invocations == invocations
                 && [(m, s.m), (n, s.n), (k, s.k)]
                     .iter()
                     .all(|&(d, g)| g > 0 && d % g == 0)

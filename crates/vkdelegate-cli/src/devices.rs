@@ -271,9 +271,7 @@ fn print_coop(c: &vk_core::Capabilities) {
         println!("  coop fp16        {}", sizes.join(", "));
     }
     let flexible: Vec<String> = c
-        .cooperative_matrix_flexible
-        .iter()
-        .filter(|m| m.workgroup_scope && (m.a, m.b, m.c, m.result) == (F16, F16, F32, F32))
+        .coop_flexible_shapes(F16, F32)
         .map(|m| format!("{}x{}x{} on {}", m.m, m.n, m.k, m.invocations))
         .collect();
     if !flexible.is_empty() {

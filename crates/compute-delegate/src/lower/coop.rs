@@ -209,7 +209,7 @@ impl Lowerer<'_> {
         act: Option<(f32, f32)>,
         out: TensorId,
     ) -> Result<bool> {
-        if p.stride != [1, 1] {
+        if p.stride != [1, 1] || crate::coop::implicit_conv_off() {
             return Ok(false);
         }
         let c = ImplicitConv {
@@ -252,8 +252,7 @@ impl Lowerer<'_> {
         let tw = patch_width(c.oh, c.ow, bm);
         let th = bm / tw;
         let (tiles_x, tiles_y) = (c.ow.div_ceil(tw), c.oh.div_ceil(th));
-        let blocks = (tiles_x * tiles_y * c.cout.div_ceil(bn) * c.nb) as u64;
-        if blocks < COOP_SPLIT_BELOW_BLOCKS && !crate::coop::checking() {
+        if !fills_device((tiles_x * tiles_y * c.cout.div_ceil(bn) * c.nb) as u64) {
             return Ok(false);
         }
         let pk = Packing {
@@ -315,10 +314,7 @@ impl Lowerer<'_> {
         out: TensorId,
     ) -> Result<bool> {
         let pixels = c.oh * c.ow;
-        let blocks = (pixels.div_ceil(128) * c.cout.div_ceil(128) * c.nb) as u64;
-        if crate::coop::implicit_conv_off()
-            || (blocks < COOP_SPLIT_BELOW_BLOCKS && !crate::coop::checking())
-        {
+        if !fills_device((pixels.div_ceil(128) * c.cout.div_ceil(128) * c.nb) as u64) {
             return Ok(false);
         }
         let pk = Packing {
@@ -508,6 +504,12 @@ impl Lowerer<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether an implicit-GEMM conv2d of `blocks` work groups fills a large GPU (a check's graphs
+/// take it at any size); smaller ones go through a patch matrix, whose GEMM can split K.
+fn fills_device(blocks: u64) -> bool {
+    blocks >= COOP_SPLIT_BELOW_BLOCKS || crate::coop::checking()
 }
 
 /// The width of the implicit GEMM's pixel patches of `bn` pixels on an `oh x ow` output: the
