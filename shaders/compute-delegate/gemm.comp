@@ -4,7 +4,7 @@
 // Tiled GEMM, C[m][n] = sum_k A[m][k] * B[k][n] (+ bias), used for matmul, bmm, linear and
 // (as an implicit GEMM) conv2d. A work group computes a BM x BN tile (BM = 8 * TY,
 // BN = 8 * TX), each thread an 8 x 8 register tile (two vec4 rows x two vec4 columns, split so
-// that shared-memory reads are conflict-free), stepping K by BK through two shared-memory
+// that shared-memory reads are conflict-free; WARP_TILE picks the split), stepping K by BK through two shared-memory
 // stages: the next tile's global loads are in flight in registers while the current stage is
 // multiplied, then stored into the other stage, one barrier per step.
 //
@@ -40,6 +40,12 @@ layout(constant_id = 8) const uint VEC_B = 0;
 // Split-K partial sums are written in fp32 (binding 3 read as C32) whatever T is, so that the
 // summing pass adds fp32 partials.
 layout(constant_id = 9) const uint PARTIAL_F32 = 0;
+// Which rows and columns a thread computes. 0: thread (tx, ty) takes row quads ty and ty + TY
+// and column quads tx and tx + TX (a warp spans 2 row quads by all columns). 1: warp tiles;
+// each 32 threads cover a 32 x 64 block as 4 x 8 threads, a thread taking row quads r and
+// r + 4 and column quads c and c + 8 of it, so that a warp's shared-memory reads touch half
+// the bytes (one 128-byte wavefront for B).
+layout(constant_id = 10) const uint WARP_TILE = 0;
 
 #ifndef GEMM_BK
 #define GEMM_BK 8
@@ -245,8 +251,19 @@ void store_tile(uint tid, uint stage) {
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
-    uint tx = tid % TX;
-    uint ty = tid / TX;
+    // The thread's row quads (vec4 indices into an As row) and column quads (into a Bs row).
+    uint qa0 = tid / TX;
+    uint qa1 = qa0 + TY;
+    uint qb0 = tid % TX;
+    uint qb1 = qb0 + TX;
+    if (WARP_TILE == 1) {
+        uint warp = tid / 32;
+        uint lane = tid % 32;
+        qa0 = (warp / (TX / 8)) * 8 + lane / 8;
+        qa1 = qa0 + 4;
+        qb0 = (warp % (TX / 8)) * 16 + lane % 8;
+        qb1 = qb0 + 8;
+    }
     uint m0 = gl_WorkGroupID.y * BM;
     uint n0 = gl_WorkGroupID.x * BN;
     uint z = gl_WorkGroupID.z / pc.splits;
@@ -301,10 +318,10 @@ void main() {
         uint as0 = stage * AS_STAGE;
         uint bs0 = stage * BS_STAGE;
         [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
-            vec4 a0 = As[as0 + kk * AS_ROW + ty];
-            vec4 a1 = As[as0 + kk * AS_ROW + ty + TY];
-            vec4 b0 = Bs[bs0 + kk * BN4 + tx];
-            vec4 b1 = Bs[bs0 + kk * BN4 + tx + TX];
+            vec4 a0 = As[as0 + kk * AS_ROW + qa0];
+            vec4 a1 = As[as0 + kk * AS_ROW + qa1];
+            vec4 b0 = Bs[bs0 + kk * BN4 + qb0];
+            vec4 b1 = Bs[bs0 + kk * BN4 + qb1];
             [[unroll]] for (uint i = 0; i < 4; ++i) {
                 acc[i][0] = fma(vec4(a0[i]), b0, acc[i][0]);
                 acc[i][1] = fma(vec4(a0[i]), b1, acc[i][1]);
@@ -321,9 +338,9 @@ void main() {
     }
 
     [[unroll]] for (uint i = 0; i < 8; ++i) {
-        uint mm = m0 + ((i < 4) ? (ty * 4 + i) : ((ty + TY) * 4 + i - 4));
+        uint mm = m0 + ((i < 4) ? (qa0 * 4 + i) : (qa1 * 4 + i - 4));
         [[unroll]] for (uint j = 0; j < 2; ++j) {
-            uint nb = n0 + ((j == 0) ? tx : (tx + TX)) * 4;
+            uint nb = n0 + ((j == 0) ? qb0 : qb1) * 4;
             [[unroll]] for (uint q = 0; q < 4; ++q) {
                 uint nn = nb + q;
                 float v = acc[i][j][q];

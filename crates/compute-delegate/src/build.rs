@@ -581,6 +581,7 @@ fn create_pipelines(
         .map(|(e, d)| vk::SpecializationInfo::default().map_entries(e).data(d))
         .collect();
     let layout_of = |k: &Shader| objects.layout_of[&k.kernel.bindings()];
+    let capture = vk_core::pipeline_stats::capture_flags(&objects.device);
     let infos: Vec<vk::ComputePipelineCreateInfo<'_>> = keys
         .iter()
         .zip(&spec_infos)
@@ -591,6 +592,7 @@ fn create_pipelines(
                 .name(c"main")
                 .specialization_info(spec);
             vk::ComputePipelineCreateInfo::default()
+                .flags(capture)
                 .stage(stage)
                 .layout(layout_of(k).1)
         })
@@ -606,6 +608,18 @@ fn create_pipelines(
         },
     )?;
     objects.pipelines = pipelines.clone();
+    if !capture.is_empty() {
+        for ((k, spec), &p) in keys.iter().zip(&pipelines) {
+            // SAFETY: `p` was just created on this device.
+            unsafe {
+                vk_core::pipeline_stats::log_statistics(
+                    &objects.device,
+                    p,
+                    &format!("{k} {spec:?}"),
+                )
+            };
+        }
+    }
     let pipeline_of: BTreeMap<(Shader, Vec<u32>), vk::Pipeline> =
         keys.into_iter().zip(pipelines).collect();
     Ok(plan

@@ -71,6 +71,8 @@ bitflags::bitflags! {
         const COOPERATIVE_MATRIX_TENSOR_ADDRESSING_NV = 1 << 26;
         /// `cooperativeMatrixPerElementOperations` (`VK_NV_cooperative_matrix2`).
         const COOPERATIVE_MATRIX_PER_ELEMENT_OPERATIONS_NV = 1 << 27;
+        /// `pipelineExecutableInfo` (`VK_KHR_pipeline_executable_properties`).
+        const PIPELINE_EXECUTABLE_INFO = 1 << 28;
     }
 }
 
@@ -277,6 +279,12 @@ const TABLE: &[Row] = &[
         },
     },
     Row {
+        flag: Features::PIPELINE_EXECUTABLE_INFO,
+        name: "pipelineExecutableInfo",
+        source: Source::Extension(ash::khr::pipeline_executable_properties::NAME),
+        field: |c| &mut c.pipeline_executable.pipeline_executable_info,
+    },
+    Row {
         flag: Features::COOPERATIVE_MATRIX,
         name: "cooperativeMatrix",
         source: Source::Extension(ash::khr::cooperative_matrix::NAME),
@@ -338,6 +346,7 @@ pub(crate) struct FeatureChain {
     maintenance5: vk::PhysicalDeviceMaintenance5FeaturesKHR<'static>,
     cooperative_matrix: vk::PhysicalDeviceCooperativeMatrixFeaturesKHR<'static>,
     cooperative_matrix2: nv::PhysicalDeviceCooperativeMatrix2FeaturesNV,
+    pipeline_executable: vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR<'static>,
     tensor: arm::PhysicalDeviceTensorFeaturesARM,
     data_graph: arm::PhysicalDeviceDataGraphFeaturesARM,
 }
@@ -398,6 +407,10 @@ impl FeatureChain {
         push!(
             cooperative_matrix,
             Source::Extension(ash::khr::cooperative_matrix::NAME)
+        );
+        push!(
+            pipeline_executable,
+            Source::Extension(ash::khr::pipeline_executable_properties::NAME)
         );
         push!(
             maintenance5,

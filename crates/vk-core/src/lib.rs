@@ -50,6 +50,7 @@ pub mod instance;
 mod kernel;
 pub mod memory;
 pub mod nv;
+pub mod pipeline_stats;
 pub mod query;
 pub mod queue;
 pub mod requirements;
@@ -78,7 +79,7 @@ pub use image_io::{
     TensorLayout, TensorToImage,
 };
 pub use instance::{Instance, InstanceDesc, ValidationLog};
-pub use memory::{Buffer, HostIo, MemoryBlock, MemoryLocation};
+pub use memory::{Buffer, COPY_THREADS_ENV, HostIo, MemoryBlock, MemoryLocation};
 pub use query::Timestamps;
 pub use queue::{DefaultQueueLock, Queue, QueueGuard, QueueLock, QueueStats};
 pub use requirements::{Enabled, Missing, Requirements};

@@ -35,7 +35,8 @@ pub struct Requirements {
 impl Requirements {
     /// Requirements of `requester` that ask for a compute queue on Vulkan 1.1, and for
     /// `VK_EXT_external_memory_host` where the device offers it (vk-core's host transfers
-    /// import host memory with it, [`crate::HostPath::Imported`]).
+    /// import host memory with it, [`crate::HostPath::Imported`]); and, where
+    /// [`crate::pipeline_stats::PIPELINE_STATS_ENV`] is set, for `pipelineExecutableInfo`.
     pub fn new(requester: impl Into<String>) -> Self {
         Requirements {
             requester: requester.into(),
@@ -43,7 +44,11 @@ impl Requirements {
             required_extensions: Vec::new(),
             optional_extensions: vec![ash::ext::external_memory_host::NAME],
             required_features: Features::empty(),
-            optional_features: Features::empty(),
+            optional_features: if crate::pipeline_stats::requested() {
+                Features::PIPELINE_EXECUTABLE_INFO
+            } else {
+                Features::empty()
+            },
             queue: QueueCaps::COMPUTE,
         }
     }

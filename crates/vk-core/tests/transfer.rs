@@ -107,6 +107,36 @@ fn a_large_transfer_is_pipelined_over_many_chunks() {
 }
 
 #[test]
+fn uploads_stage_in_host_or_mapped_device_memory() {
+    let Some((instance, device)) = device("uploads_stage_in_host_or_mapped_device_memory") else {
+        return;
+    };
+    let chunk = 256 << 10;
+    let len = 5 * chunk as usize + 321;
+    let mut t = HostTransfer::new(&device, HostPath::Staged { chunk });
+    // CPU drivers and integrated GPUs stage uploads in host memory by default.
+    assert_eq!(
+        t.upload_staging(),
+        HostTransfer::upload_staging_rule(&device)
+    );
+    for location in [MemoryLocation::DeviceMapped, MemoryLocation::Host] {
+        t.set_upload_staging(location).unwrap();
+        round_trip(&mut t, &device, len, 3, 8);
+        assert_eq!(t.upload_staging(), location, "no fall-back was needed");
+        assert_eq!(t.last_route(), Some(TransferRoute::Staged { chunks: 6 }));
+    }
+    // Device-mapped upload slots and host download slots: two of each were made; the
+    // device-mapped ones were freed when uploads moved to host memory.
+    assert_eq!(t.staging_bytes(), 2 * chunk);
+    let e = t
+        .set_upload_staging(MemoryLocation::Device)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("host or mapped device memory"), "{e}");
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
 fn imports_fall_back_to_staging_when_refused_or_small() {
     let Some((instance, device)) = device("imports_fall_back") else {
         return;

@@ -56,6 +56,23 @@ fn paths() -> [(&'static str, HostPath); 4] {
     ]
 }
 
+/// The other place uploads may stage in than the device's rule
+/// (`HostTransfer::upload_staging_rule`), measured as its own upload row.
+fn other_upload_staging(rule: MemoryLocation) -> MemoryLocation {
+    match rule {
+        MemoryLocation::DeviceMapped => MemoryLocation::Host,
+        _ => MemoryLocation::DeviceMapped,
+    }
+}
+
+/// A short name of an upload staging location.
+fn staging_name(location: MemoryLocation) -> &'static str {
+    match location {
+        MemoryLocation::DeviceMapped => "staged:dev",
+        _ => "staged:host",
+    }
+}
+
 /// Whether `path` is the one the rule (with its override) picks.
 fn is_chosen(chosen: HostPath, path: HostPath) -> bool {
     chosen == path
@@ -68,6 +85,7 @@ fn measure(
     dir: Dir,
     bytes: u64,
     runs: usize,
+    upload_staging: Option<MemoryLocation>,
 ) -> Result<(Vec<Duration>, Option<TransferRoute>)> {
     let mut data = vec![7u8; bytes as usize];
     let mut times = Vec::with_capacity(runs);
@@ -85,6 +103,9 @@ fn measure(
     }
     let on_device = Buffer::new(device, bytes, MemoryLocation::Device, USAGE, "device")?;
     let mut transfer = HostTransfer::new(device, path);
+    if let Some(location) = upload_staging {
+        transfer.set_upload_staging(location)?;
+    }
     if path == HostPath::Imported && !transfer.can_import() {
         return Err("the device has no VK_EXT_external_memory_host".into());
     }
@@ -148,7 +169,7 @@ fn size_rows(device: &Device, chosen: HostPath, bytes: u64) -> Value {
                 row.insert(key, json!({"skipped": "reads through the BAR"}));
                 continue;
             }
-            let value = match measure(device, path, dir, bytes, runs) {
+            let value = match measure(device, path, dir, bytes, runs, None) {
                 Ok((t, route)) => match Summary::of_durations(&t) {
                     Some(s) => print_row(&label, bytes, bytes, &s, &route_note(path, route)),
                     None => continue,
@@ -161,6 +182,37 @@ fn size_rows(device: &Device, chosen: HostPath, bytes: u64) -> Value {
             row.insert(key, value);
         }
     }
+    // Uploads staged in the other memory than the rule's, where the device has it.
+    let rule = HostTransfer::upload_staging_rule(device);
+    let other = other_upload_staging(rule);
+    let name = staging_name(other);
+    let label = format!(" {name} up");
+    let key = format!("{}_up", name.replace(':', "_"));
+    let value = match measure(
+        device,
+        HostPath::staged(),
+        Dir::Up,
+        bytes,
+        runs,
+        Some(other),
+    ) {
+        Ok((t, route)) => Summary::of_durations(&t).map(|s| {
+            print_row(
+                &label,
+                bytes,
+                bytes,
+                &s,
+                &route_note(HostPath::staged(), route),
+            )
+        }),
+        Err(e) => {
+            println!("  {label:<16} {:>5} MiB  not measured: {e}", bytes >> 20);
+            Some(json!({"error": e.to_string()}))
+        }
+    };
+    if let Some(v) = value {
+        row.insert(key, v);
+    }
     Value::Object(row)
 }
 
@@ -169,9 +221,10 @@ fn size_rows(device: &Device, chosen: HostPath, bytes: u64) -> Value {
 /// the end-to-end `add` rows.
 pub fn rows(device: &Device, quick: bool) -> Result<Value> {
     let chosen = HostPath::for_device(device)?;
+    let staging = staging_name(HostTransfer::upload_staging_rule(device));
     println!(
         "\nhost I/O (upload or download of N bytes, waited for; min / median / max of the runs; \
-         GB/s over N bytes; * marks this device's path: {chosen})"
+         GB/s over N bytes; * marks this device's path: {chosen}, uploads {staging})"
     );
     let small = quick || device.capabilities().device_type == DeviceType::Cpu;
     let sizes: &[u64] = if small {

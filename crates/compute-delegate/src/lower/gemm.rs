@@ -14,6 +14,28 @@ pub(super) fn gemm_layout(params: &[usize; 26]) -> [usize; 9] {
     [3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i])
 }
 
+/// Environment variable for tuning the plain GEMM's thread layout: `warp` (warp tiles of
+/// 32 x 64) or `rows` (each warp spans all columns of two row quads); see `gemm.comp`'s
+/// `WARP_TILE`.
+pub const ENV_GEMM_LAYOUT: &str = "VKDELEGATE_GEMM_LAYOUT";
+
+/// The plain GEMM's `WARP_TILE` specialization: [`DEFAULT_WARP_TILE`], or what
+/// [`ENV_GEMM_LAYOUT`] names (anything else is ignored with a warning).
+fn warp_tile() -> u32 {
+    match std::env::var(ENV_GEMM_LAYOUT).as_deref() {
+        Err(_) => DEFAULT_WARP_TILE,
+        Ok("warp") => 1,
+        Ok("rows") => 0,
+        Ok(v) => {
+            log::warn!("{ENV_GEMM_LAYOUT}={v}: expected `warp` or `rows`; using the default");
+            DEFAULT_WARP_TILE
+        }
+    }
+}
+
+/// The plain GEMM's thread layout by default (`gemm.comp`'s `WARP_TILE`).
+const DEFAULT_WARP_TILE: u32 = 0;
+
 impl Lowerer<'_> {
     /// The plain GEMM kernel for an `m x n x k` product in the current node's precision (the
     /// register-tiled `gemm.comp`, fp32 accumulators in both precisions); [`Lowerer::gemm`]
@@ -119,6 +141,7 @@ impl Lowerer<'_> {
                 u32::from(vec_a),
                 u32::from(vec_b),
                 u32::from(partial_f32),
+                warp_tile(),
             ],
             bindings,
             push,
