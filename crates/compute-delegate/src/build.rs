@@ -598,15 +598,8 @@ fn create_pipelines(
         })
         .collect();
     // SAFETY: create infos reference live modules, layouts and specialization data.
-    let pipelines = unsafe { d.create_compute_pipelines(objects.cache, &infos, None) }.map_err(
-        |(made, e)| {
-            for p in made {
-                // SAFETY: pipelines created by the failed batch, unused.
-                unsafe { d.destroy_pipeline(p, None) };
-            }
-            vk_core::VkError::new("vkCreateComputePipelines", e)
-        },
-    )?;
+    let pipelines = unsafe { create_in_parallel(d, objects.cache, &infos) }
+        .map_err(|e| vk_core::VkError::new("vkCreateComputePipelines", e))?;
     objects.pipelines = pipelines.clone();
     if !capture.is_empty() {
         for ((k, spec), &p) in keys.iter().zip(&pipelines) {
@@ -632,6 +625,68 @@ fn create_pipelines(
             )
         })
         .collect())
+}
+
+/// Creates one pipeline per create info, one `vkCreateComputePipelines` call each, on up to
+/// 16 threads taking the infos in turn: drivers compile the pipelines of one call one after
+/// another, and a cooperative-matrix pipeline takes seconds on some (about 3 s each on an
+/// NVIDIA H200 with an empty driver cache). The pipeline cache is internally synchronized.
+/// On failure every pipeline made is destroyed and the first error returned.
+///
+/// # Safety
+/// Every info must be valid for `vkCreateComputePipelines` on `d`, with `cache`.
+unsafe fn create_in_parallel(
+    d: &ash::Device,
+    cache: vk::PipelineCache,
+    infos: &[vk::ComputePipelineCreateInfo<'_>],
+) -> std::result::Result<Vec<vk::Pipeline>, vk::Result> {
+    /// The infos, shared read-only by the creating threads.
+    struct Shared<'a, 'b>(&'a [vk::ComputePipelineCreateInfo<'b>]);
+    // SAFETY: the infos and the modules, layouts and specialization data they point to are
+    // only read, and outlive the scoped threads; Vulkan allows creating pipelines on one
+    // device from several threads at once.
+    unsafe impl Sync for Shared<'_, '_> {}
+    let shared = Shared(infos);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(16)
+        .min(infos.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let create = || {
+        let shared = &shared;
+        let mut made = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(info) = shared.0.get(i) else {
+                return made;
+            };
+            // SAFETY: the caller's contract for this info.
+            let r = unsafe { d.create_compute_pipelines(cache, std::slice::from_ref(info), None) };
+            made.push((i, r.map(|p| p[0]).map_err(|(_, e)| e)));
+        }
+    };
+    let mut results: Vec<(usize, std::result::Result<vk::Pipeline, vk::Result>)> = if threads > 1 {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads).map(|_| scope.spawn(create)).collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        })
+    } else {
+        create()
+    };
+    results.sort_by_key(|(i, _)| *i);
+    let failed = results.iter().find_map(|(_, r)| r.err());
+    let complete = results.len() == infos.len();
+    if failed.is_none() && complete {
+        return Ok(results.into_iter().filter_map(|(_, r)| r.ok()).collect());
+    }
+    for p in results.into_iter().filter_map(|(_, r)| r.ok()) {
+        // SAFETY: made above, never used.
+        unsafe { d.destroy_pipeline(p, None) };
+    }
+    Err(failed.unwrap_or(vk::Result::ERROR_UNKNOWN))
 }
 
 /// The set layout and pipeline layout for kernels with `n` storage-buffer bindings (made once

@@ -71,6 +71,27 @@ pub enum Error {
     /// Host inputs do not match the graph's inputs (count, dtype, shape).
     #[error("{}", io_message(.0))]
     Io(#[from] IoError),
+    /// [`crate::Graph::execute_into`] was given a different number of output tensors than
+    /// the graph has.
+    #[error("execute_into: the graph has {expected} output(s), got {actual} output tensor(s)")]
+    OutputCount {
+        /// Outputs the graph has.
+        expected: usize,
+        /// Output tensors given.
+        actual: usize,
+    },
+    /// An output tensor given to [`crate::Graph::execute_into`] does not match its output.
+    #[error("output {index} ('{name}') is {want}, the tensor given for it is {got}")]
+    OutputMismatch {
+        /// Position.
+        index: usize,
+        /// Name.
+        name: String,
+        /// The output's dtype and shape.
+        want: String,
+        /// The given tensor's dtype and shape.
+        got: String,
+    },
     /// An input or output index the graph does not have.
     #[error("{io} {index} does not exist: the graph has {count}")]
     NoSuchIo {

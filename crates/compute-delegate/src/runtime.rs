@@ -536,24 +536,31 @@ impl Graph {
     }
 
     fn read_host(&mut self, index: usize) -> Result<HostTensor> {
-        let (io, spec) = (&self.outputs[index], &self.output_specs[index]);
-        let mut data = vec![0u8; io.bytes as usize];
+        let mut data = vec![0u8; self.outputs[index].bytes as usize];
+        self.read_host_into(index, &mut data)?;
+        let spec = &self.output_specs[index];
+        HostTensor::new(spec.dtype, spec.shape.clone(), data)
+            .map_err(|e| internal(&format!("output '{}': {e}", spec.name)))
+    }
+
+    /// Reads output `index` into `data` (exactly its bytes), after the graph's work.
+    fn read_host_into(&mut self, index: usize, data: &mut [u8]) -> Result<()> {
+        let io = &self.outputs[index];
+        if data.len() as u64 != io.bytes {
+            return Err(internal("output read into a range of another size"));
+        }
         if io.transfer {
             let slice = self.slots[io.slot];
             // SAFETY: the slice is live (own, or bound under `ExternalBindings`' contract,
             // with TRANSFER_SRC usage) and holds the tensor; its writers were submitted.
-            unsafe {
-                self.transfer
-                    .download(slice.buffer, slice.offset, &mut data)
-            }?;
+            unsafe { self.transfer.download(slice.buffer, slice.offset, data) }?;
         } else {
             let host = io
                 .host_buffer()
                 .ok_or_else(|| internal("output without a host buffer"))?;
-            self.buffers[host].read(0, &mut data)?;
+            self.buffers[host].read(0, data)?;
         }
-        HostTensor::new(spec.dtype, spec.shape.clone(), data)
-            .map_err(|e| internal(&format!("output '{}': {e}", spec.name)))
+        Ok(())
     }
 
     fn no_such(&self, io: &'static str, index: usize) -> Error {
@@ -568,6 +575,51 @@ impl Graph {
     /// Runs the graph: checks the inputs (count, dtype, shape, bytes), copies them in, replays
     /// the recorded command buffer, waits for this graph's fence and returns the outputs.
     pub fn execute(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.run_host(inputs)?;
+        (0..self.outputs.len()).map(|i| self.read_host(i)).collect()
+    }
+
+    /// As [`Graph::execute`], but writes the outputs into `outputs`, one tensor per output of
+    /// its dtype and shape, instead of returning new ones. A caller that runs a graph again
+    /// and again keeps its output memory: the host pages of large outputs are then written,
+    /// not first mapped (on an NVIDIA H200 host, mapping a fresh 1 GiB output cost about as
+    /// much as downloading it). Checks the outputs before running anything.
+    pub fn execute_into(
+        &mut self,
+        inputs: &[HostTensor],
+        outputs: &mut [HostTensor],
+    ) -> Result<()> {
+        self.check_outputs(outputs)?;
+        self.run_host(inputs)?;
+        for (i, out) in outputs.iter_mut().enumerate() {
+            self.read_host_into(i, out.bytes_mut())?;
+        }
+        Ok(())
+    }
+
+    /// Whether `outputs` match the graph's outputs: count, then each one's dtype and shape.
+    fn check_outputs(&self, outputs: &[HostTensor]) -> Result<()> {
+        if outputs.len() != self.output_specs.len() {
+            return Err(Error::OutputCount {
+                expected: self.output_specs.len(),
+                actual: outputs.len(),
+            });
+        }
+        for (index, (spec, t)) in self.output_specs.iter().zip(outputs).enumerate() {
+            if t.dtype() != spec.dtype || t.shape() != spec.shape.as_slice() {
+                return Err(Error::OutputMismatch {
+                    index,
+                    name: spec.name.clone(),
+                    want: format!("{}{:?}", spec.dtype, spec.shape),
+                    got: format!("{}{:?}", t.dtype(), t.shape()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the inputs, copies them in, replays the host command buffer and waits.
+    fn run_host(&mut self, inputs: &[HostTensor]) -> Result<()> {
         self.wait()?;
         check_inputs(&self.input_specs, inputs)?;
         for (i, t) in inputs.iter().enumerate() {
@@ -585,8 +637,7 @@ impl Graph {
         // and its bound slices.
         unsafe { self.submission.submit(cmd::HOST, &[], &[]) }?;
         self.timed = true;
-        self.wait()?;
-        (0..self.outputs.len()).map(|i| self.read_host(i)).collect()
+        self.wait()
     }
 
     /// Submits the dispatches alone (inputs and outputs stay on the device, see

@@ -1,10 +1,10 @@
 //! Graph-level behaviour: errors that name tensors and numbers, input checks, memory reuse,
 //! derived barriers, the pipeline cache and device-resident execution.
 
-use compute_delegate::{Error, GraphBuilder, Pool2d};
+use compute_delegate::{BuildOptions, Error, GraphBuilder, Pool2d};
 use vk_core::barrier::{self, Access};
 use vk_core::testing::{self, assert_no_validation_errors};
-use vk_core::{DType, Device, HostTensor, Instance, SemaphoreSignal, SemaphoreWait, vk};
+use vk_core::{DType, Device, HostPath, HostTensor, Instance, SemaphoreSignal, SemaphoreWait, vk};
 
 fn device(test: &str) -> Option<(Instance, Device)> {
     testing::device(test, &compute_delegate::requirements())
@@ -127,6 +127,71 @@ fn execute_checks_inputs_and_limits_are_checked_in_bytes() {
     let e = g.build(&dev).unwrap_err().to_string();
     assert!(e.contains("needs 7 dims; at most 6"), "{e}");
     drop(graph);
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn execute_into_writes_the_callers_outputs_and_checks_them_first() {
+    let Some((instance, dev)) = device("execute_into_writes_the_callers_outputs") else {
+        return;
+    };
+    // 2 MiB and a bit: above the size that goes through the graph's host transfer.
+    let n = (2 << 20) / 4 + 3;
+    let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
+    let input = HostTensor::from_f32(vec![n], &x).unwrap();
+    for path in [None, Some(HostPath::Staged { chunk: 64 << 10 })] {
+        let mut g = GraphBuilder::new();
+        let a = g.input("a", DType::F32, &[n]).unwrap();
+        let r = g.relu(a).unwrap();
+        let s = g.mul(a, a).unwrap();
+        g.output(r).unwrap();
+        g.output(s).unwrap();
+        let options = BuildOptions {
+            host_path: path,
+            ..Default::default()
+        };
+        let mut graph = g.build_with(&dev, &options).unwrap();
+        let want = graph.execute(std::slice::from_ref(&input)).unwrap();
+        let mut outs = [
+            HostTensor::zeros(DType::F32, vec![n]).unwrap(),
+            HostTensor::zeros(DType::F32, vec![n]).unwrap(),
+        ];
+        for _ in 0..2 {
+            graph
+                .execute_into(std::slice::from_ref(&input), &mut outs)
+                .unwrap();
+            assert!(outs[0] == want[0] && outs[1] == want[1], "{path:?}");
+        }
+        let e = graph
+            .execute_into(std::slice::from_ref(&input), &mut outs[..1])
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::OutputCount {
+                    expected: 2,
+                    actual: 1
+                }
+            ),
+            "{e:?}"
+        );
+        let mut wrong = [
+            outs[0].clone(),
+            HostTensor::zeros(DType::F32, vec![n - 1]).unwrap(),
+        ];
+        let e = graph
+            .execute_into(std::slice::from_ref(&input), &mut wrong)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("output 1")
+                && e.contains(&format!("[{n}]"))
+                && e.contains(&format!("[{}]", n - 1)),
+            "{e}"
+        );
+        // Checked before running: the first tensor is as the last good run left it.
+        assert!(wrong[0] == want[0]);
+    }
     assert_no_validation_errors(&instance);
 }
 

@@ -235,41 +235,61 @@ pub const COPY_THREADS_ENV: &str = "VKDELEGATE_COPY_THREADS";
 /// Measured on an NVIDIA H200 host (16 cores): staged transfers of 256 MiB ran at 13-14 GB/s
 /// with 4 threads, 21-23 with 8 and 26-28 with 16.
 fn copy_threads() -> usize {
-    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *THREADS.get_or_init(|| {
-        let default = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
-        match std::env::var(COPY_THREADS_ENV) {
-            Err(_) => default,
-            Ok(v) => match v.trim().parse::<usize>() {
-                Ok(n @ 1..=64) => n,
-                _ => {
-                    log::warn!("{COPY_THREADS_ENV}={v:?} is not a count from 1 to 64; ignored");
-                    default
-                }
-            },
-        }
-    })
+    let default = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
+    match std::env::var(COPY_THREADS_ENV) {
+        Err(_) => default,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n @ 1..=64) => n,
+            _ => {
+                log::warn!("{COPY_THREADS_ENV}={v:?} is not a count from 1 to 64; ignored");
+                default
+            }
+        },
+    }
 }
 
-/// Copies `src` into `dst` (same length): one `memcpy` below [`PARALLEL_COPY_MIN`] bytes (no
-/// thread is started), else split into parts of at least 4 MiB copied by up to
-/// [`copy_threads`] scoped threads. One thread rarely saturates the memory bus: on large
-/// hosts a single `memcpy` into write-combined or freshly mapped memory runs at a fraction of
-/// what the bus takes.
+/// The process's pool of [`copy_threads`] threads for large host copies, made on first use
+/// and kept: a staged transfer copies one chunk after another, and starting threads for
+/// each chunk cost a tenth of a 64 MiB copy. `None` where the pool cannot be made (or one
+/// thread is asked for): copies then run on the calling thread.
+fn copy_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = copy_threads();
+        if threads < 2 {
+            return None;
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("vk-core copy {i}"))
+            .build()
+            .map_err(|e| log::warn!("no host copy threads ({e}); copying on one thread"))
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Copies `src` into `dst` (same length): one `memcpy` below [`PARALLEL_COPY_MIN`] bytes,
+/// else split into parts of at least 4 MiB copied on the [`copy_pool`]'s threads. One thread
+/// rarely saturates the memory bus: on large hosts a single `memcpy` into write-combined or
+/// freshly mapped memory runs at a fraction of what the bus takes.
 ///
 /// # Panics
 /// When the lengths differ (a bug of the caller: every caller checks the range first).
 pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
-    let parts = (src.len() / (4 << 20)).clamp(1, copy_threads());
-    if src.len() < PARALLEL_COPY_MIN || parts < 2 {
+    let pool = copy_pool().filter(|_| src.len() >= PARALLEL_COPY_MIN);
+    let parts = pool.map_or(1, |p| {
+        (src.len() / (4 << 20)).clamp(1, p.current_num_threads())
+    });
+    let Some(pool) = pool.filter(|_| parts > 1) else {
         dst.copy_from_slice(src);
         return;
-    }
+    };
     let part = src.len().div_ceil(parts);
-    std::thread::scope(|scope| {
+    pool.scope(|scope| {
         for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {
-            scope.spawn(move || d.copy_from_slice(s));
+            scope.spawn(move |_| d.copy_from_slice(s));
         }
     });
 }
