@@ -536,7 +536,7 @@ impl Graph {
     }
 
     fn read_host(&mut self, index: usize) -> Result<HostTensor> {
-        let mut data = vec![0u8; self.outputs[index].bytes as usize];
+        let mut data = vk_core::zeroed_bytes(self.outputs[index].bytes as usize);
         self.read_host_into(index, &mut data)?;
         let spec = &self.output_specs[index];
         HostTensor::new(spec.dtype, spec.shape.clone(), data)

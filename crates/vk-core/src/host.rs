@@ -127,6 +127,47 @@ impl fmt::Debug for HostTensor {
     }
 }
 
+/// At or above this many bytes, [`zeroed_bytes`] advises huge pages.
+const HUGE_PAGE_ADVICE_MIN: usize = 8 << 20;
+
+/// `len` zero bytes, for host memory a device copy is about to fill (an output tensor). On
+/// Linux, allocations of 8 MiB or more are advised to use transparent huge pages
+/// (`MADV_HUGEPAGE`) before anything touches them: a fresh allocation is otherwise mapped
+/// one 4 KiB page fault at a time as the copy first writes it, which cost more than the
+/// copy itself for a 1 GiB output on an NVIDIA H200 host (120 ms against 33 ms). It is
+/// advice only: where the kernel has huge pages off, nothing changes.
+pub fn zeroed_bytes(len: usize) -> Vec<u8> {
+    let data = vec![0u8; len];
+    #[cfg(target_os = "linux")]
+    if len >= HUGE_PAGE_ADVICE_MIN {
+        advise_huge_pages(&data);
+    }
+    data
+}
+
+/// Advises `MADV_HUGEPAGE` for the 2 MiB-aligned pages inside `data`.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(data: &[u8]) {
+    const HUGE: usize = 2 << 20;
+    let begin = data.as_ptr() as usize;
+    let start = begin.next_multiple_of(HUGE);
+    let end = (begin + data.len()) / HUGE * HUGE;
+    if end <= start {
+        return;
+    }
+    // SAFETY: the range lies inside `data`'s allocation, which lives across the call;
+    // `MADV_HUGEPAGE` changes neither the bytes nor the mapping's validity, only how the
+    // kernel backs it.
+    let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    if r != 0 {
+        log::debug!(
+            "madvise(MADV_HUGEPAGE) of {} bytes: {}",
+            end - start,
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Number of elements of `shape`, or `None` on overflow.
 pub fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -150,7 +191,7 @@ impl HostTensor {
         Ok(HostTensor { dtype, shape, data })
     }
 
-    /// A zero-filled tensor.
+    /// A zero-filled tensor (its bytes from [`zeroed_bytes`], ready to receive an output).
     pub fn zeros(dtype: DType, shape: Vec<usize>) -> Result<Self, HostTensorError> {
         let n = element_count(&shape).ok_or_else(|| HostTensorError::Overflow(shape.clone()))?;
         let bytes = n
@@ -159,7 +200,7 @@ impl HostTensor {
         Ok(HostTensor {
             dtype,
             shape,
-            data: vec![0; bytes],
+            data: zeroed_bytes(bytes),
         })
     }
 
@@ -259,6 +300,15 @@ impl HostTensor {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn zeroed_bytes_are_zero_at_every_size() {
+        for len in [0, 1, 4095, (8 << 20) - 1, (8 << 20) + 4097, 5 << 21] {
+            let v = super::zeroed_bytes(len);
+            assert_eq!(v.len(), len);
+            assert!(v.iter().all(|&b| b == 0), "{len}");
+        }
+    }
+
     use super::*;
 
     #[test]

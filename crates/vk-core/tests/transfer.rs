@@ -120,10 +120,11 @@ fn uploads_stage_in_host_or_mapped_device_memory() {
     let chunk = 256 << 10;
     let len = 5 * chunk as usize + 321;
     let mut t = HostTransfer::new(&device, HostPath::Staged { chunk });
-    // CPU drivers and integrated GPUs stage uploads in host memory by default.
+    // Uploads stage in host memory by default.
+    assert_eq!(t.upload_staging(), MemoryLocation::Host);
     assert_eq!(
-        t.upload_staging(),
-        HostTransfer::upload_staging_rule(&device)
+        HostTransfer::upload_staging_rule(&device),
+        MemoryLocation::Host
     );
     for location in [MemoryLocation::DeviceMapped, MemoryLocation::Host] {
         t.set_upload_staging(location).unwrap();

@@ -112,7 +112,7 @@ impl Model {
     fn read_outputs(&mut self) -> Result<Vec<HostTensor>> {
         let mut out = Vec::with_capacity(self.outputs.len());
         for (spec, io) in self.outputs.iter().zip(&self.output_io) {
-            let mut data = vec![0u8; io.bytes];
+            let mut data = vk_core::zeroed_bytes(io.bytes);
             if io.transfer {
                 let src = self.objects.buffers[io.mrt];
                 // SAFETY: the model's buffer over the output (TRANSFER_SRC usage) lives with

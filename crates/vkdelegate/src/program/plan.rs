@@ -433,7 +433,7 @@ impl DevicePlan {
             let Some(side) = host_out.next() else {
                 continue;
             };
-            let mut bytes = vec![0u8; spec.bytes().unwrap_or(0)];
+            let mut bytes = vk_core::zeroed_bytes(spec.bytes().unwrap_or(0));
             match side {
                 HostSide::Staged(buffer) => buffer.read(0, &mut bytes)?,
                 HostSide::Transfer(s) => {
