@@ -467,14 +467,6 @@ const PROBLEMS: &[Problem] = &[
 ];
 
 fn check(device: &Device, config: CoopConfig) -> bool {
-    /// Clears the forced kind however the check ends (a panic included).
-    struct Unforce;
-    impl Drop for Unforce {
-        fn drop(&mut self) {
-            FORCED.with(|f| f.set(None));
-        }
-    }
-    let _unforce = Unforce;
     // Each workgroup-scope tile is its own pipeline: each is checked alone, the convolutions
     // through patch matrices, and then the implicit-GEMM conv2d on the first tile.
     let mut kinds: Vec<CoopConfig> = config
@@ -493,40 +485,104 @@ fn check(device: &Device, config: CoopConfig) -> bool {
     if kinds.is_empty() {
         kinds.push(config);
     }
-    kinds.into_iter().all(|c| {
-        FORCED.with(|f| f.set(Some(c)));
-        check_all(device, c)
-    })
+    let jobs: Vec<(CoopConfig, Job)> = kinds
+        .iter()
+        .flat_map(|&c| jobs_of(c).into_iter().map(move |j| (c, j)))
+        .collect();
+    let outcomes = run_jobs(device, &jobs);
+    let mut all = true;
+    for &kind in &kinds {
+        let pass = jobs
+            .iter()
+            .zip(&outcomes)
+            .filter(|((c, _), _)| *c == kind)
+            .all(|(_, &ok)| ok);
+        if pass {
+            log::info!(
+                "cooperative-matrix GEMM {kind:?} passed its check on '{}'",
+                device.capabilities().name
+            );
+        }
+        all &= pass;
+    }
+    all
 }
 
-fn check_all(device: &Device, config: CoopConfig) -> bool {
-    // The implicit-GEMM conv2d's kind: its GEMM tile was checked on its own.
-    let conv_only = config.nv2_conv().is_some();
-    let gemms_pass = conv_only
-        || PROBLEMS.iter().all(|p| {
-            let what = format!("a {}x{}x{} check", p.m, p.n, p.k);
-            passed(device, config, "GEMM", &what, check_one(device, p, config))
-        });
-    let conv_passes = || {
-        [1, 2].into_iter().all(|stride| {
-            let what = format!("its stride-{stride} check");
-            passed(
-                device,
-                config,
-                "conv2d",
-                &what,
-                check_conv(device, config, stride),
-            )
-        })
+/// One check of a kind: a GEMM problem, or the conv2d of a stride.
+#[derive(Clone, Copy)]
+enum Job {
+    Gemm(&'static Problem),
+    Conv(usize),
+}
+
+/// The checks of `kind`: every GEMM problem (none for the implicit-GEMM conv2d's kind, whose
+/// GEMM tile is checked on its own), then the conv2d of stride 1 and 2.
+fn jobs_of(kind: CoopConfig) -> Vec<Job> {
+    let mut jobs: Vec<Job> = if kind.nv2_conv().is_some() {
+        Vec::new()
+    } else {
+        PROBLEMS.iter().map(Job::Gemm).collect()
     };
-    if !(gemms_pass && conv_passes()) {
-        return false;
+    jobs.extend([Job::Conv(1), Job::Conv(2)]);
+    jobs
+}
+
+/// Runs every job (its own graph, built and run with its kind forced) and says which passed,
+/// each failure logged. The jobs run on up to 16 threads at once: drivers take seconds to
+/// compile a cooperative-matrix pipeline (about 3 s each on an NVIDIA H200 with an empty
+/// driver cache), and a check compiles a dozen or more.
+fn run_jobs(device: &Device, jobs: &[(CoopConfig, Job)]) -> Vec<bool> {
+    let run = |(kind, job): (CoopConfig, Job)| {
+        /// Clears the forced kind however the job ends (a panic included).
+        struct Unforce;
+        impl Drop for Unforce {
+            fn drop(&mut self) {
+                FORCED.with(|f| f.set(None));
+            }
+        }
+        let _unforce = Unforce;
+        FORCED.with(|f| f.set(Some(kind)));
+        match job {
+            Job::Gemm(p) => {
+                let what = format!("a {}x{}x{} check", p.m, p.n, p.k);
+                passed(device, kind, "GEMM", &what, check_one(device, p, kind))
+            }
+            Job::Conv(stride) => {
+                let what = format!("its stride-{stride} check");
+                let outcome = check_conv(device, kind, stride);
+                passed(device, kind, "conv2d", &what, outcome)
+            }
+        }
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(16)
+        .min(jobs.len());
+    if threads <= 1 {
+        return jobs.iter().map(|&j| run(j)).collect();
     }
-    log::info!(
-        "cooperative-matrix GEMM {config:?} passed its check on '{}'",
-        device.capabilities().name
-    );
-    true
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let worker = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&job) = jobs.get(i) else {
+                return done;
+            };
+            done.push((i, run(job)));
+        }
+    };
+    let mut outcomes = vec![false; jobs.len()];
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(worker)).collect();
+        for h in handles {
+            // A job that panicked leaves its outcome false.
+            for (i, ok) in h.join().unwrap_or_default() {
+                outcomes[i] = ok;
+            }
+        }
+    });
+    outcomes
 }
 
 /// Whether one check problem's `outcome` (the worst mismatch, if any) is a pass; logs a
