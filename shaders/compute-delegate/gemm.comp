@@ -20,6 +20,8 @@
 //         n = (image, oy, ox); C written to NCHW; bias per output channel.
 // MODE 2: MODE 1 for 1x1 kernels with stride 1 and no padding (B is the input itself).
 // variant: f16 -DDTYPE_F16
+// variant: wide -DGEMM_CQ=4
+// variant: wide_f16 -DGEMM_CQ=4 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x_id = 0) in;
 // Threads per work group (spec constant 0, set to TX * TY; TX and TY are 8 or 16).
@@ -50,16 +52,23 @@ layout(constant_id = 10) const uint WARP_TILE = 0;
 #ifndef GEMM_BK
 #define GEMM_BK 8
 #endif
+// Column quads per thread: 2 (an 8 x 8 register tile), or 4 in the wide variant (8 x 16, as
+// 128 x 128 tiles on 128 threads, TX = 8 and TY = 16: twice the multiply-adds per
+// shared-memory read). The wide variant needs WG >= BN.
+#ifndef GEMM_CQ
+#define GEMM_CQ 2
+#endif
+const uint CQ = GEMM_CQ;
 const uint BK = GEMM_BK;
 const uint BM = TY * 8;
-const uint BN = TX * 8;
+const uint BN = TX * 4 * CQ;
 const uint BM4 = TY * 2;
 // A rows are padded by one vec4 so that the transposing stores into As are conflict-free.
 #ifndef GEMM_APAD
 #define GEMM_APAD 1
 #endif
 const uint AS_ROW = BM4 + GEMM_APAD;
-const uint BN4 = TX * 2;
+const uint BN4 = TX * CQ;
 // Elements (or vec4s) of A and B each thread loads per K step, and the largest of each
 // (TX = TY = 8 on 64 threads; compile-time bounds for the unrolled loops).
 const uint LA = (BM * BK) / WG;
@@ -256,7 +265,7 @@ void main() {
     uint qa1 = qa0 + TY;
     uint qb0 = tid % TX;
     uint qb1 = qb0 + TX;
-    if (WARP_TILE == 1) {
+    if (WARP_TILE == 1 && CQ == 2) {
         uint warp = tid / 32;
         uint lane = tid % 32;
         qa0 = (warp / (TX / 8)) * 8 + lane / 8;
@@ -298,10 +307,11 @@ void main() {
         }
     }
 
-    ACC4 acc[8][2];
+    ACC4 acc[8][CQ];
     [[unroll]] for (uint i = 0; i < 8; ++i) {
-        acc[i][0] = vec4(0.0);
-        acc[i][1] = vec4(0.0);
+        [[unroll]] for (uint j = 0; j < CQ; ++j) {
+            acc[i][j] = vec4(0.0);
+        }
     }
 
     uint b_off = z * pc.sb_b;
@@ -320,13 +330,17 @@ void main() {
         [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
             vec4 a0 = As[as0 + kk * AS_ROW + qa0];
             vec4 a1 = As[as0 + kk * AS_ROW + qa1];
-            vec4 b0 = Bs[bs0 + kk * BN4 + qb0];
-            vec4 b1 = Bs[bs0 + kk * BN4 + qb1];
+            vec4 bq[CQ];
+            bq[0] = Bs[bs0 + kk * BN4 + qb0];
+            bq[1] = Bs[bs0 + kk * BN4 + qb1];
+            [[unroll]] for (uint j = 2; j < CQ; ++j) {
+                bq[j] = Bs[bs0 + kk * BN4 + qb0 + j * TX];
+            }
             [[unroll]] for (uint i = 0; i < 4; ++i) {
-                acc[i][0] = fma(vec4(a0[i]), b0, acc[i][0]);
-                acc[i][1] = fma(vec4(a0[i]), b1, acc[i][1]);
-                acc[i + 4][0] = fma(vec4(a1[i]), b0, acc[i + 4][0]);
-                acc[i + 4][1] = fma(vec4(a1[i]), b1, acc[i + 4][1]);
+                [[unroll]] for (uint j = 0; j < CQ; ++j) {
+                    acc[i][j] = fma(vec4(a0[i]), bq[j], acc[i][j]);
+                    acc[i + 4][j] = fma(vec4(a1[i]), bq[j], acc[i + 4][j]);
+                }
             }
         }
         // The other stage was last read before the previous barrier.
@@ -339,8 +353,8 @@ void main() {
 
     [[unroll]] for (uint i = 0; i < 8; ++i) {
         uint mm = m0 + ((i < 4) ? (qa0 * 4 + i) : (qa1 * 4 + i - 4));
-        [[unroll]] for (uint j = 0; j < 2; ++j) {
-            uint nb = n0 + ((j == 0) ? qb0 : qb1) * 4;
+        [[unroll]] for (uint j = 0; j < CQ; ++j) {
+            uint nb = n0 + ((j == 0) ? qb0 : ((j == 1) ? qb1 : (qb0 + j * TX))) * 4;
             [[unroll]] for (uint q = 0; q < 4; ++q) {
                 uint nn = nb + q;
                 float v = acc[i][j][q];

@@ -77,6 +77,8 @@ pub(crate) enum Kernel {
     Pool2x2,
     ConvDw,
     Gemm,
+    /// `gemm.comp` with 8 x 16 register tiles (its `wide` variants).
+    GemmWide,
     GemmCoop,
     GemmCoop2,
     ConvCoop2,
@@ -119,6 +121,7 @@ impl Kernel {
             Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
+            Kernel::GemmWide => include_bytes!("../spirv/gemm_wide.spv"),
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::ConvCoop2 => include_bytes!("../spirv/conv_coop2.spv"),
@@ -152,6 +155,7 @@ impl Kernel {
             Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2_f16.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw_f16.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm_f16.spv"),
+            Kernel::GemmWide => include_bytes!("../spirv/gemm_wide_f16.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv_f16.spv"),
             Kernel::SplitSum => include_bytes!("../spirv/split_sum_f16.spv"),
             Kernel::Where => include_bytes!("../spirv/where_f16.spv"),
@@ -197,6 +201,7 @@ impl Kernel {
             | Kernel::LayerNormSg
             | Kernel::ConvDw
             | Kernel::Gemm
+            | Kernel::GemmWide
             | Kernel::Gemv
             | Kernel::GemmCoop
             | Kernel::GemmCoop2
@@ -215,7 +220,7 @@ pub(crate) const PUSH_BYTES: u32 = 128;
 mod tests {
     use super::*;
 
-    const ALL: [Kernel; 25] = [
+    const ALL: [Kernel; 26] = [
         Kernel::Unary,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -231,6 +236,7 @@ mod tests {
         Kernel::Pool2x2,
         Kernel::ConvDw,
         Kernel::Gemm,
+        Kernel::GemmWide,
         Kernel::Gemv,
         Kernel::SplitSum,
         Kernel::Im2col,

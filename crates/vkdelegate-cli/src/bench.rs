@@ -323,6 +323,10 @@ fn program(path: &Path, repeat: usize) -> Result<Value> {
     Ok(Value::Object(result))
 }
 
+/// How long programs run before they are timed.
+#[cfg(any(feature = "vgf", feature = "compute"))]
+const WARM_UP: Duration = Duration::from_millis(500);
+
 /// ExecuTorch programs: load time, per-inference time (host input to host output), device time
 /// per delegate, host overhead.
 #[cfg(any(feature = "vgf", feature = "compute"))]
@@ -346,7 +350,14 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
             .iter()
             .map(|s| HostTensor::zeros(s.dtype, s.shape.clone()))
             .collect::<std::result::Result<_, _>>()?;
-        for _ in 0..3 {
+        // Warm-up: at least three runs and half a second, so that the GPU's clocks have
+        // ramped up (right after a fast load, the first hundreds of runs of a small program
+        // ran at half speed on an NVIDIA H200).
+        let warm = Instant::now();
+        for i in 0.. {
+            if i >= 3 && warm.elapsed() >= WARM_UP {
+                break;
+            }
             p.execute(&inputs)?;
         }
         let (mut totals, mut overheads) = (Vec::new(), Vec::new());

@@ -14,34 +14,51 @@ pub(super) fn gemm_layout(params: &[usize; 26]) -> [usize; 9] {
     [3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i])
 }
 
-/// Environment variable for tuning the plain GEMM's thread layout: `warp` (warp tiles of
-/// 32 x 64) or `rows` (each warp spans all columns of two row quads); see `gemm.comp`'s
-/// `WARP_TILE`.
+/// Environment variable for tuning the plain GEMM's register tiles: `rows` (8 x 8 per thread,
+/// each warp spanning all columns of two row quads), `warp` (8 x 8 per thread in warp tiles of
+/// 32 x 64) or `wide` (8 x 16 per thread: 128 x 128 tiles on 128 threads); see `gemm.comp`.
 pub const ENV_GEMM_LAYOUT: &str = "VKDELEGATE_GEMM_LAYOUT";
 
-/// The plain GEMM's `WARP_TILE` specialization: [`DEFAULT_WARP_TILE`], or what
-/// [`ENV_GEMM_LAYOUT`] names (anything else is ignored with a warning).
-fn warp_tile() -> u32 {
+/// How the plain GEMM lays its 128 x 128 tiles over threads ([`ENV_GEMM_LAYOUT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GemmLayout {
+    Rows,
+    Warp,
+    Wide,
+}
+
+/// [`DEFAULT_GEMM_LAYOUT`], or what [`ENV_GEMM_LAYOUT`] names (anything else is ignored with
+/// a warning).
+fn tile_layout() -> GemmLayout {
     match std::env::var(ENV_GEMM_LAYOUT).as_deref() {
-        Err(_) => DEFAULT_WARP_TILE,
-        Ok("warp") => 1,
-        Ok("rows") => 0,
+        Err(_) => DEFAULT_GEMM_LAYOUT,
+        Ok("rows") => GemmLayout::Rows,
+        Ok("warp") => GemmLayout::Warp,
+        Ok("wide") => GemmLayout::Wide,
         Ok(v) => {
-            log::warn!("{ENV_GEMM_LAYOUT}={v}: expected `warp` or `rows`; using the default");
-            DEFAULT_WARP_TILE
+            log::warn!(
+                "{ENV_GEMM_LAYOUT}={v}: expected `rows`, `warp` or `wide`; using the default"
+            );
+            DEFAULT_GEMM_LAYOUT
         }
     }
 }
 
-/// The plain GEMM's thread layout by default (`gemm.comp`'s `WARP_TILE`).
-const DEFAULT_WARP_TILE: u32 = 0;
+/// The plain GEMM's layout by default.
+const DEFAULT_GEMM_LAYOUT: GemmLayout = GemmLayout::Rows;
 
 impl Lowerer<'_> {
-    /// The plain GEMM kernel for an `m x n x k` product in the current node's precision (the
-    /// register-tiled `gemm.comp`, fp32 accumulators in both precisions); [`Lowerer::gemm`]
-    /// first offers fp16 products to the cooperative kernels.
-    fn gemm_kernel(&self, _m: usize, _n: usize, _k: usize) -> Kernel {
-        Kernel::Gemm
+    /// The plain GEMM kernel for tiles of `8 * tx` columns by `8 * ty` rows in the current
+    /// node's precision (the register-tiled `gemm.comp`, fp32 accumulators in both
+    /// precisions), with the `TX` it is specialized with; [`Lowerer::gemm`] first offers fp16
+    /// products to the cooperative kernels. 128 x 128 tiles take the wide variant (half the
+    /// threads, twice the columns each) under [`GemmLayout::Wide`].
+    fn gemm_kernel(&self, tx: u64, ty: u64) -> (Kernel, u64) {
+        if tx == 16 && ty == 16 && tile_layout() == GemmLayout::Wide {
+            (Kernel::GemmWide, 8)
+        } else {
+            (Kernel::Gemm, tx)
+        }
     }
 
     /// A GEMM dispatch (see `gemm.comp`), split along K into several dispatches' worth of
@@ -125,14 +142,14 @@ impl Lowerer<'_> {
         let vec_b = mode == 0 && sb_n == 1 && n % 4 == 0 && sb_k % 4 == 0 && sb_b % 4 == 0;
         // With split-K the activation follows the summing pass.
         let fused = act.is_some() && partial.is_none();
-        let kernel = self.gemm_kernel(m, n, k);
+        let (kernel, spec_tx) = self.gemm_kernel(tx, ty);
         // fp16 products write fp32 partial sums.
         let partial_f32 = partial.is_some() && self.precision == Precision::F16;
         self.push(
             kernel,
             vec![
-                (tx * ty) as u32,
-                tx as u32,
+                (spec_tx * ty) as u32,
+                spec_tx as u32,
                 ty as u32,
                 mode,
                 khs,
@@ -141,7 +158,7 @@ impl Lowerer<'_> {
                 u32::from(vec_a),
                 u32::from(vec_b),
                 u32::from(partial_f32),
-                warp_tile(),
+                u32::from(tile_layout() == GemmLayout::Warp),
             ],
             bindings,
             push,
