@@ -309,9 +309,13 @@ void main() {
 
     ACC4 acc[8][CQ];
     [[unroll]] for (uint i = 0; i < 8; ++i) {
-        [[unroll]] for (uint j = 0; j < CQ; ++j) {
+        acc[i][0] = vec4(0.0);
+        acc[i][1] = vec4(0.0);
+#if GEMM_CQ != 2
+        [[unroll]] for (uint j = 2; j < CQ; ++j) {
             acc[i][j] = vec4(0.0);
         }
+#endif
     }
 
     uint b_off = z * pc.sb_b;
@@ -330,10 +334,19 @@ void main() {
         [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
             vec4 a0 = As[as0 + kk * AS_ROW + qa0];
             vec4 a1 = As[as0 + kk * AS_ROW + qa1];
+#if GEMM_CQ == 2
+            // (Written out: the loop form below compiles to a slower 8 x 8 kernel on NVIDIA.)
+            vec4 b0 = Bs[bs0 + kk * BN4 + qb0];
+            vec4 b1 = Bs[bs0 + kk * BN4 + qb1];
+            [[unroll]] for (uint i = 0; i < 4; ++i) {
+                acc[i][0] = fma(vec4(a0[i]), b0, acc[i][0]);
+                acc[i][1] = fma(vec4(a0[i]), b1, acc[i][1]);
+                acc[i + 4][0] = fma(vec4(a1[i]), b0, acc[i + 4][0]);
+                acc[i + 4][1] = fma(vec4(a1[i]), b1, acc[i + 4][1]);
+            }
+#else
             vec4 bq[CQ];
-            bq[0] = Bs[bs0 + kk * BN4 + qb0];
-            bq[1] = Bs[bs0 + kk * BN4 + qb1];
-            [[unroll]] for (uint j = 2; j < CQ; ++j) {
+            [[unroll]] for (uint j = 0; j < CQ; ++j) {
                 bq[j] = Bs[bs0 + kk * BN4 + qb0 + j * TX];
             }
             [[unroll]] for (uint i = 0; i < 4; ++i) {
@@ -342,6 +355,7 @@ void main() {
                     acc[i + 4][j] = fma(vec4(a1[i]), bq[j], acc[i + 4][j]);
                 }
             }
+#endif
         }
         // The other stage was last read before the previous barrier.
         if (more) {
@@ -354,7 +368,11 @@ void main() {
     [[unroll]] for (uint i = 0; i < 8; ++i) {
         uint mm = m0 + ((i < 4) ? (qa0 * 4 + i) : (qa1 * 4 + i - 4));
         [[unroll]] for (uint j = 0; j < CQ; ++j) {
-            uint nb = n0 + ((j == 0) ? qb0 : ((j == 1) ? qb1 : (qb0 + j * TX))) * 4;
+#if GEMM_CQ == 2
+            uint nb = n0 + ((j == 0) ? qb0 : qb1) * 4;
+#else
+            uint nb = n0 + (qb0 + j * TX) * 4;
+#endif
             [[unroll]] for (uint q = 0; q < 4; ++q) {
                 uint nn = nb + q;
                 float v = acc[i][j][q];
