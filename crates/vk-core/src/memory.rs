@@ -225,9 +225,9 @@ impl Allocation {
 /// Copies at or above this many bytes are split across threads ([`copy_bytes`]).
 pub(crate) const PARALLEL_COPY_MIN: usize = 16 << 20;
 
-/// The environment variable that sets how many threads share a large host copy
-/// ([`copy_bytes`]): a count from 1 (one `memcpy`) to 64. Unset: the host's parallelism, at
-/// most sixteen.
+/// The environment variable that sets how many threads share a large host copy (mapped writes
+/// and reads, staged transfers): a count from 1 (one `memcpy`) to 64, read once per process.
+/// Unset: the host's parallelism, at most sixteen.
 pub const COPY_THREADS_ENV: &str = "VKDELEGATE_COPY_THREADS";
 
 /// The threads [`copy_bytes`] may use: [`COPY_THREADS_ENV`] when it holds a count in range

@@ -1,9 +1,12 @@
 //! `vkdelegate bench` rows that measure every way host inputs and outputs reach device memory
 //! (`vk_core::HostPath`), on this device, in this run: uploads and downloads through a mapping
 //! of device-local memory (direct; host-visible device-local memory, resizable BAR on discrete
-//! GPUs), through pipelined staging, and through imported host memory; then an end-to-end
-//! `add` of a compute graph along each path. The path `vk_core::HostPath::for_device` picks is
-//! marked `*`: these rows are what that rule is checked against.
+//! GPUs), through pipelined staging, and through imported host memory; uploads staged in the
+//! other memory than `vk_core::HostTransfer::upload_staging_rule` picks (`staged:dev` or
+//! `staged:host`); then an end-to-end `add` of a compute graph along each path
+//! (`Graph::execute_into`), and once more along the rule's path through `Graph::execute`, whose
+//! outputs are new memory each run. The path `vk_core::HostPath::for_device` picks is marked
+//! `*`: these rows are what that rule is checked against.
 
 use std::time::{Duration, Instant};
 
