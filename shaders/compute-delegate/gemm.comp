@@ -3,10 +3,11 @@
 #extension GL_GOOGLE_include_directive : require
 // Tiled GEMM, C[m][n] = sum_k A[m][k] * B[k][n] (+ bias), used for matmul, bmm, linear and
 // (as an implicit GEMM) conv2d. A work group computes a BM x BN tile (BM = 8 * TY,
-// BN = 8 * TX), each thread an 8 x 8 register tile (two vec4 rows x two vec4 columns, split so
-// that shared-memory reads are conflict-free; WARP_TILE picks the split), stepping K by BK through two shared-memory
-// stages: the next tile's global loads are in flight in registers while the current stage is
-// multiplied, then stored into the other stage, one barrier per step.
+// BN = 4 * CQ * TX), each thread an 8 x 8 register tile (two vec4 rows x two vec4 columns,
+// split so that shared-memory reads are conflict-free; WARP_TILE picks the split), or 8 x 16 in
+// the wide variant (CQ = 4), stepping K by BK through two shared-memory stages: the next
+// tile's global loads are in flight in registers while the current stage is multiplied, then
+// stored into the other stage, one barrier per step.
 //
 // Every loop over registers has a constant trip count and is unrolled in the SPIR-V
 // ([[unroll]]), so the accumulators, fragments and prefetch registers are plain registers:
