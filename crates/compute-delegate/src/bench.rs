@@ -724,6 +724,38 @@ struct Case {
     make: MakeGraph,
 }
 
+/// A shape as `[1,64,224,224]`.
+fn shape_str(v: &[usize]) -> String {
+    format!("{v:?}").replace(' ', "")
+}
+
+/// The conv3x3 case in `dtype`: `c` to `c` channels at `hw` x `hw`, padding 1, with a bias;
+/// fp16 cases name the fp32 one.
+fn conv3x3_case(c: usize, hw: usize, dtype: vk_core::DType) -> Case {
+    let xs = [1, c, hw, hw];
+    let f16 = dtype == vk_core::DType::F16;
+    Case {
+        op: if f16 { "conv3x3_f16" } else { "conv3x3" },
+        f32_op: f16.then_some("conv3x3"),
+        shape: format!("{c}->{c} {}", shape_str(&xs)),
+        work: Work::Flops(2.0 * (c * c * 9 * hw * hw) as f64),
+        make: Box::new(move || {
+            let ws = [c, c, 3, 3];
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", dtype, &xs)?;
+            let w = g.constant("w", pattern_as(&ws, 3, dtype)?)?;
+            let b = g.constant("b", pattern_as(&[c], 4, dtype)?)?;
+            let p = Conv2d {
+                padding: [1, 1],
+                ..Conv2d::default()
+            };
+            let y = g.conv2d(x, w, Some(b), p)?;
+            g.output(y)?;
+            Ok((g, vec![pattern_as(&xs, 1, dtype)?]))
+        }),
+    }
+}
+
 struct Sizes {
     big: Vec<usize>,
     conv: [(usize, usize); 2],
@@ -936,7 +968,6 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
 
 /// The op cases of the sizes `s`.
 fn cases(s: &Sizes) -> Vec<Case> {
-    let shape_str = |v: &[usize]| format!("{v:?}").replace(' ', "");
     let big = s.big.clone();
     let n_big = big.iter().product::<usize>() as f64;
     let f32_t = vk_core::DType::F32;
@@ -999,27 +1030,7 @@ fn cases(s: &Sizes) -> Vec<Case> {
         }),
     });
     for (c, hw) in s.conv {
-        let xs = [1, c, hw, hw];
-        cases.push(Case {
-            f32_op: None,
-            op: "conv3x3",
-            shape: format!("{c}->{c} {}", shape_str(&xs)),
-            work: Work::Flops(2.0 * (c * c * 9 * hw * hw) as f64),
-            make: Box::new(move || {
-                let ws = [c, c, 3, 3];
-                let mut g = GraphBuilder::new();
-                let x = g.input("x", f32_t, &xs)?;
-                let w = g.constant("w", pattern(&ws, 3)?)?;
-                let b = g.constant("b", pattern(&[c], 4)?)?;
-                let p = Conv2d {
-                    padding: [1, 1],
-                    ..Conv2d::default()
-                };
-                let y = g.conv2d(x, w, Some(b), p)?;
-                g.output(y)?;
-                Ok((g, vec![pattern(&xs, 1)?]))
-            }),
-        });
+        cases.push(conv3x3_case(c, hw, f32_t));
     }
     let n = s.matmul;
     cases.push(Case {
@@ -1063,7 +1074,6 @@ fn cases(s: &Sizes) -> Vec<Case> {
 
 /// The fp16 cases: add, softmax, both conv3x3 and matmul, on the fp32 cases' shapes.
 fn f16_cases(s: &Sizes) -> Vec<Case> {
-    let shape_str = |v: &[usize]| format!("{v:?}").replace(' ', "");
     let h = DType::F16;
     let mut cases = Vec::new();
     let b = s.big.clone();
@@ -1097,27 +1107,7 @@ fn f16_cases(s: &Sizes) -> Vec<Case> {
         }),
     });
     for &(c, hw) in &s.conv {
-        let xs = [1, c, hw, hw];
-        cases.push(Case {
-            op: "conv3x3_f16",
-            f32_op: Some("conv3x3"),
-            shape: format!("{c}->{c} {}", shape_str(&xs)),
-            work: Work::Flops(2.0 * (c * c * 9 * hw * hw) as f64),
-            make: Box::new(move || {
-                let ws = [c, c, 3, 3];
-                let mut g = GraphBuilder::new();
-                let x = g.input("x", h, &xs)?;
-                let w = g.constant("w", pattern_as(&ws, 3, h)?)?;
-                let b = g.constant("b", pattern_as(&[c], 4, h)?)?;
-                let p = Conv2d {
-                    padding: [1, 1],
-                    ..Conv2d::default()
-                };
-                let y = g.conv2d(x, w, Some(b), p)?;
-                g.output(y)?;
-                Ok((g, vec![pattern_as(&xs, 1, h)?]))
-            }),
-        });
+        cases.push(conv3x3_case(c, hw, h));
     }
     let n = s.matmul;
     cases.push(Case {

@@ -628,7 +628,7 @@ fn create_pipelines(
 }
 
 /// Creates one pipeline per create info, one `vkCreateComputePipelines` call each, on up to
-/// 16 threads taking the infos in turn: drivers compile the pipelines of one call one after
+/// 16 threads (`each_on_threads`): drivers compile the pipelines of one call one after
 /// another, and a cooperative-matrix pipeline takes seconds on some (about 3 s each on an
 /// NVIDIA H200 with an empty driver cache). The pipeline cache is internally synchronized.
 /// On failure every pipeline made is destroyed and the first error returned.
@@ -647,42 +647,19 @@ unsafe fn create_in_parallel(
     // device from several threads at once.
     unsafe impl Sync for Shared<'_, '_> {}
     let shared = Shared(infos);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(16)
-        .min(infos.len());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let create = || {
+    let results = crate::threads::each_on_threads(infos.len(), |i| {
         let shared = &shared;
-        let mut made = Vec::new();
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(info) = shared.0.get(i) else {
-                return made;
-            };
-            // SAFETY: the caller's contract for this info.
-            let r = unsafe { d.create_compute_pipelines(cache, std::slice::from_ref(info), None) };
-            made.push((i, r.map(|p| p[0]).map_err(|(_, e)| e)));
-        }
-    };
-    let mut results: Vec<(usize, std::result::Result<vk::Pipeline, vk::Result>)> = if threads > 1 {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads).map(|_| scope.spawn(create)).collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        })
-    } else {
-        create()
-    };
-    results.sort_by_key(|(i, _)| *i);
-    let failed = results.iter().find_map(|(_, r)| r.err());
-    let complete = results.len() == infos.len();
+        // SAFETY: the caller's contract for this info.
+        let r = unsafe { d.create_compute_pipelines(cache, &shared.0[i..=i], None) };
+        r.map(|p| p[0]).map_err(|(_, e)| e)
+    });
+    let failed = results.iter().flatten().find_map(|r| r.err());
+    let complete = results.iter().all(Option::is_some);
+    let made = results.into_iter().flatten().filter_map(|r| r.ok());
     if failed.is_none() && complete {
-        return Ok(results.into_iter().filter_map(|(_, r)| r.ok()).collect());
+        return Ok(made.collect());
     }
-    for p in results.into_iter().filter_map(|(_, r)| r.ok()) {
+    for p in made {
         // SAFETY: made above, never used.
         unsafe { d.destroy_pipeline(p, None) };
     }

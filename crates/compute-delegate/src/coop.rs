@@ -554,35 +554,11 @@ fn run_jobs(device: &Device, jobs: &[(CoopConfig, Job)]) -> Vec<bool> {
             }
         }
     };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(16)
-        .min(jobs.len());
-    if threads <= 1 {
-        return jobs.iter().map(|&j| run(j)).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let worker = || {
-        let mut done = Vec::new();
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(&job) = jobs.get(i) else {
-                return done;
-            };
-            done.push((i, run(job)));
-        }
-    };
-    let mut outcomes = vec![false; jobs.len()];
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(worker)).collect();
-        for h in handles {
-            // A job that panicked leaves its outcome false.
-            for (i, ok) in h.join().unwrap_or_default() {
-                outcomes[i] = ok;
-            }
-        }
-    });
-    outcomes
+    // A job whose thread panicked did not pass.
+    crate::threads::each_on_threads(jobs.len(), |i| run(jobs[i]))
+        .into_iter()
+        .map(|ok| ok.unwrap_or(false))
+        .collect()
 }
 
 /// Whether one check problem's `outcome` (the worst mismatch, if any) is a pass; logs a

@@ -84,6 +84,7 @@ mod graph;
 mod kernels;
 mod lower;
 mod runtime;
+mod threads;
 
 pub use bench::{BenchRow, bench, bench_requirements};
 pub use coop::{

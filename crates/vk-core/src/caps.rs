@@ -252,6 +252,11 @@ pub struct CoopMatrixShape {
     pub subgroup_scope: bool,
 }
 
+/// Whether a shape's A, B, C and result component types are `ab`, `ab`, `acc` and `acc`.
+fn types_are([a, b, c, result]: [CoopComponent; 4], ab: CoopComponent, acc: CoopComponent) -> bool {
+    a == ab && b == ab && c == acc && result == acc
+}
+
 impl Capabilities {
     /// Whether the device lists `name`.
     pub fn has_extension(&self, name: &CStr) -> bool {
@@ -264,9 +269,9 @@ impl Capabilities {
         ab: CoopComponent,
         acc: CoopComponent,
     ) -> impl Iterator<Item = &CoopMatrixShape> + '_ {
-        self.cooperative_matrix.iter().filter(move |s| {
-            s.subgroup_scope && s.a == ab && s.b == ab && s.c == acc && s.result == acc
-        })
+        self.cooperative_matrix
+            .iter()
+            .filter(move |s| s.subgroup_scope && types_are([s.a, s.b, s.c, s.result], ab, acc))
     }
 
     /// The workgroup-scope flexible-dimension shapes with these component types.
@@ -275,9 +280,9 @@ impl Capabilities {
         ab: CoopComponent,
         acc: CoopComponent,
     ) -> impl Iterator<Item = &CoopFlexibleShape> + '_ {
-        self.cooperative_matrix_flexible.iter().filter(move |s| {
-            s.workgroup_scope && s.a == ab && s.b == ab && s.c == acc && s.result == acc
-        })
+        self.cooperative_matrix_flexible
+            .iter()
+            .filter(move |s| s.workgroup_scope && types_are([s.a, s.b, s.c, s.result], ab, acc))
     }
 
     /// Whether a workgroup-scope `[m, n, k]` product (`m x k` by `k x n`) with these component

@@ -300,16 +300,16 @@ impl HostTensor {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn zeroed_bytes_are_zero_at_every_size() {
         for len in [0, 1, 4095, (8 << 20) - 1, (8 << 20) + 4097, 5 << 21] {
-            let v = super::zeroed_bytes(len);
+            let v = zeroed_bytes(len);
             assert_eq!(v.len(), len);
             assert!(v.iter().all(|&b| b == 0), "{len}");
         }
     }
-
-    use super::*;
 
     #[test]
     fn byte_size_is_checked_with_the_numbers() {

@@ -278,14 +278,12 @@ fn copy_pool() -> Option<&'static rayon::ThreadPool> {
 /// When the lengths differ (a bug of the caller: every caller checks the range first).
 pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
-    let pool = copy_pool().filter(|_| src.len() >= PARALLEL_COPY_MIN);
-    let parts = pool.map_or(1, |p| {
-        (src.len() / (4 << 20)).clamp(1, p.current_num_threads())
-    });
-    let Some(pool) = pool.filter(|_| parts > 1) else {
+    let Some(pool) = copy_pool().filter(|_| src.len() >= PARALLEL_COPY_MIN) else {
         dst.copy_from_slice(src);
         return;
     };
+    // At least four parts: the copy is 16 MiB or more.
+    let parts = (src.len() / (4 << 20)).min(pool.current_num_threads());
     let part = src.len().div_ceil(parts);
     pool.scope(|scope| {
         for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {

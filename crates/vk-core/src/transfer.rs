@@ -476,8 +476,9 @@ impl HostTransfer {
 
     /// Makes `count` staging slots of at least `size` bytes each in slot set `set` (remade
     /// when smaller). Upload staging in device memory that cannot be allocated falls back to
-    /// host memory for this transfer and later ones (said in a `log::debug!`).
-    fn ensure_slots(&mut self, set: usize, count: usize, size: u64) -> Result<(), Error> {
+    /// host memory for this transfer and later ones (said in a `log::debug!`). Returns the set
+    /// the slots are in.
+    fn ensure_slots(&mut self, set: usize, count: usize, size: u64) -> Result<usize, Error> {
         if self.slots[set]
             .first()
             .is_some_and(|s| s.staging.size() < size)
@@ -500,7 +501,7 @@ impl HostTransfer {
                     log::debug!("upload staging in device memory: {e}; staging in host memory");
                     self.slots[UP].clear();
                     self.upload_staging = MemoryLocation::Host;
-                    return Ok(());
+                    return self.ensure_slots(DOWN, count, size);
                 }
                 Err(e) => return Err(e),
             };
@@ -509,7 +510,7 @@ impl HostTransfer {
                 submission: Submission::new(&self.device, 1, "host transfer")?,
             });
         }
-        Ok(())
+        Ok(set)
     }
 
     /// The chunk a staged transfer of `len` bytes in `dir` is split by and the slot set it
@@ -522,10 +523,7 @@ impl HostTransfer {
         } else {
             1
         };
-        self.ensure_slots(self.set_of(dir), count, chunk)?;
-        // A failed device allocation moved uploads to host memory.
-        let set = self.set_of(dir);
-        self.ensure_slots(set, count, chunk)?;
+        let set = self.ensure_slots(self.set_of(dir), count, chunk)?;
         let chunk = usize::try_from(chunk)
             .map_err(|_| Error::InvalidArgument(format!("chunk of {chunk} bytes")))?;
         Ok((chunk, set))

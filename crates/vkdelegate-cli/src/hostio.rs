@@ -140,6 +140,12 @@ fn print_row(label: &str, bytes: u64, moved: u64, s: &Summary, note: &str) -> Va
     json!({"min_ms": s.min, "median_ms": s.median, "max_ms": s.max, "gb_per_s": gbs})
 }
 
+/// Prints that the row `label` of `bytes` could not be measured, and why; returns it as JSON.
+fn not_measured(label: &str, bytes: u64, e: &dyn std::error::Error) -> Value {
+    println!("  {label:<16} {:>5} MiB  not measured: {e}", bytes >> 20);
+    json!({"error": e.to_string()})
+}
+
 fn route_note(path: HostPath, route: Option<TransferRoute>) -> String {
     match (path, route) {
         (HostPath::Imported, Some(TransferRoute::Staged { .. })) => {
@@ -177,10 +183,7 @@ fn size_rows(device: &Device, chosen: HostPath, bytes: u64) -> Value {
                     Some(s) => print_row(&label, bytes, bytes, &s, &route_note(path, route)),
                     None => continue,
                 },
-                Err(e) => {
-                    println!("  {label:<16} {:>5} MiB  not measured: {e}", bytes >> 20);
-                    json!({"error": e.to_string()})
-                }
+                Err(e) => not_measured(&label, bytes, &*e),
             };
             row.insert(key, value);
         }
@@ -208,10 +211,7 @@ fn size_rows(device: &Device, chosen: HostPath, bytes: u64) -> Value {
                 &route_note(HostPath::staged(), route),
             )
         }),
-        Err(e) => {
-            println!("  {label:<16} {:>5} MiB  not measured: {e}", bytes >> 20);
-            Some(json!({"error": e.to_string()}))
-        }
+        Err(e) => Some(not_measured(&label, bytes, &*e)),
     };
     if let Some(v) = value {
         row.insert(key, v);
@@ -263,10 +263,7 @@ fn add_rows(device: &Device, chosen: HostPath, bytes: u64) -> Value {
         }
         let value = match time_add(device, path, bytes, true) {
             Ok(s) => print_row(&label, bytes, 3 * bytes, &s, ""),
-            Err(e) => {
-                println!("  {label:<16} {:>5} MiB  not measured: {e}", bytes >> 20);
-                json!({"error": e.to_string()})
-            }
+            Err(e) => not_measured(&label, bytes, &*e),
         };
         row.insert(name.into(), value);
     }
@@ -274,10 +271,7 @@ fn add_rows(device: &Device, chosen: HostPath, bytes: u64) -> Value {
     let label = "*add new outputs".to_string();
     let value = match time_add(device, chosen, bytes, false) {
         Ok(s) => print_row(&label, bytes, 3 * bytes, &s, ""),
-        Err(e) => {
-            println!("  {label:<16} {:>5} MiB  not measured: {e}", bytes >> 20);
-            json!({"error": e.to_string()})
-        }
+        Err(e) => not_measured(&label, bytes, &*e),
     };
     row.insert("new_outputs".into(), value);
     Value::Object(row)
