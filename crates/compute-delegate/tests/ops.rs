@@ -608,6 +608,10 @@ fn matmul_bmm_and_linear() {
         (9, 13, 36),
         // 256 whole 128 x 128 tiles without split-K: the wide register tiles.
         (2048, 12, 2048),
+        // Whole tiles and whole K steps: the loop without bounds tests, on 64 x 64 tiles of
+        // the 8 x 8 kernel and on the wide tiles.
+        (512, 256, 512),
+        (2048, 24, 2048),
     ] {
         let a = rand_vec(&mut rng, m * k);
         let b = rand_vec(&mut rng, k * n);
