@@ -262,7 +262,7 @@ fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
         None => {
             log::warn!(
                 "{ENV_COOP2}={v}: expected `off` or `threads,bm,bn,bk[,unroll]` (threads 32 \
-                 to 1024, tiles nonzero multiples of 16, unroll 1 to 16); using the default"
+                 to 1024, tiles nonzero multiples of 16, unroll 1 to 64); using the default"
             );
             Some(default)
         }
@@ -297,7 +297,7 @@ fn nv2_conv() -> Option<Nv2Tile> {
 }
 
 /// `threads,bm,bn,bk[,unroll]`, each a number; threads 32..=1024, tiles nonzero multiples of
-/// 16, unroll 1..=16 (4 when left out).
+/// 16, unroll 1..=64 (4 when left out).
 fn parse_nv2(v: &str) -> Option<Nv2Tile> {
     let p: Vec<u32> = v
         .split(',')
@@ -313,7 +313,7 @@ fn parse_nv2(v: &str) -> Option<Nv2Tile> {
         && tile(bm)
         && tile(bn)
         && tile(bk)
-        && (1..=16).contains(&unroll);
+        && (1..=64).contains(&unroll);
     ok.then_some(Nv2Tile {
         bm,
         bn,
