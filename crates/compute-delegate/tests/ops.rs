@@ -612,6 +612,8 @@ fn matmul_bmm_and_linear() {
         // the 8 x 8 kernel and on the wide tiles.
         (512, 256, 512),
         (2048, 24, 2048),
+        // The same loop on splits of K (each split starts inside K).
+        (256, 2048, 256),
     ] {
         let a = rand_vec(&mut rng, m * k);
         let b = rand_vec(&mut rng, k * n);
@@ -639,6 +641,8 @@ fn matmul_bmm_and_linear() {
         (4, 3, 5, 6, false, true),
         (3, 5, 8, 12, true, true),
         (2, 4, 8, 16, false, true),
+        // Whole tiles of each matrix: the loop without bounds tests, a batch apart.
+        (4, 128, 64, 128, true, true),
     ] {
         let a = rand_vec(&mut rng, if ab { batch } else { 1 } * m * k);
         let b = rand_vec(&mut rng, if bb { batch } else { 1 } * k * n);

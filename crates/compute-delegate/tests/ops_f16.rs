@@ -486,8 +486,14 @@ fn f16_matmul_bmm_linear_and_split_k() {
         return;
     };
     let mut rng = SmallRng::seed_from_u64(26);
-    // (m, k, n): vec4 loads, odd sizes, and a deep K that is split (with a fused relu).
-    for (m, k, n) in [(16usize, 32usize, 24usize), (7, 13, 5), (4, 1024, 8)] {
+    // (m, k, n): vec4 loads, odd sizes, a deep K that is split (with a fused relu), and whole
+    // tiles (the loops without bounds tests).
+    for (m, k, n) in [
+        (16usize, 32usize, 24usize),
+        (7, 13, 5),
+        (4, 1024, 8),
+        (128, 64, 128),
+    ] {
         let a = rand16(&mut rng, m * k);
         let b = rand16(&mut rng, k * n);
         let wt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect(); // [n, k]
