@@ -20,7 +20,8 @@
 // sb_k) or, with B_T, the transpose of a row-major [N][K] matrix (linear's weight: K
 // contiguous, row stride sb_k): its block is then stored N-major and loaded column-major.
 // Out-of-range rows and columns of A and B load as zero, so any M, N, K works; the epilogue
-// writes through a per-subgroup shared fragment with bounds checks.
+// writes through a per-subgroup shared fragment with bounds checks (fragments inside C with
+// 16-byte rows: one 16-byte store per lane).
 //
 // CONV: conv2d with stride 1 as an implicit GEMM over conv_pack.comp's operands (per image
 // z): A = the weights as [c_out][tap][cp] (K = taps * cp), B^T row n = output pixel
@@ -65,6 +66,7 @@ layout(std430, set = 0, binding = 0) readonly buffer A { float16_t a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Bm { float16_t b[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float16_t bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C { float16_t c[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer C8 { uvec4 c8[]; };
 layout(std430, set = 0, binding = 0) readonly buffer A8 { uvec4 a8[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B8 { uvec4 b8[]; };
 
@@ -303,6 +305,32 @@ void main() {
             coopMatStore(acc[i * FN + j], Cs, slot, TN, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
+            // A fragment inside C whose rows start on 16 bytes, eight elements a lane: one
+            // 16-byte store each.
+            bool whole = r0 + TM <= pc.m && c0 + TN <= pc.n && TN % 8 == 0 &&
+                         lanes * 8 == TM * TN && (pc.sc_m | (z * pc.sc_b + c0)) % 8 == 0;
+            if (CONV == 0 && whole) {
+                uint e0 = lane * 8;
+                uint row = r0 + e0 / TN;
+                uint col = c0 + e0 % TN;
+                float h[8];
+                [[unroll]] for (uint q = 0; q < 8; ++q) {
+                    float v = Cs[slot + e0 + q];
+                    if (pc.has_bias == 1) {
+                        v += float(bias[(BIAS_ROW == 1) ? row : col + q]);
+                    }
+                    if (ACT == 1) {
+                        v = clamp(v, pc.act_lo, pc.act_hi);
+                    }
+                    h[q] = v;
+                }
+                c8[(z * pc.sc_b + row * pc.sc_m + col) / 8] =
+                    uvec4(packFloat2x16(f16vec2(h[0], h[1])), packFloat2x16(f16vec2(h[2], h[3])),
+                          packFloat2x16(f16vec2(h[4], h[5])), packFloat2x16(f16vec2(h[6], h[7])));
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
+                continue;
+            }
             for (uint e = lane; e < TM * TN; e += lanes) {
                 uint row = r0 + e / TN;
                 uint col = c0 + e % TN;
