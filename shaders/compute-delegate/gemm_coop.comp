@@ -232,6 +232,17 @@ void multiply_stage(uint stage, uint wm, uint wn) {
     }
 }
 
+// An output element's final value: the accumulator `v` of C[row][col], plus its bias, clamped.
+float finish(float v, uint row, uint col) {
+    if (pc.has_bias == 1) {
+        v += float(bias[(BIAS_ROW == 1) ? row : col]);
+    }
+    if (ACT == 1) {
+        v = clamp(v, pc.act_lo, pc.act_hi);
+    }
+    return v;
+}
+
 void main() {
     // The block is split among exactly four subgroups; a driver that picked another subgroup
     // size than the one the work group was sized for computes nothing (the per-device check
@@ -315,34 +326,19 @@ void main() {
                 uint col = c0 + e0 % TN;
                 float h[8];
                 [[unroll]] for (uint q = 0; q < 8; ++q) {
-                    float v = Cs[slot + e0 + q];
-                    if (pc.has_bias == 1) {
-                        v += float(bias[(BIAS_ROW == 1) ? row : col + q]);
-                    }
-                    if (ACT == 1) {
-                        v = clamp(v, pc.act_lo, pc.act_hi);
-                    }
-                    h[q] = v;
+                    h[q] = finish(Cs[slot + e0 + q], row, col + q);
                 }
                 c8[(z * pc.sc_b + row * pc.sc_m + col) / 8] =
                     uvec4(packFloat2x16(f16vec2(h[0], h[1])), packFloat2x16(f16vec2(h[2], h[3])),
                           packFloat2x16(f16vec2(h[4], h[5])), packFloat2x16(f16vec2(h[6], h[7])));
-                subgroupMemoryBarrierShared();
-                subgroupBarrier();
-                continue;
-            }
-            for (uint e = lane; e < TM * TN; e += lanes) {
-                uint row = r0 + e / TN;
-                uint col = c0 + e % TN;
-                if (row < pc.m && col < pc.n) {
-                    float v = Cs[slot + e];
-                    if (pc.has_bias == 1) {
-                        v += float(bias[(BIAS_ROW == 1) ? row : col]);
+            } else {
+                for (uint e = lane; e < TM * TN; e += lanes) {
+                    uint row = r0 + e / TN;
+                    uint col = c0 + e % TN;
+                    if (row < pc.m && col < pc.n) {
+                        c[z * pc.sc_b + row * pc.sc_m + col] =
+                            float16_t(finish(Cs[slot + e], row, col));
                     }
-                    if (ACT == 1) {
-                        v = clamp(v, pc.act_lo, pc.act_hi);
-                    }
-                    c[z * pc.sc_b + row * pc.sc_m + col] = float16_t(v);
                 }
             }
             subgroupMemoryBarrierShared();
