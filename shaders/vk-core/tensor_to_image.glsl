@@ -1,5 +1,6 @@
 // Tensor -> image: one invocation per texel, through a colour map.
-// The including file defines FORMAT, the image's storage format qualifier.
+// The including file defines FORMAT, the image's storage format qualifier, and for
+// normalized fixed-point formats UNORM_LEVELS, the largest stored level (255 for 8 bits).
 layout(local_size_x = 8, local_size_y = 8) in;
 
 #ifdef TENSOR_F16
@@ -74,5 +75,11 @@ void main() {
     if ((p.flags & 2u) != 0u) {
         v = v.bgra;
     }
+#ifdef UNORM_LEVELS
+    // Vulkan lets a store to a UNORM image write either of the two levels nearest to the
+    // value. Round to the nearest level here (halves up) and store a value 1/64 of a level
+    // above it, which every driver, rounding to nearest or toward zero, writes as that level.
+    v = (floor(v * UNORM_LEVELS + 0.5) + 1.0 / 64.0) / UNORM_LEVELS;
+#endif
     imageStore(dst, ivec2(xy), v);
 }

@@ -357,6 +357,28 @@ impl Device {
         self.shared.faults.take(point)
     }
 
+    /// Test hook: after `after` more successful allocations from this device's allocator
+    /// ([`crate::Buffer::new`], [`crate::MemoryBlock::new`]), the next one fails with
+    /// `VK_ERROR_OUT_OF_DEVICE_MEMORY`, as an exhausted heap would, and the hook disarms.
+    /// Works alike on devices with one memory heap or several.
+    pub fn fail_allocation(&self, after: u64) {
+        self.shared.faults.fail_allocation(after);
+    }
+
+    /// Disarms [`Device::fail_allocation`]; returns whether it was still armed, that is
+    /// whether fewer allocations than it waited for were made.
+    pub fn clear_allocation_fault(&self) -> bool {
+        self.shared.faults.clear_allocation_fault()
+    }
+
+    /// Counts an allocation against [`Device::fail_allocation`]: the error it must fail with.
+    pub(crate) fn take_allocation_fault(&self) -> Option<vk::Result> {
+        self.shared
+            .faults
+            .take_allocation()
+            .then_some(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY)
+    }
+
     /// The device's vk-mem allocator (one per device, shared by every delegate on it).
     pub(crate) fn vma(&self) -> Result<&vk_mem::Allocator, Error> {
         let made = self

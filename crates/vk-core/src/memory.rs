@@ -339,6 +339,9 @@ impl Buffer {
             .usage(usage)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
         let vma = device.vma()?;
+        if let Some(r) = device.take_allocation_fault() {
+            return Err(allocation_error(what, size, r));
+        }
         // SAFETY: valid create infos; the allocator is live (held by `device`).
         let (raw, allocation) = unsafe { vma.create_buffer(&info, &location.create_info()) }
             .map_err(|r| allocation_error(what, size, r))?;
@@ -428,6 +431,9 @@ impl MemoryBlock {
         what: &str,
     ) -> Result<MemoryBlock, Error> {
         let vma = device.vma()?;
+        if let Some(r) = device.take_allocation_fault() {
+            return Err(allocation_error(what, requirements.size, r));
+        }
         // SAFETY: valid requirements and create info; the allocator is live.
         let raw = unsafe { vma.allocate_memory(requirements, &location.raw_create_info()) }
             .map_err(|r| allocation_error(what, requirements.size, r))?;

@@ -100,6 +100,85 @@ pub fn device_with_heap_limit(
     Some((instance, device))
 }
 
+/// What [`scan_allocations`] saw.
+#[derive(Debug)]
+pub struct AllocationScan<T> {
+    /// What each failed attempt was allocating (the `what` of its [`crate::Error::Allocation`]),
+    /// in the order of the allocations that were made to fail.
+    pub failed: Vec<String>,
+    /// What the attempts that succeeded returned: those that recovered from the failed
+    /// allocation (a fall-back path), then the last one, which ran with no failure.
+    pub done: Vec<T>,
+}
+
+/// Fails each allocation of `attempt` in turn: runs it with the first allocation failing
+/// ([`Device::fail_allocation`]), then the second, and so on, until an attempt makes fewer
+/// allocations than the one set to fail. Works alike on devices with one memory heap or
+/// several.
+///
+/// # Panics
+/// When an attempt fails with anything but an out-of-memory [`crate::Error::Allocation`]
+/// naming what it allocated (`core` finds vk-core's error inside the caller's), or when
+/// `max` attempts do not finish the scan.
+pub fn scan_allocations<T, E: std::fmt::Debug>(
+    device: &Device,
+    max: u64,
+    mut attempt: impl FnMut() -> Result<T, E>,
+    core: impl Fn(&E) -> Option<&crate::Error>,
+) -> AllocationScan<T> {
+    let mut scan = AllocationScan {
+        failed: Vec::new(),
+        done: Vec::new(),
+    };
+    for n in 0..max {
+        device.fail_allocation(n);
+        let result = attempt();
+        let unfired = device.clear_allocation_fault();
+        match result {
+            Ok(done) => {
+                scan.done.push(done);
+                if unfired {
+                    return scan;
+                }
+            }
+            Err(e) => match core(&e) {
+                Some(crate::Error::Allocation { what, result, .. }) => {
+                    assert!(!unfired, "allocation {n} failed on its own: {e:?}");
+                    assert_eq!(*result, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY, "{e:?}");
+                    assert!(!what.trim().is_empty(), "an allocation error names nothing");
+                    scan.failed.push(what.clone());
+                }
+                _ => panic!("allocation {n} made to fail: expected an allocation error, got {e:?}"),
+            },
+        }
+    }
+    panic!("{max} attempts did not get past every allocation");
+}
+
+/// The repository's root folder, for tests that read its files (`fixtures/`): two folders
+/// above the `CARGO_MANIFEST_DIR` of the running test (`cargo test` sets it for the binary;
+/// so does the runner of `cargo xtask gpu-archive`), else above vk-core's own at build time.
+pub fn repo_root() -> std::path::PathBuf {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    manifest.join("../..")
+}
+
+/// A file of the repository's `fixtures/` folder ([`repo_root`]).
+pub fn fixture(path: &str) -> std::path::PathBuf {
+    repo_root().join("fixtures").join(path)
+}
+
+/// The executable of a binary target, for tests that start it: `CARGO_BIN_EXE_<name>` at run
+/// time where set (the runner of `cargo xtask gpu-archive` sets it), else `built`, the path
+/// Cargo gave at build time (`env!("CARGO_BIN_EXE_<name>")`).
+pub fn bin_exe(name: &str, built: &str) -> std::path::PathBuf {
+    std::env::var_os(format!("CARGO_BIN_EXE_{name}"))
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| built.into())
+}
+
 /// Asserts that the instance saw no validation error, printing the first ones if it did.
 ///
 /// # Panics

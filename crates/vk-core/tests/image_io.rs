@@ -326,6 +326,58 @@ fn tensors_are_written_into_images_through_each_colour_map() {
     assert_clean(&instance);
 }
 
+/// 8-bit images get the level nearest to each value, on every driver: Vulkan lets a UNORM
+/// store write either of the two nearest levels, so the kernel rounds itself (halves up).
+#[test]
+fn eight_bit_images_get_the_nearest_level_on_every_driver() {
+    let Some((instance, device)) = device("eight_bit_images_get_the_nearest_level") else {
+        return;
+    };
+    // Per texel a level k and a fraction of a level above it, from 0.01 to 0.97 (never a half).
+    let level = |x: u32, y: u32| (x * 7 + y * 11) % 255;
+    let fraction =
+        |x: u32, y: u32, ch: usize| 0.01 + ((x + 3 * y + ch as u32 * 5) % 49) as f32 * 0.02;
+    let values = tensor(TensorLayout::Nhwc, 4, |x, y, ch| {
+        (level(x, y) as f32 + fraction(x, y, ch)) / 255.0
+    });
+    let conv = TensorToImage {
+        layout: TensorLayout::Nhwc,
+        colour_map: ColourMap::Channels,
+        scale: 1.0,
+        bias: 0.0,
+    };
+    for format in [vk::Format::R8G8B8A8_UNORM, vk::Format::B8G8R8A8_UNORM] {
+        let img = image(&device, format);
+        let spec = TensorSpec::new("t", DType::F32, shape(conv.layout, 4));
+        let mut buffer = tensor_buffer(&device, values.len());
+        write_f32s(&mut buffer, &values);
+        // SAFETY: image and buffer are live and outlive the conversion's submissions.
+        let conversion = unsafe {
+            ImageConversion::tensor_to_image(&device, &spec, buffer.slice(None), img.app(), &conv)
+        }
+        .unwrap();
+        run(&device, &conversion);
+        let bytes = img.read();
+        for y in 0..H {
+            for x in 0..W {
+                let at = ((y * W + x) * 4) as usize;
+                let got = decode(format, &bytes[at..at + 4]);
+                for ch in 0..4 {
+                    let f = fraction(x, y, ch);
+                    let want = level(x, y) + u32::from(f > 0.5);
+                    assert_eq!(
+                        (got[ch] * 255.0).round() as u32,
+                        want,
+                        "{format:?} ({x},{y}) c{ch}: level {} + {f}",
+                        level(x, y)
+                    );
+                }
+            }
+        }
+    }
+    assert_clean(&instance);
+}
+
 #[test]
 fn set_image_rebinds_another_image_of_the_same_class_and_extent() {
     let Some((instance, device)) = device("set_image_rebinds") else {

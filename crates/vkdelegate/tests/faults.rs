@@ -14,7 +14,7 @@ mod example;
 
 use example::{build, check, input, reference, requirements, serial};
 use vk_core::testing::{self, assert_no_validation_errors_of_ours};
-use vk_core::{Buffer, Device, FaultPoint, Instance, MemoryLocation, vk};
+use vk_core::{Device, FaultPoint, Instance, vk};
 use vkdelegate::program::{DeviceChoice, HandOff, Program, ProgramError};
 
 fn device(test: &str) -> Option<(Instance, Device)> {
@@ -149,55 +149,31 @@ fn a_wait_that_times_out_is_an_error_and_the_next_execution_is_correct() {
 
 #[test]
 fn builds_that_run_out_of_memory_part_way_leave_nothing_behind() {
-    const LIMIT: u64 = 1 << 20;
     let _serial = serial();
     let test = "program_builds_that_run_out_of_memory_part_way";
-    let Some((instance, device)) = testing::device_with_heap_limit(test, &requirements(), LIMIT)
-    else {
+    let Some((instance, device)) = device(test) else {
         return;
     };
-    // The scan assumes one memory heap (lavapipe, integrated GPUs): on a discrete GPU the
-    // allocator moves what does not fit in the capped device heap to another heap.
-    if device.capabilities().memory.heaps.len() > 1 {
-        testing::skip(
-            test,
-            "the part-way allocation scan needs a device whose memory is one heap",
-        );
-        return;
-    }
-    // A ballast leaves more and more of the heap to the build, so that it fails at each of
-    // its allocations in turn (every step's memory, the plan's staging), then succeeds.
-    let (mut failed, mut built) = (0, 0);
+    // Each allocation of the build fails in turn (every step's memory, the plan's staging),
+    // on any device, one memory heap or several; then the build succeeds and runs correctly.
     for hand_off in [HandOff::Device, HandOff::Host] {
-        for left in (0..=64u64 << 10).step_by(512) {
-            let ballast = Buffer::new(
-                &device,
-                (LIMIT - left).max(16),
-                MemoryLocation::Device,
-                vk::BufferUsageFlags::TRANSFER_DST,
-                "ballast",
-            );
-            match build(hand_off, DeviceChoice::Device(device.clone())) {
-                Ok(mut p) => {
-                    built += 1;
-                    run(&mut p, left);
-                    // With more left, it builds too. (Each build makes the emulation layer
-                    // log excused errors, of which at most 32 are kept to be judged.)
-                    break;
-                }
-                Err(e) => {
-                    failed += 1;
-                    assert!(
-                        matches!(core_error(&e), Some(vk_core::Error::Allocation { .. })),
-                        "{hand_off:?}, {left} bytes left: expected an allocation error, got {e:?}"
-                    );
-                }
-            }
-            drop(ballast);
+        let scan = testing::scan_allocations(
+            &device,
+            512,
+            || build(hand_off, DeviceChoice::Device(device.clone())),
+            core_error,
+        );
+        eprintln!(
+            "{hand_off:?}: {} program builds failed on allocation ({:?}), {} built",
+            scan.failed.len(),
+            scan.failed,
+            scan.done.len()
+        );
+        assert!(!scan.failed.is_empty());
+        for mut p in scan.done {
+            run(&mut p, 1);
         }
     }
-    eprintln!("{failed} program builds failed on allocation, {built} built");
-    assert!(failed > 0 && built > 0, "{failed} failed, {built} built");
     drop(device);
     assert_no_validation_errors_of_ours(&instance);
 }
