@@ -43,6 +43,17 @@ impl std::fmt::Display for Shader {
 }
 
 impl Shader {
+    /// The float type the kernel stores its tensors in and computes its products from:
+    /// f16 for fp16 variants and for the kernels that are fp16 by nature (cooperative
+    /// matrices and their operand packing), f32 otherwise (integer kernels included).
+    pub fn float_type(self) -> DType {
+        if self.precision == Precision::F16 || self.kernel.fp16_by_nature() {
+            DType::F16
+        } else {
+            DType::F32
+        }
+    }
+
     /// The SPIR-V words, for `vkCreateShaderModule`.
     pub fn words(self) -> crate::Result<Vec<u32>> {
         let bytes = self.kernel.spirv_for(self.precision).ok_or_else(|| {

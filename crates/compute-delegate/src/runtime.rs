@@ -130,6 +130,9 @@ pub struct DispatchTime {
     pub op: &'static str,
     /// The shader (`Gemm`; `Gemm_f16` for its fp16 variant).
     pub kernel: String,
+    /// The float type the shader stores and multiplies in: [`vk_core::DType::F16`] for fp16 variants
+    /// and for the cooperative-matrix kernels (fp16 by nature), [`vk_core::DType::F32`] otherwise.
+    pub float_type: vk_core::DType,
     /// Work groups dispatched.
     pub groups: [u32; 3],
     /// Time from the previous timestamp to the one after this dispatch.
@@ -860,6 +863,7 @@ impl Graph {
             .map(|(i, r)| DispatchTime {
                 op: r.op,
                 kernel: r.kernel.to_string(),
+                float_type: r.kernel.float_type(),
                 groups: r.groups,
                 time: Duration::from_nanos(
                     (ticks[i + 1].saturating_sub(ticks[i]) as f64 * period) as u64,

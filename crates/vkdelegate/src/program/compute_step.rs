@@ -284,6 +284,7 @@ impl Runner for ComputeRunner {
             .map(|d| super::DispatchProfile {
                 step: step.to_string(),
                 op: format!("{} [{}]", d.op, d.kernel),
+                float_type: d.float_type,
                 groups: d.groups,
                 time: d.time,
             })

@@ -383,6 +383,9 @@ pub struct DispatchProfile {
     pub step: String,
     /// The op and the kernel that ran it, as `op [Kernel]`.
     pub op: String,
+    /// The float type the kernel stores and multiplies in (f16 for fp16 variants and for
+    /// cooperative-matrix kernels, f32 otherwise).
+    pub float_type: vk_core::DType,
     /// Work groups dispatched.
     pub groups: [u32; 3],
     /// Device time from the previous dispatch's end to its own.
