@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask <setup|shaders|ci|demo|bench>`.
+//! Project tasks: `cargo xtask <setup|shaders|ci|demo|bench|fuzz|gpu-archive>`.
 //!
 //! The CI commands live here, in one place; `.ci/run` and the GitHub workflow call
 //! `cargo xtask ci` and nothing else.
@@ -9,6 +9,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 mod fuzz;
+mod gpu_archive;
 mod isolate;
 mod loom;
 mod setup;
@@ -60,7 +61,11 @@ fn usage() -> &'static str {
      \x20                  and dependency-tree checks (VKDELEGATE_CI_IN_PLACE=1: no copy)\n\
      \x20 demo             setup, then run the CLI's demo on the best device found\n\
      \x20 bench [ARGS]     setup, then run the CLI's bench command (release build)\n\
-     \x20 fuzz [SECONDS]   every fuzz target for SECONDS each (default 60), seeded from fixtures/"
+     \x20 fuzz [SECONDS]   every fuzz target for SECONDS each (default 60), seeded from fixtures/\n\
+     \x20 gpu-archive [--out FILE] [--no-fixtures]\n\
+     \x20                  the test binaries (release), fixtures, loader, validation and\n\
+     \x20                  emulation layers and a runner (run.sh) in one archive that runs the\n\
+     \x20                  suite as ci does on another machine (target/vkdelegate-gpu-suite.tar.xz)"
 }
 
 fn main() -> ExitCode {
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("demo") => demo(),
         Some("bench") => bench(&args[1..]),
+        Some("gpu-archive") => gpu_archive::run(&args[1..]),
         Some("fuzz") => match args.get(1).map(|s| s.parse::<u64>()) {
             None => fuzz::run(FUZZ_SECONDS),
             Some(Ok(seconds)) => fuzz::run(seconds),

@@ -126,7 +126,18 @@ fn packages() -> Result {
         );
         return Ok(());
     }
-    let mut missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    ensure_packages(PACKAGES)
+}
+
+/// Installs the Debian packages of `wanted` that are missing (and pip, if missing).
+pub fn ensure_packages(wanted: &[&str]) -> Result {
+    if !Path::new("/usr/bin/dpkg-query").exists() {
+        return Err(format!(
+            "not a Debian system: install {} yourself",
+            wanted.join(", ")
+        ));
+    }
+    let mut missing: Vec<&str> = wanted.iter().copied().filter(|p| !installed(p)).collect();
     let has_pip = Command::new("python3")
         .args(["-m", "pip", "--version"])
         .output()

@@ -132,6 +132,9 @@ pub struct BenchRow {
     /// The kernels of the op's dispatches, in order, repeats dropped (`Gemm_f16`, ...); empty
     /// for the baselines.
     pub kernels: Vec<String>,
+    /// The float type of each of [`BenchRow::kernels`] (f16 for fp16 variants and for the
+    /// cooperative-matrix kernels).
+    pub float_types: Vec<DType>,
     /// For an fp16 row: the median device time of the same fp32 case over this row's (its
     /// speed-up), where both ran.
     pub vs_f32: Option<f64>,
@@ -842,6 +845,7 @@ fn row(
         ratio: throughput / baseline.0,
         error,
         kernels: Vec::new(),
+        float_types: Vec::new(),
         vs_f32: None,
         dispatches: Vec::new(),
     }
@@ -932,12 +936,17 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
     ));
 
     for case in cases(&s).into_iter().filter(|c| wanted(c.op)) {
-        let (mut kernels, mut dispatches) = (Vec::new(), Vec::new());
+        let (mut kernels, mut float_types, mut dispatches) = (Vec::new(), Vec::new(), Vec::new());
         let measured = (case.make)().and_then(|(g, inputs)| {
             let mut graph = g.build(device)?;
-            kernels = graph.kernels();
-            let several = kernels.len() > 1;
-            kernels.dedup();
+            let mut pairs: Vec<(String, DType)> = graph
+                .kernels()
+                .into_iter()
+                .zip(graph.float_types())
+                .collect();
+            let several = pairs.len() > 1;
+            pairs.dedup();
+            (kernels, float_types) = pairs.into_iter().unzip();
             let (dev, e2e) = b.time_graph(&mut graph, &inputs)?;
             if several {
                 dispatches = graph
@@ -954,6 +963,7 @@ pub fn bench(device: &Device, filter: Option<&str>, quick: bool) -> Result<Vec<B
         };
         let mut r = row(case.op, case.shape, &case.work, measured, baseline);
         r.kernels = kernels;
+        r.float_types = float_types;
         r.dispatches = dispatches;
         r.vs_f32 = case.f32_op.and_then(|op| {
             rows.iter()

@@ -827,6 +827,15 @@ impl Graph {
         self.recorded.iter().map(|r| r.kernel.to_string()).collect()
     }
 
+    /// The float type of each dispatch, in [`Graph::kernels`] order (see
+    /// [`DispatchTime::float_type`]).
+    pub fn float_types(&self) -> Vec<vk_core::DType> {
+        self.recorded
+            .iter()
+            .map(|r| r.kernel.float_type())
+            .collect()
+    }
+
     /// Runs the dispatches once (device-resident, on the inputs already on the device) with a
     /// timestamp after each, and returns each dispatch's share of the device time. Dispatches
     /// without a barrier between them may overlap on the device, so their shares are

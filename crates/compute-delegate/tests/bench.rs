@@ -1,5 +1,6 @@
 //! The bench function runs once in quick mode as a smoke test (no timing assertions).
 
+use vk_core::DType;
 use vk_core::testing::{self, assert_no_validation_errors};
 
 #[test]
@@ -28,13 +29,13 @@ fn quick_bench_runs_every_op_and_reports_ratios() {
             if rows.iter().any(|f| f.op == op32 && f.shape == r.shape) {
                 assert!(r.vs_f32.is_some_and(|v| v > 0.0), "{r:?}");
             }
-            // fp16 kernels, plus the fp32 summing pass of split-K (sum, clamp, narrow).
-            assert!(r.kernels.iter().any(|k| k.ends_with("_f16")), "{r:?}");
+            // fp16 kernels (fp16 variants, cooperative matrices), plus the fp32 summing pass
+            // of split-K (sum, clamp, narrow).
+            assert!(r.float_types.contains(&DType::F16), "{r:?}");
             assert!(
-                r.kernels
-                    .iter()
-                    .all(|k| k.ends_with("_f16")
-                        || ["Reduce", "Unary", "Cast"].contains(&k.as_str())),
+                r.kernels.iter().zip(&r.float_types).all(|(k, t)| {
+                    *t == DType::F16 || ["Reduce", "Unary", "Cast"].contains(&k.as_str())
+                }),
                 "{r:?}"
             );
         }

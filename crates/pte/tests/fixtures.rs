@@ -9,7 +9,9 @@ use executorch_pte::{DataLocation, Program, VULKAN_BACKEND_ID, VkGraph};
 use serde_json::Value as Json;
 
 fn fixture_files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/pte");
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
+        .join("../../fixtures/pte");
     let mut files = Vec::new();
     for dir in std::fs::read_dir(&root).into_iter().flatten().flatten() {
         for f in std::fs::read_dir(dir.path())

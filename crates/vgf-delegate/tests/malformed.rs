@@ -12,7 +12,7 @@ use vgf_delegate::Vgf;
 use vgf_delegate::format::test_support as ts;
 
 fn malformed_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/malformed/vgf")
+    vk_core::testing::fixture("malformed/vgf")
 }
 
 /// `(file, expected substring)` from `expected.txt`; `#` starts a comment line.
@@ -65,8 +65,7 @@ fn every_file_in_the_folder_is_in_the_manifest() {
 // ---- generation ----------------------------------------------------------------------------
 
 fn model(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/vgf")
+    let path = vk_core::testing::fixture("vgf")
         .join(name)
         .join("model.vgf");
     std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))

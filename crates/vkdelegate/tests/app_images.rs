@@ -692,8 +692,7 @@ fn a_pte_program_runs_from_image_to_image() {
     let Some((instance, device)) = device(test, true) else {
         return;
     };
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/pte/seed_example");
+    let dir = vk_core::testing::fixture("pte/seed_example");
     let (shape, x) = npy_f32(dir.join("input_0.npy"));
     assert_eq!(shape, [1, 3, 8, 8]);
     let (_, want) = npy_f32(dir.join("expected_output_0.npy"));

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use vkdelegate::program::{ProgramBuilder, ProgramFile};
 
 fn malformed_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/malformed/program")
+    vk_core::testing::fixture("malformed/program")
 }
 
 struct Entry {

@@ -18,9 +18,7 @@ use vkdelegate::program::{
 };
 
 fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/vgf")
-        .join(rel)
+    vk_core::testing::fixture("vgf").join(rel)
 }
 
 fn read_npy_f32(path: PathBuf) -> HostTensor {

@@ -17,9 +17,7 @@ use vkdelegate::program::{DeviceChoice, DispatchProfile};
 use vkdelegate::pte::{PteError, program_builder};
 
 fn dir(model: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/pte")
-        .join(model)
+    testing::fixture("pte").join(model)
 }
 
 /// An f32 or int64 (token ids) `.npy` file.

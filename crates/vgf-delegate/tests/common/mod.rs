@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// `fixtures/vgf` in the repository, found from the crate directory.
 pub fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/vgf")
+    vk_core::testing::fixture("vgf")
 }
 
 /// Every fixture model folder, sorted.

@@ -10,9 +10,7 @@ use vkdelegate::program::{
 };
 
 pub fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/vgf")
-        .join(rel)
+    vk_core::testing::fixture("vgf").join(rel)
 }
 
 /// What a device needs to run the example: both VGF models and the compute delegate.
