@@ -362,11 +362,11 @@ fn eight_bit_images_get_the_nearest_level_on_every_driver() {
             for x in 0..W {
                 let at = ((y * W + x) * 4) as usize;
                 let got = decode(format, &bytes[at..at + 4]);
-                for ch in 0..4 {
+                for (ch, g) in got.iter().enumerate() {
                     let f = fraction(x, y, ch);
                     let want = level(x, y) + u32::from(f > 0.5);
                     assert_eq!(
-                        (got[ch] * 255.0).round() as u32,
+                        (g * 255.0).round() as u32,
                         want,
                         "{format:?} ({x},{y}) c{ch}: level {} + {f}",
                         level(x, y)
