@@ -51,6 +51,7 @@
 //! crate 25.12.19 (`flatc --rust --gen-all -o src schema/program.fbs`,
 //! `flatc --rust -o src schema/vkgraph.fbs`, then `cargo fmt`). Building needs no flatc.
 
+mod counts;
 pub mod error;
 pub mod plan;
 pub mod program;
@@ -96,6 +97,7 @@ pub(crate) mod program_generated;
 )]
 pub(crate) mod vkgraph_generated;
 
+pub use counts::{DecodeCounts, decode_counts};
 pub use error::{DecodeError, Result};
 pub use plan::{
     Allocation, Chain, CompileSpec, DataLocation, DataReference, Delegate, ExecutionPlan,

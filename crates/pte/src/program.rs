@@ -144,6 +144,7 @@ impl<'a> Program<'a> {
     /// Decodes a `.pte` file. The bytes are untrusted: the program's FlatBuffers data is
     /// verified before use and every offset, size and index is checked.
     pub fn decode(data: &'a [u8]) -> Result<Program<'a>> {
+        crate::counts::count_program();
         if data.len() < EXTENDED_HEADER_OFFSET {
             return Err(DecodeError::TooShort {
                 what: "the program file",

@@ -374,6 +374,7 @@ impl<'a> VkGraph<'a> {
     /// constant id checked, and every offset-based constant checked to lie within the
     /// payload's constant bytes (named constants need the program: [`VkGraph::constant`]).
     pub fn decode(payload: &'a [u8]) -> Result<VkGraph<'a>> {
+        crate::counts::count_vk_graph();
         let header = VulkanHeader::parse(payload)?;
         let fb_bytes = slice(
             payload,

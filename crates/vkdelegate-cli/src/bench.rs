@@ -336,13 +336,16 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
     let mut out = Vec::new();
     for path in paths {
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Load: decoding and lowering (the program builder), then the build (device, memory,
+        // pipelines, weight uploads).
+        let t = Instant::now();
         let builder = vkdelegate::pte::program_builder(bytes.into(), None)
             .map_err(|e| format!("{}: {e}", path.display()))?;
+        let decode = t.elapsed();
         // Each program on its own device, made with its own requirements (a shared context
         // keeps the features of whichever program made it: an fp32 program's would leave an
         // fp16 one computing in fp32).
         let builder = builder.device(vkdelegate::program::DeviceChoice::Standalone);
-        let t = Instant::now();
         let mut p = builder.build()?;
         let load = t.elapsed();
         let inputs: Vec<HostTensor> = p
@@ -380,9 +383,11 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
         let up = Summary::of_durations(&ups).ok_or("no runs")?;
         let down = Summary::of_durations(&downs).ok_or("no runs")?;
         println!(
-            "\nExecuTorch program {}: load {:.1} ms; host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us (host side of the copies: in {:.1} us, out {:.1} us)",
+            "\nExecuTorch program {}: load {:.1} ms (decode and lower {:.1} ms, build {:.1} ms); host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us (host side of the copies: in {:.1} us, out {:.1} us)",
             path.display(),
             ms(load),
+            ms(decode),
+            ms(load.saturating_sub(decode)),
             total.min,
             total.median,
             total.max,
@@ -402,6 +407,7 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
         }
         out.push(json!({
             "program": path.display().to_string(), "load_ms": ms(load),
+            "decode_lower_ms": ms(decode), "build_ms": ms(load.saturating_sub(decode)),
             "min_ms": total.min, "median_ms": total.median, "max_ms": total.max,
             "host_overhead_us": overhead.median * 1e3, "host_upload_us": up.median * 1e3, "host_download_us": down.median * 1e3,
             "steps": steps, "ops": top,

@@ -200,6 +200,46 @@ fn vulkan_backend_programs_match_pytorch() {
     }
 }
 
+/// A load decodes the program once, and decodes and lowers each `VulkanBackend` graph once:
+/// its wiring (`io`), requirements and load share that one lowering. An fp16 graph on a
+/// device without the f16 features is lowered once more, in fp32.
+#[test]
+fn a_load_decodes_the_program_and_lowers_each_graph_once() {
+    let _serial = serial();
+    testing::validate_every_instance();
+    let counts = || {
+        let d = vkdelegate::pte::format::decode_counts();
+        (d.programs, d.vk_graphs, vkdelegate::pte::lowerings())
+    };
+    for model in ["mobilenet_v2", "mobilenet_v2_fp16", "transformer_encoder"] {
+        let before = counts();
+        let builder = program_builder(bytes(model), None).unwrap();
+        builder.io().unwrap();
+        let program = match builder.build() {
+            Ok(p) => p,
+            Err(e) => return testing::skip(model, &e.to_string()),
+        };
+        let (p, g, l) = counts();
+        let graphs = program
+            .steps()
+            .iter()
+            .filter(|(name, _)| name.starts_with("VulkanBackend_"))
+            .count() as u64;
+        assert!(graphs > 0, "{model}");
+        let fp32_fallback =
+            model.ends_with("fp16") && !vkdelegate::compute::supports_f16(program.device());
+        let again = if fp32_fallback { graphs } else { 0 };
+        assert_eq!(
+            (p - before.0, g - before.1, l - before.2),
+            (1 + again, graphs + again, graphs + again),
+            "{model} ({graphs} VulkanBackend graphs): program decodes, VkGraph decodes, lowerings"
+        );
+        let instance = program.device().instance().clone();
+        drop(program);
+        assert_no_validation_errors_of_ours(&instance);
+    }
+}
+
 #[test]
 fn force_fp16_programs_compute_in_fp16_and_match_pytorch() {
     let _serial = serial();

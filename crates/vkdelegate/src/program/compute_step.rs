@@ -22,7 +22,7 @@ pub(super) fn requirements(_step: &str) -> Result<Requirements> {
 /// A `VulkanBackend` step's requirements: the compute delegate's, and for fp16 graphs its
 /// f16 features as optional (enabled where the device has them; fp32 otherwise).
 pub(super) fn vulkan_requirements(step: &str, d: &VulkanDelegate) -> Result<Requirements> {
-    let f16 = crate::pte::lower::has_f16(d).map_err(|e| ProgramError::step(step, e.to_string()))?;
+    let f16 = has_f16(step, d)?;
     let base = compute_delegate::requirements();
     Ok(if f16 {
         base.optional_features(
@@ -95,16 +95,48 @@ pub(super) fn load(
     }))
 }
 
+/// The delegate's graph as lowered when the step was made (`None`: the step came without it).
+fn lowered<'d>(
+    step: &str,
+    d: &'d VulkanDelegate,
+) -> Result<Option<&'d crate::pte::lower::Lowered>> {
+    match d.lowered.as_deref() {
+        Some(Ok(l)) => Ok(Some(l)),
+        Some(Err(e)) => Err(ProgramError::step(step, e.clone())),
+        None => Ok(None),
+    }
+}
+
+/// Whether the delegate's graph holds fp16 tensors.
+fn has_f16(step: &str, d: &VulkanDelegate) -> Result<bool> {
+    match lowered(step, d)? {
+        Some(l) => Ok(l.f16),
+        None => crate::pte::lower::has_f16(d).map_err(|e| ProgramError::step(step, e.to_string())),
+    }
+}
+
 /// The graph of a `VulkanBackend` delegate, lowered onto the compute delegate (fp16 tensors
-/// in fp16 with `f16`).
-fn vulkan_graph(step: &str, d: &VulkanDelegate, f16: bool) -> Result<GraphBuilder> {
-    crate::pte::lower::graph(d, f16).map_err(|e| ProgramError::step(step, e.to_string()))
+/// in fp16 with `f16`): the step's own lowering where it fits, else lowered anew (an fp16
+/// graph computed in fp32).
+fn vulkan_graph<'d>(
+    step: &str,
+    d: &'d VulkanDelegate,
+    f16: bool,
+) -> Result<std::borrow::Cow<'d, GraphBuilder>> {
+    if let Some(l) = lowered(step, d)? {
+        if l.f16 == f16 || !l.f16 {
+            return Ok(std::borrow::Cow::Borrowed(&l.graph));
+        }
+    }
+    crate::pte::lower::graph(d, f16)
+        .map(std::borrow::Cow::Owned)
+        .map_err(|e| ProgramError::step(step, e.to_string()))
 }
 
 /// Whether an fp16 graph computes in fp16 on `device`: where the device has the compute
 /// delegate's f16 features enabled; otherwise it computes in fp32, and says so.
 fn f16_on(step: &str, d: &VulkanDelegate, device: &Device) -> Result<bool> {
-    let f16 = crate::pte::lower::has_f16(d).map_err(|e| ProgramError::step(step, e.to_string()))?;
+    let f16 = has_f16(step, d)?;
     if !f16 {
         return Ok(false);
     }
@@ -120,8 +152,9 @@ fn f16_on(step: &str, d: &VulkanDelegate, device: &Device) -> Result<bool> {
 }
 
 pub(super) fn vulkan_io(step: &str, d: &VulkanDelegate) -> Result<StepIo> {
-    // The edges are f32 staging either way, so fp32 lowering gives the same specs.
-    let g = vulkan_graph(step, d, false)?;
+    // The edges are f32 staging either way, so either lowering gives the same specs.
+    let f16 = has_f16(step, d)?;
+    let g = vulkan_graph(step, d, f16)?;
     Ok(StepIo {
         inputs: g.input_specs(),
         outputs: g.output_specs(),

@@ -27,7 +27,9 @@ pub enum StepKind {
 }
 
 /// Where a `VulkanBackend` delegate lives: the whole `.pte` program (its named data holds the
-/// graph's weights), the plan and the delegate's index in it.
+/// graph's weights), the plan and the delegate's index in it; and its graph, lowered once when
+/// [`crate::pte::program_builder`] made the step (the program's wiring, requirements and load
+/// all use that one lowering).
 #[derive(Debug, Clone)]
 pub struct VulkanDelegate {
     /// The program file's bytes.
@@ -36,6 +38,10 @@ pub struct VulkanDelegate {
     pub plan: String,
     /// The delegate's index in the plan.
     pub delegate: usize,
+    /// The graph lowered at its own precision, or why it could not be (reported when the
+    /// program is built); `None`: lowered from `program` when needed.
+    #[cfg(feature = "compute")]
+    pub(crate) lowered: Option<Arc<Result<crate::pte::lower::Lowered, String>>>,
 }
 
 /// One step: what it runs and the tensor names it reads and writes.

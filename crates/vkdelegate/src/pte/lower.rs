@@ -87,13 +87,46 @@ fn err(problem: impl Into<String>) -> LowerError {
     LowerError(problem.into())
 }
 
+/// A delegate's graph, lowered once when the program is made.
+pub(crate) struct Lowered {
+    /// The graph at its own precision: an fp16 graph computes in fp16.
+    pub graph: GraphBuilder,
+    /// Whether the graph holds fp16 tensors (it then computes in fp16 where the device has
+    /// the f16 features, and is lowered again in fp32 where it has not).
+    pub f16: bool,
+}
+
+impl fmt::Debug for Lowered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lowered")
+            .field("inputs", &self.graph.input_specs())
+            .field("outputs", &self.graph.output_specs())
+            .field("f16", &self.f16)
+            .finish()
+    }
+}
+
+/// Lowers delegate `index` of `plan`, whose payload decoded to `vk`, at the graph's own
+/// precision.
+pub(crate) fn lower(
+    pte: &Pte<'_>,
+    plan: &ExecutionPlan<'_>,
+    index: usize,
+    vk: &VkGraph<'_>,
+) -> Result<Lowered> {
+    let f16 = has_f16_tensor(vk);
+    let float = if f16 { DType::F16 } else { DType::F32 };
+    let graph = Lowering::new(pte, vk, float).run(&long_inputs(plan, index))?;
+    Ok(Lowered { graph, f16 })
+}
+
 /// Whether the delegate's graph holds fp16 tensors (then it can compute in fp16).
 pub(crate) fn has_f16(d: &VulkanDelegate) -> Result<bool> {
     with_vk_graph(d, |_, vk| Ok(has_f16_tensor(vk)))
 }
 
-/// The delegate's graph as a compute graph; fp16 tensors compute in fp16 when `f16` is set,
-/// else in fp32.
+/// The delegate's graph as a compute graph, decoded and lowered from the program's bytes;
+/// fp16 tensors compute in fp16 when `f16` is set, else in fp32.
 pub(crate) fn graph(d: &VulkanDelegate, f16: bool) -> Result<GraphBuilder> {
     let long = long_inputs_of(d)?;
     with_vk_graph(d, |pte, vk| {
@@ -211,6 +244,7 @@ impl<'p, 'a> Lowering<'p, 'a> {
     }
 
     fn run(mut self, long: &[bool]) -> Result<GraphBuilder> {
+        super::count_lowering();
         let ge = |e: compute_delegate::Error| err(e.to_string());
         for (i, &id) in self.vk.input_ids.iter().enumerate() {
             let t = self.tensor_value(id)?;

@@ -72,7 +72,24 @@ fn value_name(plan: &ExecutionPlan<'_>, index: u32) -> String {
     format!("v{index}")
 }
 
-/// Builds the program of plan `method` (default `forward`) of the `.pte` file `bytes`.
+thread_local! {
+    static LOWERINGS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many `VulkanBackend` graphs the calling thread has lowered onto the compute delegate
+/// (subtract two readings to count those of one load; with
+/// [`format::decode_counts`], a load decodes and lowers each graph once).
+pub fn lowerings() -> u64 {
+    LOWERINGS.with(std::cell::Cell::get)
+}
+
+#[cfg(feature = "compute")]
+fn count_lowering() {
+    LOWERINGS.with(|c| c.set(c.get() + 1));
+}
+
+/// Builds the program of plan `method` (default `forward`) of the `.pte` file `bytes`: the
+/// program is decoded once, and each `VulkanBackend` graph decoded and lowered once.
 pub fn program_builder(bytes: Arc<[u8]>, method: Option<&str>) -> Result<ProgramBuilder, PteError> {
     let pte = Pte::decode(&bytes)?;
     let plan = match method {
@@ -174,6 +191,10 @@ fn delegate_step(
                 program: bytes.clone(),
                 plan: plan.name.to_owned(),
                 delegate: index,
+                #[cfg(feature = "compute")]
+                lowered: Some(Arc::new(
+                    lower::lower(pte, plan, index, &graph).map_err(|e| e.to_string()),
+                )),
             });
             (kind, graph.input_ids.len())
         }
