@@ -1,4 +1,5 @@
 #version 450
+// kernel: Binary
 #extension GL_GOOGLE_include_directive : require
 // Elementwise binary ops on two tensors of the same shape, on vec4s, grid-stride.
 // OP: 0 add, 1 sub, 2 mul, 3 div.

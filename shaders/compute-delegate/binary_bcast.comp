@@ -1,4 +1,5 @@
 #version 450
+// kernel: BinaryBcast
 #extension GL_GOOGLE_include_directive : require
 // Elementwise binary ops with broadcasting, up to 6 dims: the output index is decomposed over
 // `dims` and each operand is read through its own strides (0 on broadcast dims).

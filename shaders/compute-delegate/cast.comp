@@ -1,4 +1,5 @@
 #version 450
+// kernel: Cast
 // Dtype conversion between f32, f16, i32 and i8, four elements (one "quad") per iteration,
 // on 32-bit words so that no 8- or 16-bit storage feature is needed: f16 pairs go through
 // (un)packHalf2x16, i8 quads through byte shifts. Float to integer truncates toward zero and

@@ -117,3 +117,5 @@ void main() {
     coopMatStoreTensorNV(res, y, 0,
                          sliceTensorLayoutNV(ly, img, 1, co0, BN, oy0, TH, ox0, TW), to_nchw);
 }
+
+// kernel: ConvCoop2 fp16-by-nature

@@ -1,4 +1,5 @@
 #version 450
+// kernel: ConvDw
 #extension GL_GOOGLE_include_directive : require
 // Depthwise conv2d (groups == in channels, out channels == m * in channels), one thread per
 // output element, grid-stride. Weight layout [c_out, 1, kh, kw] as PyTorch.

@@ -1,4 +1,5 @@
 #version 450
+// kernel: ConvPack fp16-by-nature
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 // The operands of the implicit-GEMM conv2d (conv_coop2.comp), fp16, in one pass:

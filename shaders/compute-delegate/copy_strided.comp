@@ -1,4 +1,5 @@
 #version 450
+// kernel: Copy
 #extension GL_GOOGLE_include_directive : require
 // Strided copy of 32-bit elements (f16 ones in the f16 variant), up to 6 dims: for every
 // index of `dims` (row-major),

@@ -1,4 +1,5 @@
 #version 450
+// kernel: CopyVec4
 // Memory-bandwidth baseline for benchmarks: copies `n4` vec4s, grid-stride, with the access
 // pattern of the elementwise kernels (two vec4s per thread and iteration, both loads issued
 // before the stores), so it streams what the device can stream with that pattern.

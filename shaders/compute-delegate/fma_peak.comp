@@ -1,4 +1,5 @@
 #version 450
+// kernel: FmaPeak
 #extension GL_EXT_control_flow_attributes : require
 // Arithmetic peak probe for benchmarks: every thread runs `iters` rounds of 16 independent
 // FMA chains and writes one value (so nothing is optimised away). FLOPs = 2 * 16 * iters per

@@ -1,4 +1,5 @@
 #version 450
+// kernel: Gather
 #extension GL_GOOGLE_include_directive : require
 // Row gather (`embedding`): y[i, j] = table[ids[i], j] for a table of `v` rows of `d` 32-bit
 // words (f16 values in the f16 variant); an id outside 0..v gives 0.

@@ -1,4 +1,6 @@
 #version 450
+// kernel: Gemm
+// kernel: GemmWide variant=wide
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 // Tiled GEMM, C[m][n] = sum_k A[m][k] * B[k][n] (+ bias), used for matmul, bmm, linear and

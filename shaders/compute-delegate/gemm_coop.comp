@@ -346,3 +346,5 @@ void main() {
         }
     }
 }
+
+// kernel: GemmCoop fp16-by-nature

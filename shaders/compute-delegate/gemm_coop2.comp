@@ -181,3 +181,5 @@ void main() {
         coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
     coopMatStoreTensorNV(res, c, z * pc.sc_b, sliceTensorLayoutNV(lc, m0, BM, n0, BN));
 }
+
+// kernel: GemmCoop2 fp16-by-nature

@@ -1,4 +1,5 @@
 #version 450
+// kernel: Gemv
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 // GEMM for products of one to four rows (a vector, or a few, times a matrix), which are bound

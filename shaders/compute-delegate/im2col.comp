@@ -1,4 +1,5 @@
 #version 450
+// kernel: Im2col
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 // im2col for the cooperative-matrix convolutions: the patch matrix of conv2d input images,

@@ -1,4 +1,5 @@
 #version 450
+// kernel: Pool
 #extension GL_GOOGLE_include_directive : require
 // avg_pool2d / max_pool2d over the last two dims of a [planes, h, w] view, one thread per
 // output element, grid-stride. Padding and ceil_mode follow PyTorch: max ignores padded

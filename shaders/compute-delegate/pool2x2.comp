@@ -1,4 +1,5 @@
 #version 450
+// kernel: Pool2x2
 #extension GL_GOOGLE_include_directive : require
 // avg_pool2d / max_pool2d with a 2x2 window, stride 2, no padding, on rows of a multiple of 4
 // floats: each thread reads one vec4 from each of two input rows and writes two outputs.

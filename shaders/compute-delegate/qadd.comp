@@ -1,4 +1,5 @@
 #version 450
+// kernel: QAdd
 // int8 add with TOSA-style rescales, four elements (one packed word) per iteration:
 //   a32 = apply_scale_32((a - a_zp) << left_shift, ma, sa)
 //   b32 = apply_scale_32((b - b_zp) << left_shift, mb, sb)

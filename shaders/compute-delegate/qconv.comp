@@ -1,4 +1,5 @@
 #version 450
+// kernel: QConv
 // int8 conv2d (groups, stride, padding, dilation) with an i32 bias and per-channel TOSA-style
 // rescales: acc = bias[co] + sum (x - x_zp) * (w - w_zp) over the window (padding contributes
 // nothing, as padding with x_zp would), out = clamp(apply_scale_32(acc, mult[co], shift[co])

@@ -1,4 +1,5 @@
 #version 450
+// kernel: Reduce
 #extension GL_GOOGLE_include_directive : require
 // reduce with shared-memory reductions (see reduce.glsl).
 // variant: f16 -DDTYPE_F16

@@ -1,4 +1,5 @@
 #version 450
+// kernel: ReduceSg
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 // reduce with subgroup reductions (see reduce.glsl).

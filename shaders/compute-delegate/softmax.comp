@@ -1,4 +1,5 @@
 #version 450
+// kernel: Softmax
 #extension GL_GOOGLE_include_directive : require
 // softmax / log_softmax with shared-memory reductions (see softmax.glsl).
 // variant: f16 -DDTYPE_F16

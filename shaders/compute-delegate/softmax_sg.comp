@@ -1,4 +1,5 @@
 #version 450
+// kernel: SoftmaxSg
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 // softmax / log_softmax with subgroup reductions (see softmax.glsl).

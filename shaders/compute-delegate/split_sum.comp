@@ -1,4 +1,5 @@
 #version 450
+// kernel: SplitSum
 #extension GL_GOOGLE_include_directive : require
 // The summing pass of a split-K GEMM in one dispatch: out[i] = sum over the splits of the fp32
 // partial sums p[s * stride + i], clamped by the fused activation (ACT), narrowed to the

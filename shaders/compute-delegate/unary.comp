@@ -1,4 +1,5 @@
 #version 450
+// kernel: Unary
 #extension GL_GOOGLE_include_directive : require
 // Elementwise unary ops on vec4s, grid-stride. Buffers are padded to whole vec4s, so the last
 // vec4 may hold up to three padding lanes that are computed and never read back.

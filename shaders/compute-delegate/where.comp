@@ -1,4 +1,5 @@
 #version 450
+// kernel: Where
 #extension GL_GOOGLE_include_directive : require
 // `cond ? a : b` with broadcasting, up to 6 dims: the output index is decomposed over `dims`
 // and each operand is read through its own strides (0 on broadcast dims). A mask is f32:

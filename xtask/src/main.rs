@@ -11,6 +11,7 @@ use std::time::Instant;
 mod fuzz;
 mod gpu_archive;
 mod isolate;
+mod kernel_table;
 mod loom;
 mod setup;
 mod shaders;
@@ -29,7 +30,7 @@ const MATRIX: &[(&str, &[&str])] = &[
     ("vkdelegate-cli", UMBRELLA_SETS),
     // Not a default member (winit); its test runs the example under Xvfb and offscreen.
     ("frame-loop", &[""]),
-    // The tasks' own unit tests (shader names and variants, crate folders).
+    // The tasks' own unit tests (shader names and variants, crate folders, kernel tables).
     ("xtask", &[""]),
 ];
 
@@ -55,7 +56,8 @@ fn usage() -> &'static str {
      \n\
      commands:\n\
      \x20 setup            install what the tests need (Debian packages, Arm's emulation layer)\n\
-     \x20 shaders [--check] compile shaders/**/*.{comp,vert,frag} to committed SPIR-V (--check: fail if stale)\n\
+     \x20 shaders [--check] compile shaders/**/*.{comp,vert,frag} to committed SPIR-V and\n\
+     \x20                  kernel tables (--check: fail if stale)\n\
      \x20 ci               from a copy of the repository in an empty folder: setup, then fmt,\n\
      \x20                  clippy, the feature matrix with validation, docs, the shader check\n\
      \x20                  and dependency-tree checks (VKDELEGATE_CI_IN_PLACE=1: no copy)\n\

@@ -14,10 +14,16 @@
 //! `// variant: f16 -DDTYPE_F16`) compiles the source once more with those arguments into
 //! `<name>_<suffix>.spv`; the plain `<name>.spv` stays. `--check` and the stale check cover
 //! every variant.
+//!
+//! A crate whose compute shaders have `// kernel:` lines gets its kernel table generated into
+//! `<crate dir>/src/kernels_generated.rs` (`kernel_table`), covered by `--check` and the stale
+//! check as its SPIR-V is.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::kernel_table::{self, Source};
 use crate::{Result, root};
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) -> Result {
@@ -123,7 +129,7 @@ fn target_env(source: &str) -> &str {
 }
 
 /// Whether a source needs the cooperative-matrix-capable compiler.
-fn needs_sdk_glslc(source: &str) -> bool {
+pub fn needs_sdk_glslc(source: &str) -> bool {
     source.lines().any(|l| {
         let l = l.trim();
         l.starts_with("#extension")
@@ -188,6 +194,8 @@ pub fn run(check: bool) -> Result {
     files.sort();
     let mut stale = Vec::new();
     let mut expected = Vec::new();
+    // Per crate folder: its name and its sources with their modules, for the kernel table.
+    let mut crates: BTreeMap<PathBuf, (String, Vec<Source>)> = BTreeMap::new();
     for src in &files {
         let rel = src.strip_prefix(&shader_root).map_err(|e| e.to_string())?;
         let krate = rel
@@ -200,6 +208,7 @@ pub fn run(check: bool) -> Result {
         let crate_dir = crate_dir(&root, &krate)
             .ok_or_else(|| format!("{}: no crate named {krate}", src.display()))?;
         let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
+        let mut modules = BTreeMap::new();
         for v in variants(&text).map_err(|e| format!("{}: {e}", src.display()))? {
             let dst = crate_dir.join("spirv").join(spirv_name(src, &v)?);
             expected.push(dst.clone());
@@ -220,19 +229,37 @@ pub fn run(check: bool) -> Result {
             } else {
                 compile_system(src, &text, &v)?
             };
-            let current = std::fs::read(&dst).ok();
-            if current.as_deref() == Some(&spirv[..]) {
-                continue;
-            }
-            if check {
-                stale.push(dst.display().to_string());
-            } else {
-                std::fs::create_dir_all(dst.parent().unwrap_or(&root))
-                    .map_err(|e| e.to_string())?;
-                std::fs::write(&dst, &spirv).map_err(|e| format!("{}: {e}", dst.display()))?;
-                eprintln!("shaders: wrote {}", dst.display());
-            }
+            update(&dst, &spirv, check, &mut stale)?;
+            modules.insert(v.suffix, spirv);
         }
+        let file = src
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        crates
+            .entry(crate_dir)
+            .or_insert_with(|| (krate, Vec::new()))
+            .1
+            .push(Source {
+                file,
+                text,
+                modules,
+            });
+    }
+    // Kernel tables, from the sources' `// kernel:` lines and the modules compiled above.
+    let mut tables = Vec::new();
+    for (crate_dir, (krate, sources)) in &crates {
+        let Some(code) = kernel_table::generate(krate, sources)? else {
+            continue;
+        };
+        let dst = crate_dir.join("src").join(TABLE);
+        update(
+            &dst,
+            kernel_table::rustfmt(&code)?.as_bytes(),
+            check,
+            &mut stale,
+        )?;
+        tables.push(dst);
     }
     // Committed SPIR-V without a source is stale too.
     let crates = CRATE_DIRS
@@ -251,19 +278,53 @@ pub fn run(check: bool) -> Result {
             }
         }
     }
+    // So is a kernel table of a crate whose sources declare no kernels.
+    for d in CRATE_DIRS {
+        let Ok(entries) = std::fs::read_dir(root.join(d)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path().join("src").join(TABLE);
+            if p.is_file() && !tables.contains(&p) {
+                stale.push(format!("{} (no `// kernel:` lines)", p.display()));
+            }
+        }
+    }
     if stale.is_empty() {
         eprintln!(
-            "shaders: {} sources, {} SPIR-V files up to date",
+            "shaders: {} sources, {} SPIR-V files and {} kernel tables up to date",
             files.len(),
-            expected.len()
+            expected.len(),
+            tables.len()
         );
         Ok(())
     } else {
         Err(format!(
-            "committed SPIR-V is stale; run `cargo xtask shaders`:\n  {}",
+            "committed SPIR-V or kernel tables are stale; run `cargo xtask shaders`:\n  {}",
             stale.join("\n  ")
         ))
     }
+}
+
+/// The generated kernel table of a crate, under its `src/`.
+const TABLE: &str = "kernels_generated.rs";
+
+/// Writes `bytes` to `dst` unless it holds them already; with `check`, notes it as stale
+/// instead.
+fn update(dst: &Path, bytes: &[u8], check: bool, stale: &mut Vec<String>) -> Result {
+    if std::fs::read(dst).ok().as_deref() == Some(bytes) {
+        return Ok(());
+    }
+    if check {
+        stale.push(dst.display().to_string());
+    } else {
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+        std::fs::write(dst, bytes).map_err(|e| format!("{}: {e}", dst.display()))?;
+        eprintln!("shaders: wrote {}", dst.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
