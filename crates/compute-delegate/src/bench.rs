@@ -1,10 +1,10 @@
 //! Benchmarks: per op and shape, device time (timestamp queries; min, median and max of
-//! several runs), end-to-end time (host inputs to host outputs; min, median and max),
-//! throughput, and the ratio to a baseline measured in the same run on the same device: a
-//! vec4 copy shader's bandwidth (what the device's shaders can stream) for memory-bound ops,
-//! and the fp32 FMA peak (a register-only FMA probe) for conv and matmul. `vkCmdCopyBuffer`
-//! is measured as an extra row (`copy_buffer`): some drivers run it far below what shaders
-//! stream, so it is no baseline.
+//! several runs, a [`vk_core::timing::Summary`] in milliseconds), end-to-end time (host
+//! inputs to host outputs; the same), throughput, and the ratio to a baseline measured in the
+//! same run on the same device: a vec4 copy shader's bandwidth (what the device's shaders can
+//! stream) for memory-bound ops, and the fp32 FMA peak (a register-only FMA probe) for conv
+//! and matmul. `vkCmdCopyBuffer` is measured as an extra row (`copy_buffer`): some drivers
+//! run it far below what shaders stream, so it is no baseline.
 //!
 //! The timed runs of a case follow an untimed warm-up (the FMA probe, for about
 //! [`WARM_UP`]) in the same command buffer, each run between two timestamps of one query pool,
@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use vk_core::barrier::{self, Access};
-use vk_core::timing::ms;
+use vk_core::timing::{Summary, ms};
 use vk_core::{
     Buffer, DType, Device, HostTensor, MemoryLocation, Submission, Timestamps, VkResultExt, vk,
 };
@@ -40,66 +40,6 @@ pub const WARM_UP: Duration = Duration::from_millis(200);
 /// At most this many warm-up dispatches are recorded (for a very fast probe).
 const MAX_WARM_UP_DISPATCHES: usize = 10_000;
 
-/// Min, median and max of several timed runs, in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Spread {
-    /// Fastest run.
-    pub min: f64,
-    /// Median run (the mean of the two middle runs for an even count).
-    pub median: f64,
-    /// Slowest run.
-    pub max: f64,
-    /// Number of runs.
-    pub runs: usize,
-}
-
-impl Spread {
-    /// All NaN: not measured.
-    pub const NAN: Spread = Spread {
-        min: f64::NAN,
-        median: f64::NAN,
-        max: f64::NAN,
-        runs: 0,
-    };
-
-    /// The spread of `samples` (NaN figures when there are none).
-    pub fn of(samples: &[f64]) -> Spread {
-        let mut v = samples.to_vec();
-        v.sort_by(|a, b| a.total_cmp(b));
-        let n = v.len();
-        match (v.first(), v.last()) {
-            (Some(&min), Some(&max)) => {
-                let median = if n % 2 == 1 {
-                    v[n / 2]
-                } else {
-                    (v[n / 2 - 1] + v[n / 2]) / 2.0
-                };
-                Spread {
-                    min,
-                    median,
-                    max,
-                    runs: n,
-                }
-            }
-            _ => Spread::NAN,
-        }
-    }
-
-    /// `(max - min) / median` (NaN when the median is not positive).
-    pub fn relative(&self) -> f64 {
-        if self.median > 0.0 {
-            (self.max - self.min) / self.median
-        } else {
-            f64::NAN
-        }
-    }
-
-    /// Whether the spread is above [`NOISY_SPREAD`].
-    pub fn is_noisy(&self) -> bool {
-        self.relative() > NOISY_SPREAD
-    }
-}
-
 /// One benchmark result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchRow {
@@ -113,10 +53,13 @@ pub struct BenchRow {
     /// Median wall time of one `execute` in milliseconds (host copies included); 0 where
     /// not measured (baselines, `copy_buffer`).
     pub end_to_end_ms: f64,
-    /// Device time of the timed runs (timestamps around each run's dispatches).
-    pub device: Spread,
-    /// Wall time of the `execute` calls; `None` where not measured.
-    pub end_to_end: Option<Spread>,
+    /// Device time of the timed runs in milliseconds (timestamps around each run's
+    /// dispatches; the median of an even count is the mean of the two middle runs);
+    /// [`Summary::NAN`] where the op failed.
+    pub device: Summary,
+    /// Wall time of the `execute` calls in milliseconds (median as for `device`); `None`
+    /// where not measured.
+    pub end_to_end: Option<Summary>,
     /// Throughput in `unit`, from the median device time.
     pub throughput: f64,
     /// `GB/s` (bytes read + written) or `GFLOP/s`.
@@ -147,7 +90,8 @@ pub struct BenchRow {
 impl BenchRow {
     /// Whether the device or the end-to-end spread is above [`NOISY_SPREAD`].
     pub fn noisy(&self) -> bool {
-        self.device.is_noisy() || self.end_to_end.is_some_and(|s| s.is_noisy())
+        self.device.is_noisy(NOISY_SPREAD)
+            || self.end_to_end.is_some_and(|s| s.is_noisy(NOISY_SPREAD))
     }
 
     /// One line: op, shape, device ms (min / median / max), end-to-end ms (same), throughput,
@@ -156,20 +100,20 @@ impl BenchRow {
         if let Some(e) = &self.error {
             return format!("{:<12} {:<26} FAILED: {e}", self.op, self.shape);
         }
-        let three = |s: &Spread| format!("{:>9.3} {:>9.3} {:>9.3}", s.min, s.median, s.max);
+        let three = |s: &Summary| format!("{:>9.3} {:>9.3} {:>9.3}", s.min, s.median, s.max);
         let e2e = self
             .end_to_end
             .as_ref()
             .map_or_else(|| format!("{:>29}", "-"), three);
         let mut flags = Vec::new();
-        if self.device.is_noisy() {
+        if self.device.is_noisy(NOISY_SPREAD) {
             flags.push(format!(
                 "device spread {:.0}%",
-                self.device.relative() * 100.0
+                self.device.spread() * 100.0
             ));
         }
-        if let Some(s) = self.end_to_end.filter(Spread::is_noisy) {
-            flags.push(format!("e2e spread {:.0}%", s.relative() * 100.0));
+        if let Some(s) = self.end_to_end.filter(|s| s.is_noisy(NOISY_SPREAD)) {
+            flags.push(format!("e2e spread {:.0}%", s.spread() * 100.0));
         }
         let flag = if flags.is_empty() {
             String::new()
@@ -601,7 +545,7 @@ unsafe fn time_after_probe(
     warm_count: usize,
     runs: usize,
     run: Option<Record<'_>>,
-) -> Result<Spread> {
+) -> Result<Summary> {
     let warm = |cmd| {
         // SAFETY: `cmd` is the timer's recording command buffer; the probe is not pending,
         // outlives the timing and writes only its own output buffer.
@@ -613,7 +557,13 @@ unsafe fn time_after_probe(
         "bench: warm-up of {warm_count} probe dispatches took {:.1} ms of device time",
         t.warm_up_ms
     );
-    Ok(Spread::of(&t.runs))
+    Ok(summary(&t.runs))
+}
+
+/// The summary of timed runs in milliseconds, the median of an even count being the mean of
+/// the two middle runs ([`Summary::NAN`] when there are none).
+fn summary(runs_ms: &[f64]) -> Summary {
+    Summary::of_mean_median(runs_ms).unwrap_or(Summary::NAN)
 }
 
 /// The timer, the FMA probe that warms the GPU up, and how often to run things.
@@ -642,7 +592,7 @@ impl Bench {
 
     /// Times the FMA probe and sets the warm-up from its time: a first pass, sized from one
     /// lone run (at whatever clocks the GPU had), only calibrates.
-    fn measure_probe(&mut self) -> Result<Spread> {
+    fn measure_probe(&mut self) -> Result<Summary> {
         // SAFETY: no semaphores.
         unsafe { self.probe.submit(&[], &[]) }?;
         self.probe.wait()?;
@@ -650,7 +600,7 @@ impl Bench {
             Error::Unsupported("bench: the queue family has no timestamps: no device time".into())
         })?;
         self.warm_count = warm_up_count(ms(lone));
-        let mut spread = Spread::NAN;
+        let mut spread = Summary::NAN;
         for _ in 0..2 {
             // SAFETY: the probe is not pending (waited above, and by each timing).
             spread = unsafe {
@@ -671,7 +621,7 @@ impl Bench {
     ///
     /// # Safety
     /// As [`Timer::time`] requires of `run`.
-    unsafe fn time(&mut self, run: Record<'_>) -> Result<Spread> {
+    unsafe fn time(&mut self, run: Record<'_>) -> Result<Summary> {
         // SAFETY: the caller's contract for `run`; the probe is never left pending.
         unsafe {
             time_after_probe(
@@ -686,7 +636,7 @@ impl Bench {
 
     /// Device and end-to-end spreads of a graph: `e2e_runs` host executions, then the timed
     /// device-resident runs after the warm-up.
-    fn time_graph(&mut self, g: &mut Graph, inputs: &[HostTensor]) -> Result<(Spread, Spread)> {
+    fn time_graph(&mut self, g: &mut Graph, inputs: &[HostTensor]) -> Result<(Summary, Summary)> {
         let mut e2e = Vec::new();
         for _ in 0..self.e2e_runs.max(1) {
             let start = Instant::now();
@@ -703,7 +653,7 @@ impl Bench {
         };
         // SAFETY: `run` as above.
         let device = unsafe { self.time(&run) }?;
-        Ok((device, Spread::of(&e2e)))
+        Ok((device, summary(&e2e)))
     }
 }
 
@@ -803,7 +753,7 @@ impl Sizes {
 }
 
 /// Throughput in units per second (`amount` per run over the median device time, giga).
-fn throughput(amount: f64, device: &Spread) -> f64 {
+fn throughput(amount: f64, device: &Summary) -> f64 {
     amount / (device.median * 1e6)
 }
 
@@ -812,7 +762,7 @@ fn row(
     op: &str,
     shape: String,
     work: &Work,
-    measured: Result<(Spread, Option<Spread>)>,
+    measured: Result<(Summary, Option<Summary>)>,
     baseline: (f64, &'static str),
 ) -> BenchRow {
     let (unit, amount) = match *work {
@@ -823,7 +773,7 @@ fn row(
         Ok((d, e)) => (d, e, None),
         Err(e) => {
             log::error!("bench {op} {shape}: {e}");
-            (Spread::NAN, None, Some(e.to_string()))
+            (Summary::NAN, None, Some(e.to_string()))
         }
     };
     let throughput = throughput(amount, &device);
@@ -1183,23 +1133,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn spread_orders_min_median_max_and_flags_noise() {
-        let s = Spread::of(&[3.0, 1.0, 2.0]);
+    fn timed_runs_order_min_median_max_and_flag_noise() {
+        let s = summary(&[3.0, 1.0, 2.0]);
         assert_eq!((s.min, s.median, s.max, s.runs), (1.0, 2.0, 3.0, 3));
-        assert!(s.is_noisy());
-        let even = Spread::of(&[1.0, 1.02, 1.04, 1.06]);
+        assert!(s.is_noisy(NOISY_SPREAD));
+        let even = summary(&[1.0, 1.02, 1.04, 1.06]);
         assert!(even.min <= even.median && even.median <= even.max);
         assert!((even.median - 1.03).abs() < 1e-12);
-        assert!(!even.is_noisy(), "{even:?}");
-        let none = Spread::of(&[]);
+        assert!(!even.is_noisy(NOISY_SPREAD), "{even:?}");
+        let none = summary(&[]);
         assert_eq!(none.runs, 0);
-        assert!(none.median.is_nan() && !none.is_noisy());
+        assert!(none.median.is_nan() && !none.is_noisy(NOISY_SPREAD));
     }
 
     #[test]
     fn a_noisy_row_says_so() {
-        let tight = Spread::of(&[1.0, 1.0, 1.01]);
-        let wide = Spread::of(&[1.0, 1.5, 2.0]);
+        let tight = summary(&[1.0, 1.0, 1.01]);
+        let wide = summary(&[1.0, 1.5, 2.0]);
         let work = Work::Bytes(1e6);
         let quiet = row(
             "add",

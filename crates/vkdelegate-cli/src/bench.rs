@@ -110,10 +110,12 @@ fn ops(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> 
 /// `NOISY_SPREAD`). Figures that are NaN (a failed case) become `null`.
 #[cfg(feature = "compute")]
 fn row_json(r: &vkdelegate::compute::BenchRow) -> Value {
-    let spread = |s: &vkdelegate::compute::bench::Spread| {
+    use vkdelegate::compute::bench::NOISY_SPREAD;
+    // Summaries hold milliseconds.
+    let spread = |s: &vkdelegate::vk_core::Summary| {
         json!({
             "min_ms": s.min, "median_ms": s.median, "max_ms": s.max, "runs": s.runs,
-            "spread": s.relative(), "noisy": s.is_noisy(),
+            "spread": s.spread(), "noisy": s.is_noisy(NOISY_SPREAD),
         })
     };
     json!({
