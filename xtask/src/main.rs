@@ -59,8 +59,8 @@ fn usage() -> &'static str {
      \x20 shaders [--check] compile shaders/**/*.{comp,vert,frag} to committed SPIR-V and\n\
      \x20                  kernel tables (--check: fail if stale)\n\
      \x20 ci               from a copy of the repository in an empty folder: setup, then fmt,\n\
-     \x20                  clippy, the feature matrix with validation, docs, the shader check\n\
-     \x20                  and dependency-tree checks (VKDELEGATE_CI_IN_PLACE=1: no copy)\n\
+     \x20                  clippy, the feature matrix with validation, the packages, docs, the\n\
+     \x20                  shader check and dependency-tree checks (VKDELEGATE_CI_IN_PLACE=1: no copy)\n\
      \x20 demo             setup, then run the CLI's demo on the best device found\n\
      \x20 bench [ARGS]     setup, then run the CLI's bench command (release build)\n\
      \x20 fuzz [SECONDS]   every fuzz target for SECONDS each (default 60), seeded from fixtures/\n\
@@ -281,6 +281,20 @@ fn ci() -> Result {
         }
         step(&mut summary, "fuzz (60 s per target)", || {
             fuzz::run(FUZZ_SECONDS)
+        })?;
+        step(&mut summary, "package (every published crate)", || {
+            // Each crate as crates.io would get it, built from its own package (workspace
+            // dependencies from their packages); a file outside a crate's folder that it needs
+            // fails here.
+            exec(cargo().args([
+                "package",
+                "--workspace",
+                "--exclude",
+                "xtask",
+                "--exclude",
+                "frame-loop",
+                "--allow-dirty",
+            ]))
         })?;
         step(&mut summary, "docs", || {
             exec(

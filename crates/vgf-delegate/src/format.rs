@@ -423,6 +423,7 @@ impl<'a> Vgf<'a> {
     /// Decodes a VGF file. Every section is verified before use; the error names the field
     /// and the numbers involved.
     pub fn decode(bytes: &'a [u8]) -> Result<Vgf<'a>, DecodeError> {
+        DECODES.with(|c| c.set(c.get() + 1));
         let header = decode_header(bytes)?;
         let section = |i: usize| -> &'a [u8] {
             let s = header.sections[i];
@@ -942,4 +943,54 @@ fn decode_const00(bytes: &[u8]) -> Result<Vec<Constant<'_>>, DecodeError> {
         });
     }
     Ok(out)
+}
+
+thread_local! {
+    static DECODES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times the calling thread has called [`Vgf::decode`] (subtract two readings to
+/// count those of one load: a program decodes each VGF payload it is given once).
+pub fn decode_count() -> u64 {
+    DECODES.with(std::cell::Cell::get)
+}
+
+self_cell::self_cell!(
+    /// The bytes and their decoding, owned together.
+    struct OwnedVgf {
+        owner: std::sync::Arc<[u8]>,
+        #[covariant]
+        dependent: Vgf,
+    }
+);
+
+/// A VGF file's bytes with their decoding, made once: what a program keeps to wire, check
+/// and load a VGF step without decoding it again.
+pub struct VgfFile(OwnedVgf);
+
+impl VgfFile {
+    /// Decodes `bytes` (as [`Vgf::decode`]) and keeps both.
+    pub fn decode(bytes: std::sync::Arc<[u8]>) -> Result<VgfFile, DecodeError> {
+        OwnedVgf::try_new(bytes, |b| Vgf::decode(b)).map(VgfFile)
+    }
+
+    /// The decoded file.
+    pub fn vgf(&self) -> &Vgf<'_> {
+        self.0.borrow_dependent()
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &std::sync::Arc<[u8]> {
+        self.0.borrow_owner()
+    }
+}
+
+impl fmt::Debug for VgfFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VgfFile")
+            .field("bytes", &self.bytes().len())
+            .field("modules", &self.vgf().modules.len())
+            .field("resources", &self.vgf().resources.len())
+            .finish()
+    }
 }

@@ -71,7 +71,7 @@ pub mod requirements;
 pub mod shared;
 
 pub use error::{BindError, DecodeError, Error, Result};
-pub use format::{Category, ModuleType, Vgf};
+pub use format::{Category, ModuleType, Vgf, VgfFile, decode_count};
 pub use inspect::inspect_json;
 pub use model::{
     DeviceTensor, External, IoRef, IoTensor, LoadOptions, MemoryMode, Model, TensorSpec,

@@ -200,9 +200,9 @@ fn vulkan_backend_programs_match_pytorch() {
     }
 }
 
-/// A load decodes the program once, and decodes and lowers each `VulkanBackend` graph once:
-/// its wiring (`io`), requirements and load share that one lowering. An fp16 graph on a
-/// device without the f16 features is lowered once more, in fp32.
+/// A load decodes the program once, decodes and lowers each `VulkanBackend` graph once (its
+/// wiring (`io`), requirements and load share that one lowering) and decodes each VGF payload
+/// once. An fp16 graph on a device without the f16 features is lowered once more, in fp32.
 #[test]
 fn a_load_decodes_the_program_and_lowers_each_graph_once() {
     let _serial = serial();
@@ -211,7 +211,13 @@ fn a_load_decodes_the_program_and_lowers_each_graph_once() {
         let d = vkdelegate::pte::format::decode_counts();
         (d.programs, d.vk_graphs, vkdelegate::pte::lowerings())
     };
-    for model in ["mobilenet_v2", "mobilenet_v2_fp16", "transformer_encoder"] {
+    for model in [
+        "mobilenet_v2",
+        "mobilenet_v2_fp16",
+        "transformer_encoder",
+        "seed_example",
+    ] {
+        let vgf_before = vkdelegate::vgf::decode_count();
         let before = counts();
         let builder = program_builder(bytes(model), None).unwrap();
         builder.io().unwrap();
@@ -220,12 +226,20 @@ fn a_load_decodes_the_program_and_lowers_each_graph_once() {
             Err(e) => return testing::skip(model, &e.to_string()),
         };
         let (p, g, l) = counts();
-        let graphs = program
-            .steps()
-            .iter()
-            .filter(|(name, _)| name.starts_with("VulkanBackend_"))
-            .count() as u64;
+        let steps = |prefix: &str| {
+            program
+                .steps()
+                .iter()
+                .filter(|(name, _)| name.starts_with(prefix))
+                .count() as u64
+        };
+        let graphs = steps("VulkanBackend_");
         assert!(graphs > 0, "{model}");
+        assert_eq!(
+            vkdelegate::vgf::decode_count() - vgf_before,
+            steps("VgfBackend_"),
+            "{model}: VGF payload decodes"
+        );
         let fp32_fallback =
             model.ends_with("fp16") && !vkdelegate::compute::supports_f16(program.device());
         let again = if fp32_fallback { graphs } else { 0 };

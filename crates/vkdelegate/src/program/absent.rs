@@ -16,17 +16,24 @@ pub(super) mod vgf {
         }
     }
 
-    pub(in crate::program) fn requirements(step: &str, _bytes: &[u8]) -> Result<Requirements> {
+    /// A VGF file's bytes, undecoded.
+    pub(in crate::program) type Source = std::sync::Arc<[u8]>;
+
+    pub(in crate::program) fn prepare(step: &str, _bytes: Source) -> Result<Source> {
         Err(absent(step))
     }
 
-    pub(in crate::program) fn io(step: &str, _bytes: &[u8]) -> Result<StepIo> {
+    pub(in crate::program) fn requirements(step: &str, _file: &Source) -> Result<Requirements> {
+        Err(absent(step))
+    }
+
+    pub(in crate::program) fn io(step: &str, _file: &Source) -> Result<StepIo> {
         Err(absent(step))
     }
 
     pub(in crate::program) fn load(
         step: &str,
-        _bytes: &[u8],
+        _file: &Source,
         _device: &Device,
         _external: &StepBindings,
     ) -> Result<Box<dyn Runner>> {

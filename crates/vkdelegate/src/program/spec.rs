@@ -19,6 +19,10 @@ pub enum StepKind {
         /// The file's bytes.
         bytes: Arc<[u8]>,
     },
+    /// A VGF model already decoded ([`StepSpec::vgf_model`], a `.pte`'s `VgfBackend`
+    /// delegate): wired, checked and loaded without decoding it again.
+    #[cfg(feature = "vgf")]
+    VgfFile(Arc<vgf_delegate::VgfFile>),
     /// A compute op.
     Compute(ComputeStep),
     /// A `VulkanBackend` delegate of an ExecuTorch program: its graph, lowered onto the compute

@@ -4,8 +4,6 @@
 //! `absent.rs` stands in for a delegate this build lacks, answering every call with
 //! [`ProgramError::NotCompiled`].
 
-use std::sync::Arc;
-
 use vk_core::{BufferSlice, Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
 
 #[cfg(not(feature = "compute"))]
@@ -46,26 +44,29 @@ pub(super) trait Runner: Send {
     }
 }
 
-/// A step with its file read: what loading needs.
+/// A step with its file read (and a VGF file decoded): what loading needs.
 #[derive(Debug, Clone)]
 pub(super) enum Prepared {
-    /// VGF bytes.
-    Vgf(Arc<[u8]>),
+    /// A VGF file, decoded where the build has the VGF delegate.
+    Vgf(vgf::Source),
     /// A compute op.
     Compute(ComputeStep),
     /// A `VulkanBackend` delegate, lowered onto the compute delegate.
     Vulkan(VulkanDelegate),
 }
 
-/// Reads a step's VGF file, once.
+/// Reads and decodes a step's VGF file, once (a decoded file is taken as it is).
 pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
     match &spec.kind {
-        StepKind::Vgf { path } => std::fs::read(path)
-            .map(|b| Prepared::Vgf(b.into()))
-            .map_err(|e| {
+        StepKind::Vgf { path } => {
+            let bytes = std::fs::read(path).map_err(|e| {
                 ProgramError::step(&spec.name, format!("cannot read {}: {e}", path.display()))
-            }),
-        StepKind::VgfBytes { bytes } => Ok(Prepared::Vgf(bytes.clone())),
+            })?;
+            vgf::prepare(&spec.name, bytes.into()).map(Prepared::Vgf)
+        }
+        StepKind::VgfBytes { bytes } => vgf::prepare(&spec.name, bytes.clone()).map(Prepared::Vgf),
+        #[cfg(feature = "vgf")]
+        StepKind::VgfFile(file) => Ok(Prepared::Vgf(file.clone())),
         StepKind::Compute(c) => Ok(Prepared::Compute(c.clone())),
         StepKind::Vulkan(v) => Ok(Prepared::Vulkan(v.clone())),
     }
@@ -74,7 +75,7 @@ pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
 /// What the step's delegate needs of a device.
 pub(super) fn requirements(step: &str, prepared: &Prepared) -> Result<Requirements> {
     match prepared {
-        Prepared::Vgf(bytes) => vgf::requirements(step, bytes),
+        Prepared::Vgf(file) => vgf::requirements(step, file),
         Prepared::Compute(_) => compute::requirements(step),
         Prepared::Vulkan(v) => compute::vulkan_requirements(step, v),
     }
@@ -84,7 +85,7 @@ pub(super) fn requirements(step: &str, prepared: &Prepared) -> Result<Requiremen
 /// where an earlier step produces it.
 pub(super) fn io(step: &str, prepared: &Prepared, known: &[Option<TensorSpec>]) -> Result<StepIo> {
     match prepared {
-        Prepared::Vgf(bytes) => vgf::io(step, bytes),
+        Prepared::Vgf(file) => vgf::io(step, file),
         Prepared::Compute(c) => compute::io(step, c, known),
         Prepared::Vulkan(v) => compute::vulkan_io(step, v),
     }
@@ -109,7 +110,7 @@ pub(super) fn load(
     external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
     match prepared {
-        Prepared::Vgf(bytes) => vgf::load(step, bytes, device, external),
+        Prepared::Vgf(file) => vgf::load(step, file, device, external),
         Prepared::Compute(c) => compute::load(step, c, &io.inputs, device, external),
         Prepared::Vulkan(v) => compute::vulkan_load(step, v, device, external),
     }

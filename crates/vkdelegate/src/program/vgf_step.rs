@@ -1,7 +1,7 @@
 //! VGF steps: the file's bytes loaded into a `vgf_delegate::Model`.
 
 use vgf_delegate::inspect::{IoDecl, model_inputs, model_outputs};
-use vgf_delegate::{External, IoRef, LoadOptions, Model, Vgf};
+use vgf_delegate::{External, IoRef, LoadOptions, Model, VgfFile};
 use vk_core::{Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
 
 use std::sync::Arc;
@@ -18,12 +18,18 @@ fn wrap(step: &str) -> impl Fn(vgf_delegate::Error) -> ProgramError + '_ {
     }
 }
 
-fn decode<'a>(step: &str, bytes: &'a [u8]) -> Result<Vgf<'a>> {
-    Vgf::decode(bytes).map_err(|e| wrap(step)(e.into()))
+/// A VGF step's file, decoded once.
+pub(super) type Source = Arc<VgfFile>;
+
+/// Decodes a VGF file's bytes.
+pub(super) fn prepare(step: &str, bytes: Arc<[u8]>) -> Result<Source> {
+    VgfFile::decode(bytes)
+        .map(Arc::new)
+        .map_err(|e| wrap(step)(e.into()))
 }
 
-pub(super) fn requirements(step: &str, bytes: &[u8]) -> Result<Requirements> {
-    vgf_delegate::requirements_for(&decode(step, bytes)?).map_err(wrap(step))
+pub(super) fn requirements(step: &str, file: &VgfFile) -> Result<Requirements> {
+    vgf_delegate::requirements_for(file.vgf()).map_err(wrap(step))
 }
 
 /// A declared input or output as a spec: a tensor dtype and a fixed shape.
@@ -46,8 +52,8 @@ fn spec_of(step: &str, d: IoDecl) -> Result<TensorSpec> {
     }
 }
 
-pub(super) fn io(step: &str, bytes: &[u8]) -> Result<StepIo> {
-    let vgf = decode(step, bytes)?;
+pub(super) fn io(step: &str, file: &VgfFile) -> Result<StepIo> {
+    let vgf = file.vgf();
     let specs = |decls: Vec<IoDecl>| {
         decls
             .into_iter()
@@ -55,8 +61,8 @@ pub(super) fn io(step: &str, bytes: &[u8]) -> Result<StepIo> {
             .collect::<Result<Vec<_>>>()
     };
     Ok(StepIo {
-        inputs: specs(model_inputs(&vgf))?,
-        outputs: specs(model_outputs(&vgf))?,
+        inputs: specs(model_inputs(vgf))?,
+        outputs: specs(model_outputs(vgf))?,
     })
 }
 
@@ -65,11 +71,12 @@ impl StepSpec {
     /// outputs (a `.vgf` run as a one-step program).
     pub fn vgf_model(name: impl Into<String>, bytes: Arc<[u8]>) -> Result<StepSpec> {
         let name = name.into();
-        let io = io(&name, &bytes)?;
+        let file = prepare(&name, bytes)?;
+        let io = io(&name, &file)?;
         Ok(StepSpec {
             inputs: io.inputs.into_iter().map(|s| s.name).collect(),
             outputs: io.outputs.into_iter().map(|s| s.name).collect(),
-            kind: StepKind::VgfBytes { bytes },
+            kind: StepKind::VgfFile(file),
             name,
         })
     }
@@ -77,11 +84,11 @@ impl StepSpec {
 
 pub(super) fn load(
     step: &str,
-    bytes: &[u8],
+    file: &VgfFile,
     device: &Device,
     external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
-    match load_bound(step, bytes, device, external, true) {
+    match load_bound(step, file, device, external, true) {
         // An output in an alias group keeps the model's memory: the program copies it.
         Err(ProgramError::Vgf { source, .. })
             if matches!(
@@ -89,7 +96,7 @@ pub(super) fn load(
                 vgf_delegate::Error::Bind(vgf_delegate::BindError::Aliased { .. })
             ) && external.outputs.iter().any(Option::is_some) =>
         {
-            load_bound(step, bytes, device, external, false)
+            load_bound(step, file, device, external, false)
         }
         other => other,
     }
@@ -97,7 +104,7 @@ pub(super) fn load(
 
 fn load_bound(
     step: &str,
-    bytes: &[u8],
+    file: &VgfFile,
     device: &Device,
     external: &StepBindings,
     outputs: bool,
@@ -125,7 +132,7 @@ fn load_bound(
         external: inputs.chain(outs).collect(),
         ..LoadOptions::default()
     };
-    let model = Model::load_with(bytes, device, &options).map_err(wrap(step))?;
+    let model = Model::from_decoded(file.vgf(), device, &options).map_err(wrap(step))?;
     Ok(Box::new(VgfRunner(model)))
 }
 

@@ -198,12 +198,7 @@ fn delegate_step(
             });
             (kind, graph.input_ids.len())
         }
-        VGF_BACKEND_ID => (
-            StepKind::VgfBytes {
-                bytes: payload.into(),
-            },
-            vgf_inputs(payload).map_err(fail)?,
-        ),
+        VGF_BACKEND_ID => vgf_step_kind(payload).map_err(fail)?,
         other => return Err(fail(format!("delegate backend '{other}'"))),
     };
     if inputs > args.len() {
@@ -227,15 +222,17 @@ fn delegate_step(
     })
 }
 
-/// The number of inputs of a VGF payload.
+/// A VGF payload as a step, decoded once, and its number of inputs.
 #[cfg(feature = "vgf")]
-fn vgf_inputs(payload: &[u8]) -> Result<usize, String> {
-    let vgf = vgf_delegate::Vgf::decode(payload).map_err(|e| format!("VGF payload: {e}"))?;
-    Ok(vgf_delegate::inspect::model_inputs(&vgf).len())
+fn vgf_step_kind(payload: &[u8]) -> Result<(StepKind, usize), String> {
+    let file =
+        vgf_delegate::VgfFile::decode(payload.into()).map_err(|e| format!("VGF payload: {e}"))?;
+    let inputs = vgf_delegate::inspect::model_inputs(file.vgf()).len();
+    Ok((StepKind::VgfFile(Arc::new(file)), inputs))
 }
 
 #[cfg(not(feature = "vgf"))]
-fn vgf_inputs(_payload: &[u8]) -> Result<usize, String> {
+fn vgf_step_kind(_payload: &[u8]) -> Result<(StepKind, usize), String> {
     Err("a VgfBackend delegate, but this build lacks the `vgf` feature".into())
 }
 
