@@ -362,6 +362,7 @@ pub(crate) enum Op {
         q: QConv,
     },
     /// Benchmark probe: arithmetic peak (see `fma_peak.comp`).
+    #[cfg(feature = "bench")]
     FmaProbe {
         groups: u32,
         iters: u32,
@@ -403,6 +404,7 @@ impl Op {
                 .into_iter()
                 .flatten()
                 .collect(),
+            #[cfg(feature = "bench")]
             Op::FmaProbe { .. } => vec![],
         }
     }
@@ -1310,6 +1312,7 @@ impl GraphBuilder {
 
     /// The arithmetic-peak probe of the benchmarks: `groups` work groups of 256 threads, each
     /// running `iters` rounds of 16 FMAs; one f32 output per thread.
+    #[cfg(feature = "bench")]
     pub(crate) fn fma_probe(&mut self, groups: u32, iters: u32) -> TensorId {
         self.node(
             Op::FmaProbe { groups, iters },

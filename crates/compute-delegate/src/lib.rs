@@ -40,9 +40,10 @@
 //! - [`BuildOptions::force_staging`] takes the discrete-GPU staging path on any device (the
 //!   tests run every op both ways).
 //!
-//! Benchmarks: [`bench()`] measures each op's device time (timestamps, median), end-to-end
-//! time and throughput against baselines measured in the same run on the same device
-//! (`vkCmdCopyBuffer` bandwidth; an fp32 FMA peak probe). `examples/bench.rs` prints them:
+//! Benchmarks (feature `bench`): `bench()` measures each op's device time (timestamps,
+//! median), end-to-end time and throughput against baselines measured in the same run on the
+//! same device (`vkCmdCopyBuffer` bandwidth; an fp32 FMA peak probe). `examples/bench.rs`
+//! prints them:
 //! `cargo run --release -p compute-delegate --example bench -- [--quick] [FILTER]`.
 //!
 //! Ops (each a GLSL shader in `shaders/compute-delegate/`):
@@ -76,6 +77,7 @@
 //! softmax, sum/mean and layer_norm; it is never required. Cooperative matrices are not used.
 //! It never names a symbol of the ARM ML extensions and knows nothing of VGF files.
 
+#[cfg(feature = "bench")]
 pub mod bench;
 mod build;
 mod coop;
@@ -86,6 +88,7 @@ mod lower;
 mod runtime;
 mod threads;
 
+#[cfg(feature = "bench")]
 pub use bench::{BenchRow, bench, bench_requirements};
 pub use coop::{
     COOPERATIVE_FEATURES, CoopPolicy, cooperative_conv_kernel, cooperative_gemm_kernel,

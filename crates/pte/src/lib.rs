@@ -58,6 +58,7 @@ pub mod program;
 pub mod scalar;
 pub mod vulkan;
 
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod test_support;
 

@@ -1,5 +1,5 @@
 //! Builders of small program files and Vulkan payloads for tests (well-formed and hand-broken
-//! ones): not part of the stable API.
+//! ones): not part of the stable API. Behind the feature `test-support`.
 
 use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, WIPOffset};
 

@@ -1,6 +1,7 @@
 //! Timing of one model on one device: load time, per-inference time, and the host overhead
 //! of an execution (input and output copies, checks, submission) over a device-only run of
-//! the same recorded work. For `vkdelegate bench` and the criterion benchmarks.
+//! the same recorded work. For `vkdelegate bench` and the criterion benchmarks; behind the
+//! feature `bench`.
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -27,6 +27,7 @@ pub const DESCRIPTOR_TYPE_TENSOR_ARM: u32 = 1_000_460_000;
 /// "No value" for optional u32 fields (descriptor type, set index, alias group).
 pub const UNSET: u32 = u32::MAX;
 
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod test_support;
 

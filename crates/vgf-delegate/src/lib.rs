@@ -24,7 +24,8 @@
 //! buffer, [`Model::submit`] submits it with wait and signal semaphores and [`Model::wait`]
 //! waits for it. [`LoadOptions::external`] binds an input or output tensor to memory the
 //! caller provides ([`External`]: e.g. another model's output on the same device), so that
-//! a producer hands its result to a VGF consumer with no copy. [`bench::bench`] times a model.
+//! a producer hands its result to a VGF consumer with no copy. `bench::bench` (feature `bench`)
+//! times a model.
 //!
 //! Submission, fence and waits are one [`vk_core::Submission`]: queue access only around
 //! `vkQueueSubmit`, fence waits after the guard is released, on this model's own fence only.
@@ -43,6 +44,7 @@
 //! ranges, not values: they are zero-filled). Sparse constants, non-tensor descriptor types and
 //! strided model inputs/outputs are reported as unsupported.
 
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod error;
 pub mod format;

@@ -395,6 +395,7 @@ impl Device {
     /// Makes the device's allocator now, treating every memory heap as at most `bytes` long,
     /// so that tests can run out of device memory without exhausting the host (CPU drivers'
     /// heaps are host RAM). Fails when the allocator exists already (something allocated).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn limit_heaps(&self, bytes: u64) -> Result<(), Error> {
         let made = crate::memory::new_allocator(self, Some(bytes));
         if let Err(result) = made {

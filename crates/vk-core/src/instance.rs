@@ -21,11 +21,12 @@ pub const ENV_VALIDATION: &str = "VKDELEGATE_VALIDATION";
 /// Environment variable that picks a device by enumeration index.
 pub const ENV_DEVICE_INDEX: &str = "VKDELEGATE_DEVICE_INDEX";
 
-/// Set by [`crate::testing::validate_every_instance`]: every [`InstanceDesc::default`] asks for
+/// Set by `testing::validate_every_instance` (feature `testing`): every [`InstanceDesc::default`] asks for
 /// validation, whatever the environment says.
 static VALIDATE_EVERY_INSTANCE: AtomicBool = AtomicBool::new(false);
 
 /// Makes every later [`InstanceDesc::default`] ask for validation (test harnesses).
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn validate_every_instance() {
     VALIDATE_EVERY_INSTANCE.store(true, Ordering::SeqCst);
 }
@@ -61,7 +62,7 @@ pub struct InstanceDesc {
 
 impl Default for InstanceDesc {
     /// Validation from `VKDELEGATE_VALIDATION` (or always, after
-    /// [`crate::testing::validate_every_instance`]), emulation from the environment or beside
+    /// `testing::validate_every_instance`), emulation from the environment or beside
     /// the executable, API up to 1.3.
     fn default() -> Self {
         InstanceDesc {

@@ -56,6 +56,7 @@ pub mod queue;
 pub mod requirements;
 pub mod selftest;
 pub mod tensor;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod timing;
 pub mod transfer;

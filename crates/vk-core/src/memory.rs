@@ -24,7 +24,7 @@ use crate::tensor::BufferSlice;
 /// Makes the vk-mem allocator of `device` (called once, by [`Device`]). With `heap_limit`,
 /// the allocator treats every memory heap as at most that many bytes (vk-mem's
 /// `pHeapSizeLimit`): allocations beyond it fail as out of device memory without reaching the
-/// driver (a test seam, [`crate::testing::device_with_heap_limit`]).
+/// driver (a test seam, `testing::device_with_heap_limit`).
 pub(crate) fn new_allocator(
     device: &Device,
     heap_limit: Option<u64>,

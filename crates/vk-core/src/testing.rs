@@ -1,4 +1,5 @@
-//! Support for GPU tests in this workspace (and in crates that vendor it).
+//! Support for GPU tests in this workspace (and in crates that vendor it). Behind the feature
+//! `testing` (a test enables it through its dev-dependency on `vk-core`).
 //!
 //! GPU tests run on whatever device is selected (lavapipe in CI) with the Khronos validation
 //! layer on. A test that cannot run (no loader, no device, no validation layer, no ARM

@@ -23,7 +23,7 @@ fn bin() -> Command {
 }
 
 /// Validation errors the Arm emulation layer causes with its own pipelines.
-const EXCUSED_VUIDS: &[&str] = vkdelegate::vk_core::testing::EMULATION_LAYER_VUIDS;
+const EXCUSED_VUIDS: &[&str] = vk_core::testing::EMULATION_LAYER_VUIDS;
 
 /// Asserts that a run succeeded and that the validation layer reported no error of ours
 /// (validation errors are logged at `error` level under the `vulkan` target). As in the
@@ -31,7 +31,7 @@ const EXCUSED_VUIDS: &[&str] = vkdelegate::vk_core::testing::EMULATION_LAYER_VUI
 /// structures and SPIR-V as unknown (`vk_core::testing::is_outdated_layer_message`): those
 /// messages are excused, on GPUs with the extensions only.
 fn assert_clean(out: &std::process::Output) {
-    use vkdelegate::vk_core::testing::{is_outdated_layer_message, validation_layer_spec_version};
+    use vk_core::testing::{is_outdated_layer_message, validation_layer_spec_version};
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let spec = validation_layer_spec_version();

@@ -7,9 +7,11 @@
 //! | `vgf`     | Arm VGF files through `VK_ARM_data_graph`| [`vgf-delegate`]     |
 //! | `compute` | compute graphs of GLSL shaders           | [`compute-delegate`] |
 //! | `shared`  | one device and queue for every delegate  | [`shared-runtime`]   |
+//! | `bench`   | the compiled-in delegates' benchmarks    | (the delegates')     |
 //!
-//! All three are on by default. Features only add code: a `vgf`-only build holds no compute
-//! code and a `compute`-only build no VGF code (`cargo xtask ci` checks the dependency trees).
+//! `vgf`, `compute` and `shared` are on by default; `bench` (for `vkdelegate bench`) is not.
+//! Features only add code: a `vgf`-only build holds no compute code and a `compute`-only build
+//! no VGF code (`cargo xtask ci` checks the dependency trees).
 //! Whether a delegate runs standalone or on a shared device is chosen at run time, from its
 //! options, never by a build flag.
 //!

@@ -275,6 +275,7 @@ impl Lowerer<'_> {
             | Op::Slice { .. }
             | Op::Gather { .. } => self.shape_op(op, &t),
             Op::QAdd { .. } | Op::QConv { .. } => self.quantized(op, &t),
+            #[cfg(feature = "bench")]
             Op::FmaProbe { groups, iters } => {
                 let g = self.check_groups([u64::from(*groups), 1, 1])?;
                 self.push(
@@ -315,6 +316,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::Permute { .. } => "permute",
         Op::Cat { .. } => "cat",
         Op::Slice { .. } => "slice",
+        #[cfg(feature = "bench")]
         Op::FmaProbe { .. } => "fma_probe",
         Op::Cast { .. } => "cast",
         Op::Where { .. } => "where",

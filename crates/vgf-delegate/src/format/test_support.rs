@@ -1,5 +1,5 @@
 //! Builders of small VGF files for tests (hand-made malformed files, COMPUTE modules): not part
-//! of the stable API.
+//! of the stable API. Behind the feature `test-support`.
 
 use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, WIPOffset};
 
