@@ -127,6 +127,8 @@ pub struct Source {
     /// The file name, e.g. `gemm.comp`.
     pub file: String,
     pub text: String,
+    /// Whether it enables a cooperative-matrix extension (compiled by the SDK's glslc).
+    pub cooperative: bool,
     /// SPIR-V by variant suffix (`""`: the plain module).
     pub modules: BTreeMap<String, Vec<u8>>,
 }
@@ -168,7 +170,7 @@ fn entries(krate: &str, sources: &[Source]) -> Result<Vec<Entry>, String> {
         if lines.is_empty() {
             without.push(src.file.clone());
         }
-        let cooperative = crate::shaders::needs_sdk_glslc(&src.text);
+        let cooperative = src.cooperative;
         for k in lines {
             let suffix = k.variant.clone().unwrap_or_default();
             let Some(spirv) = src.modules.get(&suffix) else {
@@ -390,6 +392,7 @@ mod tests {
         Source {
             file: file.into(),
             text: text.into(),
+            cooperative: text.contains("GL_KHR_cooperative_matrix"),
             modules: suffixes
                 .iter()
                 .map(|s| (s.to_string(), module(&decorations)))

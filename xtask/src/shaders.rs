@@ -129,7 +129,7 @@ fn target_env(source: &str) -> &str {
 }
 
 /// Whether a source needs the cooperative-matrix-capable compiler.
-pub fn needs_sdk_glslc(source: &str) -> bool {
+fn needs_sdk_glslc(source: &str) -> bool {
     source.lines().any(|l| {
         let l = l.trim();
         l.starts_with("#extension")
@@ -242,6 +242,7 @@ pub fn run(check: bool) -> Result {
             .1
             .push(Source {
                 file,
+                cooperative: needs_sdk_glslc(&text),
                 text,
                 modules,
             });

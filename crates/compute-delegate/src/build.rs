@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Storage, StorageKind, TensorId};
 use crate::kernels::{PUSH_BYTES, Shader};
 use crate::lower::{Dispatch, Plan, lower};
+use crate::options::BuildOptions;
 use crate::runtime::{
-    BuildOptions, Graph, Io, MemoryReport, Objects, Recorded, check_binding, cmd, internal,
+    Graph, Io, MemoryReport, Objects, Recorded, check_binding, cmd, internal, staging_buffer,
 };
 
 /// Usage of every graph buffer.
@@ -23,17 +24,6 @@ const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
         | vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
         | vk::BufferUsageFlags::TRANSFER_DST.as_raw(),
 );
-
-/// A host staging buffer of `bytes` for the input or output `name`.
-pub(crate) fn staging_buffer(device: &Device, bytes: u64, name: &str) -> Result<Buffer> {
-    Ok(Buffer::new(
-        device,
-        bytes,
-        MemoryLocation::Host,
-        vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
-        &format!("staging for '{name}'"),
-    )?)
-}
 
 impl GraphBuilder {
     /// Builds the graph on `device` (which must meet [`GraphBuilder::requirements`]: a graph

@@ -14,7 +14,7 @@
 use vk_core::{CoopComponent, Device, Features, HostTensor, Version};
 
 use crate::graph::GraphBuilder;
-use crate::runtime::BuildOptions;
+use crate::options::BuildOptions;
 
 /// When graphs use cooperative-matrix kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

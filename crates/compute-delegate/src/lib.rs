@@ -85,6 +85,7 @@ mod error;
 mod graph;
 mod kernels;
 mod lower;
+mod options;
 mod runtime;
 mod threads;
 
@@ -97,7 +98,8 @@ pub use error::{Error, Result};
 pub use graph::{
     BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,
 };
-pub use runtime::{BuildOptions, DispatchTime, ExternalBindings, Graph, MemoryReport};
+pub use options::{BuildOptions, ExternalBindings};
+pub use runtime::{DispatchTime, Graph, MemoryReport};
 
 use vk_core::{Device, Features, QueueCaps, Requirements, Version};
 

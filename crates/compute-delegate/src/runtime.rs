@@ -1,5 +1,5 @@
 //! The executable graph: its buffers, pipelines, descriptor sets and recorded command buffers;
-//! host execution, the device-side API and profiling. [`crate::build`] makes it.
+//! host execution, the device-side API and profiling. `build.rs` makes it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use vk_core::barrier::{self, Access};
 use vk_core::{
-    Buffer, BufferSlice, Device, DeviceTensor, HostTensor, HostTransfer, SemaphoreSignal,
-    SemaphoreWait, Submission, TensorSpec, Timestamps, check_inputs, vk,
+    Buffer, BufferSlice, Device, DeviceTensor, HostTensor, HostTransfer, MemoryLocation,
+    SemaphoreSignal, SemaphoreWait, Submission, TensorSpec, Timestamps, check_inputs, vk,
 };
 
 use crate::error::{Error, Result};
@@ -30,75 +30,15 @@ pub(crate) mod cmd {
     pub const COUNT: u32 = 5;
 }
 
-/// Options for [`crate::GraphBuilder::build_with`].
-#[derive(Debug, Clone, Default)]
-pub struct BuildOptions {
-    /// Data from [`Graph::pipeline_cache_data`] of an earlier build on the same driver;
-    /// incompatible data is ignored by the driver.
-    pub pipeline_cache: Option<Vec<u8>>,
-    /// Copy inputs, outputs and weights through host staging buffers even where device memory
-    /// is host-visible (the discrete-GPU path, for tests on unified-memory devices).
-    pub force_staging: bool,
-    /// How host inputs and outputs move (`None`: [`vk_core::HostPath::for_device`], the
-    /// device's rule unless `VKDELEGATE_HOST_PATH` overrides it). `Direct` needs host-visible
-    /// device-local memory; [`BuildOptions::force_staging`] turns it into staging.
-    pub host_path: Option<vk_core::HostPath>,
-    /// Use shared-memory reductions even where subgroup arithmetic is available.
-    pub disable_subgroups: bool,
-    /// When fp16 GEMMs run on cooperative matrices (default: where the device enables them
-    /// and they pass their check on it).
-    pub cooperative: crate::CoopPolicy,
-    /// Inputs read from, and outputs written to, buffers of other delegates on the device.
-    pub external: ExternalBindings,
-}
-
-/// Graph inputs and outputs bound to buffer slices that the graph does not own (another
-/// delegate's output, a consumer's input), by index. Such an input or output gets no buffer of
-/// its own: the graph's descriptors point at the slice. Host execution still works: it copies
-/// through a staging buffer into or out of the slice.
-///
-/// A slice must hold the tensor's bytes padded to whole vec4s (the shaders read and write
-/// whole vec4s; [`vk_core::DeviceTensor`]s of compute graphs always do) and start at a
-/// multiple of `minStorageBufferOffsetAlignment`; [`crate::GraphBuilder::build_with`] checks
-/// both and names the tensor.
-#[derive(Debug, Clone, Default)]
-pub struct ExternalBindings {
-    pub(crate) inputs: BTreeMap<usize, BufferSlice>,
-    pub(crate) outputs: BTreeMap<usize, BufferSlice>,
-}
-
-impl ExternalBindings {
-    /// Binds input `index` to `slice`.
-    ///
-    /// # Safety
-    /// `slice.buffer` must be a live buffer of the device the graph is built on, created with
-    /// `STORAGE_BUFFER` and `TRANSFER_DST` usage, and must outlive every use of the graph
-    /// (its submissions and the command buffers it was recorded into). The slice must not
-    /// overlap memory the graph writes (its outputs) unless the caller orders the accesses.
-    pub unsafe fn bind_input(&mut self, index: usize, slice: BufferSlice) -> &mut Self {
-        self.inputs.insert(index, slice);
-        self
-    }
-
-    /// Binds output `index` to `slice`.
-    ///
-    /// # Safety
-    /// As [`ExternalBindings::bind_input`], with `TRANSFER_SRC` usage instead of
-    /// `TRANSFER_DST`.
-    pub unsafe fn bind_output(&mut self, index: usize, slice: BufferSlice) -> &mut Self {
-        self.outputs.insert(index, slice);
-        self
-    }
-
-    /// The slice bound to input `index`, if any.
-    pub fn input(&self, index: usize) -> Option<BufferSlice> {
-        self.inputs.get(&index).copied()
-    }
-
-    /// The slice bound to output `index`, if any.
-    pub fn output(&self, index: usize) -> Option<BufferSlice> {
-        self.outputs.get(&index).copied()
-    }
+/// A host staging buffer of `bytes` for tensor `name`.
+pub(crate) fn staging_buffer(device: &Device, bytes: u64, name: &str) -> Result<Buffer> {
+    Ok(Buffer::new(
+        device,
+        bytes,
+        MemoryLocation::Host,
+        vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
+        &format!("staging for '{name}'"),
+    )?)
 }
 
 /// Device memory a graph holds, in bytes.
@@ -699,7 +639,7 @@ impl Graph {
     /// descriptors' contents only until this returns: record them again.
     ///
     /// # Safety
-    /// As [`ExternalBindings::bind_input`].
+    /// As [`crate::ExternalBindings::bind_input`].
     pub unsafe fn rebind_input(&mut self, index: usize, slice: BufferSlice) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.rebind(false, index, slice) }
@@ -708,14 +648,14 @@ impl Graph {
     /// Binds output `index` to `slice`, as [`Graph::rebind_input`] does for inputs.
     ///
     /// # Safety
-    /// As [`ExternalBindings::bind_output`].
+    /// As [`crate::ExternalBindings::bind_output`].
     pub unsafe fn rebind_output(&mut self, index: usize, slice: BufferSlice) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.rebind(true, index, slice) }
     }
 
     /// # Safety
-    /// As [`ExternalBindings::bind_input`] / [`ExternalBindings::bind_output`].
+    /// As [`crate::ExternalBindings::bind_input`] / [`crate::ExternalBindings::bind_output`].
     unsafe fn rebind(&mut self, outputs: bool, index: usize, slice: BufferSlice) -> Result<()> {
         self.wait()?;
         let kind = if outputs { "output" } else { "input" };
@@ -737,7 +677,7 @@ impl Graph {
             _ if io.transfer => None,
             Some(s) => Some(s),
             None => Some({
-                let b = crate::build::staging_buffer(self.device(), io.bytes, &spec.name)?;
+                let b = staging_buffer(self.device(), io.bytes, &spec.name)?;
                 self.memory.staging += b.size();
                 self.buffers.push(b);
                 self.buffers.len() - 1
@@ -810,7 +750,7 @@ impl Graph {
         self.last_device_time
     }
 
-    /// The pipeline cache's data, to pass to [`BuildOptions::pipeline_cache`] next time.
+    /// The pipeline cache's data, to pass to [`crate::BuildOptions::pipeline_cache`] next time.
     pub fn pipeline_cache_data(&self) -> Result<Vec<u8>> {
         // SAFETY: the cache is live.
         let data = unsafe {

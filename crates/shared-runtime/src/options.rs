@@ -12,8 +12,35 @@
 
 use std::fmt;
 
-use crate::error::OptionsError;
 use crate::key::SharedKey;
+
+/// A sharing option is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// A known option has a value it cannot take.
+    #[error("option {option} = {value:?} is invalid: expected {expected}")]
+    InvalidValue {
+        /// The option key.
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What it may be.
+        expected: &'static str,
+    },
+    /// A `shared.*` key that does not exist (a typo would otherwise be silently ignored).
+    #[error(
+        "unknown option {0}: the sharing options are shared.mode, shared.token, shared.group_id"
+    )]
+    UnknownOption(String),
+    /// Sharing is on but the token is empty.
+    #[error(
+        "option shared.token is empty but shared.mode is {mode}: a shared context needs a non-empty token"
+    )]
+    EmptyToken {
+        /// The mode in effect.
+        mode: Mode,
+    },
+}
 
 /// How a delegate instance uses the shared registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

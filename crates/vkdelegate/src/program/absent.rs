@@ -5,7 +5,7 @@ pub(super) mod vgf {
     use vk_core::{Device, Requirements};
 
     use crate::program::error::{ProgramError, Result};
-    use crate::program::step::{Runner, StepBindings};
+    use crate::program::runner::{Runner, StepBindings};
     use crate::program::wiring::StepIo;
 
     fn absent(step: &str) -> ProgramError {
@@ -46,8 +46,8 @@ pub(super) mod compute {
     use vk_core::{Device, Requirements, TensorSpec};
 
     use crate::program::error::{ProgramError, Result};
-    use crate::program::spec::{ComputeStep, VulkanDelegate};
-    use crate::program::step::{Runner, StepBindings};
+    use crate::program::runner::{Runner, StepBindings};
+    use crate::program::spec::ComputeStep;
     use crate::program::wiring::StepIo;
 
     fn absent(step: &str) -> ProgramError {
@@ -67,26 +67,6 @@ pub(super) mod compute {
         _op: &ComputeStep,
         _known: &[Option<TensorSpec>],
     ) -> Result<StepIo> {
-        Err(absent(step))
-    }
-
-    pub(in crate::program) fn vulkan_requirements(
-        step: &str,
-        _d: &VulkanDelegate,
-    ) -> Result<Requirements> {
-        Err(absent(step))
-    }
-
-    pub(in crate::program) fn vulkan_io(step: &str, _d: &VulkanDelegate) -> Result<StepIo> {
-        Err(absent(step))
-    }
-
-    pub(in crate::program) fn vulkan_load(
-        step: &str,
-        _d: &VulkanDelegate,
-        _device: &Device,
-        _external: &StepBindings,
-    ) -> Result<Box<dyn Runner>> {
         Err(absent(step))
     }
 

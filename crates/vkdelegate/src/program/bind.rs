@@ -70,7 +70,12 @@ fn problem(tensor: &str, problem: BindingProblem) -> ProgramError {
 }
 
 fn is_compute(p: &Prepared) -> bool {
-    matches!(p, Prepared::Compute(_) | Prepared::Vulkan(_))
+    match p {
+        Prepared::Compute(_) => true,
+        #[cfg(feature = "compute")]
+        Prepared::Graph(_) => true,
+        Prepared::Vgf(_) => false,
+    }
 }
 
 /// Bytes a bound tensor must hold: its packed bytes, padded to whole vec4s where a compute

@@ -4,8 +4,8 @@ use compute_delegate::{BuildOptions, Graph, GraphBuilder, Pool2d, TensorId};
 use vk_core::{Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
 
 use super::error::{ProgramError, Result};
-use super::spec::{Arith, ComputeOp, ComputeStep, PoolParams, UnaryFn, VulkanDelegate};
-use super::step::{Runner, StepBindings};
+use super::runner::{Runner, StepBindings};
+use super::spec::{Arith, ComputeOp, ComputeStep, GraphStep, PoolParams, UnaryFn};
 use super::wiring::StepIo;
 
 fn wrap(step: &str) -> impl Fn(compute_delegate::Error) -> ProgramError + '_ {
@@ -19,18 +19,17 @@ pub(super) fn requirements(_step: &str) -> Result<Requirements> {
     Ok(compute_delegate::requirements())
 }
 
-/// A `VulkanBackend` step's requirements: the compute delegate's, and for fp16 graphs its
-/// f16 features as optional (enabled where the device has them; fp32 otherwise).
-pub(super) fn vulkan_requirements(step: &str, d: &VulkanDelegate) -> Result<Requirements> {
-    let f16 = has_f16(step, d)?;
+/// A graph step's requirements: the compute delegate's, and for fp16 graphs its f16
+/// features as optional (enabled where the device has them; fp32 otherwise).
+pub(super) fn graph_requirements(g: &GraphStep) -> Requirements {
     let base = compute_delegate::requirements();
-    Ok(if f16 {
+    if g.f16 {
         base.optional_features(
             compute_delegate::F16_FEATURES | compute_delegate::COOPERATIVE_FEATURES,
         )
     } else {
         base
-    })
+    }
 }
 
 /// Input specs: what producers make, else the step's declared input.
@@ -95,79 +94,50 @@ pub(super) fn load(
     }))
 }
 
-/// The delegate's graph as lowered when the step was made (`None`: the step came without it).
-fn lowered<'d>(
+/// The graph a step runs on `device`: its own, or for an fp16 graph on a device without the
+/// f16 features, the graph made again in fp32 (and logged).
+fn graph_on<'g>(
     step: &str,
-    d: &'d VulkanDelegate,
-) -> Result<Option<&'d crate::pte::lower::Lowered>> {
-    match d.lowered.as_deref() {
-        Some(Ok(l)) => Ok(Some(l)),
-        Some(Err(e)) => Err(ProgramError::step(step, e.clone())),
-        None => Ok(None),
+    g: &'g GraphStep,
+    device: &Device,
+) -> Result<std::borrow::Cow<'g, GraphBuilder>> {
+    if !g.f16 || compute_delegate::supports_f16(device) {
+        return Ok(std::borrow::Cow::Borrowed(&g.graph));
     }
-}
-
-/// Whether the delegate's graph holds fp16 tensors.
-fn has_f16(step: &str, d: &VulkanDelegate) -> Result<bool> {
-    match lowered(step, d)? {
-        Some(l) => Ok(l.f16),
-        None => crate::pte::lower::has_f16(d).map_err(|e| ProgramError::step(step, e.to_string())),
-    }
-}
-
-/// The graph of a `VulkanBackend` delegate, lowered onto the compute delegate (fp16 tensors
-/// in fp16 with `f16`): the step's own lowering where it fits, else lowered anew (an fp16
-/// graph computed in fp32).
-fn vulkan_graph<'d>(
-    step: &str,
-    d: &'d VulkanDelegate,
-    f16: bool,
-) -> Result<std::borrow::Cow<'d, GraphBuilder>> {
-    if let Some(l) = lowered(step, d)? {
-        if l.f16 == f16 || !l.f16 {
-            return Ok(std::borrow::Cow::Borrowed(&l.graph));
-        }
-    }
-    crate::pte::lower::graph(d, f16)
+    log::info!(
+        "step '{step}': fp16 graph computed in fp32: device '{}' has no shaderFloat16 and \
+         storageBuffer16BitAccess enabled",
+        device.capabilities().name
+    );
+    let fp32 = g.fp32.as_ref().ok_or_else(|| {
+        ProgramError::step(
+            step,
+            format!(
+                "an fp16 graph, and device '{}' has no f16 features enabled",
+                device.capabilities().name
+            ),
+        )
+    })?;
+    fp32()
         .map(std::borrow::Cow::Owned)
-        .map_err(|e| ProgramError::step(step, e.to_string()))
+        .map_err(|e| ProgramError::step(step, e))
 }
 
-/// Whether an fp16 graph computes in fp16 on `device`: where the device has the compute
-/// delegate's f16 features enabled; otherwise it computes in fp32, and says so.
-fn f16_on(step: &str, d: &VulkanDelegate, device: &Device) -> Result<bool> {
-    let f16 = has_f16(step, d)?;
-    if !f16 {
-        return Ok(false);
+/// A graph step's inputs and outputs (its edges, whatever precision it computes in).
+pub(super) fn graph_io(g: &GraphStep) -> StepIo {
+    StepIo {
+        inputs: g.graph.input_specs(),
+        outputs: g.graph.output_specs(),
     }
-    let on = compute_delegate::supports_f16(device);
-    if !on {
-        log::info!(
-            "step '{step}': fp16 graph computed in fp32: device '{}' has no shaderFloat16 and \
-             storageBuffer16BitAccess enabled",
-            device.capabilities().name
-        );
-    }
-    Ok(on)
 }
 
-pub(super) fn vulkan_io(step: &str, d: &VulkanDelegate) -> Result<StepIo> {
-    // The edges are f32 staging either way, so either lowering gives the same specs.
-    let f16 = has_f16(step, d)?;
-    let g = vulkan_graph(step, d, f16)?;
-    Ok(StepIo {
-        inputs: g.input_specs(),
-        outputs: g.output_specs(),
-    })
-}
-
-pub(super) fn vulkan_load(
+pub(super) fn graph_load(
     step: &str,
-    d: &VulkanDelegate,
+    g: &GraphStep,
     device: &Device,
     external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
-    let graph = vulkan_graph(step, d, f16_on(step, d, device)?)?
+    let graph = graph_on(step, g, device)?
         .build_with(device, &options(external))
         .map_err(wrap(step))?;
     Ok(Box::new(ComputeRunner {

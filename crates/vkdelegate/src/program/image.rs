@@ -228,7 +228,7 @@ impl Program {
         let Some(plan) = plan else {
             return Err(problem(name, BindingProblem::NotImage { input }));
         };
-        let runners: Vec<&dyn super::step::Runner> =
+        let runners: Vec<&dyn super::runner::Runner> =
             self.steps.iter().map(|s| &*s.runner).collect();
         // SAFETY: the caller's contract; the steps outlive the plan.
         unsafe { plan.rebind_image(&runners, name, input, index, image) }?;

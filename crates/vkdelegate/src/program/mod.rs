@@ -35,6 +35,7 @@ mod file;
 mod image;
 mod ops;
 mod plan;
+mod runner;
 mod spec;
 mod step;
 #[cfg(feature = "vgf")]
@@ -55,15 +56,18 @@ pub use file::ProgramFile;
 pub use ops::OPS;
 pub use spec::{
     Arith, ComputeOp, ComputeStep, DeviceChoice, HandOff, PoolParams, StepKind, StepSpec, Timings,
-    UnaryFn, VulkanDelegate,
+    UnaryFn,
 };
+#[cfg(feature = "compute")]
+pub use spec::{Fp32Graph, GraphStep};
 pub use vk_core::{AppImage, ColourMap, ImageProblem, ImageToTensor, TensorLayout, TensorToImage};
 
 use bind::Bound;
 use error::Result;
 use image::BoundImages;
 use plan::DevicePlan;
-use step::{Prepared, Runner, StepBindings};
+use runner::{Runner, StepBindings};
+use step::Prepared;
 use wiring::{Source, Wiring};
 
 /// Builds a [`Program`].

@@ -33,7 +33,7 @@ use vk_core::{
 use super::bind::{Bound, written_in_place};
 use super::error::{ProgramError, Result};
 use super::image::{BoundImages, image_error};
-use super::step::Runner;
+use super::runner::Runner;
 use super::wiring::{Source, Wiring};
 
 /// Host staging, timestamps and the recorded command buffer of the device hand-off.

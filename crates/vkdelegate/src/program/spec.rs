@@ -25,27 +25,40 @@ pub enum StepKind {
     VgfFile(Arc<vgf_delegate::VgfFile>),
     /// A compute op.
     Compute(ComputeStep),
-    /// A `VulkanBackend` delegate of an ExecuTorch program: its graph, lowered onto the compute
-    /// delegate.
-    Vulkan(VulkanDelegate),
+    /// A compute graph a front end made (`crate::pte` lowers ExecuTorch's `VulkanBackend`
+    /// delegates into these).
+    #[cfg(feature = "compute")]
+    Graph(GraphStep),
 }
 
-/// Where a `VulkanBackend` delegate lives: the whole `.pte` program (its named data holds the
-/// graph's weights), the plan and the delegate's index in it; and its graph, lowered once when
-/// [`crate::pte::program_builder`] made the step (the program's wiring, requirements and load
-/// all use that one lowering).
-#[derive(Debug, Clone)]
-pub struct VulkanDelegate {
-    /// The program file's bytes.
-    pub program: Arc<[u8]>,
-    /// The execution plan's name.
-    pub plan: String,
-    /// The delegate's index in the plan.
-    pub delegate: usize,
-    /// The graph lowered at its own precision, or why it could not be (reported when the
-    /// program is built); `None`: lowered from `program` when needed.
-    #[cfg(feature = "compute")]
-    pub(crate) lowered: Option<Arc<Result<crate::pte::lower::Lowered, String>>>,
+/// Makes a graph again with fp32 arithmetic (its fp16 tensors widened), or says why not.
+#[cfg(feature = "compute")]
+pub type Fp32Graph = Arc<dyn Fn() -> Result<compute_delegate::GraphBuilder, String> + Send + Sync>;
+
+/// A compute graph made once by a front end, at its own precision: the program's wiring, its
+/// device requirements and the load all use it.
+#[cfg(feature = "compute")]
+#[derive(Clone)]
+pub struct GraphStep {
+    /// The graph.
+    pub graph: Arc<compute_delegate::GraphBuilder>,
+    /// Whether it computes in fp16: it then asks for the compute delegate's f16 features, as
+    /// optional, and computes in fp16 where the device has them enabled.
+    pub f16: bool,
+    /// For an fp16 graph: how to make it in fp32, for a device without the f16 features.
+    pub fp32: Option<Fp32Graph>,
+}
+
+#[cfg(feature = "compute")]
+impl std::fmt::Debug for GraphStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphStep")
+            .field("inputs", &self.graph.input_specs())
+            .field("outputs", &self.graph.output_specs())
+            .field("f16", &self.f16)
+            .field("fp32", &self.fp32.is_some())
+            .finish()
+    }
 }
 
 /// One step: what it runs and the tensor names it reads and writes.

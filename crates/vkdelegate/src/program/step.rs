@@ -1,10 +1,11 @@
-//! The one interface every delegate's step implements, and the dispatch by step kind.
+//! The dispatch by step kind onto each delegate's side.
 //!
-//! Each delegate's side lives in a whole-module `cfg` file (`vgf_step.rs`, `compute_step.rs`);
+//! Each delegate's side lives in a whole-module `cfg` file (`vgf_step.rs`, `compute_step.rs`)
+//! implementing `runner.rs`'s interface;
 //! `absent.rs` stands in for a delegate this build lacks, answering every call with
 //! [`ProgramError::NotCompiled`].
 
-use vk_core::{BufferSlice, Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
+use vk_core::{Device, Requirements, TensorSpec};
 
 #[cfg(not(feature = "compute"))]
 use super::absent::compute;
@@ -13,36 +14,13 @@ use super::absent::vgf;
 #[cfg(feature = "compute")]
 use super::compute_step as compute;
 use super::error::{ProgramError, Result};
-use super::spec::{ComputeStep, StepKind, StepSpec, VulkanDelegate};
+use super::runner::{Runner, StepBindings};
+#[cfg(feature = "compute")]
+use super::spec::GraphStep;
+use super::spec::{ComputeStep, StepKind, StepSpec};
 #[cfg(feature = "vgf")]
 use super::vgf_step as vgf;
 use super::wiring::StepIo;
-
-/// A loaded step, whatever its delegate.
-pub(super) trait Runner: Send {
-    /// `vgf` or `compute`.
-    fn kind(&self) -> &'static str;
-    /// The device it runs on.
-    fn device(&self) -> &Device;
-    /// Runs the step alone on host tensors (host hand-off).
-    fn execute(&mut self, step: &str, inputs: &[HostTensor]) -> Result<Vec<HostTensor>>;
-    /// Where its inputs live on the device (its own buffers, or the slices it was bound to).
-    fn device_inputs(&self) -> Vec<DeviceTensor>;
-    /// Where its outputs live on the device.
-    fn device_outputs(&self) -> Vec<DeviceTensor>;
-    /// Records its work into `cmd`.
-    ///
-    /// # Safety
-    /// `cmd` is a recording primary command buffer of the step's device, outside a render
-    /// pass; the caller orders writes of the inputs before and reads of the outputs after
-    /// with barriers, and submits it only while the step is alive and not otherwise running.
-    unsafe fn record_into(&self, cmd: vk::CommandBuffer);
-    /// Device time per dispatch of one device-resident run on the inputs already on the
-    /// device; empty where the delegate cannot time its work dispatch by dispatch.
-    fn profile(&mut self, _step: &str) -> Result<Vec<super::DispatchProfile>> {
-        Ok(Vec::new())
-    }
-}
 
 /// A step with its file read (and a VGF file decoded): what loading needs.
 #[derive(Debug, Clone)]
@@ -51,8 +29,9 @@ pub(super) enum Prepared {
     Vgf(vgf::Source),
     /// A compute op.
     Compute(ComputeStep),
-    /// A `VulkanBackend` delegate, lowered onto the compute delegate.
-    Vulkan(VulkanDelegate),
+    /// A compute graph a front end made.
+    #[cfg(feature = "compute")]
+    Graph(GraphStep),
 }
 
 /// Reads and decodes a step's VGF file, once (a decoded file is taken as it is).
@@ -68,7 +47,8 @@ pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
         #[cfg(feature = "vgf")]
         StepKind::VgfFile(file) => Ok(Prepared::Vgf(file.clone())),
         StepKind::Compute(c) => Ok(Prepared::Compute(c.clone())),
-        StepKind::Vulkan(v) => Ok(Prepared::Vulkan(v.clone())),
+        #[cfg(feature = "compute")]
+        StepKind::Graph(g) => Ok(Prepared::Graph(g.clone())),
     }
 }
 
@@ -77,7 +57,8 @@ pub(super) fn requirements(step: &str, prepared: &Prepared) -> Result<Requiremen
     match prepared {
         Prepared::Vgf(file) => vgf::requirements(step, file),
         Prepared::Compute(_) => compute::requirements(step),
-        Prepared::Vulkan(v) => compute::vulkan_requirements(step, v),
+        #[cfg(feature = "compute")]
+        Prepared::Graph(g) => Ok(compute::graph_requirements(g)),
     }
 }
 
@@ -87,17 +68,9 @@ pub(super) fn io(step: &str, prepared: &Prepared, known: &[Option<TensorSpec>]) 
     match prepared {
         Prepared::Vgf(file) => vgf::io(step, file),
         Prepared::Compute(c) => compute::io(step, c, known),
-        Prepared::Vulkan(v) => compute::vulkan_io(step, v),
+        #[cfg(feature = "compute")]
+        Prepared::Graph(g) => Ok(compute::graph_io(g)),
     }
-}
-
-/// Slices a step's inputs and outputs are bound to, by index (`None`: its own buffer).
-#[derive(Debug, Clone, Default)]
-pub(super) struct StepBindings {
-    /// Input `i` reads `inputs[i]` where given.
-    pub inputs: Vec<Option<BufferSlice>>,
-    /// Output `j` is written to `outputs[j]` where given.
-    pub outputs: Vec<Option<BufferSlice>>,
 }
 
 /// Loads the step on `device`, bound to `external` (no copy); a VGF output that cannot be
@@ -112,6 +85,7 @@ pub(super) fn load(
     match prepared {
         Prepared::Vgf(file) => vgf::load(step, file, device, external),
         Prepared::Compute(c) => compute::load(step, c, &io.inputs, device, external),
-        Prepared::Vulkan(v) => compute::vulkan_load(step, v, device, external),
+        #[cfg(feature = "compute")]
+        Prepared::Graph(g) => compute::graph_load(step, g, device, external),
     }
 }

@@ -7,8 +7,8 @@ use vk_core::{Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
 use std::sync::Arc;
 
 use super::error::{ProgramError, Result};
+use super::runner::{Runner, StepBindings};
 use super::spec::{StepKind, StepSpec};
-use super::step::{Runner, StepBindings};
 use super::wiring::StepIo;
 
 fn wrap(step: &str) -> impl Fn(vgf_delegate::Error) -> ProgramError + '_ {

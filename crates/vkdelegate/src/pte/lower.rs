@@ -24,8 +24,6 @@ use executorch_pte::{
 };
 use vk_core::{DType, HostTensor};
 
-use crate::program::VulkanDelegate;
-
 /// The ops this lowering implements, by ExecuTorch name.
 pub(crate) const SUPPORTED: &[&str] = &[
     "et_vk.conv_with_clamp.default",
@@ -120,54 +118,25 @@ pub(crate) fn lower(
     Ok(Lowered { graph, f16 })
 }
 
-/// Whether the delegate's graph holds fp16 tensors (then it can compute in fp16).
-pub(crate) fn has_f16(d: &VulkanDelegate) -> Result<bool> {
-    with_vk_graph(d, |_, vk| Ok(has_f16_tensor(vk)))
-}
-
-/// The delegate's graph as a compute graph, decoded and lowered from the program's bytes;
-/// fp16 tensors compute in fp16 when `f16` is set, else in fp32.
-pub(crate) fn graph(d: &VulkanDelegate, f16: bool) -> Result<GraphBuilder> {
-    let long = long_inputs_of(d)?;
-    with_vk_graph(d, |pte, vk| {
-        let float = if f16 && has_f16_tensor(vk) {
-            DType::F16
-        } else {
-            DType::F32
-        };
-        Lowering::new(pte, vk, float).run(&long)
-    })
+/// Delegate `delegate` of plan `plan` of the program file `program`, decoded and lowered
+/// again with fp32 arithmetic (fp16 constants widened): an fp16 graph on a device without the
+/// f16 features.
+pub(crate) fn lower_fp32(program: &[u8], plan: &str, delegate: usize) -> Result<GraphBuilder> {
+    let pte = Pte::decode(program).map_err(|e| err(e.to_string()))?;
+    let plan = pte.plan(plan).map_err(|e| err(e.to_string()))?;
+    let d = plan
+        .delegates
+        .get(delegate)
+        .ok_or_else(|| err(format!("no delegate {delegate}")))?;
+    let payload = pte.delegate_payload(d).map_err(|e| err(e.to_string()))?;
+    let vk = VkGraph::decode(payload).map_err(|e| err(e.to_string()))?;
+    Lowering::new(&pte, &vk, DType::F32).run(&long_inputs(plan, delegate))
 }
 
 fn has_f16_tensor(vk: &VkGraph<'_>) -> bool {
     vk.values
         .iter()
         .any(|v| matches!(v, VkValue::Tensor(t) if t.datatype == VkDataType::Float16))
-}
-
-/// Which of the delegate's inputs its plan holds as int64.
-fn long_inputs_of(d: &VulkanDelegate) -> Result<Vec<bool>> {
-    let pte = Pte::decode(&d.program).map_err(|e| err(e.to_string()))?;
-    let plan = pte.plan(&d.plan).map_err(|e| err(e.to_string()))?;
-    Ok(long_inputs(plan, d.delegate))
-}
-
-/// Runs `f` on the delegate's decoded program and `VkGraph`.
-fn with_vk_graph<T>(
-    d: &VulkanDelegate,
-    f: impl FnOnce(&Pte<'_>, &VkGraph<'_>) -> Result<T>,
-) -> Result<T> {
-    let pte = Pte::decode(&d.program).map_err(|e| err(e.to_string()))?;
-    let plan = pte.plan(&d.plan).map_err(|e| err(e.to_string()))?;
-    let delegate = plan
-        .delegates
-        .get(d.delegate)
-        .ok_or_else(|| err(format!("no delegate {}", d.delegate)))?;
-    let payload = pte
-        .delegate_payload(delegate)
-        .map_err(|e| err(e.to_string()))?;
-    let vk = VkGraph::decode(payload).map_err(|e| err(e.to_string()))?;
-    f(&pte, &vk)
 }
 
 /// Which of the delegate's inputs the plan holds as int64.

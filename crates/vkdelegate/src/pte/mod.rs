@@ -25,7 +25,7 @@ use executorch_pte::{
     Value, VkGraph,
 };
 
-use crate::program::{ProgramBuilder, StepKind, StepSpec, VulkanDelegate};
+use crate::program::{ProgramBuilder, StepKind, StepSpec};
 
 /// What cannot become a program, with every reason.
 #[derive(Debug, thiserror::Error)]
@@ -186,17 +186,12 @@ fn delegate_step(
     let (kind, inputs) = match delegate.id {
         VULKAN_BACKEND_ID => {
             let graph = VkGraph::decode(payload).map_err(|e| fail(format!("VkGraph: {e}")))?;
-            check_vulkan_ops(&graph, &format!("{at}, VulkanBackend delegate {index}"))?;
-            let kind = StepKind::Vulkan(VulkanDelegate {
-                program: bytes.clone(),
-                plan: plan.name.to_owned(),
-                delegate: index,
-                #[cfg(feature = "compute")]
-                lowered: Some(Arc::new(
-                    lower::lower(pte, plan, index, &graph).map_err(|e| e.to_string()),
-                )),
-            });
-            (kind, graph.input_ids.len())
+            let at = format!("{at}, VulkanBackend delegate {index}");
+            check_vulkan_ops(&graph, &at)?;
+            (
+                graph_step(pte, plan, index, &graph, bytes, &at)?,
+                graph.input_ids.len(),
+            )
         }
         VGF_BACKEND_ID => vgf_step_kind(payload).map_err(fail)?,
         other => return Err(fail(format!("delegate backend '{other}'"))),
@@ -220,6 +215,52 @@ fn delegate_step(
             .map(|&v| value_name(plan, v))
             .collect(),
     })
+}
+
+/// A `VulkanBackend` graph as a compute-graph step: lowered once, at its own precision; an
+/// fp16 graph is lowered again in fp32 only for a device without the f16 features.
+#[cfg(feature = "compute")]
+fn graph_step(
+    pte: &Pte<'_>,
+    plan: &ExecutionPlan<'_>,
+    index: usize,
+    graph: &VkGraph<'_>,
+    bytes: &Arc<[u8]>,
+    at: &str,
+) -> Result<StepKind, Vec<Unsupported>> {
+    let lowered = lower::lower(pte, plan, index, graph).map_err(|e| {
+        vec![Unsupported {
+            what: format!("a graph that cannot be lowered: {e}"),
+            location: at.to_owned(),
+        }]
+    })?;
+    let fp32 = lowered.f16.then(|| {
+        let (program, plan, at) = (bytes.clone(), plan.name.to_owned(), at.to_owned());
+        let fp32: crate::program::Fp32Graph = Arc::new(move || {
+            lower::lower_fp32(&program, &plan, index).map_err(|e| format!("{at}: {e}"))
+        });
+        fp32
+    });
+    Ok(StepKind::Graph(crate::program::GraphStep {
+        graph: Arc::new(lowered.graph),
+        f16: lowered.f16,
+        fp32,
+    }))
+}
+
+#[cfg(not(feature = "compute"))]
+fn graph_step(
+    _pte: &Pte<'_>,
+    _plan: &ExecutionPlan<'_>,
+    _index: usize,
+    _graph: &VkGraph<'_>,
+    _bytes: &Arc<[u8]>,
+    at: &str,
+) -> Result<StepKind, Vec<Unsupported>> {
+    Err(vec![Unsupported {
+        what: "a VulkanBackend delegate, but this build lacks the `compute` feature".into(),
+        location: at.to_owned(),
+    }])
 }
 
 /// A VGF payload as a step, decoded once, and its number of inputs.

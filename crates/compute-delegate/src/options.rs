@@ -1,0 +1,77 @@
+//! How a graph is built: [`BuildOptions`], with the buffers of other delegates it is bound to
+//! ([`ExternalBindings`]).
+
+use std::collections::BTreeMap;
+
+use vk_core::BufferSlice;
+
+/// Options for [`crate::GraphBuilder::build_with`].
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    /// Data from [`crate::Graph::pipeline_cache_data`] of an earlier build on the same driver;
+    /// incompatible data is ignored by the driver.
+    pub pipeline_cache: Option<Vec<u8>>,
+    /// Copy inputs, outputs and weights through host staging buffers even where device memory
+    /// is host-visible (the discrete-GPU path, for tests on unified-memory devices).
+    pub force_staging: bool,
+    /// How host inputs and outputs move (`None`: [`vk_core::HostPath::for_device`], the
+    /// device's rule unless `VKDELEGATE_HOST_PATH` overrides it). `Direct` needs host-visible
+    /// device-local memory; [`BuildOptions::force_staging`] turns it into staging.
+    pub host_path: Option<vk_core::HostPath>,
+    /// Use shared-memory reductions even where subgroup arithmetic is available.
+    pub disable_subgroups: bool,
+    /// When fp16 GEMMs run on cooperative matrices (default: where the device enables them
+    /// and they pass their check on it).
+    pub cooperative: crate::CoopPolicy,
+    /// Inputs read from, and outputs written to, buffers of other delegates on the device.
+    pub external: ExternalBindings,
+}
+
+/// Graph inputs and outputs bound to buffer slices that the graph does not own (another
+/// delegate's output, a consumer's input), by index. Such an input or output gets no buffer of
+/// its own: the graph's descriptors point at the slice. Host execution still works: it copies
+/// through a staging buffer into or out of the slice.
+///
+/// A slice must hold the tensor's bytes padded to whole vec4s (the shaders read and write
+/// whole vec4s; [`vk_core::DeviceTensor`]s of compute graphs always do) and start at a
+/// multiple of `minStorageBufferOffsetAlignment`; [`crate::GraphBuilder::build_with`] checks
+/// both and names the tensor.
+#[derive(Debug, Clone, Default)]
+pub struct ExternalBindings {
+    pub(crate) inputs: BTreeMap<usize, BufferSlice>,
+    pub(crate) outputs: BTreeMap<usize, BufferSlice>,
+}
+
+impl ExternalBindings {
+    /// Binds input `index` to `slice`.
+    ///
+    /// # Safety
+    /// `slice.buffer` must be a live buffer of the device the graph is built on, created with
+    /// `STORAGE_BUFFER` and `TRANSFER_DST` usage, and must outlive every use of the graph
+    /// (its submissions and the command buffers it was recorded into). The slice must not
+    /// overlap memory the graph writes (its outputs) unless the caller orders the accesses.
+    pub unsafe fn bind_input(&mut self, index: usize, slice: BufferSlice) -> &mut Self {
+        self.inputs.insert(index, slice);
+        self
+    }
+
+    /// Binds output `index` to `slice`.
+    ///
+    /// # Safety
+    /// As [`ExternalBindings::bind_input`], with `TRANSFER_SRC` usage instead of
+    /// `TRANSFER_DST`.
+    pub unsafe fn bind_output(&mut self, index: usize, slice: BufferSlice) -> &mut Self {
+        self.outputs.insert(index, slice);
+        self
+    }
+
+    /// The slice bound to input `index`, if any.
+    pub fn input(&self, index: usize) -> Option<BufferSlice> {
+        self.inputs.get(&index).copied()
+    }
+
+    /// The slice bound to output `index`, if any.
+    pub fn output(&self, index: usize) -> Option<BufferSlice> {
+        self.outputs.get(&index).copied()
+    }
+}
