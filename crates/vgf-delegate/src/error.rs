@@ -1,6 +1,6 @@
 //! Errors: [`DecodeError`] for files, [`Error`] for everything else.
 
-use crate::format::FormatVersion;
+use crate::version::FormatVersion;
 
 /// Why a VGF file could not be decoded. Each variant names the field and the numbers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,6 +12,7 @@ use std::fmt;
 use flatbuffers::{ForwardsUOffset, Vector, VerifierOptions};
 
 use crate::error::DecodeError;
+pub use crate::version::FormatVersion;
 use crate::vgf_generated::vgf as fb;
 
 /// Size of the fixed header.
@@ -37,23 +38,6 @@ const SECTION_NAMES: [&str; 4] = [
     "model resource table",
     "constants",
 ];
-
-/// Format version `major.minor.patch`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct FormatVersion {
-    /// Major.
-    pub major: u8,
-    /// Minor.
-    pub minor: u8,
-    /// Patch.
-    pub patch: u8,
-}
-
-impl fmt::Display for FormatVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
 
 /// One section of the file: offset from the file start and size in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -71,6 +71,7 @@ pub mod model;
 pub mod requirements;
 #[cfg(feature = "shared")]
 pub mod shared;
+mod version;
 
 pub use error::{BindError, DecodeError, Error, Result};
 pub use format::{Category, ModuleType, Vgf, VgfFile, decode_count};
