@@ -828,8 +828,8 @@ mod tests {
             storage(StorageKind::Temp, 32),
             storage(StorageKind::Temp, 128),
             storage(StorageKind::Output, 64),
-            storage(StorageKind::Const(vec![0; 16]), 16),
-            storage(StorageKind::Const(vec![0; 16]), 16), // unused: no buffer
+            storage(StorageKind::Const(vec![0; 16].into()), 16),
+            storage(StorageKind::Const(vec![0; 16].into()), 16), // unused: no buffer
         ];
         let d = vec![
             dispatch(0, &[(0, false), (5, false), (1, true)]),

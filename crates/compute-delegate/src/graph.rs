@@ -1,6 +1,8 @@
 //! The graph builder: tensors, constants, inputs, outputs and ops, validated as they are added.
 
 use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
 
 use vk_core::{DType, HostTensor};
 
@@ -421,8 +423,45 @@ pub(crate) struct Node {
 pub(crate) enum StorageKind {
     Input,
     Output,
-    Const(Vec<u8>),
+    Const(ConstBytes),
     Temp,
+}
+
+/// A constant's bytes: its own, or a range of a buffer it shares with its owner (a model
+/// file's weights, used in place rather than copied). Cloning shares either.
+#[derive(Clone)]
+pub(crate) enum ConstBytes {
+    Own(Arc<Vec<u8>>),
+    Shared(Arc<[u8]>, Range<usize>),
+}
+
+impl From<Vec<u8>> for ConstBytes {
+    fn from(v: Vec<u8>) -> Self {
+        ConstBytes::Own(Arc::new(v))
+    }
+}
+
+impl std::ops::Deref for ConstBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ConstBytes::Own(v) => v,
+            ConstBytes::Shared(data, range) => &data[range.clone()],
+        }
+    }
+}
+
+impl fmt::Debug for ConstBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = matches!(self, ConstBytes::Shared(..));
+        write!(
+            f,
+            "{} bytes{}",
+            self.len(),
+            if shared { ", shared" } else { "" }
+        )
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -634,7 +673,37 @@ impl GraphBuilder {
             name.to_string(),
             dtype,
             shape,
-            Some((StorageKind::Const(tensor.into_bytes()), None)),
+            Some((StorageKind::Const(tensor.into_bytes().into()), None)),
+        ))
+    }
+
+    /// A constant of `dtype` and `shape` whose bytes are `range` of `data`, used where they
+    /// are rather than copied (a model file's weights: the graph keeps `data` alive).
+    pub fn constant_shared(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        data: Arc<[u8]>,
+        range: Range<usize>,
+    ) -> Result<TensorId> {
+        Self::check_shape("constant", name, shape)?;
+        let want = shape.iter().product::<usize>() * dtype.size();
+        if range.end > data.len() || range.start > range.end || range.len() != want {
+            return Err(shape_err(
+                "constant",
+                format!(
+                    "constant '{name}': bytes {range:?} of a {}-byte buffer, but {dtype:?} {shape:?} \
+                     takes {want}",
+                    data.len()
+                ),
+            ));
+        }
+        Ok(self.push_tensor(
+            name.to_string(),
+            dtype,
+            shape.to_vec(),
+            Some((StorageKind::Const(ConstBytes::Shared(data, range)), None)),
         ))
     }
 
@@ -1830,4 +1899,30 @@ fn broadcast_shape(op: &'static str, a: &TensorInfo, b: &TensorInfo) -> Result<V
         };
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_constants_are_ranges_checked_against_their_shape() {
+        let data: Arc<[u8]> = (0u8..64).collect::<Vec<_>>().into();
+        let mut g = GraphBuilder::new();
+        let c = g
+            .constant_shared("w", DType::F32, &[2, 4], data.clone(), 16..48)
+            .unwrap();
+        let st = &g.storages[g.tensors[c.0].storage];
+        let StorageKind::Const(bytes) = &st.kind else {
+            panic!("{:?}", st.kind)
+        };
+        assert_eq!(&bytes[..], &data[16..48]);
+        assert!(matches!(bytes, ConstBytes::Shared(..)), "not copied");
+        for range in [16..44, 40..72] {
+            let e = g
+                .constant_shared("bad", DType::F32, &[2, 4], data.clone(), range)
+                .unwrap_err();
+            assert!(e.to_string().contains("'bad'"), "{e}");
+        }
+    }
 }

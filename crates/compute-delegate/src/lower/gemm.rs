@@ -296,7 +296,7 @@ impl Lowerer<'_> {
                             }
                             let bytes_len = storage_bytes(bi.dtype, &[nout * k]);
                             self.storages.push(Storage {
-                                kind: StorageKind::Const(t),
+                                kind: StorageKind::Const(t.into()),
                                 bytes: bytes_len,
                                 tensor: *b,
                             });

@@ -16,6 +16,7 @@
 //! narrowed to its low 32 bits inside the graph, as ExecuTorch's Vulkan backend does.
 
 use std::fmt;
+use std::sync::Arc;
 
 use compute_delegate::{Compare, Conv2d, GraphBuilder, Pool2d, TensorId};
 use executorch_pte::{
@@ -105,23 +106,25 @@ impl fmt::Debug for Lowered {
 }
 
 /// Lowers delegate `index` of `plan`, whose payload decoded to `vk`, at the graph's own
-/// precision.
+/// precision; `file` is the program's bytes (`pte` was decoded from it), whose weights the
+/// graph uses in place where they need no conversion.
 pub(crate) fn lower(
     pte: &Pte<'_>,
     plan: &ExecutionPlan<'_>,
     index: usize,
     vk: &VkGraph<'_>,
+    file: &Arc<[u8]>,
 ) -> Result<Lowered> {
     let f16 = has_f16_tensor(vk);
     let float = if f16 { DType::F16 } else { DType::F32 };
-    let graph = Lowering::new(pte, vk, float).run(&long_inputs(plan, index))?;
+    let graph = Lowering::new(pte, vk, float, file).run(&long_inputs(plan, index))?;
     Ok(Lowered { graph, f16 })
 }
 
 /// Delegate `delegate` of plan `plan` of the program file `program`, decoded and lowered
 /// again with fp32 arithmetic (fp16 constants widened): an fp16 graph on a device without the
 /// f16 features.
-pub(crate) fn lower_fp32(program: &[u8], plan: &str, delegate: usize) -> Result<GraphBuilder> {
+pub(crate) fn lower_fp32(program: &Arc<[u8]>, plan: &str, delegate: usize) -> Result<GraphBuilder> {
     let pte = Pte::decode(program).map_err(|e| err(e.to_string()))?;
     let plan = pte.plan(plan).map_err(|e| err(e.to_string()))?;
     let d = plan
@@ -130,7 +133,7 @@ pub(crate) fn lower_fp32(program: &[u8], plan: &str, delegate: usize) -> Result<
         .ok_or_else(|| err(format!("no delegate {delegate}")))?;
     let payload = pte.delegate_payload(d).map_err(|e| err(e.to_string()))?;
     let vk = VkGraph::decode(payload).map_err(|e| err(e.to_string()))?;
-    Lowering::new(&pte, &vk, DType::F32).run(&long_inputs(plan, delegate))
+    Lowering::new(&pte, &vk, DType::F32, program).run(&long_inputs(plan, delegate))
 }
 
 fn has_f16_tensor(vk: &VkGraph<'_>) -> bool {
@@ -168,6 +171,8 @@ struct Lowering<'p, 'a> {
     /// The dtype float tensors and masks compute in (f16 only for fp16 graphs on devices that
     /// have the features).
     float: DType,
+    /// The program file's bytes, which constants that need no conversion are ranges of.
+    file: &'p Arc<[u8]>,
 }
 
 /// A tensor's dtype in a graph computing floats in `float`; with `staging`, its dtype at the
@@ -202,14 +207,23 @@ fn f16_to_f32(h: u16) -> f32 {
 }
 
 impl<'p, 'a> Lowering<'p, 'a> {
-    fn new(pte: &'p Pte<'a>, vk: &'p VkGraph<'a>, float: DType) -> Self {
+    fn new(pte: &'p Pte<'a>, vk: &'p VkGraph<'a>, float: DType, file: &'p Arc<[u8]>) -> Self {
         Lowering {
             pte,
             vk,
             g: GraphBuilder::new(),
             tensors: vec![None; vk.values.len()],
             float,
+            file,
         }
+    }
+
+    /// Where `bytes` lie in the program file, if they are part of it.
+    fn file_range(&self, bytes: &[u8]) -> Option<std::ops::Range<usize>> {
+        let base = self.file.as_ptr() as usize;
+        let start = (bytes.as_ptr() as usize).checked_sub(base)?;
+        let end = start.checked_add(bytes.len())?;
+        (end <= self.file.len()).then_some(start..end)
     }
 
     fn run(mut self, long: &[bool]) -> Result<GraphBuilder> {
@@ -280,6 +294,22 @@ impl<'p, 'a> Lowering<'p, 'a> {
             .vk
             .constant(c as usize, self.pte)
             .map_err(|e| err(e.to_string()))?;
+        // Weights stored as the graph computes them are used in place, from the file.
+        let as_stored = match (t.datatype, self.float) {
+            (VkDataType::Float16, DType::F16) => Some(DType::F16),
+            (VkDataType::Float32, DType::F32) => Some(DType::F32),
+            (VkDataType::Int32, _) => Some(DType::I32),
+            (VkDataType::Int8, _) => Some(DType::I8),
+            _ => None,
+        };
+        if let (Some(dtype), Some(range)) = (as_stored, self.file_range(bytes)) {
+            let x = self
+                .g
+                .constant_shared(&format!("c{c}"), dtype, &dims(t), self.file.clone(), range)
+                .map_err(|e| err(format!("constant {c}: {e}")))?;
+            self.tensors[id as usize] = Some(x);
+            return Ok(x);
+        }
         let host = match t.datatype {
             VkDataType::Float16 if self.float == DType::F16 => {
                 HostTensor::new(DType::F16, dims(t), bytes.to_vec())

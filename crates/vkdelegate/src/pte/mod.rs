@@ -228,7 +228,7 @@ fn graph_step(
     bytes: &Arc<[u8]>,
     at: &str,
 ) -> Result<StepKind, Vec<Unsupported>> {
-    let lowered = lower::lower(pte, plan, index, graph).map_err(|e| {
+    let lowered = lower::lower(pte, plan, index, graph, bytes).map_err(|e| {
         vec![Unsupported {
             what: format!("a graph that cannot be lowered: {e}"),
             location: at.to_owned(),
