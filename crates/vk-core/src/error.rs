@@ -2,9 +2,13 @@
 //!
 //! One small enum per concern, every message carrying the numbers or names involved.
 
+use std::fmt;
+
 use ash::vk;
 
-use crate::requirements::Missing;
+use crate::device::arm;
+use crate::device::conv::{QueueCaps, Version};
+use crate::gpu::host::DType;
 
 /// A failed Vulkan call, with the entry point that returned it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -103,10 +107,10 @@ pub enum Error {
     },
     /// A device does not meet declared requirements. When `VK_ARM_tensors` or
     /// `VK_ARM_data_graph` is missing, the message says how to get Arm's emulation layer
-    /// ([`crate::emulation::missing_arm_hint`]).
+    /// ([`missing_arm_hint`]).
     #[error(
         "device '{device}' does not meet the requirements of {requester}: {missing}{hint}",
-        hint = crate::emulation::hint_suffix(missing)
+        hint = hint_suffix(missing)
     )]
     Unsupported {
         /// Device name.
@@ -173,7 +177,7 @@ pub enum Error {
     },
     /// An input or output does not match what a model declares.
     #[error(transparent)]
-    Io(#[from] crate::tensor::IoError),
+    Io(#[from] IoError),
     /// A Vulkan call failed.
     #[error(transparent)]
     Vk(#[from] VkError),
@@ -181,3 +185,99 @@ pub enum Error {
 
 /// Shorthand for `Result<T, vk_core::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every required item a device lacks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Missing {
+    /// `(device's, required)` when the API version is too low.
+    pub api_version: Option<(Version, Version)>,
+    /// Missing extensions.
+    pub extensions: Vec<String>,
+    /// Missing features, by Vulkan field name.
+    pub features: Vec<&'static str>,
+    /// Required queue capabilities no single family has.
+    pub queue: Option<QueueCaps>,
+}
+
+impl Missing {
+    /// Whether nothing is missing.
+    pub fn is_empty(&self) -> bool {
+        self.api_version.is_none()
+            && self.extensions.is_empty()
+            && self.features.is_empty()
+            && self.queue.is_none()
+    }
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some((have, want)) = self.api_version {
+            parts.push(format!("API version {want} (device has {have})"));
+        }
+        for e in &self.extensions {
+            parts.push(format!("extension {e}"));
+        }
+        for feat in &self.features {
+            parts.push(format!("feature {feat}"));
+        }
+        if let Some(q) = self.queue {
+            parts.push(format!("a queue family with {}", q.describe()));
+        }
+        write!(f, "missing {}", parts.join(", "))
+    }
+}
+
+/// What to do when a device lacks `VK_ARM_tensors` or `VK_ARM_data_graph`: where Arm's ML
+/// emulation layer comes from. `None` when `missing` names neither extension.
+pub fn missing_arm_hint(missing: &Missing) -> Option<&'static str> {
+    let arm = [arm::TENSORS_EXTENSION_NAME, arm::DATA_GRAPH_EXTENSION_NAME];
+    missing
+        .extensions
+        .iter()
+        .any(|e| arm.iter().any(|a| a.to_bytes() == e.as_bytes()))
+        .then_some(
+            "no device offers VK_ARM_tensors / VK_ARM_data_graph natively and Arm's ML \
+             emulation layer, which adds them, was not loaded: run `cargo xtask setup` (it \
+             installs the layer into target/vk-emulation-layer, found beside the executables \
+             built there), or set VKDELEGATE_EMULATION_LAYER_DIR to a directory holding the \
+             layers as graph/VkLayer_Graph.json and tensor/VkLayer_Tensor.json; \
+             VKDELEGATE_EMULATION_LAYER=off disables the layer",
+        )
+}
+
+/// `"; <hint>"` for an error message, or nothing.
+pub(crate) fn hint_suffix(missing: &Missing) -> String {
+    missing_arm_hint(missing).map_or_else(String::new, |h| format!("; {h}"))
+}
+
+/// An input or output that does not match its spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IoError {
+    /// Wrong number of inputs.
+    #[error("expected {expected} input(s), got {actual}")]
+    Count {
+        /// Inputs declared.
+        expected: usize,
+        /// Inputs given.
+        actual: usize,
+    },
+    /// An input's dtype or shape differs from its spec.
+    #[error(
+        "input '{name}' (#{index}): expected {want_dtype}{want_shape:?}, got {got_dtype}{got_shape:?}"
+    )]
+    Mismatch {
+        /// Position.
+        index: usize,
+        /// Name.
+        name: String,
+        /// Declared dtype.
+        want_dtype: DType,
+        /// Declared shape.
+        want_shape: Vec<usize>,
+        /// Given dtype.
+        got_dtype: DType,
+        /// Given shape.
+        got_shape: Vec<usize>,
+    },
+}

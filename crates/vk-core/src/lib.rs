@@ -33,33 +33,18 @@
 //! constructors and submission functions (their `# Safety` sections say what the caller
 //! guarantees), and anything about delegates: it knows nothing of VGF files or compute graphs.
 
-pub mod adapter;
-pub mod arm;
-pub mod barrier;
-pub mod caps;
-pub mod command;
-pub mod conv;
 pub mod device;
-pub mod emulation;
 pub mod error;
-pub mod fault;
-pub mod features;
-pub mod host;
-pub mod image_io;
-pub mod instance;
-mod kernel;
-pub mod memory;
-pub mod nv;
-pub mod pipeline_stats;
-pub mod query;
-pub mod queue;
-pub mod requirements;
-pub mod selftest;
-pub mod tensor;
+pub mod gpu;
+pub mod io;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod timing;
-pub mod transfer;
+
+pub use device::{
+    adapter, arm, caps, conv, emulation, fault, features, instance, nv, queue, requirements,
+};
+pub use gpu::{barrier, command, host, memory, pipeline_stats, query, selftest, timing, transfer};
+pub use io::{image_io, tensor};
 
 pub use adapter::{Adapter, DeviceSummary, rank, select_index};
 pub use barrier::Access;

@@ -10,13 +10,13 @@
 
 use ash::vk;
 
-use crate::barrier::{Access, host_read_barrier};
-use crate::command::Submission;
-use crate::device::Device;
-use crate::image_io::AppImage;
-use crate::instance::{Instance, InstanceDesc};
-use crate::memory::{Buffer, MemoryBlock, MemoryLocation};
-use crate::requirements::Requirements;
+use crate::device::device::Device;
+use crate::device::instance::{Instance, InstanceDesc};
+use crate::device::requirements::Requirements;
+use crate::gpu::barrier::{Access, host_read_barrier};
+use crate::gpu::command::Submission;
+use crate::gpu::memory::{Buffer, MemoryBlock, MemoryLocation};
+use crate::io::image_io::AppImage;
 
 /// Environment variable that turns skips into failures.
 pub const ENV_REQUIRE_GPU: &str = "VKDELEGATE_REQUIRE_GPU";
@@ -31,7 +31,7 @@ pub fn skips_are_failures() -> bool {
 /// created inside the code under test (shared contexts, programs). [`instance`] and [`device`]
 /// call it, so a test binary run on its own validates as it does under `cargo xtask ci`.
 pub fn validate_every_instance() {
-    crate::instance::validate_every_instance();
+    crate::device::instance::validate_every_instance();
 }
 
 /// Reports a test that cannot run: a visible `SKIPPED` line, or a panic when skips are
@@ -125,7 +125,7 @@ pub fn scan_allocations<T, E: std::fmt::Debug>(
     device: &Device,
     max: u64,
     mut attempt: impl FnMut() -> Result<T, E>,
-    core: impl Fn(&E) -> Option<&crate::Error>,
+    core: impl Fn(&E) -> Option<&crate::error::Error>,
 ) -> AllocationScan<T> {
     let mut scan = AllocationScan {
         failed: Vec::new(),
@@ -143,7 +143,7 @@ pub fn scan_allocations<T, E: std::fmt::Debug>(
                 }
             }
             Err(e) => match core(&e) {
-                Some(crate::Error::Allocation { what, result, .. }) => {
+                Some(crate::error::Error::Allocation { what, result, .. }) => {
                     assert!(!unfired, "allocation {n} failed on its own: {e:?}");
                     assert_eq!(*result, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY, "{e:?}");
                     assert!(!what.trim().is_empty(), "an allocation error names nothing");

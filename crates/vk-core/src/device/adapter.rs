@@ -1,4 +1,4 @@
-//! Physical devices: ranking, selection, and device creation from requirements.
+//! Physical devices: enumeration, ranking and selection, and requirements checked against them.
 
 use std::cmp::Reverse;
 use std::fmt;
@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use ash::vk;
 
-use crate::caps::Capabilities;
-use crate::conv::{DeviceType, Version};
-use crate::device::Device;
-use crate::error::Error;
-use crate::instance::Instance;
-use crate::requirements::Requirements;
+use crate::device::caps::{Capabilities, query_coop_flexible, query_coop_shapes};
+use crate::device::conv::{DeviceType, Version};
+use crate::device::instance::{ENV_DEVICE_INDEX, Instance};
+use crate::device::nv;
+use crate::device::requirements::Requirements;
+use crate::error::{Error, VkResultExt};
 
 /// A physical device of an [`Instance`], with its capabilities.
 #[derive(Clone)]
@@ -78,10 +78,54 @@ impl Adapter {
                 missing,
             })
     }
+}
 
-    /// Creates a device with one queue, enabling what `requirements` need and can use.
-    pub fn create_device(&self, requirements: &Requirements) -> Result<Device, Error> {
-        Device::create(self, requirements)
+/// Enumeration and selection of an instance's physical devices.
+impl Instance {
+    /// Every physical device, in enumeration order, with its capabilities.
+    pub fn adapters(&self) -> Result<Vec<Adapter>, Error> {
+        // SAFETY: the instance is alive.
+        let devices =
+            unsafe { self.raw().enumerate_physical_devices() }.vk("vkEnumeratePhysicalDevices")?;
+        devices
+            .into_iter()
+            .enumerate()
+            .map(|(index, raw)| {
+                let mut caps = Capabilities::query(
+                    self.raw(),
+                    self.api_version(),
+                    raw,
+                    self.emulation_enabled(),
+                )?;
+                if caps.has_extension(ash::khr::cooperative_matrix::NAME) {
+                    let fns = ash::khr::cooperative_matrix::Instance::new(self.entry(), self.raw());
+                    // SAFETY: `raw` was enumerated from this instance and lists the extension.
+                    caps.cooperative_matrix = unsafe { query_coop_shapes(&fns, raw) };
+                }
+                if caps.has_extension(nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME) {
+                    // SAFETY: `raw` was enumerated from this instance, which this entry
+                    // loaded, and lists the extension.
+                    caps.cooperative_matrix_flexible =
+                        unsafe { query_coop_flexible(self.entry(), self.raw(), raw) };
+                }
+                Ok(Adapter::new(self.clone(), raw, index, caps))
+            })
+            .collect()
+    }
+
+    /// The device to use: `VKDELEGATE_DEVICE_INDEX` when set, else the best ranked
+    /// (discrete > integrated > virtual > other > CPU).
+    pub fn select_adapter(&self) -> Result<Adapter, Error> {
+        let env = std::env::var(ENV_DEVICE_INDEX).ok();
+        self.select_adapter_with(env.as_deref())
+    }
+
+    /// As [`Instance::select_adapter`], with an explicit index override (enumeration order).
+    pub fn select_adapter_with(&self, index: Option<&str>) -> Result<Adapter, Error> {
+        let mut adapters = self.adapters()?;
+        let summaries: Vec<DeviceSummary> = adapters.iter().map(DeviceSummary::of).collect();
+        let chosen = select_index(&summaries, index)?;
+        Ok(adapters.swap_remove(chosen))
     }
 }
 

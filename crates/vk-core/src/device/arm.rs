@@ -5,8 +5,9 @@
 //! file. Struct layouts are pinned by tests (sizes and field offsets as the C headers lay them
 //! out on 64-bit targets).
 //!
-//! Entry points are loaded through `vkGetDeviceProcAddr`; a NULL pointer is an error
-//! ([`crate::Error::MissingEntryPoint`]), never a deferred crash.
+//! Entry points are loaded through `vkGetDeviceProcAddr` when the device is created
+//! ([`crate::Device`]); a NULL pointer is an error ([`crate::Error::MissingEntryPoint`]), never
+//! a deferred crash.
 
 #![allow(non_camel_case_types, missing_docs)]
 
@@ -14,9 +15,6 @@ use std::ffi::{CStr, c_char, c_void};
 use std::fmt;
 
 use ash::vk;
-
-use crate::error::Error;
-use crate::requirements::Enabled;
 
 /// `VK_ARM_tensors`.
 pub const TENSORS_EXTENSION_NAME: &CStr = c"VK_ARM_tensors";
@@ -585,108 +583,6 @@ impl fmt::Debug for ArmFns {
             .field("tensors", &self.tensors.is_some())
             .field("data_graph", &self.data_graph.is_some())
             .finish()
-    }
-}
-
-/// Resolves one device entry point; NULL is an error naming it.
-///
-/// # Safety
-/// `device` must be a live device of `instance`, and `F` must be the function-pointer type of
-/// the entry point called `name`.
-unsafe fn load<F: Copy>(
-    instance: &ash::Instance,
-    device: vk::Device,
-    name: &'static CStr,
-) -> Result<F, Error> {
-    // SAFETY: `device` is live (caller's contract); the name is NUL-terminated.
-    let ptr = unsafe { (instance.fp_v1_0().get_device_proc_addr)(device, name.as_ptr()) };
-    match ptr {
-        None => Err(Error::MissingEntryPoint {
-            name: name.to_str().unwrap_or("?"),
-        }),
-        Some(f) => {
-            debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of_val(&f));
-            // SAFETY: `F` is the entry point's own function-pointer type (caller's contract),
-            // of the same size as the generic pointer the loader returned.
-            Ok(unsafe { std::mem::transmute_copy::<_, F>(&f) })
-        }
-    }
-}
-
-impl ArmFns {
-    /// Loads the entry points of whichever of the two extensions `enabled` lists; `None` when
-    /// neither is enabled.
-    pub(crate) fn load_if_enabled(
-        instance: &ash::Instance,
-        device: &ash::Device,
-        enabled: &Enabled,
-    ) -> Result<Option<ArmFns>, Error> {
-        let d = device.handle();
-        let tensors = if enabled.has_extension(TENSORS_EXTENSION_NAME) {
-            // SAFETY: each name is paired with its own PFN type; `d` is live.
-            unsafe {
-                Some(TensorFns {
-                    create_tensor: load(instance, d, c"vkCreateTensorARM")?,
-                    destroy_tensor: load(instance, d, c"vkDestroyTensorARM")?,
-                    create_tensor_view: load(instance, d, c"vkCreateTensorViewARM")?,
-                    destroy_tensor_view: load(instance, d, c"vkDestroyTensorViewARM")?,
-                    get_tensor_memory_requirements: load(
-                        instance,
-                        d,
-                        c"vkGetTensorMemoryRequirementsARM",
-                    )?,
-                    bind_tensor_memory: load(instance, d, c"vkBindTensorMemoryARM")?,
-                })
-            }
-        } else {
-            None
-        };
-        let data_graph = if enabled.has_extension(DATA_GRAPH_EXTENSION_NAME) {
-            // SAFETY: each name is paired with its own PFN type; `d` is live.
-            unsafe {
-                Some(DataGraphFns {
-                    create_data_graph_pipelines: load(
-                        instance,
-                        d,
-                        c"vkCreateDataGraphPipelinesARM",
-                    )?,
-                    create_data_graph_pipeline_session: load(
-                        instance,
-                        d,
-                        c"vkCreateDataGraphPipelineSessionARM",
-                    )?,
-                    get_data_graph_pipeline_session_bind_point_requirements: load(
-                        instance,
-                        d,
-                        c"vkGetDataGraphPipelineSessionBindPointRequirementsARM",
-                    )?,
-                    get_data_graph_pipeline_session_memory_requirements: load(
-                        instance,
-                        d,
-                        c"vkGetDataGraphPipelineSessionMemoryRequirementsARM",
-                    )?,
-                    bind_data_graph_pipeline_session_memory: load(
-                        instance,
-                        d,
-                        c"vkBindDataGraphPipelineSessionMemoryARM",
-                    )?,
-                    destroy_data_graph_pipeline_session: load(
-                        instance,
-                        d,
-                        c"vkDestroyDataGraphPipelineSessionARM",
-                    )?,
-                    cmd_dispatch_data_graph: load(instance, d, c"vkCmdDispatchDataGraphARM")?,
-                })
-            }
-        } else {
-            None
-        };
-        Ok(
-            (tensors.is_some() || data_graph.is_some()).then_some(ArmFns {
-                tensors,
-                data_graph,
-            }),
-        )
     }
 }
 

@@ -5,9 +5,9 @@ use std::ffi::CStr;
 
 use ash::vk;
 
-use crate::arm;
-use crate::conv::{DeviceType, QueueCaps, Version, driver_version_string, fixed_str};
-use crate::features::{ChainScope, FeatureChain, Features};
+use crate::device::arm;
+use crate::device::conv::{DeviceType, QueueCaps, Version, driver_version_string, fixed_str};
+use crate::device::features::{ChainScope, FeatureChain, Features};
 
 /// How a device gets `VK_ARM_tensors` and `VK_ARM_data_graph`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -468,7 +468,8 @@ pub(crate) unsafe fn query_coop_flexible(
     physical: vk::PhysicalDevice,
 ) -> Vec<CoopFlexibleShape> {
     // SAFETY: guaranteed by the caller.
-    let props = unsafe { crate::nv::flexible_dimensions_properties(entry, instance, physical) };
+    let props =
+        unsafe { crate::device::nv::flexible_dimensions_properties(entry, instance, physical) };
     let props = match props {
         Ok(p) => p,
         Err(e) => {

@@ -5,7 +5,7 @@ use std::fmt;
 
 use ash::vk;
 
-use crate::arm;
+use crate::device::arm;
 
 /// A Vulkan API version (variant 0), ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,20 +1,24 @@
-//! Logical devices: created from requirements, or adopted from the application.
+//! Logical devices: created from requirements, or adopted from the application; each with its
+//! ARM entry points and its vk-mem allocator.
 
-use std::ffi::{CString, c_void};
+use std::ffi::{CStr, CString, c_void};
 use std::fmt;
 use std::sync::Arc;
 
 use ash::vk;
 
-use crate::adapter::Adapter;
-use crate::arm::ArmFns;
-use crate::caps::Capabilities;
+use crate::device::adapter::Adapter;
+use crate::device::arm::{
+    ArmFns, DATA_GRAPH_EXTENSION_NAME, DataGraphFns, TENSORS_EXTENSION_NAME, TensorFns,
+};
+use crate::device::caps::Capabilities;
+use crate::device::conv::Version;
+use crate::device::fault::{FaultPoint, Faults};
+use crate::device::features::{ChainScope, FeatureChain};
+use crate::device::instance::Instance;
+use crate::device::queue::{DefaultQueueLock, Queue, QueueLock};
+use crate::device::requirements::{Enabled, Requirements};
 use crate::error::{Error, VkError, VkResultExt};
-use crate::fault::{FaultPoint, Faults};
-use crate::features::{ChainScope, FeatureChain};
-use crate::instance::Instance;
-use crate::queue::{DefaultQueueLock, Queue, QueueLock};
-use crate::requirements::{Enabled, Requirements};
 
 /// A logical device with one queue. Cheap to clone. When `vk-core` created it, it is destroyed
 /// after the last clone and the last object made from it are dropped; an adopted device is
@@ -63,7 +67,8 @@ impl Drop for DeviceShared {
         drop(self.allocator.take());
         match &mut self.ownership {
             Ownership::Owned => {
-                let _serial = crate::instance::emulation_serial(self.instance.emulation_enabled());
+                let _serial =
+                    crate::device::instance::emulation_serial(self.instance.emulation_enabled());
                 // SAFETY: every object created from this device holds an `Arc` of it, so none
                 // is alive; work they submitted was waited for by their own fences. The device
                 // is ours and is destroyed once.
@@ -101,7 +106,7 @@ impl Device {
     /// layers when needed), the selected adapter (`VKDELEGATE_DEVICE_INDEX` or the best
     /// ranked), and a device meeting `requirements`.
     pub fn open(requirements: &Requirements) -> Result<Device, Error> {
-        Instance::new(&crate::instance::InstanceDesc::default())?
+        Instance::new(&crate::device::instance::InstanceDesc::default())?
             .select_adapter()?
             .create_device(requirements)
     }
@@ -142,7 +147,7 @@ impl Device {
         info.p_next = head as *const c_void;
 
         let instance = adapter.instance();
-        let serial = crate::instance::emulation_serial(instance.emulation_enabled());
+        let serial = crate::device::instance::emulation_serial(instance.emulation_enabled());
         // SAFETY: `info` and everything it points to (the feature chain in `chain`, names,
         // priorities) live across the call; features and extensions were checked against the
         // device; the chain carries only structures the device knows.
@@ -384,7 +389,7 @@ impl Device {
         let made = self
             .shared
             .allocator
-            .get_or_init(|| crate::memory::new_allocator(self, None));
+            .get_or_init(|| new_allocator(self, None));
         made.as_ref().map_err(|&result| Error::Allocation {
             what: "the device's memory allocator".into(),
             bytes: 0,
@@ -397,7 +402,7 @@ impl Device {
     /// heaps are host RAM). Fails when the allocator exists already (something allocated).
     #[cfg(any(test, feature = "testing"))]
     pub(crate) fn limit_heaps(&self, bytes: u64) -> Result<(), Error> {
-        let made = crate::memory::new_allocator(self, Some(bytes));
+        let made = new_allocator(self, Some(bytes));
         if let Err(result) = made {
             return Err(Error::Allocation {
                 what: "the device's memory allocator".into(),
@@ -433,5 +438,137 @@ impl Device {
         self.shared.queue.stats().note_wait();
         // SAFETY: `fence` is a live fence of this device (caller's contract).
         unsafe { self.shared.raw.wait_for_fences(&[fence], true, timeout_ns) }.vk("vkWaitForFences")
+    }
+}
+
+impl Adapter {
+    /// Creates a device with one queue, enabling what `requirements` need and can use.
+    pub fn create_device(&self, requirements: &Requirements) -> Result<Device, Error> {
+        Device::create(self, requirements)
+    }
+}
+
+/// Makes the vk-mem allocator of `device` (called once, by [`Device::vma`], or first by
+/// `Device::limit_heaps` in tests). With `heap_limit`, the allocator treats every memory heap
+/// as at most that many bytes (vk-mem's `pHeapSizeLimit`): allocations beyond it fail as out
+/// of device memory without reaching the driver (a test seam, `testing::device_with_heap_limit`).
+fn new_allocator(
+    device: &Device,
+    heap_limit: Option<u64>,
+) -> Result<vk_mem::Allocator, vk::Result> {
+    let api = device.enabled().api_version.min(Version::V1_3);
+    let limits: Vec<vk::DeviceSize> = match heap_limit {
+        Some(bytes) => vec![bytes; device.capabilities().memory.heaps.len()],
+        None => Vec::new(),
+    };
+    let mut info =
+        vk_mem::AllocatorCreateInfo::new(device.instance().raw(), device.raw(), device.physical());
+    info.vulkan_api_version = vk::make_api_version(0, api.major(), api.minor(), 0);
+    // One entry per heap of the physical device, as vk-mem requires (or none: no limit).
+    info.heap_size_limits = &limits;
+    // SAFETY: instance, device and physical device are live; the allocator is stored in the
+    // device's shared state and destroyed before the device (see `DeviceShared::drop`).
+    unsafe { vk_mem::Allocator::new(info) }
+}
+
+/// Resolves one device entry point; NULL is an error naming it.
+///
+/// # Safety
+/// `device` must be a live device of `instance`, and `F` must be the function-pointer type of
+/// the entry point called `name`.
+unsafe fn load<F: Copy>(
+    instance: &ash::Instance,
+    device: vk::Device,
+    name: &'static CStr,
+) -> Result<F, Error> {
+    // SAFETY: `device` is live (caller's contract); the name is NUL-terminated.
+    let ptr = unsafe { (instance.fp_v1_0().get_device_proc_addr)(device, name.as_ptr()) };
+    match ptr {
+        None => Err(Error::MissingEntryPoint {
+            name: name.to_str().unwrap_or("?"),
+        }),
+        Some(f) => {
+            debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of_val(&f));
+            // SAFETY: `F` is the entry point's own function-pointer type (caller's contract),
+            // of the same size as the generic pointer the loader returned.
+            Ok(unsafe { std::mem::transmute_copy::<_, F>(&f) })
+        }
+    }
+}
+
+impl ArmFns {
+    /// Loads the entry points of whichever of the two extensions `enabled` lists; `None` when
+    /// neither is enabled.
+    pub(crate) fn load_if_enabled(
+        instance: &ash::Instance,
+        device: &ash::Device,
+        enabled: &Enabled,
+    ) -> Result<Option<ArmFns>, Error> {
+        let d = device.handle();
+        let tensors = if enabled.has_extension(TENSORS_EXTENSION_NAME) {
+            // SAFETY: each name is paired with its own PFN type; `d` is live.
+            unsafe {
+                Some(TensorFns {
+                    create_tensor: load(instance, d, c"vkCreateTensorARM")?,
+                    destroy_tensor: load(instance, d, c"vkDestroyTensorARM")?,
+                    create_tensor_view: load(instance, d, c"vkCreateTensorViewARM")?,
+                    destroy_tensor_view: load(instance, d, c"vkDestroyTensorViewARM")?,
+                    get_tensor_memory_requirements: load(
+                        instance,
+                        d,
+                        c"vkGetTensorMemoryRequirementsARM",
+                    )?,
+                    bind_tensor_memory: load(instance, d, c"vkBindTensorMemoryARM")?,
+                })
+            }
+        } else {
+            None
+        };
+        let data_graph = if enabled.has_extension(DATA_GRAPH_EXTENSION_NAME) {
+            // SAFETY: each name is paired with its own PFN type; `d` is live.
+            unsafe {
+                Some(DataGraphFns {
+                    create_data_graph_pipelines: load(
+                        instance,
+                        d,
+                        c"vkCreateDataGraphPipelinesARM",
+                    )?,
+                    create_data_graph_pipeline_session: load(
+                        instance,
+                        d,
+                        c"vkCreateDataGraphPipelineSessionARM",
+                    )?,
+                    get_data_graph_pipeline_session_bind_point_requirements: load(
+                        instance,
+                        d,
+                        c"vkGetDataGraphPipelineSessionBindPointRequirementsARM",
+                    )?,
+                    get_data_graph_pipeline_session_memory_requirements: load(
+                        instance,
+                        d,
+                        c"vkGetDataGraphPipelineSessionMemoryRequirementsARM",
+                    )?,
+                    bind_data_graph_pipeline_session_memory: load(
+                        instance,
+                        d,
+                        c"vkBindDataGraphPipelineSessionMemoryARM",
+                    )?,
+                    destroy_data_graph_pipeline_session: load(
+                        instance,
+                        d,
+                        c"vkDestroyDataGraphPipelineSessionARM",
+                    )?,
+                    cmd_dispatch_data_graph: load(instance, d, c"vkCmdDispatchDataGraphARM")?,
+                })
+            }
+        } else {
+            None
+        };
+        Ok(
+            (tensors.is_some() || data_graph.is_some()).then_some(ArmFns {
+                tensors,
+                data_graph,
+            }),
+        )
     }
 }

@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
-use crate::requirements::Missing;
+pub use crate::error::missing_arm_hint;
 
 /// Name of the directory the xtask set-up installs the layers into, under `target/`.
 pub const INSTALL_DIR_NAME: &str = "vk-emulation-layer";
@@ -85,32 +85,6 @@ impl EmulationPolicy {
     }
 }
 
-/// What to do when a device lacks `VK_ARM_tensors` or `VK_ARM_data_graph`: where Arm's ML
-/// emulation layer comes from. `None` when `missing` names neither extension.
-pub fn missing_arm_hint(missing: &Missing) -> Option<&'static str> {
-    let arm = [
-        crate::arm::TENSORS_EXTENSION_NAME,
-        crate::arm::DATA_GRAPH_EXTENSION_NAME,
-    ];
-    missing
-        .extensions
-        .iter()
-        .any(|e| arm.iter().any(|a| a.to_bytes() == e.as_bytes()))
-        .then_some(
-            "no device offers VK_ARM_tensors / VK_ARM_data_graph natively and Arm's ML \
-             emulation layer, which adds them, was not loaded: run `cargo xtask setup` (it \
-             installs the layer into target/vk-emulation-layer, found beside the executables \
-             built there), or set VKDELEGATE_EMULATION_LAYER_DIR to a directory holding the \
-             layers as graph/VkLayer_Graph.json and tensor/VkLayer_Tensor.json; \
-             VKDELEGATE_EMULATION_LAYER=off disables the layer",
-        )
-}
-
-/// `"; <hint>"` for an error message, or nothing.
-pub(crate) fn hint_suffix(missing: &Missing) -> String {
-    missing_arm_hint(missing).map_or_else(String::new, |h| format!("; {h}"))
-}
-
 /// Searches the executable's ancestors for [`INSTALL_DIR_NAME`].
 fn beside_executable() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
@@ -173,6 +147,7 @@ pub(crate) fn expose_to_loader(layers: &EmulationLayers) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Missing;
 
     #[test]
     fn a_named_directory_without_layers_is_an_error_naming_the_file() {

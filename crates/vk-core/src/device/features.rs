@@ -7,9 +7,9 @@ use std::fmt;
 
 use ash::vk;
 
-use crate::arm;
-use crate::conv::Version;
-use crate::nv;
+use crate::device::arm;
+use crate::device::conv::Version;
+use crate::device::nv;
 
 bitflags::bitflags! {
     /// Device features that delegates may require or use.

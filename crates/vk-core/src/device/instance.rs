@@ -7,10 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
-use crate::adapter::{Adapter, DeviceSummary, select_index};
-use crate::caps::Capabilities;
-use crate::conv::{Version, fixed_str};
-use crate::emulation::{self, EmulationLayers, EmulationPolicy};
+use crate::device::conv::{Version, fixed_str};
+use crate::device::emulation::{self, EmulationLayers, EmulationPolicy};
 use crate::error::{Error, VkResultExt};
 
 /// The Khronos validation layer.
@@ -502,55 +500,5 @@ impl Instance {
     /// Whether two values are the same instance.
     pub fn same_as(&self, other: &Instance) -> bool {
         self.shared.raw.handle() == other.shared.raw.handle()
-    }
-
-    /// Every physical device, in enumeration order, with its capabilities.
-    pub fn adapters(&self) -> Result<Vec<Adapter>, Error> {
-        // SAFETY: the instance is alive.
-        let devices = unsafe { self.shared.raw.enumerate_physical_devices() }
-            .vk("vkEnumeratePhysicalDevices")?;
-        devices
-            .into_iter()
-            .enumerate()
-            .map(|(index, raw)| {
-                let mut caps = Capabilities::query(
-                    &self.shared.raw,
-                    self.shared.api_version,
-                    raw,
-                    self.emulation_enabled(),
-                )?;
-                if caps.has_extension(ash::khr::cooperative_matrix::NAME) {
-                    let fns = ash::khr::cooperative_matrix::Instance::new(
-                        &self.shared.entry,
-                        &self.shared.raw,
-                    );
-                    // SAFETY: `raw` was enumerated from this instance and lists the extension.
-                    caps.cooperative_matrix = unsafe { crate::caps::query_coop_shapes(&fns, raw) };
-                }
-                if caps.has_extension(crate::nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME) {
-                    // SAFETY: `raw` was enumerated from this instance, which this entry
-                    // loaded, and lists the extension.
-                    caps.cooperative_matrix_flexible = unsafe {
-                        crate::caps::query_coop_flexible(&self.shared.entry, &self.shared.raw, raw)
-                    };
-                }
-                Ok(Adapter::new(self.clone(), raw, index, caps))
-            })
-            .collect()
-    }
-
-    /// The device to use: `VKDELEGATE_DEVICE_INDEX` when set, else the best ranked
-    /// (discrete > integrated > virtual > other > CPU).
-    pub fn select_adapter(&self) -> Result<Adapter, Error> {
-        let env = std::env::var(ENV_DEVICE_INDEX).ok();
-        self.select_adapter_with(env.as_deref())
-    }
-
-    /// As [`Instance::select_adapter`], with an explicit index override (enumeration order).
-    pub fn select_adapter_with(&self, index: Option<&str>) -> Result<Adapter, Error> {
-        let mut adapters = self.adapters()?;
-        let summaries: Vec<DeviceSummary> = adapters.iter().map(DeviceSummary::of).collect();
-        let chosen = select_index(&summaries, index)?;
-        Ok(adapters.swap_remove(chosen))
     }
 }

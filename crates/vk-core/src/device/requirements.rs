@@ -7,11 +7,20 @@
 
 use std::collections::BTreeSet;
 use std::ffi::CStr;
-use std::fmt;
 
-use crate::caps::Capabilities;
-use crate::conv::{QueueCaps, Version};
-use crate::features::Features;
+use crate::device::caps::Capabilities;
+use crate::device::conv::{QueueCaps, Version};
+use crate::device::features::Features;
+pub use crate::error::Missing;
+
+/// The environment variable that turns the capture of pipeline statistics on (any value but
+/// `0` or empty): see [`crate::pipeline_stats`].
+pub const PIPELINE_STATS_ENV: &str = "VKDELEGATE_PIPELINE_STATS";
+
+/// Whether [`PIPELINE_STATS_ENV`] asks for pipeline statistics.
+pub fn pipeline_stats_requested() -> bool {
+    std::env::var(PIPELINE_STATS_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
 
 /// What a delegate needs (required) and can use (optional).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +45,7 @@ impl Requirements {
     /// Requirements of `requester` that ask for a compute queue on Vulkan 1.1, and for
     /// `VK_EXT_external_memory_host` where the device offers it (vk-core's host transfers
     /// import host memory with it, [`crate::HostPath::Imported`]); and, where
-    /// [`crate::pipeline_stats::PIPELINE_STATS_ENV`] is set, for `pipelineExecutableInfo`.
+    /// [`PIPELINE_STATS_ENV`] is set, for `pipelineExecutableInfo`.
     pub fn new(requester: impl Into<String>) -> Self {
         Requirements {
             requester: requester.into(),
@@ -44,7 +53,7 @@ impl Requirements {
             required_extensions: Vec::new(),
             optional_extensions: vec![ash::ext::external_memory_host::NAME],
             required_features: Features::empty(),
-            optional_features: if crate::pipeline_stats::requested() {
+            optional_features: if pipeline_stats_requested() {
                 Features::PIPELINE_EXECUTABLE_INFO
             } else {
                 Features::empty()
@@ -211,53 +220,11 @@ impl Enabled {
     }
 }
 
-/// Every required item a device lacks.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Missing {
-    /// `(device's, required)` when the API version is too low.
-    pub api_version: Option<(Version, Version)>,
-    /// Missing extensions.
-    pub extensions: Vec<String>,
-    /// Missing features, by Vulkan field name.
-    pub features: Vec<&'static str>,
-    /// Required queue capabilities no single family has.
-    pub queue: Option<QueueCaps>,
-}
-
-impl Missing {
-    /// Whether nothing is missing.
-    pub fn is_empty(&self) -> bool {
-        self.api_version.is_none()
-            && self.extensions.is_empty()
-            && self.features.is_empty()
-            && self.queue.is_none()
-    }
-}
-
-impl fmt::Display for Missing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        if let Some((have, want)) = self.api_version {
-            parts.push(format!("API version {want} (device has {have})"));
-        }
-        for e in &self.extensions {
-            parts.push(format!("extension {e}"));
-        }
-        for feat in &self.features {
-            parts.push(format!("feature {feat}"));
-        }
-        if let Some(q) = self.queue {
-            parts.push(format!("a queue family with {}", q.describe()));
-        }
-        write!(f, "missing {}", parts.join(", "))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caps::{ArmSupport, Limits, MemoryInfo, QueueFamily};
-    use crate::conv::DeviceType;
+    use crate::device::caps::{ArmSupport, Limits, MemoryInfo, QueueFamily};
+    use crate::device::conv::DeviceType;
 
     fn synthetic(exts: &[&str], features: Features, families: &[QueueCaps]) -> Capabilities {
         Capabilities {

@@ -6,7 +6,7 @@
 
 use ash::vk;
 
-use crate::device::Device;
+use crate::device::device::Device;
 
 /// One side of a dependency: pipeline stages and the accesses they make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use ash::vk;
 
-use crate::device::Device;
+use crate::device::device::Device;
+use crate::device::fault::FaultPoint;
 use crate::error::{Error, VkError, VkResultExt};
-use crate::fault::FaultPoint;
 
 /// A semaphore a submission waits on before `stage`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

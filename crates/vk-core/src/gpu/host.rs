@@ -63,7 +63,7 @@ impl DType {
             DType::I16 => vk::Format::R16_SINT,
             DType::I8 => vk::Format::R8_SINT,
             DType::U8 => vk::Format::R8_UINT,
-            DType::Bool => crate::arm::FORMAT_R8_BOOL_ARM,
+            DType::Bool => crate::device::arm::FORMAT_R8_BOOL_ARM,
         }
     }
 
@@ -77,7 +77,7 @@ impl DType {
             vk::Format::R16_SINT => DType::I16,
             vk::Format::R8_SINT => DType::I8,
             vk::Format::R8_UINT => DType::U8,
-            crate::arm::FORMAT_R8_BOOL_ARM => DType::Bool,
+            crate::device::arm::FORMAT_R8_BOOL_ARM => DType::Bool,
             _ => return None,
         })
     }

@@ -4,7 +4,7 @@
 
 use ash::vk;
 
-use crate::device::Device;
+use crate::device::device::Device;
 use crate::error::{Error, VkError, VkResultExt};
 
 /// The pipeline and descriptor objects of one compute kernel with one descriptor set,

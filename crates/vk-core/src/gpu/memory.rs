@@ -9,39 +9,31 @@
 //!
 //! [`HostIo::for_device`] is the one rule for where host inputs and outputs live: mapped
 //! device memory where device memory is the host's own memory, device-local memory reached
-//! through [`crate::transfer`] elsewhere.
+//! through [`crate::gpu::transfer`] elsewhere.
 
 use std::fmt;
 
 use ash::vk;
 use vk_mem::Alloc as _;
 
-use crate::conv::Version;
-use crate::device::Device;
+use crate::device::conv::DeviceType;
+use crate::device::device::Device;
 use crate::error::{Error, VkError};
-use crate::tensor::BufferSlice;
 
-/// Makes the vk-mem allocator of `device` (called once, by [`Device`]). With `heap_limit`,
-/// the allocator treats every memory heap as at most that many bytes (vk-mem's
-/// `pHeapSizeLimit`): allocations beyond it fail as out of device memory without reaching the
-/// driver (a test seam, `testing::device_with_heap_limit`).
-pub(crate) fn new_allocator(
-    device: &Device,
-    heap_limit: Option<u64>,
-) -> Result<vk_mem::Allocator, vk::Result> {
-    let api = device.enabled().api_version.min(Version::V1_3);
-    let limits: Vec<vk::DeviceSize> = match heap_limit {
-        Some(bytes) => vec![bytes; device.capabilities().memory.heaps.len()],
-        None => Vec::new(),
-    };
-    let mut info =
-        vk_mem::AllocatorCreateInfo::new(device.instance().raw(), device.raw(), device.physical());
-    info.vulkan_api_version = vk::make_api_version(0, api.major(), api.minor(), 0);
-    // One entry per heap of the physical device, as vk-mem requires (or none: no limit).
-    info.heap_size_limits = &limits;
-    // SAFETY: instance, device and physical device are live; the allocator is stored in the
-    // device's shared state and destroyed before the device (see `DeviceShared::drop`).
-    unsafe { vk_mem::Allocator::new(info) }
+/// A range of a device buffer, with the memory it is bound to (so that a consumer can also
+/// bind a resource of its own, such as a `VK_ARM_tensors` tensor, to the same bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferSlice {
+    /// The buffer.
+    pub buffer: vk::Buffer,
+    /// Offset of the range in `buffer`.
+    pub offset: vk::DeviceSize,
+    /// Size of the range in bytes.
+    pub size: vk::DeviceSize,
+    /// The memory `buffer` is bound to.
+    pub memory: vk::DeviceMemory,
+    /// Offset of the range in `memory`.
+    pub memory_offset: vk::DeviceSize,
 }
 
 /// Where an allocation lives.
@@ -126,14 +118,21 @@ pub enum HostIo {
 }
 
 impl HostIo {
-    /// The rule, [`crate::HostPath::rule`]'s placement: direct where device memory is the
+    /// The rule, which [`crate::HostPath::rule`] follows: direct where device memory is the
     /// host's own memory (CPU drivers and integrated GPUs with a device-local, host-visible
     /// heap of at least 64 MiB), staged on discrete GPUs, where host reads of device memory
     /// through the PCIe BAR are slow even when it is mapped (resizable BAR). Owners that
     /// honour the `VKDELEGATE_HOST_PATH` override use [`crate::HostPath::for_device`] and
     /// [`crate::HostPath::io`].
     pub fn for_device(device: &Device) -> HostIo {
-        crate::transfer::HostPath::rule(device).io()
+        let caps = device.capabilities();
+        if matches!(caps.device_type, DeviceType::Cpu | DeviceType::Integrated)
+            && caps.memory.has_unified(64 << 20)
+        {
+            HostIo::Direct
+        } else {
+            HostIo::Staged
+        }
     }
 
     /// Where tensors that the host reads or writes live under this rule.
@@ -633,7 +632,10 @@ impl ImportedBuffer {
     /// # Safety
     /// `base .. base + size` is live host memory, aligned as the import requires.
     unsafe fn import(&mut self, base: *const u8, size: u64, index: u32) -> Result<(), Error> {
-        if let Some(r) = self.device.take_fault(crate::fault::FaultPoint::Import) {
+        if let Some(r) = self
+            .device
+            .take_fault(crate::device::fault::FaultPoint::Import)
+        {
             return Err(VkError::new("vkAllocateMemory (host import)", r).into());
         }
         let mut import = vk::ImportMemoryHostPointerInfoEXT::default()

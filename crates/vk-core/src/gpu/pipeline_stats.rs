@@ -9,18 +9,11 @@ use std::fmt;
 
 use ash::vk;
 
-use crate::conv::fixed_str;
-use crate::device::Device;
+use crate::device::conv::fixed_str;
+use crate::device::device::Device;
+use crate::device::features::Features;
+pub use crate::device::requirements::{PIPELINE_STATS_ENV, pipeline_stats_requested as requested};
 use crate::error::{Error, VkResultExt};
-use crate::features::Features;
-
-/// The environment variable that turns capture on (any value but `0` or empty).
-pub const PIPELINE_STATS_ENV: &str = "VKDELEGATE_PIPELINE_STATS";
-
-/// Whether [`PIPELINE_STATS_ENV`] asks for pipeline statistics.
-pub fn requested() -> bool {
-    std::env::var(PIPELINE_STATS_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
-}
 
 /// The creation flags that capture statistics on `device`: empty unless the device has
 /// `pipelineExecutableInfo` enabled.

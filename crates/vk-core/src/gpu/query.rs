@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ash::vk;
 
-use crate::device::Device;
+use crate::device::device::Device;
 use crate::error::{Error, VkResultExt};
 
 /// A pool of `count` timestamp queries on one device.

@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 
-use crate::barrier::host_read_barrier;
-use crate::command::Submission;
-use crate::device::Device;
+use crate::device::device::Device;
 use crate::error::Error;
-use crate::kernel::Kernel;
-use crate::memory::{Buffer, MemoryLocation};
+use crate::gpu::barrier::host_read_barrier;
+use crate::gpu::command::Submission;
+use crate::gpu::kernel::Kernel;
+use crate::gpu::memory::{Buffer, MemoryLocation};
 
 /// The self-test shader's SPIR-V (`shaders/vk-core/selftest_saxpy.comp`).
-pub const SAXPY_SPIRV: &[u8] = include_bytes!("../spirv/selftest_saxpy.spv");
+pub const SAXPY_SPIRV: &[u8] = include_bytes!("../../spirv/selftest_saxpy.spv");
 
 const LOCAL_SIZE: u32 = 64;
 

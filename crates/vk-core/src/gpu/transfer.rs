@@ -24,12 +24,11 @@ use std::time::Duration;
 
 use ash::vk;
 
-use crate::barrier::{self, Access};
-use crate::command::{Submission, WaitPolicy};
-use crate::conv::DeviceType;
-use crate::device::Device;
+use crate::device::device::Device;
 use crate::error::Error;
-use crate::memory::{Buffer, HostIo, ImportSupport, ImportedBuffer, MemoryLocation};
+use crate::gpu::barrier::{self, Access};
+use crate::gpu::command::{Submission, WaitPolicy};
+use crate::gpu::memory::{Buffer, HostIo, ImportSupport, ImportedBuffer, MemoryLocation};
 
 /// The environment variable that overrides [`HostPath::rule`]: `direct`, `staged`,
 /// `staged:<chunk>` (bytes, with an optional `k`, `m` or `g` suffix) or `imported`.
@@ -76,9 +75,10 @@ impl HostPath {
         }
     }
 
-    /// The rule, without the environment: [`HostPath::Direct`] where device memory is the
-    /// host's own memory (CPU drivers and integrated GPUs with a device-local, host-visible
-    /// heap of at least 64 MiB), [`HostPath::staged`] elsewhere.
+    /// The rule, without the environment: [`HostIo::for_device`]'s placement as a path,
+    /// [`HostPath::Direct`] where device memory is the host's own memory (CPU drivers and
+    /// integrated GPUs with a device-local, host-visible heap of at least 64 MiB),
+    /// [`HostPath::staged`] elsewhere.
     ///
     /// Measured on an NVIDIA H200 before this rule: host reads through a mapping of device
     /// memory (the PCIe BAR) run at 0.04 GB/s, staged copies at 6-8 GB/s with one thread and
@@ -86,13 +86,9 @@ impl HostPath {
     /// on every transfer; it stays an override until `vkdelegate bench` shows it faster on a
     /// device (its host I/O rows measure every path on the same device in the same run).
     pub fn rule(device: &Device) -> HostPath {
-        let caps = device.capabilities();
-        if matches!(caps.device_type, DeviceType::Cpu | DeviceType::Integrated)
-            && caps.memory.has_unified(64 << 20)
-        {
-            HostPath::Direct
-        } else {
-            HostPath::staged()
+        match HostIo::for_device(device) {
+            HostIo::Direct => HostPath::Direct,
+            HostIo::Staged => HostPath::staged(),
         }
     }
 

@@ -31,42 +31,42 @@ use std::fmt;
 
 use ash::vk;
 
-use crate::barrier::{Access, memory_barrier};
-use crate::device::Device;
+use crate::device::device::Device;
+use crate::device::features::Features;
 use crate::error::{Error, VkResultExt};
-use crate::host::DType;
-use crate::kernel::Kernel;
-use crate::memory::{Buffer, MemoryLocation};
-use crate::tensor::{BufferSlice, TensorSpec};
+use crate::gpu::barrier::{Access, memory_barrier};
+use crate::gpu::host::DType;
+use crate::gpu::kernel::Kernel;
+use crate::gpu::memory::{Buffer, BufferSlice, MemoryLocation};
+use crate::io::tensor::TensorSpec;
 
 /// Image to tensor kernels, per format class.
 const TO_TENSOR: [&[u8]; 3] = [
-    include_bytes!("../spirv/image_to_tensor_rgba8.spv"),
-    include_bytes!("../spirv/image_to_tensor_rgba16f.spv"),
-    include_bytes!("../spirv/image_to_tensor_rgba32f.spv"),
+    include_bytes!("../../spirv/image_to_tensor_rgba8.spv"),
+    include_bytes!("../../spirv/image_to_tensor_rgba16f.spv"),
+    include_bytes!("../../spirv/image_to_tensor_rgba32f.spv"),
 ];
 /// Tensor to image kernels, per format class.
 const TO_IMAGE: [&[u8]; 3] = [
-    include_bytes!("../spirv/tensor_to_image_rgba8.spv"),
-    include_bytes!("../spirv/tensor_to_image_rgba16f.spv"),
-    include_bytes!("../spirv/tensor_to_image_rgba32f.spv"),
+    include_bytes!("../../spirv/tensor_to_image_rgba8.spv"),
+    include_bytes!("../../spirv/tensor_to_image_rgba16f.spv"),
+    include_bytes!("../../spirv/tensor_to_image_rgba32f.spv"),
 ];
 /// Image to fp16 tensor kernels, per format class (16-bit stores).
 const TO_TENSOR_F16: [&[u8]; 3] = [
-    include_bytes!("../spirv/image_to_tensor_rgba8_f16.spv"),
-    include_bytes!("../spirv/image_to_tensor_rgba16f_f16.spv"),
-    include_bytes!("../spirv/image_to_tensor_rgba32f_f16.spv"),
+    include_bytes!("../../spirv/image_to_tensor_rgba8_f16.spv"),
+    include_bytes!("../../spirv/image_to_tensor_rgba16f_f16.spv"),
+    include_bytes!("../../spirv/image_to_tensor_rgba32f_f16.spv"),
 ];
 /// fp16 tensor to image kernels, per format class.
 const TO_IMAGE_F16: [&[u8]; 3] = [
-    include_bytes!("../spirv/tensor_to_image_rgba8_f16.spv"),
-    include_bytes!("../spirv/tensor_to_image_rgba16f_f16.spv"),
-    include_bytes!("../spirv/tensor_to_image_rgba32f_f16.spv"),
+    include_bytes!("../../spirv/tensor_to_image_rgba8_f16.spv"),
+    include_bytes!("../../spirv/tensor_to_image_rgba16f_f16.spv"),
+    include_bytes!("../../spirv/tensor_to_image_rgba32f_f16.spv"),
 ];
 
 /// What the fp16 kernels need enabled on the device.
-const F16_FEATURES: crate::Features =
-    crate::Features::SHADER_FLOAT16.union(crate::Features::STORAGE_BUFFER_16BIT);
+const F16_FEATURES: Features = Features::SHADER_FLOAT16.union(Features::STORAGE_BUFFER_16BIT);
 
 /// Work-group size of the kernels in x and y.
 const LOCAL_SIZE: u32 = 8;

@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use ash::vk;
-
-use crate::host::{DType, HostTensor, element_count};
+pub use crate::error::IoError;
+use crate::gpu::host::{DType, HostTensor, element_count};
+pub use crate::gpu::memory::BufferSlice;
 
 /// A named tensor's element type and shape.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -78,53 +78,6 @@ pub fn check_inputs(specs: &[TensorSpec], inputs: &[HostTensor]) -> Result<(), I
         .zip(inputs)
         .enumerate()
         .try_for_each(|(i, (s, t))| s.check(i, t))
-}
-
-/// An input or output that does not match its spec.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IoError {
-    /// Wrong number of inputs.
-    #[error("expected {expected} input(s), got {actual}")]
-    Count {
-        /// Inputs declared.
-        expected: usize,
-        /// Inputs given.
-        actual: usize,
-    },
-    /// An input's dtype or shape differs from its spec.
-    #[error(
-        "input '{name}' (#{index}): expected {want_dtype}{want_shape:?}, got {got_dtype}{got_shape:?}"
-    )]
-    Mismatch {
-        /// Position.
-        index: usize,
-        /// Name.
-        name: String,
-        /// Declared dtype.
-        want_dtype: DType,
-        /// Declared shape.
-        want_shape: Vec<usize>,
-        /// Given dtype.
-        got_dtype: DType,
-        /// Given shape.
-        got_shape: Vec<usize>,
-    },
-}
-
-/// A range of a device buffer, with the memory it is bound to (so that a consumer can also
-/// bind a resource of its own, such as a `VK_ARM_tensors` tensor, to the same bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BufferSlice {
-    /// The buffer.
-    pub buffer: vk::Buffer,
-    /// Offset of the range in `buffer`.
-    pub offset: vk::DeviceSize,
-    /// Size of the range in bytes.
-    pub size: vk::DeviceSize,
-    /// The memory `buffer` is bound to.
-    pub memory: vk::DeviceMemory,
-    /// Offset of the range in `memory`.
-    pub memory_offset: vk::DeviceSize,
 }
 
 /// A tensor resident on the device: what it is and where its bytes are (packed, row-major).
