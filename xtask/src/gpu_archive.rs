@@ -310,7 +310,9 @@ fn find_library(name: &std::ffi::OsStr) -> Result<PathBuf> {
         .lines()
         .filter_map(|l| {
             let (left, path) = l.split_once("=>")?;
-            (left.split_whitespace().next()? == name).then(|| PathBuf::from(path.trim()))
+            // `libvulkan.so.1 (libc6,x86-64) => /lib/...`: the 64-bit library only.
+            (left.split_whitespace().next()? == name && left.contains("x86-64"))
+                .then(|| PathBuf::from(path.trim()))
         })
         .find(|p| p.is_file())
         .ok_or_else(|| format!("{name}: not in the dynamic linker's cache"))
@@ -362,13 +364,13 @@ while IFS=$'\t' read -r package dir file; do
     log="$logs/$package-$name.log"
     t0=$(date +%s)
     (cd "$here/$dir" && CARGO_MANIFEST_DIR="$here/$dir" CARGO_PKG_NAME="$package" \
-        "$here/$file" --nocapture "$@") >"$log" 2>&1
+        "$here/$file" --nocapture "$@") </dev/null >"$log" 2>&1
     rc=$?
     t=$(( $(date +%s) - t0 ))
     p=$(sed -n 's/^test result: .* \([0-9]*\) passed.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
     f=$(sed -n 's/^test result: .* \([0-9]*\) failed.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
     i=$(sed -n 's/^test result: .* \([0-9]*\) ignored.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
-    e=$(sed -n 's/^note: \([0-9]*\) validation error(s) excused.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+    e=$(sed -n 's/.*note: \([0-9]*\) validation error(s) excused.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
     binaries=$((binaries + 1)); passed=$((passed + p)); failed=$((failed + f))
     ignored=$((ignored + i)); excused=$((excused + e))
     status=""

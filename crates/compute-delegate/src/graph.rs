@@ -688,14 +688,17 @@ impl GraphBuilder {
         range: Range<usize>,
     ) -> Result<TensorId> {
         Self::check_shape("constant", name, shape)?;
-        let want = shape.iter().product::<usize>() * dtype.size();
-        if range.end > data.len() || range.start > range.end || range.len() != want {
+        let want = shape
+            .iter()
+            .try_fold(dtype.size(), |n, &d| n.checked_mul(d));
+        if range.end > data.len() || range.start > range.end || Some(range.len()) != want {
             return Err(shape_err(
                 "constant",
                 format!(
                     "constant '{name}': bytes {range:?} of a {}-byte buffer, but {dtype:?} {shape:?} \
-                     takes {want}",
-                    data.len()
+                     takes {}",
+                    data.len(),
+                    want.map_or_else(|| "more bytes than there are".to_owned(), |w| w.to_string())
                 ),
             ));
         }

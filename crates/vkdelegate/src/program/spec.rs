@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use vk_core::{Device, TensorSpec};
 
-/// What a step runs.
+/// What a step runs (some kinds exist only with the feature of their delegate, so a match
+/// needs a wildcard arm).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum StepKind {
     /// A VGF file, read when the program is built.
     Vgf {
