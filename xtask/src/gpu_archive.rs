@@ -197,8 +197,7 @@ fn build() -> Result<(Vec<TestBinary>, PathBuf)> {
     Ok((tests, cli))
 }
 
-/// The package name of a compiler artifact (from its `package_id`, `...#name@version` or
-/// `...#version` after the folder named as the package).
+/// The package name of a compiler artifact, read from the `[package]` table of its manifest.
 fn package_name(msg: &serde_json::Value) -> Result<String> {
     let manifest = msg["manifest_path"].as_str().unwrap_or_default();
     let text = std::fs::read_to_string(manifest).map_err(|e| format!("{manifest}: {e}"))?;

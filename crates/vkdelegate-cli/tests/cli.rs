@@ -12,10 +12,10 @@ use std::process::Command;
 /// The binary, with the validation layer on (its messages go to stderr, where
 /// [`assert_clean`] looks for them).
 fn bin() -> Command {
-    let mut c = Command::new(
-        std::env::var_os("CARGO_BIN_EXE_vkdelegate")
-            .map_or_else(|| env!("CARGO_BIN_EXE_vkdelegate").into(), PathBuf::from),
-    );
+    let mut c = Command::new(vk_core::testing::bin_exe(
+        "vkdelegate",
+        env!("CARGO_BIN_EXE_vkdelegate"),
+    ));
     c.env("XDG_RUNTIME_DIR", std::env::temp_dir())
         .env("VKDELEGATE_VALIDATION", "1")
         .env("RUST_LOG", "warn");
@@ -43,12 +43,8 @@ fn assert_clean(out: &std::process::Output) {
     assert!(ours.is_empty(), "validation errors:\n{}", ours.join("\n"));
 }
 
-/// The repository root, found at run time (`cargo test` and the runner of `cargo xtask
-/// gpu-archive` set `CARGO_MANIFEST_DIR`), as vk-core's `testing::repo_root` does.
 fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
-        .join("../..")
+    vk_core::testing::repo_root()
 }
 
 #[test]

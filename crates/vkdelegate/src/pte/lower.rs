@@ -95,16 +95,6 @@ pub(crate) struct Lowered {
     pub f16: bool,
 }
 
-impl fmt::Debug for Lowered {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lowered")
-            .field("inputs", &self.graph.input_specs())
-            .field("outputs", &self.graph.output_specs())
-            .field("f16", &self.f16)
-            .finish()
-    }
-}
-
 /// Lowers delegate `index` of `plan`, whose payload decoded to `vk`, at the graph's own
 /// precision; `file` is the program's bytes (`pte` was decoded from it), whose weights the
 /// graph uses in place where they need no conversion.
