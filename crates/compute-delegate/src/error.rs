@@ -65,6 +65,19 @@ pub enum Error {
         /// `maxComputeWorkGroupCount[dim]`.
         limit: u32,
     },
+    /// An op's argument is missing, out of range or of the wrong kind ([`crate::ops`]).
+    #[error("{op}: argument `{param}`: {problem}")]
+    Arg {
+        /// The op, by its first name.
+        op: &'static str,
+        /// The parameter.
+        param: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A front end called an op the registry does not have.
+    #[error("op `{0}` is not in the compute delegate's op registry")]
+    UnknownOp(String),
     /// The graph is not complete (no outputs, ...).
     #[error("graph: {0}")]
     Graph(String),

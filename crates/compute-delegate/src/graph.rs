@@ -7,6 +7,7 @@ use std::sync::Arc;
 use vk_core::{DType, HostTensor};
 
 use crate::error::{Error, Result};
+use crate::kernels::Kernel;
 
 /// A tensor of a [`GraphBuilder`]. Only meaningful with the builder that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -363,6 +364,15 @@ pub(crate) enum Op {
         shift: TensorId,
         q: QConv,
     },
+    /// An op family's own kernel (`GraphBuilder::kernel_node`): its operands bound in order,
+    /// then the output; one invocation per output element in a grid-stride loop; push
+    /// constants from a `#[repr(C)]` struct.
+    Kernel {
+        name: &'static str,
+        kernel: Kernel,
+        inputs: Vec<TensorId>,
+        push: Vec<u32>,
+    },
     /// Benchmark probe: arithmetic peak (see `fma_peak.comp`).
     #[cfg(feature = "bench")]
     FmaProbe {
@@ -394,7 +404,7 @@ impl Op {
             Op::LayerNorm {
                 x, weight, bias, ..
             } => [Some(*x), *weight, *bias].into_iter().flatten().collect(),
-            Op::Cat { xs, .. } => xs.clone(),
+            Op::Cat { xs, .. } | Op::Kernel { inputs: xs, .. } => xs.clone(),
             Op::QConv {
                 x,
                 w,
@@ -496,6 +506,8 @@ pub struct GraphBuilder {
     pub(crate) nodes: Vec<Node>,
     pub(crate) inputs: Vec<TensorId>,
     pub(crate) outputs: Vec<TensorId>,
+    /// Floats made from nothing (`full_like`, masks) are f16 rather than f32.
+    pub(crate) f16_floats: bool,
 }
 
 impl fmt::Debug for GraphBuilder {
@@ -536,6 +548,21 @@ impl GraphBuilder {
     /// An empty graph.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets the float dtype of tensors an op makes from nothing (a fill, a mask): f32 (the
+    /// default) or f16, as the front end's graph computes.
+    pub fn set_float(&mut self, dtype: DType) {
+        self.f16_floats = dtype == DType::F16;
+    }
+
+    /// The float dtype of tensors an op makes from nothing.
+    pub fn float(&self) -> DType {
+        if self.f16_floats {
+            DType::F16
+        } else {
+            DType::F32
+        }
     }
 
     pub(crate) fn info(&self, op: &'static str, t: TensorId) -> Result<&TensorInfo> {
@@ -777,6 +804,41 @@ impl GraphBuilder {
         self.storages[storage].kind = StorageKind::Output;
         self.outputs.push(t);
         Ok(())
+    }
+
+    /// A node of an op family's own `kernel` (the form ops added in `ops/` take): it reads
+    /// `inputs`, writes a new tensor of `dtype` and `shape` with one invocation per element,
+    /// and gets `push` as its push constants (a `#[repr(C)]` struct of 32-bit fields, as the
+    /// shader's push-constant block declares them).
+    pub(crate) fn kernel_node<P: bytemuck::NoUninit>(
+        &mut self,
+        name: &'static str,
+        kernel: Kernel,
+        inputs: &[TensorId],
+        (dtype, shape): (DType, Vec<usize>),
+        push: &P,
+    ) -> Result<TensorId> {
+        for &t in inputs {
+            self.info(name, t)?;
+        }
+        let bytes = bytemuck::bytes_of(push);
+        if bytes.len() % 4 != 0 {
+            return Err(Error::Graph(format!(
+                "internal: {name}'s push constants are {} bytes, not whole words",
+                bytes.len()
+            )));
+        }
+        let push = bytes
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect();
+        let op = Op::Kernel {
+            name,
+            kernel,
+            inputs: inputs.to_vec(),
+            push,
+        };
+        Ok(self.node(op, name, dtype, shape))
     }
 
     fn node(&mut self, op: Op, name: &str, dtype: DType, shape: Vec<usize>) -> TensorId {

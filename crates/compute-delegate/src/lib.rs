@@ -85,6 +85,7 @@ mod error;
 mod graph;
 mod kernels;
 mod lower;
+pub mod ops;
 mod options;
 mod runtime;
 mod threads;

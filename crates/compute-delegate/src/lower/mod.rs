@@ -275,6 +275,20 @@ impl Lowerer<'_> {
             | Op::Slice { .. }
             | Op::Gather { .. } => self.shape_op(op, &t),
             Op::QAdd { .. } | Op::QConv { .. } => self.quantized(op, &t),
+            Op::Kernel {
+                kernel,
+                inputs,
+                push,
+                ..
+            } => {
+                // One invocation per output element, the operands then the output bound.
+                let mut bindings: Vec<(usize, bool)> =
+                    inputs.iter().map(|&x| (self.st(x), false)).collect();
+                bindings.push((t.o, true));
+                let g = self.linear_groups(t.info.numel() as u64);
+                self.push(*kernel, vec![], bindings, push.clone(), [g, 1, 1]);
+                Ok(())
+            }
             #[cfg(feature = "bench")]
             Op::FmaProbe { groups, iters } => {
                 let g = self.check_groups([u64::from(*groups), 1, 1])?;
@@ -323,6 +337,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::Gather { .. } => "embedding",
         Op::QAdd { .. } => "add_q8",
         Op::QConv { .. } => "conv2d_q8",
+        Op::Kernel { name, .. } => name,
     }
 }
 

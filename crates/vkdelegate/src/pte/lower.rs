@@ -18,57 +18,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use compute_delegate::{Compare, Conv2d, GraphBuilder, Pool2d, TensorId};
+use compute_delegate::ops::{self, Arg, Kind, Param};
+use compute_delegate::{GraphBuilder, TensorId};
 use executorch_pte::{
     ExecutionPlan, Instruction, Program as Pte, ScalarType, Value, VkDataType, VkGraph, VkTensor,
     VkValue,
 };
 use vk_core::{DType, HostTensor};
-
-/// The ops this lowering implements, by ExecuTorch name.
-pub(crate) const SUPPORTED: &[&str] = &[
-    "et_vk.conv_with_clamp.default",
-    "aten.convolution.default",
-    "et_vk.prepack.default",
-    "aten.add.Tensor",
-    "aten.sub.Tensor",
-    "aten.mul.Tensor",
-    "aten.div.Tensor",
-    "aten.sigmoid.default",
-    "aten.relu.default",
-    "aten.tanh.default",
-    "aten.hardswish.default",
-    "aten.gelu.default",
-    "aten.clamp.default",
-    "aten.hardtanh.default",
-    "aten.mean.dim",
-    "aten.sum.dim_IntList",
-    "aten.clone.default",
-    "aten.view_copy.default",
-    "aten.squeeze_copy.dims",
-    "aten.unsqueeze_copy.default",
-    "aten.permute_copy.default",
-    "aten.linear.default",
-    "aten.bmm.default",
-    "aten._softmax.default",
-    "aten.native_layer_norm.default",
-    "aten.eq.Scalar",
-    "aten.ne.Scalar",
-    "aten.gt.Scalar",
-    "aten.ge.Scalar",
-    "aten.lt.Scalar",
-    "aten.le.Scalar",
-    "aten.logical_not.default",
-    "aten.where.self",
-    "aten.full_like.default",
-    "aten.select_copy.int",
-    "aten.slice_copy.Tensor",
-    "aten.split_with_sizes_copy.default",
-    "aten.cat.default",
-    "aten.embedding.default",
-    "aten.max_pool2d_with_indices.default",
-    "aten.native_group_norm.default",
-];
 
 /// Why a graph cannot be lowered.
 #[derive(Debug)]
@@ -198,10 +154,12 @@ fn f16_to_f32(h: u16) -> f32 {
 
 impl<'p, 'a> Lowering<'p, 'a> {
     fn new(pte: &'p Pte<'a>, vk: &'p VkGraph<'a>, float: DType, file: &'p Arc<[u8]>) -> Self {
+        let mut g = GraphBuilder::new();
+        g.set_float(float);
         Lowering {
             pte,
             vk,
-            g: GraphBuilder::new(),
+            g,
             tensors: vec![None; vk.values.len()],
             float,
             file,
@@ -344,280 +302,89 @@ impl<'p, 'a> Lowering<'p, 'a> {
         Ok(x)
     }
 
-    fn opt_tensor(&mut self, id: u32) -> Result<Option<TensorId>> {
-        match self.value(id)? {
-            VkValue::Null => Ok(None),
-            _ => self.tensor(id).map(Some),
+    /// The scalar or list value `id` as an op argument (tensors are read by [`Self::arg`]).
+    fn scalar_arg(&self, id: u32) -> Result<Arg> {
+        Ok(match self.value(id)? {
+            VkValue::Null => Arg::None,
+            VkValue::Int(v) => Arg::Int(*v),
+            VkValue::SymInt(v) => Arg::Int(i64::from(*v)),
+            VkValue::Double(v) => Arg::Float(*v),
+            VkValue::Bool(v) => Arg::Bool(*v),
+            VkValue::IntList(v) => Arg::Ints(v.clone()),
+            VkValue::String(s) => Arg::Str((*s).to_owned()),
+            // Sizes with symbolic entries: a list of int or SymInt values.
+            VkValue::ValueList(ids) => Arg::Ints(
+                ids.iter()
+                    .map(|&v| match self.scalar_arg(v)? {
+                        Arg::Int(i) => Ok(i),
+                        _ => Err(err(format!("value {id}: list entry {v} is not an int"))),
+                    })
+                    .collect::<Result<_>>()?,
+            ),
+            other => return Err(err(format!("value {id} is a {}", other.kind()))),
+        })
+    }
+
+    /// Value `id` as the argument of parameter `p`.
+    fn arg(&mut self, p: &Param, id: u32) -> Result<Arg> {
+        let what = |e: LowerError| err(format!("argument `{}`: {e}", p.name()));
+        match (p.kind, self.value(id).map_err(what)?) {
+            (_, VkValue::Null) => Ok(Arg::None),
+            (Kind::Tensor, _) => self.tensor(id).map(Arg::Tensor).map_err(what),
+            (Kind::Tensors, VkValue::ValueList(ids)) => ids
+                .iter()
+                .map(|&v| self.tensor(v))
+                .collect::<Result<_>>()
+                .map(Arg::Tensors)
+                .map_err(what),
+            _ => self.scalar_arg(id).map_err(what),
         }
     }
 
-    fn int(&self, id: u32) -> Result<i64> {
-        match self.value(id)? {
-            VkValue::Int(v) => Ok(*v),
-            VkValue::SymInt(v) => Ok(i64::from(*v)),
-            VkValue::Bool(b) => Ok(i64::from(*b)),
-            // Exporters write some integer arguments (indices) as doubles.
-            VkValue::Double(v) if v.fract() == 0.0 && v.abs() < 9e15 => Ok(*v as i64),
-            other => Err(err(format!("value {id} is a {}, not an int", other.kind()))),
-        }
-    }
-
-    /// A number, or `default` for `Null`.
-    fn number(&self, id: u32, default: f64) -> Result<f64> {
-        match self.value(id)? {
-            VkValue::Null => Ok(default),
-            VkValue::Double(v) => Ok(*v),
-            VkValue::Int(v) => Ok(*v as f64),
-            other => Err(err(format!(
-                "value {id} is a {}, not a number",
-                other.kind()
-            ))),
-        }
-    }
-
-    fn ints(&self, id: u32) -> Result<Vec<i64>> {
-        match self.value(id)? {
-            VkValue::IntList(v) => Ok(v.clone()),
-            VkValue::Int(v) => Ok(vec![*v]),
-            other => Err(err(format!(
-                "value {id} is a {}, not an int list",
-                other.kind()
-            ))),
-        }
-    }
-
-    fn bool(&self, id: u32) -> Result<bool> {
-        match self.value(id)? {
-            VkValue::Bool(b) => Ok(*b),
-            other => Err(err(format!("value {id} is a {}, not a bool", other.kind()))),
-        }
-    }
-
-    fn pair(&self, id: u32) -> Result<[usize; 2]> {
-        let v = self.ints(id)?;
-        let u = |x: i64| usize::try_from(x).map_err(|_| err(format!("{x} is negative")));
-        match v.as_slice() {
-            [a] => Ok([u(*a)?, u(*a)?]),
-            [a, b] => Ok([u(*a)?, u(*b)?]),
-            _ => Err(err(format!(
-                "value {id}: expected one or two ints, got {v:?}"
-            ))),
-        }
-    }
-
-    /// The id of the node's output tensor: its last argument, or the first of a value list.
-    fn out_id(&self, args: &[u32]) -> Result<u32> {
-        let last = *args
-            .last()
-            .ok_or_else(|| err("the node has no arguments"))?;
-        match self.value(last)? {
-            VkValue::ValueList(ids) => ids
-                .first()
-                .copied()
-                .ok_or_else(|| err("an empty output list")),
-            _ => Ok(last),
-        }
-    }
-
-    fn arg(args: &[u32], i: usize) -> Result<u32> {
-        args.get(i)
-            .copied()
-            .ok_or_else(|| err(format!("argument {i} is missing ({} given)", args.len())))
-    }
-
-    fn set_out(&mut self, args: &[u32], t: TensorId) -> Result<()> {
-        let out = self.out_id(args)?;
-        self.tensors[out as usize] = Some(t);
-        Ok(())
-    }
-
+    /// One node through the op registry: its arguments in the op's parameter order, its last
+    /// argument the output (a tensor, or a list of them).
     fn node(&mut self, name: &str, args: &[u32]) -> Result<()> {
-        let a = |i| Self::arg(args, i);
-        let ge = |e: compute_delegate::Error| err(e.to_string());
-        let t = match name {
-            "et_vk.conv_with_clamp.default" | "aten.convolution.default" => {
-                self.conv(name, args)?
-            }
-            "et_vk.prepack.default" | "aten.clone.default" => self.tensor(a(0)?)?,
-            "aten.cat.default"
-            | "aten.split_with_sizes_copy.default"
-            | "aten.max_pool2d_with_indices.default"
-            | "aten.native_group_norm.default"
-            | "aten.full_like.default" => return self.node_lists(name, args),
-            "aten.add.Tensor" | "aten.sub.Tensor" => {
-                let x = self.tensor(a(0)?)?;
-                let mut y = self.tensor(a(1)?)?;
-                let alpha = if args.len() > 3 {
-                    self.number(a(2)?, 1.0)?
-                } else {
-                    1.0
-                };
-                if alpha != 1.0 {
-                    y = self.g.mul_scalar(y, alpha as f32).map_err(ge)?;
-                }
-                if name == "aten.add.Tensor" {
-                    self.g.add(x, y)
-                } else {
-                    self.g.sub(x, y)
-                }
-                .map_err(ge)?
-            }
-            "aten.mul.Tensor" | "aten.div.Tensor" => {
-                let x = self.tensor(a(0)?)?;
-                let y = self.tensor(a(1)?)?;
-                if name == "aten.mul.Tensor" {
-                    self.g.mul(x, y)
-                } else {
-                    self.g.div(x, y)
-                }
-                .map_err(ge)?
-            }
-            _ => return self.node_unary_or_shape(name, args),
+        let def = ops::find(name).ok_or_else(|| err(format!("op {name} is not registered")))?;
+        let (&out, inputs) = args
+            .split_last()
+            .ok_or_else(|| err("the node has no arguments"))?;
+        let mut call = Vec::with_capacity(def.params.len());
+        for (p, &id) in def.params.iter().zip(inputs) {
+            call.push(self.arg(p, id)?);
+        }
+        let results = def
+            .call(&mut self.g, call)
+            .map_err(|e| err(e.to_string()))?;
+        self.set_outputs(out, &results)
+    }
+
+    /// Binds the op's results to the node's output value(s); outputs the op does not compute
+    /// (max pooling's indices, a norm's statistics) must not be read.
+    fn set_outputs(&mut self, out: u32, results: &[TensorId]) -> Result<()> {
+        let ids = match self.value(out)? {
+            VkValue::ValueList(ids) => ids.clone(),
+            _ => vec![out],
         };
-        self.set_out(args, t)
-    }
-
-    fn node_unary_or_shape(&mut self, name: &str, args: &[u32]) -> Result<()> {
-        let a = |i| Self::arg(args, i);
-        let ge = |e: compute_delegate::Error| err(e.to_string());
-        let x = self.tensor(a(0)?)?;
-        let t = match name {
-            "aten.sigmoid.default" => self.g.sigmoid(x),
-            "aten.relu.default" => self.g.relu(x),
-            "aten.tanh.default" => self.g.tanh(x),
-            "aten.hardswish.default" => self.g.hardswish(x),
-            "aten.gelu.default" => {
-                let tanh = matches!(self.value(a(1)?)?, VkValue::String("tanh"));
-                self.g.gelu(x, tanh)
-            }
-            "aten.clamp.default" | "aten.hardtanh.default" => {
-                let (lo, hi) = if name == "aten.hardtanh.default" {
-                    (-1.0, 1.0)
-                } else {
-                    (f64::from(f32::MIN), f64::from(f32::MAX))
-                };
-                let min = self.number(a(1)?, lo)?;
-                let max = self.number(a(2)?, hi)?;
-                self.g.clamp(x, min as f32, max as f32)
-            }
-            "aten.mean.dim" | "aten.sum.dim_IntList" => {
-                let dims: Vec<isize> = self.ints(a(1)?)?.iter().map(|&d| d as isize).collect();
-                let keepdim = self.bool(a(2)?)?;
-                if name == "aten.mean.dim" {
-                    self.g.mean(x, &dims, keepdim)
-                } else {
-                    self.g.sum(x, &dims, keepdim)
+        if results.len() > ids.len() {
+            return Err(err(format!(
+                "the op makes {} outputs, the node names {}",
+                results.len(),
+                ids.len()
+            )));
+        }
+        for (k, &id) in ids.iter().enumerate() {
+            match results.get(k) {
+                Some(&t) => {
+                    let slot = self
+                        .tensors
+                        .get_mut(id as usize)
+                        .ok_or_else(|| err(format!("output value {id} does not exist")))?;
+                    *slot = Some(t);
                 }
+                None => self.unused(id, &format!("output {k}"))?,
             }
-            "aten.view_copy.default" | "aten.squeeze_copy.dims" | "aten.unsqueeze_copy.default" => {
-                // The output's sizes say the result; every one of these is a reshape.
-                let out = self.tensor_value(self.out_id(args)?)?;
-                let shape: Vec<isize> = out.dims.iter().map(|&d| d as isize).collect();
-                self.g.reshape(x, &shape)
-            }
-            "aten.permute_copy.default" => {
-                let perm: Vec<isize> = self.ints(a(1)?)?.iter().map(|&d| d as isize).collect();
-                self.g.permute(x, &perm)
-            }
-            "aten._softmax.default" => self.g.softmax(x, self.int(a(1)?)? as isize),
-            _ => return self.node_linear(name, args, x),
         }
-        .map_err(ge)?;
-        self.set_out(args, t)
-    }
-
-    fn node_linear(&mut self, name: &str, args: &[u32], x: TensorId) -> Result<()> {
-        let a = |i| Self::arg(args, i);
-        let ge = |e: compute_delegate::Error| err(e.to_string());
-        let t = match name {
-            "aten.linear.default" => {
-                let w = self.tensor(a(1)?)?;
-                let b = self.opt_tensor(a(2)?)?;
-                self.g.linear(x, w, b)
-            }
-            "aten.bmm.default" => {
-                let y = self.tensor(a(1)?)?;
-                self.g.bmm(x, y)
-            }
-            "aten.native_layer_norm.default" => {
-                let shape: Vec<usize> = self.ints(a(1)?)?.iter().map(|&d| d as usize).collect();
-                let w = self.opt_tensor(a(2)?)?;
-                let b = self.opt_tensor(a(3)?)?;
-                let eps = self.number(a(4)?, 1e-5)?;
-                self.g.layer_norm(x, &shape, w, b, eps as f32)
-            }
-            _ => return self.node_mask_or_index(name, args, x),
-        }
-        .map_err(ge)?;
-        self.set_out(args, t)
-    }
-
-    /// Masks, `where`, index selection and `embedding`: one tensor out.
-    fn node_mask_or_index(&mut self, name: &str, args: &[u32], x: TensorId) -> Result<()> {
-        let a = |i| Self::arg(args, i);
-        let ge = |e: compute_delegate::Error| err(e.to_string());
-        let cmp = match name {
-            "aten.eq.Scalar" => Some(Compare::Eq),
-            "aten.ne.Scalar" => Some(Compare::Ne),
-            "aten.gt.Scalar" => Some(Compare::Gt),
-            "aten.ge.Scalar" => Some(Compare::Ge),
-            "aten.lt.Scalar" => Some(Compare::Lt),
-            "aten.le.Scalar" => Some(Compare::Le),
-            _ => None,
-        };
-        let t = match name {
-            _ if cmp.is_some() => {
-                let s = self.number(a(1)?, 0.0)? as f32;
-                self.g.compare_scalar(x, cmp.unwrap_or(Compare::Eq), s)
-            }
-            "aten.logical_not.default" => self.g.logical_not(x),
-            "aten.where.self" => {
-                let y = self.tensor(a(1)?)?;
-                let z = self.tensor(a(2)?)?;
-                self.g.where_(x, y, z)
-            }
-            "aten.select_copy.int" => {
-                let dim = self.int(a(1)?)? as isize;
-                let index = self.int(a(2)?)? as isize;
-                self.g.select(x, dim, index)
-            }
-            "aten.slice_copy.Tensor" => {
-                // (input, dim, start, end, step, out); start and end may be None.
-                let dim = self.int(a(1)?)? as isize;
-                let start = self.opt_int(a(2)?, 0)?;
-                let end = self.opt_int(a(3)?, i64::MAX)?;
-                let step = usize::try_from(self.int(a(4)?)?).map_err(|_| err("negative step"))?;
-                let clamp = |v: i64| v.clamp(isize::MIN as i64, isize::MAX as i64) as isize;
-                self.g.slice(x, dim, clamp(start), clamp(end), step)
-            }
-            "aten.embedding.default" => {
-                // (weight, indices, padding_idx, scale_grad_by_freq, sparse, out).
-                let ids = self.tensor(a(1)?)?;
-                self.g.embedding(x, ids)
-            }
-            other => return Err(err(format!("op {other} is not lowered"))),
-        }
-        .map_err(ge)?;
-        self.set_out(args, t)
-    }
-
-    /// An int, or `default` for `Null`.
-    fn opt_int(&self, id: u32, default: i64) -> Result<i64> {
-        match self.value(id)? {
-            VkValue::Null => Ok(default),
-            _ => self.int(id),
-        }
-    }
-
-    /// The ids of a value list.
-    fn list(&self, id: u32) -> Result<Vec<u32>> {
-        match self.value(id)? {
-            VkValue::ValueList(ids) => Ok(ids.clone()),
-            other => Err(err(format!(
-                "value {id} is a {}, not a value list",
-                other.kind()
-            ))),
-        }
+        Ok(())
     }
 
     /// Refuses a graph that reads value `id` (an output this lowering does not compute).
@@ -636,129 +403,6 @@ impl<'p, 'a> Lowering<'p, 'a> {
             )));
         }
         Ok(())
-    }
-
-    /// Ops with value lists in or out, and constant fills.
-    fn node_lists(&mut self, name: &str, args: &[u32]) -> Result<()> {
-        let a = |i| Self::arg(args, i);
-        let ge = |e: compute_delegate::Error| err(e.to_string());
-        let t = match name {
-            "aten.cat.default" => {
-                let xs = self
-                    .list(a(0)?)?
-                    .into_iter()
-                    .map(|v| self.tensor(v))
-                    .collect::<Result<Vec<_>>>()?;
-                self.g.cat(&xs, self.int(a(1)?)? as isize).map_err(ge)?
-            }
-            "aten.split_with_sizes_copy.default" => {
-                let x = self.tensor(a(0)?)?;
-                let sizes = self
-                    .ints(a(1)?)?
-                    .iter()
-                    .map(|&s| usize::try_from(s).map_err(|_| err(format!("split size {s}"))))
-                    .collect::<Result<Vec<_>>>()?;
-                let parts = self
-                    .g
-                    .split(x, &sizes, self.int(a(2)?)? as isize)
-                    .map_err(ge)?;
-                let outs = self.list(*args.last().ok_or_else(|| err("no arguments"))?)?;
-                if outs.len() != parts.len() {
-                    return Err(err(format!(
-                        "{} outputs for {} parts",
-                        outs.len(),
-                        parts.len()
-                    )));
-                }
-                for (o, p) in outs.into_iter().zip(parts) {
-                    self.tensors[o as usize] = Some(p);
-                }
-                return Ok(());
-            }
-            "aten.max_pool2d_with_indices.default" => self.max_pool(args)?,
-            "aten.native_group_norm.default" => {
-                // (input, weight, bias, N, C, HxW, group, eps, [out, mean, rstd]).
-                let outs = self.list(a(8)?)?;
-                for &o in outs.iter().skip(1) {
-                    self.unused(o, "group_norm's mean or rstd")?;
-                }
-                let x = self.tensor(a(0)?)?;
-                let w = self.opt_tensor(a(1)?)?;
-                let b = self.opt_tensor(a(2)?)?;
-                let groups =
-                    usize::try_from(self.int(a(6)?)?).map_err(|_| err("negative groups"))?;
-                let eps = self.number(a(7)?, 1e-5)? as f32;
-                self.g.group_norm(x, groups, w, b, eps).map_err(ge)?
-            }
-            "aten.full_like.default" => {
-                // (input, fill_value, dtype, layout, device, pin_memory, memory_format, out).
-                let out = self.out_id(args)?;
-                let shape = dims(self.tensor_value(out)?);
-                let value = self.number(a(1)?, 0.0)? as f32;
-                self.g
-                    .full_as(&format!("full{out}"), &shape, value, self.float)
-                    .map_err(ge)?
-            }
-            other => return Err(err(format!("op {other} is not lowered"))),
-        };
-        self.set_out(args, t)
-    }
-
-    /// `(input, kernel, stride, padding, dilation, ceil_mode, [out, indices])`: the values only.
-    fn max_pool(&mut self, args: &[u32]) -> Result<TensorId> {
-        let a = |i| Self::arg(args, i);
-        if let Some(&indices) = self.list(a(6)?)?.get(1) {
-            self.unused(indices, "max_pool2d's indices")?;
-        }
-        if self.pair(a(4)?)? != [1, 1] {
-            return Err(err("dilated pooling is not supported"));
-        }
-        let x = self.tensor(a(0)?)?;
-        let kernel = self.pair(a(1)?)?;
-        let stride = if self.ints(a(2)?)?.is_empty() {
-            kernel
-        } else {
-            self.pair(a(2)?)?
-        };
-        let p = Pool2d {
-            kernel,
-            stride,
-            padding: self.pair(a(3)?)?,
-            ceil_mode: self.bool(a(5)?)?,
-            count_include_pad: true,
-        };
-        self.g.max_pool2d(x, p).map_err(|e| err(e.to_string()))
-    }
-
-    /// `(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-    /// [, output_min, output_max], out)`.
-    fn conv(&mut self, name: &str, args: &[u32]) -> Result<TensorId> {
-        let a = |i| Self::arg(args, i);
-        let ge = |e: compute_delegate::Error| err(e.to_string());
-        if self.bool(a(6)?)? {
-            return Err(err("transposed convolution is not supported"));
-        }
-        let x = self.tensor(a(0)?)?;
-        let w = self.tensor(a(1)?)?;
-        let b = self.opt_tensor(a(2)?)?;
-        let groups = usize::try_from(self.int(a(8)?)?).map_err(|_| err("negative groups"))?;
-        let p = Conv2d {
-            stride: self.pair(a(3)?)?,
-            padding: self.pair(a(4)?)?,
-            dilation: self.pair(a(5)?)?,
-            groups,
-        };
-        let y = self.g.conv2d(x, w, b, p).map_err(ge)?;
-        if name != "et_vk.conv_with_clamp.default" {
-            return Ok(y);
-        }
-        let min = self.number(a(9)?, f64::from(f32::MIN))?;
-        let max = self.number(a(10)?, f64::from(f32::MAX))?;
-        let (min, max) = (
-            min.max(f64::from(f32::MIN)) as f32,
-            max.min(f64::from(f32::MAX)) as f32,
-        );
-        self.g.clamp(y, min, max).map_err(ge)
     }
 }
 

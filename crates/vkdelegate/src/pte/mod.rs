@@ -282,7 +282,7 @@ fn check_vulkan_ops(graph: &VkGraph<'_>, at: &str) -> Result<(), Vec<Unsupported
     let missing: Vec<Unsupported> = graph
         .op_names()
         .into_iter()
-        .filter(|(name, _)| !lower::SUPPORTED.contains(name))
+        .filter(|(name, _)| compute_delegate::ops::find(name).is_none())
         .map(|(name, nodes)| Unsupported {
             what: name.to_owned(),
             location: format!("{at}, node(s) {nodes:?}"),

@@ -1,0 +1,86 @@
+//! Activations: functions of one tensor, element by element.
+
+use super::{Call, Fallback, Kind, OpDef, Param, one};
+use crate::error::Result;
+use crate::graph::TensorId;
+
+const SELF: Param = Param::tensor("self");
+const F32_MIN: f64 = f32::MIN as f64;
+const F32_MAX: f64 = f32::MAX as f64;
+
+/// The ops of this family.
+pub(super) const OPS: &[OpDef] = &[
+    OpDef::new(&["aten.relu.default", "relu"], &[SELF], relu),
+    OpDef::new(&["relu6"], &[SELF], relu6),
+    OpDef::new(&["aten.sigmoid.default", "sigmoid"], &[SELF], sigmoid),
+    OpDef::new(&["aten.tanh.default", "tanh"], &[SELF], tanh),
+    OpDef::new(&["aten.hardswish.default", "hardswish"], &[SELF], hardswish),
+    OpDef::new(
+        &["aten.gelu.default", "gelu"],
+        &[
+            SELF,
+            Param::new("approximate", Kind::Str, Fallback::Str("none")),
+        ],
+        gelu,
+    ),
+    OpDef::new(
+        &["aten.clamp.default", "clamp"],
+        &[
+            SELF,
+            Param::new("min", Kind::Float, Fallback::Float(F32_MIN)),
+            Param::new("max", Kind::Float, Fallback::Float(F32_MAX)),
+        ],
+        clamp,
+    ),
+    OpDef::new(
+        &["aten.hardtanh.default", "hardtanh"],
+        &[
+            SELF,
+            Param::new("min_val|min", Kind::Float, Fallback::Float(-1.0)),
+            Param::new("max_val|max", Kind::Float, Fallback::Float(1.0)),
+        ],
+        clamp,
+    ),
+];
+
+fn relu(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    one(c.g.relu(x)?)
+}
+
+fn relu6(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    one(c.g.relu6(x)?)
+}
+
+fn sigmoid(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    one(c.g.sigmoid(x)?)
+}
+
+fn tanh(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    one(c.g.tanh(x)?)
+}
+
+fn hardswish(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    one(c.g.hardswish(x)?)
+}
+
+fn gelu(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let tanh = match c.str(1)? {
+        None | Some("none") => false,
+        Some("tanh") => true,
+        Some(other) => {
+            return Err(c.err(1, format!("must be \"tanh\" or \"none\", found {other:?}")));
+        }
+    };
+    one(c.g.gelu(x, tanh)?)
+}
+
+fn clamp(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, min, max) = (c.tensor(0)?, c.f32(1)?, c.f32(2)?);
+    one(c.g.clamp(x, min, max)?)
+}

@@ -1,0 +1,168 @@
+//! Shape and copy ops: views, permutes, concatenation, splits, selects and slices.
+
+use super::{Call, Fallback, Kind, OpDef, Param, one};
+use crate::error::Result;
+use crate::graph::TensorId;
+
+const SELF: Param = Param::tensor("self");
+
+/// The ops of this family.
+pub(super) const OPS: &[OpDef] = &[
+    OpDef::new(
+        &["aten.clone.default", "et_vk.prepack.default", "clone"],
+        &[SELF],
+        clone,
+    ),
+    OpDef::new(
+        &["aten.view_copy.default", "reshape"],
+        &[
+            SELF,
+            Param::new("size|shape", Kind::Ints, Fallback::Required),
+        ],
+        view,
+    ),
+    OpDef::new(
+        &["aten.squeeze_copy.dims"],
+        &[SELF, Param::new("dim", Kind::Ints, Fallback::Required)],
+        squeeze,
+    ),
+    OpDef::new(
+        &["aten.unsqueeze_copy.default"],
+        &[SELF, Param::new("dim", Kind::Int, Fallback::Required)],
+        unsqueeze,
+    ),
+    OpDef::new(
+        &["aten.permute_copy.default", "permute"],
+        &[
+            SELF,
+            Param::new("dims|perm", Kind::Ints, Fallback::Required),
+        ],
+        permute,
+    ),
+    OpDef::new(
+        &["aten.transpose_copy.int", "transpose"],
+        &[
+            SELF,
+            Param::new("dim0", Kind::Int, Fallback::Required),
+            Param::new("dim1", Kind::Int, Fallback::Required),
+        ],
+        transpose,
+    ),
+    OpDef::new(
+        &["aten.cat.default", "cat"],
+        &[
+            Param::new("tensors", Kind::Tensors, Fallback::Required),
+            Param::new("dim", Kind::Int, Fallback::Int(0)),
+        ],
+        cat,
+    ),
+    OpDef::new(
+        &["aten.split_with_sizes_copy.default"],
+        &[
+            SELF,
+            Param::new("split_sizes", Kind::Ints, Fallback::Required),
+            Param::new("dim", Kind::Int, Fallback::Int(0)),
+        ],
+        split,
+    ),
+    OpDef::new(
+        &["aten.select_copy.int", "select"],
+        &[
+            SELF,
+            Param::new("dim", Kind::Int, Fallback::Required),
+            Param::new("index", Kind::Int, Fallback::Required),
+        ],
+        select,
+    ),
+    OpDef::new(
+        &["aten.slice_copy.Tensor", "slice"],
+        &[
+            SELF,
+            Param::new("dim", Kind::Int, Fallback::Int(0)),
+            Param::new("start", Kind::Int, Fallback::Null),
+            Param::new("end", Kind::Int, Fallback::Null),
+            Param::new("step", Kind::Int, Fallback::Int(1)),
+        ],
+        slice,
+    ),
+];
+
+/// The tensor itself: buffers are never aliased by a later write, so no copy is needed.
+fn clone(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    one(c.tensor(0)?)
+}
+
+fn view(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, size) = (c.tensor(0)?, c.dims(1)?);
+    one(c.g.reshape(x, &size)?)
+}
+
+/// Drops the listed dims that have size 1 (others stay, as in PyTorch).
+fn squeeze(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, dims) = (c.tensor(0)?, c.dims(1)?);
+    let shape = c.shape(x);
+    let rank = shape.len() as isize;
+    let mut drop = vec![false; shape.len()];
+    for d in dims {
+        let i = if d < 0 { d + rank } else { d };
+        if i < 0 || i >= rank {
+            return Err(c.err(1, format!("dim {d} is out of range for rank {rank}")));
+        }
+        drop[i as usize] = shape[i as usize] == 1;
+    }
+    let kept: Vec<isize> = shape
+        .iter()
+        .zip(&drop)
+        .filter(|(_, d)| !**d)
+        .map(|(&s, _)| s as isize)
+        .collect();
+    one(c.g.reshape(x, &kept)?)
+}
+
+/// Inserts a dim of size 1 at `dim` (negative counts from the end of the result).
+fn unsqueeze(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, d) = (c.tensor(0)?, c.dim(1)?);
+    let mut shape: Vec<isize> = c.shape(x).iter().map(|&s| s as isize).collect();
+    let rank = shape.len() as isize + 1;
+    let i = if d < 0 { d + rank } else { d };
+    if i < 0 || i >= rank {
+        return Err(c.err(1, format!("dim {d} is out of range for rank {rank}")));
+    }
+    shape.insert(i as usize, 1);
+    one(c.g.reshape(x, &shape)?)
+}
+
+fn permute(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, perm) = (c.tensor(0)?, c.dims(1)?);
+    one(c.g.permute(x, &perm)?)
+}
+
+fn transpose(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, d0, d1) = (c.tensor(0)?, c.dim(1)?, c.dim(2)?);
+    one(c.g.transpose(x, d0, d1)?)
+}
+
+fn cat(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (xs, dim) = (c.tensors(0)?, c.dim(1)?);
+    one(c.g.cat(&xs, dim)?)
+}
+
+fn split(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, sizes, dim) = (c.tensor(0)?, c.counts(1)?, c.dim(2)?);
+    c.g.split(x, &sizes, dim)
+}
+
+fn select(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, dim, index) = (c.tensor(0)?, c.dim(1)?, c.dim(2)?);
+    one(c.g.select(x, dim, index)?)
+}
+
+/// `x[start:end:step]` along `dim`; an absent start or end is the dim's start or end.
+fn slice(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, dim) = (c.tensor(0)?, c.dim(1)?);
+    let clamp = |v: i64| v.clamp(isize::MIN as i64, isize::MAX as i64) as isize;
+    let start = clamp(c.opt_int(2)?.unwrap_or(0));
+    let end = clamp(c.opt_int(3)?.unwrap_or(i64::MAX));
+    let step = c.count(4)?;
+    one(c.g.slice(x, dim, start, end, step)?)
+}
