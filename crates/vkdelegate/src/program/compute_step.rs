@@ -1,11 +1,13 @@
-//! Compute steps: a [`ComputeStep`] built into a one-op `compute_delegate::Graph`.
+//! Compute steps: a [`ComputeStep`] built into a one-op `compute_delegate::Graph` through the
+//! op registry, and graph steps a front end made.
 
-use compute_delegate::{BuildOptions, Graph, GraphBuilder, Pool2d, TensorId};
+use compute_delegate::ops::{self, Arg, Kind, OpDef, Param};
+use compute_delegate::{BuildOptions, Graph, GraphBuilder, TensorId};
 use vk_core::{Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
 
 use super::error::{ProgramError, Result};
 use super::runner::{Runner, StepBindings};
-use super::spec::{Arith, ComputeOp, ComputeStep, GraphStep, PoolParams, UnaryFn};
+use super::spec::{ComputeStep, GraphStep};
 use super::wiring::StepIo;
 
 fn wrap(step: &str) -> impl Fn(compute_delegate::Error) -> ProgramError + '_ {
@@ -32,18 +34,116 @@ pub(super) fn graph_requirements(g: &GraphStep) -> Requirements {
     }
 }
 
+/// The op a step names, or an error listing the program file's op names.
+fn def_of(step: &str, op: &str) -> Result<&'static OpDef> {
+    ops::find(op).ok_or_else(|| {
+        let known: Vec<&str> = ops::all()
+            .flat_map(|d| d.names.iter().copied())
+            .filter(|n| !n.contains(['.', ':']))
+            .collect();
+        ProgramError::step(
+            step,
+            format!("unknown compute op `{op}`; known: {}", known.join(", ")),
+        )
+    })
+}
+
+/// Checks a step's op and attributes against the registry: every attribute answers to a
+/// parameter that is not a tensor, has that parameter's kind, and every required one is given.
+pub(super) fn check(step: &str, c: &ComputeStep) -> Result<()> {
+    let def = def_of(step, &c.op)?;
+    let unknown: Vec<&str> = c
+        .attributes
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !def.params.iter().any(|p| !p.is_tensor() && p.answers_to(k)))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(attr_err(
+            step,
+            def,
+            format!("unknown attribute(s) {unknown:?}"),
+        ));
+    }
+    for p in def.params.iter().filter(|p| !p.is_tensor()) {
+        attribute(step, def, p, c)?;
+    }
+    Ok(())
+}
+
+fn attr_err(step: &str, def: &OpDef, problem: String) -> ProgramError {
+    ProgramError::step(
+        step,
+        format!("op {}: {problem}", def.names.last().unwrap_or(&"?")),
+    )
+}
+
+/// The step's attribute for parameter `p` as an argument (`Arg::None`: absent, the
+/// parameter's fallback applies).
+fn attribute(step: &str, def: &OpDef, p: &Param, c: &ComputeStep) -> Result<Arg> {
+    let key = p.file_name();
+    let Some(v) = c
+        .attributes
+        .iter()
+        .find(|(k, _)| p.answers_to(k))
+        .map(|kv| kv.1)
+    else {
+        if p.fallback == ops::Fallback::Required {
+            return Err(attr_err(
+                step,
+                def,
+                format!("attribute `{key}` is required"),
+            ));
+        }
+        return Ok(Arg::None);
+    };
+    let bad = |what: &str| attr_err(step, def, format!("`{key}` must be {what}, found {v}"));
+    Ok(match (p.kind, v) {
+        (Kind::Int, toml::Value::Integer(i)) => Arg::Int(*i),
+        (Kind::Int, _) => return Err(bad("an integer")),
+        (Kind::Float, toml::Value::Integer(i)) => Arg::Float(*i as f64),
+        (Kind::Float, toml::Value::Float(f)) => Arg::Float(*f),
+        (Kind::Float, _) => return Err(bad("a number")),
+        (Kind::Bool, toml::Value::Boolean(b)) => Arg::Bool(*b),
+        (Kind::Bool, _) => return Err(bad("true or false")),
+        (Kind::Str, toml::Value::String(s)) => Arg::Str(s.clone()),
+        (Kind::Str, _) => return Err(bad("a string")),
+        (Kind::Ints, toml::Value::Integer(i)) => Arg::Ints(vec![*i]),
+        (Kind::Ints, toml::Value::Array(a)) => Arg::Ints(
+            a.iter()
+                .map(|x| x.as_integer().ok_or_else(|| bad("integers")))
+                .collect::<Result<_>>()?,
+        ),
+        (Kind::Ints, _) => return Err(bad("integers")),
+        (Kind::Tensor | Kind::Tensors, _) => Arg::None,
+    })
+}
+
+/// How many tensors the op takes: its tensor parameters, the optional ones at most (a list
+/// parameter takes any number).
+fn arity(def: &OpDef) -> (usize, Option<usize>) {
+    let tensors = def.params.iter().filter(|p| p.is_tensor());
+    let required = tensors
+        .clone()
+        .filter(|p| p.fallback == ops::Fallback::Required && p.kind == Kind::Tensor)
+        .count();
+    let list = tensors.clone().any(|p| p.kind == Kind::Tensors);
+    (required, (!list).then(|| tensors.count()))
+}
+
 /// Input specs: what producers make, else the step's declared input.
 fn input_specs(
     step: &str,
     op: &ComputeStep,
     known: &[Option<TensorSpec>],
 ) -> Result<Vec<TensorSpec>> {
-    if known.len() != op.op.arity() {
+    let (min, max) = arity(def_of(step, &op.op)?);
+    if known.len() < min || max.is_some_and(|m| known.len() > m) {
         return Err(ProgramError::step(
             step,
             format!(
                 "takes {} input(s), the step lists {}",
-                op.op.arity(),
+                max.unwrap_or(min),
                 known.len()
             ),
         ));
@@ -70,7 +170,7 @@ fn input_specs(
 
 pub(super) fn io(step: &str, op: &ComputeStep, known: &[Option<TensorSpec>]) -> Result<StepIo> {
     let inputs = input_specs(step, op, known)?;
-    let g = build_graph(step, &op.op, &inputs)?;
+    let g = build_graph(step, op, &inputs)?;
     Ok(StepIo {
         inputs,
         outputs: g.output_specs(),
@@ -85,7 +185,7 @@ pub(super) fn load(
     external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
     let options = options(external);
-    let graph = build_graph(step, &op.op, inputs)?
+    let graph = build_graph(step, op, inputs)?
         .build_with(device, &options)
         .map_err(wrap(step))?;
     Ok(Box::new(ComputeRunner {
@@ -170,83 +270,30 @@ fn options(external: &StepBindings) -> BuildOptions {
     options
 }
 
-/// The one-op graph of `op` on inputs of `inputs` specs.
-fn build_graph(step: &str, op: &ComputeOp, inputs: &[TensorSpec]) -> Result<GraphBuilder> {
+/// The one-op graph of the step's op on inputs of `inputs` specs: tensors fill the op's
+/// tensor parameters in order (a list parameter takes the rest), attributes the others.
+fn build_graph(step: &str, c: &ComputeStep, inputs: &[TensorSpec]) -> Result<GraphBuilder> {
     let err = wrap(step);
+    let def = def_of(step, &c.op)?;
     let mut g = GraphBuilder::new();
     let ids: Vec<TensorId> = inputs
         .iter()
         .map(|s| g.input(&s.name, s.dtype, &s.shape))
         .collect::<Result<_, _>>()
         .map_err(&err)?;
-    let out = add_op(&mut g, op, &ids).map_err(&err)?;
-    g.output(out).map_err(&err)?;
+    let mut rest = ids.into_iter();
+    let mut args = Vec::with_capacity(def.params.len());
+    for p in def.params {
+        args.push(match p.kind {
+            Kind::Tensor => rest.next().map_or(Arg::None, Arg::Tensor),
+            Kind::Tensors => Arg::Tensors(rest.by_ref().collect()),
+            _ => attribute(step, def, p, c)?,
+        });
+    }
+    for out in def.call(&mut g, args).map_err(&err)? {
+        g.output(out).map_err(&err)?;
+    }
     Ok(g)
-}
-
-fn add_op(
-    g: &mut GraphBuilder,
-    op: &ComputeOp,
-    ids: &[TensorId],
-) -> compute_delegate::Result<TensorId> {
-    let x = ids[0];
-    match op {
-        ComputeOp::Unary(f) => match f {
-            UnaryFn::Relu => g.relu(x),
-            UnaryFn::Relu6 => g.relu6(x),
-            UnaryFn::Sigmoid => g.sigmoid(x),
-            UnaryFn::Tanh => g.tanh(x),
-            UnaryFn::Hardswish => g.hardswish(x),
-        },
-        ComputeOp::Gelu { approximate_tanh } => g.gelu(x, *approximate_tanh),
-        ComputeOp::Clamp { min, max } => g.clamp(x, *min, *max),
-        ComputeOp::Binary(a) => match a {
-            Arith::Add => g.add(x, ids[1]),
-            Arith::Sub => g.sub(x, ids[1]),
-            Arith::Mul => g.mul(x, ids[1]),
-            Arith::Div => g.div(x, ids[1]),
-        },
-        ComputeOp::Scalar { op, value } => match op {
-            Arith::Add => g.add_scalar(x, *value),
-            Arith::Sub => g.sub_scalar(x, *value),
-            Arith::Mul => g.mul_scalar(x, *value),
-            Arith::Div => g.div_scalar(x, *value),
-        },
-        ComputeOp::Softmax { dim, log: false } => g.softmax(x, *dim),
-        ComputeOp::Softmax { dim, log: true } => g.log_softmax(x, *dim),
-        ComputeOp::Pool2d { max, params } => {
-            let p = pool(params);
-            if *max {
-                g.max_pool2d(x, p)
-            } else {
-                g.avg_pool2d(x, p)
-            }
-        }
-        ComputeOp::Reduce {
-            mean,
-            dims,
-            keepdim,
-        } => {
-            if *mean {
-                g.mean(x, dims, *keepdim)
-            } else {
-                g.sum(x, dims, *keepdim)
-            }
-        }
-        ComputeOp::Reshape { shape } => g.reshape(x, shape),
-        ComputeOp::Permute { perm } => g.permute(x, perm),
-        ComputeOp::Transpose { dim0, dim1 } => g.transpose(x, *dim0, *dim1),
-    }
-}
-
-fn pool(p: &PoolParams) -> Pool2d {
-    Pool2d {
-        kernel: p.kernel,
-        stride: p.stride,
-        padding: p.padding,
-        ceil_mode: p.ceil_mode,
-        count_include_pad: p.count_include_pad,
-    }
 }
 
 struct ComputeRunner {

@@ -53,11 +53,7 @@ use vk_core::{
 pub use bind::AppBuffer;
 pub use error::{BindingError, BindingProblem, Producer, ProgramError, TensorMismatch};
 pub use file::ProgramFile;
-pub use ops::OPS;
-pub use spec::{
-    Arith, ComputeOp, ComputeStep, DeviceChoice, HandOff, PoolParams, StepKind, StepSpec, Timings,
-    UnaryFn,
-};
+pub use spec::{ComputeStep, DeviceChoice, HandOff, StepKind, StepSpec, Timings};
 #[cfg(feature = "compute")]
 pub use spec::{Fp32Graph, GraphStep};
 pub use vk_core::{AppImage, ColourMap, ImageProblem, ImageToTensor, TensorLayout, TensorToImage};

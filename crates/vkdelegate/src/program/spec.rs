@@ -76,137 +76,18 @@ pub struct StepSpec {
     pub outputs: Vec<String>,
 }
 
-/// A compute step: the op, and the spec of its input where that is a program input (no step
-/// produces it, so nothing else says its shape).
+/// A compute step: an op of the compute delegate's registry by its program-file name
+/// (`relu`, `max_pool2d`), its attributes, and the spec of its input where that is a program
+/// input (no step produces it, so nothing else says its shape). Its one-op graph is made once
+/// its inputs' specs are known.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ComputeStep {
-    /// The op with its attributes.
-    pub op: ComputeOp,
+    /// The op's name.
+    pub op: String,
+    /// Its attributes by parameter name (a program file's keys).
+    pub attributes: std::collections::BTreeMap<String, toml::Value>,
     /// Dtype and shape of every input that is a program input (`input_shape`, `input_dtype`).
     pub declared_input: Option<TensorSpec>,
-}
-
-/// Element-wise functions of one input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnaryFn {
-    /// `max(x, 0)`.
-    Relu,
-    /// `clamp(x, 0, 6)`.
-    Relu6,
-    /// Logistic sigmoid.
-    Sigmoid,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// `x * relu6(x + 3) / 6`.
-    Hardswish,
-}
-
-/// Element-wise arithmetic of two operands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arith {
-    /// `a + b`.
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a * b`.
-    Mul,
-    /// `a / b`.
-    Div,
-}
-
-/// 2-D pooling parameters (NCHW).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolParams {
-    /// Window height and width.
-    pub kernel: [usize; 2],
-    /// Strides.
-    pub stride: [usize; 2],
-    /// Zero padding on each side.
-    pub padding: [usize; 2],
-    /// Round the output size up.
-    pub ceil_mode: bool,
-    /// Average pooling counts padding in the divisor.
-    pub count_include_pad: bool,
-}
-
-/// The compute ops a program step can name, with typed attributes (see the program file
-/// documentation for their names in TOML).
-#[derive(Debug, Clone, PartialEq)]
-pub enum ComputeOp {
-    /// `relu`, `relu6`, `sigmoid`, `tanh`, `hardswish`.
-    Unary(UnaryFn),
-    /// `gelu` (`approximate = "tanh"` or `"none"`).
-    Gelu {
-        /// The tanh approximation.
-        approximate_tanh: bool,
-    },
-    /// `clamp` (`min`, `max`) and `hardtanh` (default -1, 1).
-    Clamp {
-        /// Lower bound.
-        min: f32,
-        /// Upper bound.
-        max: f32,
-    },
-    /// `add`, `sub`, `mul`, `div` of two tensors, broadcasting.
-    Binary(Arith),
-    /// `add_scalar`, ... (`value`).
-    Scalar {
-        /// The operation, tensor on the left.
-        op: Arith,
-        /// The scalar.
-        value: f32,
-    },
-    /// `softmax` and `log_softmax` (`dim`, default -1).
-    Softmax {
-        /// The axis.
-        dim: isize,
-        /// `log_softmax`.
-        log: bool,
-    },
-    /// `avg_pool2d` and `max_pool2d` (`kernel`, `stride`, `padding`, `ceil_mode`,
-    /// `count_include_pad`).
-    Pool2d {
-        /// Max pooling (else average).
-        max: bool,
-        /// Window, strides, padding.
-        params: PoolParams,
-    },
-    /// `sum` and `mean` (`dims`, `keepdim`).
-    Reduce {
-        /// `mean` (else `sum`).
-        mean: bool,
-        /// Axes.
-        dims: Vec<isize>,
-        /// Keep reduced axes as size 1.
-        keepdim: bool,
-    },
-    /// `reshape` (`shape`, one entry may be -1).
-    Reshape {
-        /// The new shape.
-        shape: Vec<isize>,
-    },
-    /// `permute` (`perm`).
-    Permute {
-        /// The axis order.
-        perm: Vec<isize>,
-    },
-    /// `transpose` (`dim0`, `dim1`).
-    Transpose {
-        /// First axis.
-        dim0: isize,
-        /// Second axis.
-        dim1: isize,
-    },
-}
-
-impl ComputeOp {
-    /// How many tensor inputs the op takes.
-    pub fn arity(&self) -> usize {
-        match self {
-            ComputeOp::Binary(_) => 2,
-            _ => 1,
-        }
-    }
 }
 
 /// Where a program's steps run.

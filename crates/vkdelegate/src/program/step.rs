@@ -52,6 +52,12 @@ pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
     }
 }
 
+/// Checks a compute step's op and attributes where the build has the compute delegate (its
+/// registry knows them); without it, the step is reported as not compiled when it loads.
+pub(super) fn check_compute(step: &str, c: &ComputeStep) -> Result<()> {
+    compute::check(step, c)
+}
+
 /// What the step's delegate needs of a device.
 pub(super) fn requirements(step: &str, prepared: &Prepared) -> Result<Requirements> {
     match prepared {

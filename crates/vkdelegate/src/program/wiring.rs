@@ -213,14 +213,15 @@ fn program_outputs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::program::spec::{ComputeOp, ComputeStep, StepKind, UnaryFn};
+    use crate::program::spec::{ComputeStep, StepKind};
     use vk_core::DType;
 
     fn step(name: &str, inputs: &[&str], outputs: &[&str]) -> StepSpec {
         StepSpec {
             name: name.into(),
             kind: StepKind::Compute(ComputeStep {
-                op: ComputeOp::Unary(UnaryFn::Relu),
+                op: "relu".into(),
+                attributes: Default::default(),
                 declared_input: None,
             }),
             inputs: inputs.iter().map(|s| s.to_string()).collect(),

@@ -14,6 +14,9 @@
 #[cfg(feature = "compute")]
 pub(crate) mod lower;
 
+#[cfg(feature = "compute")]
+use compute_delegate::ops::Arg;
+
 /// The decoder of `.pte` files and their Vulkan payloads.
 pub use executorch_pte as format;
 
@@ -303,29 +306,30 @@ fn check_vulkan_ops(_graph: &VkGraph<'_>, at: &str) -> Result<(), Vec<Unsupporte
     }])
 }
 
-/// The dtype and shape of tensor value `v`, where our dtypes can hold it.
+/// The dtype and shape a CPU kernel's tensor value `v` has between steps: floats and masks
+/// as f32 (as delegates stage them), 32- and 8-bit integers as they are.
 #[cfg(feature = "compute")]
-fn tensor_spec(plan: &ExecutionPlan<'_>, v: u32) -> Option<vk_core::TensorSpec> {
+fn staged_spec(plan: &ExecutionPlan<'_>, v: u32) -> Result<vk_core::TensorSpec, String> {
     use executorch_pte::ScalarType;
     let Some(Value::Tensor(t)) = plan.values.get(v as usize) else {
-        return None;
+        return Err(format!("value {v} is not a tensor"));
     };
     let dtype = match t.scalar_type {
-        ScalarType::Float => vk_core::DType::F32,
-        ScalarType::Half => vk_core::DType::F16,
+        ScalarType::Float | ScalarType::Half | ScalarType::Bool => vk_core::DType::F32,
         ScalarType::Int => vk_core::DType::I32,
         ScalarType::Char => vk_core::DType::I8,
-        _ => return None,
+        other => return Err(format!("value {v} is a {other:?} tensor")),
     };
     let shape = t
         .sizes
         .iter()
-        .map(|&d| usize::try_from(d).ok())
-        .collect::<Option<Vec<_>>>()?;
-    Some(vk_core::TensorSpec::new(value_name(plan, v), dtype, shape))
+        .map(|&d| usize::try_from(d).map_err(|_| format!("value {v} has size {d}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(vk_core::TensorSpec::new(value_name(plan, v), dtype, shape))
 }
 
-/// A CPU kernel the compute delegate implements, as a one-op compute step.
+/// A CPU kernel the op registry implements (`aten::mul.Scalar_out`), as a one-op compute
+/// graph: its tensor arguments are the step's inputs, its last argument the output.
 #[cfg(feature = "compute")]
 fn kernel_step(
     plan: &ExecutionPlan<'_>,
@@ -333,63 +337,58 @@ fn kernel_step(
     args: &[u32],
     at: &str,
 ) -> Result<StepSpec, Vec<Unsupported>> {
-    use crate::program::{Arith, ComputeOp, ComputeStep};
-    let fail = || {
+    let fail = |why: String| {
         vec![Unsupported {
             what: op.to_owned(),
-            location: format!("{at} (a CPU kernel)"),
+            location: format!("{at} (a CPU kernel{why})"),
         }]
     };
-    let scalar = |i: usize| match args.get(i).and_then(|&v| plan.values.get(v as usize)) {
-        Some(Value::Double(d)) => Some(*d as f32),
-        Some(Value::Int(n)) => Some(*n as f32),
-        _ => None,
-    };
-    let value = |i: usize| args.get(i).and_then(|&v| plan.values.get(v as usize));
-    let compute = match op {
-        // Masks are f32 (nonzero is true): the count of true elements along `dim` is one.
-        "aten::any.out" | "aten::any.dims_out" | "aten::any.all_out" => {
-            let dims = match (op, value(1)) {
-                ("aten::any.all_out", _) => vec![],
-                (_, Some(Value::Int(d))) => vec![*d as isize],
-                (_, Some(Value::IntList(ds))) => ds.iter().map(|&d| d as isize).collect(),
-                (_, Some(Value::Null)) => vec![],
-                _ => return Err(fail()),
-            };
-            let keepdim = match value(2) {
-                Some(Value::Bool(b)) => *b,
-                _ if op == "aten::any.all_out" => false,
-                _ => return Err(fail()),
-            };
-            ComputeOp::Reduce {
-                mean: false,
-                dims,
-                keepdim,
+    let def = compute_delegate::ops::find(op).ok_or_else(|| fail(String::new()))?;
+    let (&out, params) = args
+        .split_last()
+        .ok_or_else(|| fail(": no arguments".into()))?;
+    let mut g = compute_delegate::GraphBuilder::new();
+    let mut inputs = Vec::new();
+    let mut call = Vec::new();
+    for &v in params.iter().take(def.params.len()) {
+        let arg = match plan.values.get(v as usize) {
+            Some(Value::Tensor(_)) => {
+                let spec = staged_spec(plan, v).map_err(|e| fail(format!(": {e}")))?;
+                let t = g
+                    .input(&format!("in{}", inputs.len()), spec.dtype, &spec.shape)
+                    .map_err(|e| fail(format!(": {e}")))?;
+                inputs.push(spec.name);
+                Arg::Tensor(t)
             }
-        }
-        _ => {
-            let arith = match op {
-                "aten::mul.Scalar_out" => Arith::Mul,
-                "aten::add.Scalar_out" => Arith::Add,
-                "aten::sub.Scalar_out" => Arith::Sub,
-                "aten::div.Scalar_out" => Arith::Div,
-                _ => return Err(fail()),
-            };
-            let value = scalar(1).ok_or_else(fail)?;
-            ComputeOp::Scalar { op: arith, value }
-        }
-    };
-    let (Some(&input), Some(&output)) = (args.first(), args.last()) else {
-        return Err(fail());
-    };
+            Some(Value::Null) => Arg::None,
+            Some(Value::Int(n)) => Arg::Int(*n),
+            Some(Value::Double(d)) => Arg::Float(*d),
+            Some(Value::Bool(b)) => Arg::Bool(*b),
+            Some(Value::IntList(l)) => Arg::Ints(l.clone()),
+            Some(other) => return Err(fail(format!(": value {v} is a {}", other.kind()))),
+            None => return Err(fail(format!(": value {v} does not exist"))),
+        };
+        call.push(arg);
+    }
+    let made = def
+        .call(&mut g, call)
+        .and_then(|outs| match outs.as_slice() {
+            [y] => g.output(*y),
+            _ => Err(compute_delegate::Error::Graph(format!(
+                "{} outputs for one",
+                outs.len()
+            ))),
+        });
+    made.map_err(|e| fail(format!(": {e}")))?;
     Ok(StepSpec {
         name: format!("{op}@{}", at.rsplit(' ').next().unwrap_or("")),
-        kind: StepKind::Compute(ComputeStep {
-            op: compute,
-            declared_input: tensor_spec(plan, input),
+        kind: StepKind::Graph(crate::program::GraphStep {
+            graph: Arc::new(g),
+            f16: false,
+            fp32: None,
         }),
-        inputs: vec![value_name(plan, input)],
-        outputs: vec![value_name(plan, output)],
+        inputs,
+        outputs: vec![value_name(plan, out)],
     })
 }
 
