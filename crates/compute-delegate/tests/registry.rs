@@ -1,0 +1,144 @@
+//! Ops called through the op registry by ExecuTorch name, with ExecuTorch's argument order,
+//! against CPU references, in fp32 and fp16, on the selected device with validation on.
+
+#![allow(clippy::unwrap_used)] // helpers outside #[test] functions
+
+use compute_delegate::GraphBuilder;
+use compute_delegate::ops::{self, Arg};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use vk_core::testing::{self, assert_no_validation_errors};
+use vk_core::{DType, Device, HostTensor, Instance};
+
+fn device(test: &str, f16: bool) -> Option<(Instance, Device)> {
+    let req = if f16 {
+        compute_delegate::f16_requirements()
+    } else {
+        compute_delegate::requirements()
+    };
+    testing::device(test, &req)
+}
+
+fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect()
+}
+
+/// Runs op `name` on `inputs` (f32 data with their shapes, held in `dtype` inside the graph)
+/// followed by the scalar arguments `rest`; returns its output as f32 and its shape.
+fn call(
+    dev: &Device,
+    name: &str,
+    dtype: DType,
+    inputs: &[(&[usize], &[f32])],
+    rest: Vec<Arg>,
+) -> (Vec<f32>, Vec<usize>) {
+    let def = ops::find(name).unwrap_or_else(|| panic!("{name} is not registered"));
+    let mut g = GraphBuilder::new();
+    g.set_float(dtype);
+    let mut args = Vec::new();
+    for (i, (shape, _)) in inputs.iter().enumerate() {
+        let x = g.input(&format!("x{i}"), DType::F32, shape).unwrap();
+        let x = if dtype == DType::F32 {
+            x
+        } else {
+            g.cast(x, dtype).unwrap()
+        };
+        args.push(Arg::Tensor(x));
+    }
+    args.extend(rest);
+    let y = def.call(&mut g, args).unwrap()[0];
+    let shape = g.shape(y).unwrap().to_vec();
+    let y = if dtype == DType::F32 {
+        y
+    } else {
+        g.cast(y, DType::F32).unwrap()
+    };
+    g.output(y).unwrap();
+    let ins: Vec<HostTensor> = inputs
+        .iter()
+        .map(|(s, d)| HostTensor::from_f32(s.to_vec(), d).unwrap())
+        .collect();
+    let out = g.build(dev).unwrap().execute(&ins).unwrap();
+    (out[0].to_f32().unwrap(), shape)
+}
+
+/// fp32 within `1e-5` relative; fp16 within `2e-2` of the reference's largest magnitude.
+#[track_caller]
+fn assert_close(got: &[f32], want: &[f32], dtype: DType, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let tol = match dtype {
+            DType::F16 => 2e-2 * scale.max(1e-3),
+            _ => 1e-5 * (1.0 + w.abs()),
+        };
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {i}: got {g}, want {w}"
+        );
+    }
+}
+
+/// The test at both precisions, each on a device that has what it needs.
+fn each_precision(test: &str, f: impl Fn(&Device, DType)) {
+    for (dtype, f16) in [(DType::F32, false), (DType::F16, true)] {
+        let Some((instance, dev)) = device(test, f16) else {
+            continue;
+        };
+        f(&dev, dtype);
+        assert_no_validation_errors(&instance);
+    }
+}
+
+/// Max pooling through its ExecuTorch name, whose indices output is not computed.
+fn max_pool_ref(x: &[f32], s: [usize; 4], k: usize, st: usize) -> (Vec<f32>, Vec<usize>) {
+    let (oh, ow) = ((s[2] - k) / st + 1, (s[3] - k) / st + 1);
+    let mut y = Vec::new();
+    for nc in 0..s[0] * s[1] {
+        for i in 0..oh {
+            for j in 0..ow {
+                let mut m = f32::NEG_INFINITY;
+                for a in 0..k {
+                    for b in 0..k {
+                        m = m.max(x[(nc * s[2] + i * st + a) * s[3] + j * st + b]);
+                    }
+                }
+                y.push(m);
+            }
+        }
+    }
+    (y, vec![s[0], s[1], oh, ow])
+}
+
+#[test]
+fn max_pool2d_with_indices_matches_the_reference() {
+    each_precision("max_pool2d_with_indices", |dev, dtype| {
+        let s = [2, 3, 9, 11];
+        let x = rand_vec(1, s.iter().product());
+        let (got, shape) = call(
+            dev,
+            "aten.max_pool2d_with_indices.default",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Ints(vec![3, 3]), Arg::Ints(vec![2, 2])],
+        );
+        let (want, want_shape) = max_pool_ref(&x, s, 3, 2);
+        assert_eq!(shape, want_shape);
+        assert_close(&got, &want, dtype, "max_pool2d");
+    });
+}
+
+#[test]
+fn unknown_arguments_are_named() {
+    let def = ops::find("aten._softmax.default").unwrap();
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[2, 3]).unwrap();
+    let e = def
+        .call(&mut g, vec![Arg::Tensor(x), Arg::Str("last".into())])
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "aten._softmax.default: argument `dim`: must be an integer, found \"last\""
+    );
+}
