@@ -8,39 +8,17 @@ const SELF: Param = Param::tensor("self");
 const F32_MIN: f64 = f32::MIN as f64;
 const F32_MAX: f64 = f32::MAX as f64;
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.relu.default", "relu"], &[SELF], relu),
     OpDef::new(&["relu6"], &[SELF], relu6),
     OpDef::new(&["aten.sigmoid.default", "sigmoid"], &[SELF], sigmoid),
     OpDef::new(&["aten.tanh.default", "tanh"], &[SELF], tanh),
     OpDef::new(&["aten.hardswish.default", "hardswish"], &[SELF], hardswish),
-    OpDef::new(
-        &["aten.gelu.default", "gelu"],
-        &[
-            SELF,
-            Param::new("approximate", Kind::Str, Fallback::Str("none")),
-        ],
-        gelu,
-    ),
-    OpDef::new(
-        &["aten.clamp.default", "clamp"],
-        &[
-            SELF,
-            Param::new("min", Kind::Float, Fallback::Float(F32_MIN)),
-            Param::new("max", Kind::Float, Fallback::Float(F32_MAX)),
-        ],
-        clamp,
-    ),
-    OpDef::new(
-        &["aten.hardtanh.default", "hardtanh"],
-        &[
-            SELF,
-            Param::new("min_val|min", Kind::Float, Fallback::Float(-1.0)),
-            Param::new("max_val|max", Kind::Float, Fallback::Float(1.0)),
-        ],
-        clamp,
-    ),
+    OpDef::new(&["aten.gelu.default", "gelu"], &[SELF, Param::new("approximate", Kind::Str, Fallback::Str("none"))], gelu),
+    OpDef::new(&["aten.clamp.default", "clamp"], &[SELF, Param::new("min", Kind::Float, Fallback::Float(F32_MIN)), Param::new("max", Kind::Float, Fallback::Float(F32_MAX))], clamp),
+    OpDef::new(&["aten.hardtanh.default", "hardtanh"], &[SELF, Param::new("min_val|min", Kind::Float, Fallback::Float(-1.0)), Param::new("max_val|max", Kind::Float, Fallback::Float(1.0))], clamp),
 ];
 
 fn relu(c: &mut Call<'_>) -> Result<Vec<TensorId>> {

@@ -19,13 +19,10 @@ const CONV: &[Param] = &[
     Param::new("output_max", Kind::Float, Fallback::Float(f32::MAX as f64)),
 ];
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(
-        &["aten.convolution.default"],
-        CONV.split_at(9).0,
-        convolution,
-    ),
+    OpDef::new(&["aten.convolution.default"], CONV.split_at(9).0, convolution),
     OpDef::new(&["et_vk.conv_with_clamp.default"], CONV, convolution),
 ];
 

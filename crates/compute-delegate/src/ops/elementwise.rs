@@ -11,48 +11,25 @@ const OTHER: Param = Param::tensor("other");
 const ALPHA: Param = Param::new("alpha", Kind::Float, Fallback::Float(1.0));
 const SCALAR: Param = Param::new("other|value", Kind::Float, Fallback::Required);
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.add.Tensor", "add"], &[SELF, OTHER, ALPHA], add),
     OpDef::new(&["aten.sub.Tensor", "sub"], &[SELF, OTHER, ALPHA], sub),
     OpDef::new(&["aten.mul.Tensor", "mul"], &[SELF, OTHER], mul),
     OpDef::new(&["aten.div.Tensor", "div"], &[SELF, OTHER], div),
-    OpDef::new(
-        &["aten.add.Scalar", "aten::add.Scalar_out", "add_scalar"],
-        &[SELF, SCALAR, ALPHA],
-        add_scalar,
-    ),
-    OpDef::new(
-        &["aten.sub.Scalar", "aten::sub.Scalar_out", "sub_scalar"],
-        &[SELF, SCALAR, ALPHA],
-        sub_scalar,
-    ),
-    OpDef::new(
-        &["aten.mul.Scalar", "aten::mul.Scalar_out", "mul_scalar"],
-        &[SELF, SCALAR],
-        mul_scalar,
-    ),
-    OpDef::new(
-        &["aten.div.Scalar", "aten::div.Scalar_out", "div_scalar"],
-        &[SELF, SCALAR],
-        div_scalar,
-    ),
+    OpDef::new(&["aten.add.Scalar", "aten::add.Scalar_out", "add_scalar"], &[SELF, SCALAR, ALPHA], add_scalar),
+    OpDef::new(&["aten.sub.Scalar", "aten::sub.Scalar_out", "sub_scalar"], &[SELF, SCALAR, ALPHA], sub_scalar),
+    OpDef::new(&["aten.mul.Scalar", "aten::mul.Scalar_out", "mul_scalar"], &[SELF, SCALAR], mul_scalar),
+    OpDef::new(&["aten.div.Scalar", "aten::div.Scalar_out", "div_scalar"], &[SELF, SCALAR], div_scalar),
     OpDef::new(&["aten.eq.Scalar", "eq_scalar"], &[SELF, SCALAR], eq),
     OpDef::new(&["aten.ne.Scalar", "ne_scalar"], &[SELF, SCALAR], ne),
     OpDef::new(&["aten.gt.Scalar", "gt_scalar"], &[SELF, SCALAR], gt),
     OpDef::new(&["aten.ge.Scalar", "ge_scalar"], &[SELF, SCALAR], ge),
     OpDef::new(&["aten.lt.Scalar", "lt_scalar"], &[SELF, SCALAR], lt),
     OpDef::new(&["aten.le.Scalar", "le_scalar"], &[SELF, SCALAR], le),
-    OpDef::new(
-        &["aten.logical_not.default", "logical_not"],
-        &[SELF],
-        logical_not,
-    ),
-    OpDef::new(
-        &["aten.where.self", "where"],
-        &[Param::tensor("condition"), SELF, OTHER],
-        where_,
-    ),
+    OpDef::new(&["aten.logical_not.default", "logical_not"], &[SELF], logical_not),
+    OpDef::new(&["aten.where.self", "where"], &[Param::tensor("condition"), SELF, OTHER], where_),
 ];
 
 /// `other * alpha`, leaving it alone for alpha 1.

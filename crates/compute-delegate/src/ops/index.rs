@@ -4,21 +4,11 @@ use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::TensorId;
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(
-        &["aten.embedding.default", "embedding"],
-        &[Param::tensor("weight"), Param::tensor("indices")],
-        embedding,
-    ),
-    OpDef::new(
-        &["aten.full_like.default", "full_like"],
-        &[
-            Param::tensor("self"),
-            Param::new("fill_value|value", Kind::Float, Fallback::Required),
-        ],
-        full_like,
-    ),
+    OpDef::new(&["aten.embedding.default", "embedding"], &[Param::tensor("weight"), Param::tensor("indices")], embedding),
+    OpDef::new(&["aten.full_like.default", "full_like"], &[Param::tensor("self"), Param::new("fill_value|value", Kind::Float, Fallback::Required)], full_like),
 ];
 
 /// Rows of `weight` picked by `indices` (padding index and sparsity only matter to training).

@@ -7,33 +7,11 @@ use crate::graph::TensorId;
 
 const EPS: Param = Param::new("eps", Kind::Float, Fallback::Float(1e-5));
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(
-        &["aten.native_layer_norm.default", "layer_norm"],
-        &[
-            Param::tensor("input"),
-            Param::new("normalized_shape", Kind::Ints, Fallback::Required),
-            Param::opt_tensor("weight"),
-            Param::opt_tensor("bias"),
-            EPS,
-        ],
-        layer_norm,
-    ),
-    OpDef::new(
-        &["aten.native_group_norm.default"],
-        &[
-            Param::tensor("input"),
-            Param::opt_tensor("weight"),
-            Param::opt_tensor("bias"),
-            Param::new("N", Kind::Int, Fallback::Null),
-            Param::new("C", Kind::Int, Fallback::Null),
-            Param::new("HxW", Kind::Int, Fallback::Null),
-            Param::new("group", Kind::Int, Fallback::Required),
-            EPS,
-        ],
-        group_norm,
-    ),
+    OpDef::new(&["aten.native_layer_norm.default", "layer_norm"], &[Param::tensor("input"), Param::new("normalized_shape", Kind::Ints, Fallback::Required), Param::opt_tensor("weight"), Param::opt_tensor("bias"), EPS], layer_norm),
+    OpDef::new(&["aten.native_group_norm.default"], &[Param::tensor("input"), Param::opt_tensor("weight"), Param::opt_tensor("bias"), Param::new("N", Kind::Int, Fallback::Null), Param::new("C", Kind::Int, Fallback::Null), Param::new("HxW", Kind::Int, Fallback::Null), Param::new("group", Kind::Int, Fallback::Required), EPS], group_norm),
 ];
 
 fn layer_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {

@@ -13,22 +13,11 @@ const CEIL: Param = Param::new("ceil_mode", Kind::Bool, Fallback::Bool(false));
 const COUNT_PAD: Param = Param::new("count_include_pad", Kind::Bool, Fallback::Bool(true));
 const DIVISOR: Param = Param::new("divisor_override", Kind::Int, Fallback::Null);
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(
-        &["avg_pool2d"],
-        &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR],
-        avg_pool2d,
-    ),
-    OpDef::new(
-        &[
-            "aten.max_pool2d_with_indices.default",
-            "aten.max_pool2d.default",
-            "max_pool2d",
-        ],
-        &[SELF, KERNEL, STRIDE, PADDING, DILATION, CEIL],
-        max_pool2d,
-    ),
+    OpDef::new(&["avg_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR], avg_pool2d),
+    OpDef::new(&["aten.max_pool2d_with_indices.default", "aten.max_pool2d.default", "max_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, DILATION, CEIL], max_pool2d),
 ];
 
 /// Window, stride (the window when empty) and padding.

@@ -8,29 +8,12 @@ const SELF: Param = Param::tensor("self");
 const DIMS: Param = Param::new("dim|dims", Kind::Ints, Fallback::Null);
 const KEEPDIM: Param = Param::new("keepdim", Kind::Bool, Fallback::Bool(false));
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(
-        &["aten.sum.dim_IntList", "aten::sum.IntList_out", "sum"],
-        &[SELF, DIMS, KEEPDIM],
-        sum,
-    ),
-    OpDef::new(
-        &["aten.mean.dim", "aten::mean.out", "mean"],
-        &[SELF, DIMS, KEEPDIM],
-        mean,
-    ),
-    OpDef::new(
-        &[
-            "aten.any.dim",
-            "aten.any.dims",
-            "aten::any.out",
-            "aten::any.dims_out",
-            "any",
-        ],
-        &[SELF, DIMS, KEEPDIM],
-        any,
-    ),
+    OpDef::new(&["aten.sum.dim_IntList", "aten::sum.IntList_out", "sum"], &[SELF, DIMS, KEEPDIM], sum),
+    OpDef::new(&["aten.mean.dim", "aten::mean.out", "mean"], &[SELF, DIMS, KEEPDIM], mean),
+    OpDef::new(&["aten.any.dim", "aten.any.dims", "aten::any.out", "aten::any.dims_out", "any"], &[SELF, DIMS, KEEPDIM], any),
     OpDef::new(&["aten.any.default", "aten::any.all_out"], &[SELF], any),
 ];
 

@@ -6,85 +6,19 @@ use crate::graph::TensorId;
 
 const SELF: Param = Param::tensor("self");
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(
-        &["aten.clone.default", "et_vk.prepack.default", "clone"],
-        &[SELF],
-        clone,
-    ),
-    OpDef::new(
-        &["aten.view_copy.default", "reshape"],
-        &[
-            SELF,
-            Param::new("size|shape", Kind::Ints, Fallback::Required),
-        ],
-        view,
-    ),
-    OpDef::new(
-        &["aten.squeeze_copy.dims"],
-        &[SELF, Param::new("dim", Kind::Ints, Fallback::Required)],
-        squeeze,
-    ),
-    OpDef::new(
-        &["aten.unsqueeze_copy.default"],
-        &[SELF, Param::new("dim", Kind::Int, Fallback::Required)],
-        unsqueeze,
-    ),
-    OpDef::new(
-        &["aten.permute_copy.default", "permute"],
-        &[
-            SELF,
-            Param::new("dims|perm", Kind::Ints, Fallback::Required),
-        ],
-        permute,
-    ),
-    OpDef::new(
-        &["aten.transpose_copy.int", "transpose"],
-        &[
-            SELF,
-            Param::new("dim0", Kind::Int, Fallback::Required),
-            Param::new("dim1", Kind::Int, Fallback::Required),
-        ],
-        transpose,
-    ),
-    OpDef::new(
-        &["aten.cat.default", "cat"],
-        &[
-            Param::new("tensors", Kind::Tensors, Fallback::Required),
-            Param::new("dim", Kind::Int, Fallback::Int(0)),
-        ],
-        cat,
-    ),
-    OpDef::new(
-        &["aten.split_with_sizes_copy.default"],
-        &[
-            SELF,
-            Param::new("split_sizes", Kind::Ints, Fallback::Required),
-            Param::new("dim", Kind::Int, Fallback::Int(0)),
-        ],
-        split,
-    ),
-    OpDef::new(
-        &["aten.select_copy.int", "select"],
-        &[
-            SELF,
-            Param::new("dim", Kind::Int, Fallback::Required),
-            Param::new("index", Kind::Int, Fallback::Required),
-        ],
-        select,
-    ),
-    OpDef::new(
-        &["aten.slice_copy.Tensor", "slice"],
-        &[
-            SELF,
-            Param::new("dim", Kind::Int, Fallback::Int(0)),
-            Param::new("start", Kind::Int, Fallback::Null),
-            Param::new("end", Kind::Int, Fallback::Null),
-            Param::new("step", Kind::Int, Fallback::Int(1)),
-        ],
-        slice,
-    ),
+    OpDef::new(&["aten.clone.default", "et_vk.prepack.default", "clone"], &[SELF], clone),
+    OpDef::new(&["aten.view_copy.default", "reshape"], &[SELF, Param::new("size|shape", Kind::Ints, Fallback::Required)], view),
+    OpDef::new(&["aten.squeeze_copy.dims"], &[SELF, Param::new("dim", Kind::Ints, Fallback::Required)], squeeze),
+    OpDef::new(&["aten.unsqueeze_copy.default"], &[SELF, Param::new("dim", Kind::Int, Fallback::Required)], unsqueeze),
+    OpDef::new(&["aten.permute_copy.default", "permute"], &[SELF, Param::new("dims|perm", Kind::Ints, Fallback::Required)], permute),
+    OpDef::new(&["aten.transpose_copy.int", "transpose"], &[SELF, Param::new("dim0", Kind::Int, Fallback::Required), Param::new("dim1", Kind::Int, Fallback::Required)], transpose),
+    OpDef::new(&["aten.cat.default", "cat"], &[Param::new("tensors", Kind::Tensors, Fallback::Required), Param::new("dim", Kind::Int, Fallback::Int(0))], cat),
+    OpDef::new(&["aten.split_with_sizes_copy.default"], &[SELF, Param::new("split_sizes", Kind::Ints, Fallback::Required), Param::new("dim", Kind::Int, Fallback::Int(0))], split),
+    OpDef::new(&["aten.select_copy.int", "select"], &[SELF, Param::new("dim", Kind::Int, Fallback::Required), Param::new("index", Kind::Int, Fallback::Required)], select),
+    OpDef::new(&["aten.slice_copy.Tensor", "slice"], &[SELF, Param::new("dim", Kind::Int, Fallback::Int(0)), Param::new("start", Kind::Int, Fallback::Null), Param::new("end", Kind::Int, Fallback::Null), Param::new("step", Kind::Int, Fallback::Int(1))], slice),
 ];
 
 /// The tensor itself: buffers are never aliased by a later write, so no copy is needed.

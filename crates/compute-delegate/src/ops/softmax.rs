@@ -10,7 +10,8 @@ const PARAMS: &[Param] = &[
     Param::new("half_to_float", Kind::Bool, Fallback::Bool(false)),
 ];
 
-/// The ops of this family.
+/// The ops of this family, one registration line each.
+#[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten._softmax.default", "softmax"], PARAMS, softmax),
     OpDef::new(&["log_softmax"], PARAMS, log_softmax),
