@@ -142,3 +142,68 @@ fn unknown_arguments_are_named() {
         "aten._softmax.default: argument `dim`: must be an integer, found \"last\""
     );
 }
+
+/// `avg_pool2d` with zero padding counted in the divisor or not.
+fn avg_pool_ref(
+    x: &[f32],
+    s: [usize; 4],
+    k: usize,
+    st: usize,
+    pad: usize,
+    count_pad: bool,
+) -> Vec<f32> {
+    let (h, w) = (s[2] as isize, s[3] as isize);
+    let (oh, ow) = ((s[2] + 2 * pad - k) / st + 1, (s[3] + 2 * pad - k) / st + 1);
+    let mut y = Vec::new();
+    for nc in 0..s[0] * s[1] {
+        for i in 0..oh {
+            for j in 0..ow {
+                let (mut sum, mut n) = (0f32, 0usize);
+                for a in 0..k {
+                    for b in 0..k {
+                        let r = (i * st + a) as isize - pad as isize;
+                        let c = (j * st + b) as isize - pad as isize;
+                        if (0..h).contains(&r) && (0..w).contains(&c) {
+                            sum += x[(nc * s[2] + r as usize) * s[3] + c as usize];
+                            n += 1;
+                        }
+                    }
+                }
+                y.push(sum / if count_pad { (k * k) as f32 } else { n as f32 });
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn avg_pool2d_matches_the_reference() {
+    each_precision("avg_pool2d", |dev, dtype| {
+        let s = [1, 4, 10, 7];
+        let x = rand_vec(2, s.iter().product());
+        for count_pad in [true, false] {
+            // (self, kernel_size, stride, padding, ceil_mode, count_include_pad)
+            let (got, shape) = call(
+                dev,
+                "aten.avg_pool2d.default",
+                dtype,
+                &[(&s, &x)],
+                vec![
+                    Arg::Ints(vec![3, 3]),
+                    Arg::Ints(vec![2, 2]),
+                    Arg::Ints(vec![1, 1]),
+                    Arg::Bool(false),
+                    Arg::Bool(count_pad),
+                ],
+            );
+            assert_eq!(shape, [1, 4, 5, 4]);
+            let want = avg_pool_ref(&x, s, 3, 2, 1, count_pad);
+            assert_close(
+                &got,
+                &want,
+                dtype,
+                &format!("avg_pool2d, count_include_pad {count_pad}"),
+            );
+        }
+    });
+}

@@ -16,7 +16,7 @@ const DIVISOR: Param = Param::new("divisor_override", Kind::Int, Fallback::Null)
 /// The ops of this family, one registration line each.
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(&["avg_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR], avg_pool2d),
+    OpDef::new(&["aten.avg_pool2d.default", "avg_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR], avg_pool2d),
     OpDef::new(&["aten.max_pool2d_with_indices.default", "aten.max_pool2d.default", "max_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, DILATION, CEIL], max_pool2d),
 ];
 
