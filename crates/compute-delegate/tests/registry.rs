@@ -207,3 +207,46 @@ fn avg_pool2d_matches_the_reference() {
         }
     });
 }
+
+/// Log-softmax along `dim` of a tensor of shape `s`, in f64.
+fn log_softmax_ref(x: &[f32], s: &[usize], dim: usize) -> Vec<f32> {
+    let inner: usize = s[dim + 1..].iter().product();
+    let n = s[dim];
+    let mut y = vec![0f32; x.len()];
+    for outer in 0..x.len() / (n * inner) {
+        for i in 0..inner {
+            let at = |k: usize| (outer * n + k) * inner + i;
+            let m = (0..n).map(|k| f64::from(x[at(k)])).fold(f64::MIN, f64::max);
+            let lse = m
+                + (0..n)
+                    .map(|k| (f64::from(x[at(k)]) - m).exp())
+                    .sum::<f64>()
+                    .ln();
+            for k in 0..n {
+                y[at(k)] = (f64::from(x[at(k)]) - lse) as f32;
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn log_softmax_matches_the_reference() {
+    each_precision("_log_softmax", |dev, dtype| {
+        let s = [3, 70, 5];
+        let x = rand_vec(3, s.iter().product());
+        for dim in [-1i64, 1] {
+            // (self, dim, half_to_float)
+            let (got, shape) = call(
+                dev,
+                "aten._log_softmax.default",
+                dtype,
+                &[(&s, &x)],
+                vec![Arg::Int(dim), Arg::Bool(false)],
+            );
+            assert_eq!(shape, s);
+            let want = log_softmax_ref(&x, &s, if dim < 0 { 2 } else { 1 });
+            assert_close(&got, &want, dtype, &format!("_log_softmax, dim {dim}"));
+        }
+    });
+}

@@ -14,7 +14,7 @@ const PARAMS: &[Param] = &[
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten._softmax.default", "softmax"], PARAMS, softmax),
-    OpDef::new(&["log_softmax"], PARAMS, log_softmax),
+    OpDef::new(&["aten._log_softmax.default", "log_softmax"], PARAMS, log_softmax),
 ];
 
 fn softmax(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
