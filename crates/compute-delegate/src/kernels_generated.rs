@@ -40,6 +40,8 @@ pub(crate) enum Kernel {
     LayerNorm,
     /// `layer_norm_sg.comp`.
     LayerNormSg,
+    /// `pixel_shuffle.comp`.
+    PixelShuffle,
     /// `pool2d.comp`.
     Pool,
     /// `pool2x2.comp`.
@@ -67,7 +69,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 29] = [
+    pub(crate) const ALL: [Kernel; 30] = [
         Kernel::Binary,
         Kernel::BinaryBcast,
         Kernel::Cast,
@@ -86,6 +88,7 @@ impl Kernel {
         Kernel::Im2col,
         Kernel::LayerNorm,
         Kernel::LayerNormSg,
+        Kernel::PixelShuffle,
         Kernel::Pool,
         Kernel::Pool2x2,
         Kernel::QAdd,
@@ -120,6 +123,7 @@ impl Kernel {
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
             Kernel::LayerNormSg => include_bytes!("../spirv/layer_norm_sg.spv"),
+            Kernel::PixelShuffle => include_bytes!("../spirv/pixel_shuffle.spv"),
             Kernel::Pool => include_bytes!("../spirv/pool2d.spv"),
             Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2.spv"),
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
@@ -156,6 +160,7 @@ impl Kernel {
             Kernel::Im2col => Some(include_bytes!("../spirv/im2col_f16.spv")),
             Kernel::LayerNorm => Some(include_bytes!("../spirv/layer_norm_f16.spv")),
             Kernel::LayerNormSg => Some(include_bytes!("../spirv/layer_norm_sg_f16.spv")),
+            Kernel::PixelShuffle => Some(include_bytes!("../spirv/pixel_shuffle_f16.spv")),
             Kernel::Pool => Some(include_bytes!("../spirv/pool2d_f16.spv")),
             Kernel::Pool2x2 => Some(include_bytes!("../spirv/pool2x2_f16.spv")),
             Kernel::QAdd => None,
@@ -191,6 +196,7 @@ impl Kernel {
             Kernel::Im2col => 2,
             Kernel::LayerNorm => 4,
             Kernel::LayerNormSg => 4,
+            Kernel::PixelShuffle => 2,
             Kernel::Pool => 2,
             Kernel::Pool2x2 => 2,
             Kernel::QAdd => 3,

@@ -250,3 +250,44 @@ fn log_softmax_matches_the_reference() {
         }
     });
 }
+
+#[test]
+fn pixel_shuffle_matches_the_reference() {
+    each_precision("pixel_shuffle", |dev, dtype| {
+        let (b, c, r, h, w) = (2, 3, 2, 5, 7);
+        let s = [b, c * r * r, h, w];
+        let x = rand_vec(4, s.iter().product());
+        let (got, shape) = call(
+            dev,
+            "aten.pixel_shuffle.default",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Int(r as i64)],
+        );
+        assert_eq!(shape, [b, c, h * r, w * r]);
+        let mut want = Vec::new();
+        for n in 0..b {
+            for k in 0..c {
+                for i in 0..h * r {
+                    for j in 0..w * r {
+                        let ch = k * r * r + (i % r) * r + j % r;
+                        want.push(x[((n * c * r * r + ch) * h + i / r) * w + j / r]);
+                    }
+                }
+            }
+        }
+        assert_close(&got, &want, dtype, "pixel_shuffle");
+    });
+    // Channels that are not a multiple of r*r are named.
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[1, 6, 2, 2]).unwrap();
+    let e = ops::find("aten.pixel_shuffle.default")
+        .unwrap()
+        .call(&mut g, vec![Arg::Tensor(x), Arg::Int(2)])
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("6 channels are not a multiple of 2*2"),
+        "{e}"
+    );
+}

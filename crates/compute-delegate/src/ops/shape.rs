@@ -3,6 +3,8 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::TensorId;
+use crate::kernels::Kernel;
+use vk_core::DType;
 
 const SELF: Param = Param::tensor("self");
 
@@ -19,6 +21,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.split_with_sizes_copy.default"], &[SELF, Param::new("split_sizes", Kind::Ints, Fallback::Required), Param::new("dim", Kind::Int, Fallback::Int(0))], split),
     OpDef::new(&["aten.select_copy.int", "select"], &[SELF, Param::new("dim", Kind::Int, Fallback::Required), Param::new("index", Kind::Int, Fallback::Required)], select),
     OpDef::new(&["aten.slice_copy.Tensor", "slice"], &[SELF, Param::new("dim", Kind::Int, Fallback::Int(0)), Param::new("start", Kind::Int, Fallback::Null), Param::new("end", Kind::Int, Fallback::Null), Param::new("step", Kind::Int, Fallback::Int(1))], slice),
+    OpDef::new(&["aten.pixel_shuffle.default", "pixel_shuffle"], &[SELF, Param::new("upscale_factor", Kind::Int, Fallback::Required)], pixel_shuffle),
 ];
 
 /// The tensor itself: buffers are never aliased by a later write, so no copy is needed.
@@ -99,4 +102,53 @@ fn slice(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let end = clamp(c.opt_int(3)?.unwrap_or(i64::MAX));
     let step = c.count(4)?;
     one(c.g.slice(x, dim, start, end, step)?)
+}
+
+/// `pixel_shuffle.comp`'s push constants.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::NoUninit)]
+struct PixelShufflePush {
+    total: u32,
+    c: u32,
+    h: u32,
+    w: u32,
+    r: u32,
+}
+
+/// `[.., c*r*r, h, w]` to `[.., c, h*r, w*r]`: each group of `r*r` channels becomes an
+/// `r x r` block of pixels.
+fn pixel_shuffle(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, r) = (c.tensor(0)?, c.count(1)?);
+    let shape = c.shape(x);
+    let [lead @ .., ch, h, w] = shape.as_slice() else {
+        return Err(c.err(0, format!("must have at least 3 dims, found {shape:?}")));
+    };
+    if r == 0 || ch % (r * r) != 0 {
+        return Err(c.err(
+            1,
+            format!("{r}: {ch} channels are not a multiple of {r}*{r}"),
+        ));
+    }
+    let mut out = lead.to_vec();
+    out.extend([ch / (r * r), h * r, w * r]);
+    let total = out.iter().product::<usize>();
+    let word = |v: usize| u32::try_from(v).map_err(|_| c.err(0, format!("{v} is over 2^32")));
+    let push = PixelShufflePush {
+        total: word(total)?,
+        c: word(ch / (r * r))?,
+        h: word(*h)?,
+        w: word(*w)?,
+        r: word(r)?,
+    };
+    let dtype = c.g.dtype(x).unwrap_or(DType::F32);
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::I32) {
+        return Err(c.err(0, format!("is {dtype}; f32, f16 or i32 is required")));
+    }
+    one(c.g.kernel_node(
+        "pixel_shuffle",
+        Kernel::PixelShuffle,
+        &[x],
+        (dtype, out),
+        &push,
+    )?)
 }
