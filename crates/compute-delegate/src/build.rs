@@ -69,8 +69,9 @@ impl GraphBuilder {
         };
         let direct = path.io() == HostIo::Direct;
         let mut res = allocate(device, &mem, &external, direct)?;
-        let inputs = self.io(device, &self.inputs, &mem, &mut res, path)?;
-        let outputs = self.io(device, &self.outputs, &mem, &mut res, path)?;
+        let host = (!options.embedded).then_some(path);
+        let inputs = self.io(device, &self.inputs, &mem, &mut res, host)?;
+        let outputs = self.io(device, &self.outputs, &mem, &mut res, host)?;
         let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
         let mut transfer = HostTransfer::new(device, path);
         upload_weights(
@@ -123,7 +124,10 @@ impl GraphBuilder {
         let mut graph = Graph {
             submission,
             transfer,
-            timestamps: Timestamps::new(device, 2)?,
+            timestamps: match options.embedded {
+                true => None,
+                false => Timestamps::new(device, 2)?,
+            },
             objects,
             buffers: res.buffers,
             slots: res.slots,
@@ -139,6 +143,7 @@ impl GraphBuilder {
             last_device_time: None,
             barriers: barrier_flags.iter().filter(|&&b| b).count(),
             timed: false,
+            embedded: options.embedded,
         };
         graph.write_descriptors(None);
         graph.record_all()?;
@@ -224,7 +229,7 @@ impl GraphBuilder {
         list: &[TensorId],
         mem: &MemoryPlan,
         res: &mut Resources,
-        path: HostPath,
+        path: Option<HostPath>,
     ) -> Result<Vec<Io>> {
         let mut v = Vec::with_capacity(list.len());
         for &t in list {
@@ -233,6 +238,18 @@ impl GraphBuilder {
             let own = res.own[slot];
             let bytes = (info.numel() * info.dtype.size()) as u64;
             let mapped = own.is_some_and(|b| res.buffers[b].is_mapped());
+            // An embedded graph moves nothing to or from the host.
+            let Some(path) = path else {
+                v.push(Io {
+                    bytes,
+                    need: mem.buffers[slot].0,
+                    slot,
+                    own,
+                    staging: None,
+                    transfer: false,
+                });
+                continue;
+            };
             let transfer = !mapped && path.transfers(bytes);
             let staging = if mapped || transfer {
                 None

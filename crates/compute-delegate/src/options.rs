@@ -25,6 +25,11 @@ pub struct BuildOptions {
     pub cooperative: crate::CoopPolicy,
     /// Inputs read from, and outputs written to, buffers of other delegates on the device.
     pub external: ExternalBindings,
+    /// The graph runs only inside its owner's command buffers ([`crate::Graph::record_into`],
+    /// as a program's device hand-off records it): it gets no staging buffers, host transfers,
+    /// timestamps or command buffers of its own, and its host-side calls (`execute`,
+    /// `write_input`, `read_output`, `submit`) fail with a named error. Profiling still works.
+    pub embedded: bool,
 }
 
 /// Graph inputs and outputs bound to buffer slices that the graph does not own (another

@@ -186,6 +186,9 @@ pub struct Graph {
     /// submissions, too, finish before the buffers they copy go).
     pub(crate) transfer: HostTransfer,
     pub(crate) timestamps: Option<Timestamps>,
+    /// Built with [`crate::BuildOptions::embedded`]: recorded only into its owner's command
+    /// buffers.
+    pub(crate) embedded: bool,
     pub(crate) objects: Objects,
     pub(crate) buffers: Vec<Buffer>,
     /// What each planned buffer is: a slice of one of `buffers`, or an external slice.
@@ -359,6 +362,9 @@ impl Graph {
 
     /// Records every command buffer of the graph (again, after a rebinding).
     pub(crate) fn record_all(&mut self) -> Result<()> {
+        if self.embedded {
+            return Ok(());
+        }
         self.record_host()?;
         let c = self.submission.begin(cmd::RESIDENT)?;
         // SAFETY: `c` is recording; the graph's handles are live.
@@ -422,6 +428,17 @@ impl Graph {
         Ok(())
     }
 
+    /// Refuses a host-side call on an embedded graph, naming it.
+    fn host_side(&self, call: &'static str) -> Result<()> {
+        if self.embedded {
+            return Err(Error::Graph(format!(
+                "{call}: this graph was built to run only inside its owner's command buffers \
+                 (BuildOptions::embedded); it has no host path"
+            )));
+        }
+        Ok(())
+    }
+
     /// Submits command buffer `index` and waits for it.
     fn run_and_wait(&mut self, index: usize) -> Result<()> {
         // SAFETY: the graph's command buffers are executable (recorded at build or after a
@@ -434,6 +451,7 @@ impl Graph {
     /// Writes host data into input `index`'s device buffer (for device-resident use: the
     /// first graph of a chain). Waits for this graph's own work first.
     pub fn write_input(&mut self, index: usize, tensor: &HostTensor) -> Result<()> {
+        self.host_side("write_input")?;
         self.wait()?;
         let (io, spec) = match (self.inputs.get(index), self.input_specs.get(index)) {
             (Some(io), Some(spec)) => (io.clone(), spec),
@@ -469,6 +487,7 @@ impl Graph {
     /// Reads output `index` from its device buffer (for device-resident use: the last graph
     /// of a chain, after [`Graph::wait`]). Waits for this graph's own work first.
     pub fn read_output(&mut self, index: usize) -> Result<HostTensor> {
+        self.host_side("read_output")?;
         self.wait()?;
         if index >= self.outputs.len() {
             return Err(self.no_such("output", index));
@@ -563,6 +582,7 @@ impl Graph {
 
     /// Checks the inputs, copies them in, replays the host command buffer and waits.
     fn run_host(&mut self, inputs: &[HostTensor]) -> Result<()> {
+        self.host_side("execute")?;
         self.wait()?;
         check_inputs(&self.input_specs, inputs)?;
         for (i, t) in inputs.iter().enumerate() {
@@ -599,6 +619,7 @@ impl Graph {
         waits: &[SemaphoreWait],
         signals: &[SemaphoreSignal],
     ) -> Result<()> {
+        self.host_side("submit")?;
         self.wait()?;
         // SAFETY: the resident command buffer is executable; the semaphores are the caller's
         // contract.
@@ -787,11 +808,9 @@ impl Graph {
     fn profile_dispatches(&mut self) -> Result<Vec<DispatchTime>> {
         self.wait()?;
         let n = self.recorded.len() as u32;
-        let ts = Timestamps::new(self.device(), n + 1)?
-            .filter(|_| self.timestamps.is_some())
-            .ok_or_else(|| {
-                Error::Unsupported("profile: the queue family has no timestamps".into())
-            })?;
+        let ts = Timestamps::new(self.device(), n + 1)?.ok_or_else(|| {
+            Error::Unsupported("profile: the queue family has no timestamps".into())
+        })?;
         let c = self.submission.begin(cmd::SCRATCH)?;
         // SAFETY: `c` is recording; the pool has n + 1 queries, reset first.
         unsafe {

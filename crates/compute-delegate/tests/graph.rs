@@ -587,3 +587,40 @@ fn graphs_read_and_write_each_others_buffers() {
     }
     assert_no_validation_errors(&instance);
 }
+
+#[test]
+fn embedded_graphs_build_no_host_path_and_say_so() {
+    let Some((instance, dev)) = device("embedded_graphs_build_no_host_path_and_say_so") else {
+        return;
+    };
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[4, 64]).unwrap();
+    let y = b.relu(x).unwrap();
+    b.output(y).unwrap();
+    let staged = BuildOptions {
+        force_staging: true,
+        ..BuildOptions::default()
+    };
+    assert!(b.build_with(&dev, &staged).unwrap().memory().staging > 0);
+    let embedded = BuildOptions {
+        embedded: true,
+        ..staged
+    };
+    let mut g = b.build_with(&dev, &embedded).unwrap();
+    assert_eq!(g.memory().staging, 0);
+    let input = HostTensor::from_f32(vec![4, 64], &[1.0; 256]).unwrap();
+    let e = g.execute(&[input.clone()]).unwrap_err().to_string();
+    assert!(
+        e.contains("execute: this graph was built to run only inside"),
+        "{e}"
+    );
+    let e = g.write_input(0, &input).unwrap_err().to_string();
+    assert!(e.contains("write_input"), "{e}");
+    // Its dispatches still record into an owner's command buffer, and profile.
+    assert_eq!(g.dispatch_count(), 1);
+    match g.profile() {
+        Ok(times) => assert_eq!(times.len(), 1),
+        Err(e) => assert!(e.to_string().contains("no timestamps"), "{e}"),
+    }
+    assert_no_validation_errors(&instance);
+}

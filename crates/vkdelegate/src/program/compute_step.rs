@@ -247,9 +247,13 @@ pub(super) fn graph_load(
 }
 
 /// Build options binding input `i` to `external.inputs[i]` and output `j` to
-/// `external.outputs[j]` where given.
+/// `external.outputs[j]` where given; a step of the program's recorded plan builds no host
+/// path of its own.
 fn options(external: &StepBindings) -> BuildOptions {
-    let mut options = BuildOptions::default();
+    let mut options = BuildOptions {
+        embedded: external.embedded,
+        ..BuildOptions::default()
+    };
     for (i, slice) in external.inputs.iter().enumerate() {
         if let Some(slice) = slice {
             // SAFETY: the slice is a producer's output (or an earlier consumer's input) on the

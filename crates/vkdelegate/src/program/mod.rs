@@ -279,6 +279,7 @@ impl ProgramBuilder {
             let external = StepBindings {
                 inputs: self.external_inputs(&steps, &wiring, &bound, k),
                 outputs: bound.step_outputs(&wiring, k),
+                embedded: self.hand_off == HandOff::Device,
             };
             let runner = step::load(
                 &spec.name,

@@ -37,4 +37,7 @@ pub(super) struct StepBindings {
     pub inputs: Vec<Option<BufferSlice>>,
     /// Output `j` is written to `outputs[j]` where given.
     pub outputs: Vec<Option<BufferSlice>>,
+    /// The step runs only inside the program's recorded plan (device hand-off): it needs no
+    /// host path of its own.
+    pub embedded: bool,
 }
