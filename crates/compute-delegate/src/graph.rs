@@ -556,6 +556,11 @@ impl GraphBuilder {
         self.f16_floats = dtype == DType::F16;
     }
 
+    /// How many nodes (ops) the graph holds.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// The float dtype of tensors an op makes from nothing.
     pub fn float(&self) -> DType {
         if self.f16_floats {

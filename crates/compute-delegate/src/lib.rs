@@ -87,6 +87,7 @@ mod kernels;
 mod lower;
 pub mod ops;
 mod options;
+mod passes;
 mod runtime;
 mod threads;
 

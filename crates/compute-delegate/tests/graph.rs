@@ -624,3 +624,67 @@ fn embedded_graphs_build_no_host_path_and_say_so() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// Random f32 data of `n` elements in [-1, 1).
+fn data(seed: u32, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u32 ^ seed)
+                .wrapping_mul(2_654_435_761)
+                .rotate_left(13);
+            (h % 2000) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn passes_compute_what_the_graph_computes() {
+    let test = "passes_compute_what_the_graph_computes";
+    let Some((i16, d16)) = testing::device(test, &compute_delegate::f16_requirements()) else {
+        return;
+    };
+    let Some((i32_, d32)) = device(test) else {
+        return;
+    };
+    // f16 edges on both sides, constants, a conv, a product, a softmax, and a dead branch.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F16, &[1, 4, 6, 6]).unwrap();
+    let w = b.constant_f16("w", &[8, 4, 3, 3], &data(1, 288)).unwrap();
+    let y = b
+        .conv2d(x, w, None, compute_delegate::Conv2d::default())
+        .unwrap();
+    let y = b.reshape(y, &[8, 16]).unwrap();
+    let m = b.constant_f16("m", &[16, 5], &data(2, 80)).unwrap();
+    let z = b.matmul(y, m).unwrap();
+    let dead = b.sigmoid(z).unwrap();
+    let _ = b.mul(dead, dead).unwrap();
+    let z = b.softmax(z, -1).unwrap();
+    b.output(z).unwrap();
+    let x32 = b.input_specs()[0].clone();
+    let bytes = data(3, 144)
+        .iter()
+        .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+        .collect();
+    let input = HostTensor::new(DType::F16, x32.shape.clone(), bytes).unwrap();
+    let run = |g: &GraphBuilder, dev: &Device| {
+        let out = g.build(dev).unwrap().execute(&[input.clone()]).unwrap();
+        out[0]
+            .bytes()
+            .chunks_exact(2)
+            .map(|h| half::f16::from_le_bytes([h[0], h[1]]).to_f32())
+            .collect::<Vec<f32>>()
+    };
+    let want = run(&b, &d16);
+    let pruned = b.without_dead_nodes();
+    assert_eq!(pruned.node_count(), b.node_count() - 2);
+    assert_eq!(run(&pruned, &d16), want, "dead nodes");
+    // Widened: runs on a device without the f16 features, within fp16's rounding.
+    let wide = b.widened_to_f32();
+    assert!(!wide.uses_f16() && b.uses_f16());
+    let got = run(&wide, &d32);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 2e-2, "element {i}: {g} against fp16's {w}");
+    }
+    assert_no_validation_errors(&i16);
+    assert_no_validation_errors(&i32_);
+}

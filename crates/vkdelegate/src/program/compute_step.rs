@@ -195,32 +195,21 @@ pub(super) fn load(
 }
 
 /// The graph a step runs on `device`: its own, or for an fp16 graph on a device without the
-/// f16 features, the graph made again in fp32 (and logged).
+/// f16 features, the same graph widened to fp32 by the compute delegate's pass (logged).
 fn graph_on<'g>(
     step: &str,
     g: &'g GraphStep,
     device: &Device,
-) -> Result<std::borrow::Cow<'g, GraphBuilder>> {
+) -> std::borrow::Cow<'g, GraphBuilder> {
     if !g.f16 || compute_delegate::supports_f16(device) {
-        return Ok(std::borrow::Cow::Borrowed(&g.graph));
+        return std::borrow::Cow::Borrowed(&g.graph);
     }
     log::info!(
         "step '{step}': fp16 graph computed in fp32: device '{}' has no shaderFloat16 and \
          storageBuffer16BitAccess enabled",
         device.capabilities().name
     );
-    let fp32 = g.fp32.as_ref().ok_or_else(|| {
-        ProgramError::step(
-            step,
-            format!(
-                "an fp16 graph, and device '{}' has no f16 features enabled",
-                device.capabilities().name
-            ),
-        )
-    })?;
-    fp32()
-        .map(std::borrow::Cow::Owned)
-        .map_err(|e| ProgramError::step(step, e))
+    std::borrow::Cow::Owned(g.graph.widened_to_f32())
 }
 
 /// A graph step's inputs and outputs (its edges, whatever precision it computes in).
@@ -237,7 +226,7 @@ pub(super) fn graph_load(
     device: &Device,
     external: &StepBindings,
 ) -> Result<Box<dyn Runner>> {
-    let graph = graph_on(step, g, device)?
+    let graph = graph_on(step, g, device)
         .build_with(device, &options(external))
         .map_err(wrap(step))?;
     Ok(Box::new(ComputeRunner {

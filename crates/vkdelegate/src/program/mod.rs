@@ -53,9 +53,9 @@ use vk_core::{
 pub use bind::AppBuffer;
 pub use error::{BindingError, BindingProblem, Producer, ProgramError, TensorMismatch};
 pub use file::ProgramFile;
-pub use spec::{ComputeStep, DeviceChoice, HandOff, StepKind, StepSpec, Timings};
 #[cfg(feature = "compute")]
-pub use spec::{Fp32Graph, GraphStep};
+pub use spec::GraphStep;
+pub use spec::{ComputeStep, DeviceChoice, HandOff, StepKind, StepSpec, Timings};
 pub use vk_core::{AppImage, ColourMap, ImageProblem, ImageToTensor, TensorLayout, TensorToImage};
 
 use bind::Bound;

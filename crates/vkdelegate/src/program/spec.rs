@@ -33,10 +33,6 @@ pub enum StepKind {
     Graph(GraphStep),
 }
 
-/// Makes a graph again with fp32 arithmetic (its fp16 tensors widened), or says why not.
-#[cfg(feature = "compute")]
-pub type Fp32Graph = Arc<dyn Fn() -> Result<compute_delegate::GraphBuilder, String> + Send + Sync>;
-
 /// A compute graph made once by a front end, at its own precision: the program's wiring, its
 /// device requirements and the load all use it.
 #[cfg(feature = "compute")]
@@ -45,10 +41,9 @@ pub struct GraphStep {
     /// The graph.
     pub graph: Arc<compute_delegate::GraphBuilder>,
     /// Whether it computes in fp16: it then asks for the compute delegate's f16 features, as
-    /// optional, and computes in fp16 where the device has them enabled.
+    /// optional, and computes in fp16 where the device has them enabled, else in fp32
+    /// (`GraphBuilder::widened_to_f32`, a pass over the same graph).
     pub f16: bool,
-    /// For an fp16 graph: how to make it in fp32, for a device without the f16 features.
-    pub fp32: Option<Fp32Graph>,
 }
 
 #[cfg(feature = "compute")]
@@ -58,7 +53,6 @@ impl std::fmt::Debug for GraphStep {
             .field("inputs", &self.graph.input_specs())
             .field("outputs", &self.graph.output_specs())
             .field("f16", &self.f16)
-            .field("fp32", &self.fp32.is_some())
             .finish()
     }
 }

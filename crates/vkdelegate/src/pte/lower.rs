@@ -47,7 +47,7 @@ pub(crate) struct Lowered {
     /// The graph at its own precision: an fp16 graph computes in fp16.
     pub graph: GraphBuilder,
     /// Whether the graph holds fp16 tensors (it then computes in fp16 where the device has
-    /// the f16 features, and is lowered again in fp32 where it has not).
+    /// the f16 features, and in fp32, widened by a pass, where it has not).
     pub f16: bool,
 }
 
@@ -65,21 +65,6 @@ pub(crate) fn lower(
     let float = if f16 { DType::F16 } else { DType::F32 };
     let graph = Lowering::new(pte, vk, float, file).run(&long_inputs(plan, index))?;
     Ok(Lowered { graph, f16 })
-}
-
-/// Delegate `delegate` of plan `plan` of the program file `program`, decoded and lowered
-/// again with fp32 arithmetic (fp16 constants widened): an fp16 graph on a device without the
-/// f16 features.
-pub(crate) fn lower_fp32(program: &Arc<[u8]>, plan: &str, delegate: usize) -> Result<GraphBuilder> {
-    let pte = Pte::decode(program).map_err(|e| err(e.to_string()))?;
-    let plan = pte.plan(plan).map_err(|e| err(e.to_string()))?;
-    let d = plan
-        .delegates
-        .get(delegate)
-        .ok_or_else(|| err(format!("no delegate {delegate}")))?;
-    let payload = pte.delegate_payload(d).map_err(|e| err(e.to_string()))?;
-    let vk = VkGraph::decode(payload).map_err(|e| err(e.to_string()))?;
-    Lowering::new(&pte, &vk, DType::F32, program).run(&long_inputs(plan, delegate))
 }
 
 fn has_f16_tensor(vk: &VkGraph<'_>) -> bool {

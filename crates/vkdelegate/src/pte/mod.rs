@@ -220,8 +220,9 @@ fn delegate_step(
     })
 }
 
-/// A `VulkanBackend` graph as a compute-graph step: lowered once, at its own precision; an
-/// fp16 graph is lowered again in fp32 only for a device without the f16 features.
+/// A `VulkanBackend` graph as a compute-graph step: lowered once, at its own precision (an
+/// fp16 graph is widened to fp32 by a pass on a device without the f16 features), without
+/// the nodes nothing reads.
 #[cfg(feature = "compute")]
 fn graph_step(
     pte: &Pte<'_>,
@@ -237,17 +238,9 @@ fn graph_step(
             location: at.to_owned(),
         }]
     })?;
-    let fp32 = lowered.f16.then(|| {
-        let (program, plan, at) = (bytes.clone(), plan.name.to_owned(), at.to_owned());
-        let fp32: crate::program::Fp32Graph = Arc::new(move || {
-            lower::lower_fp32(&program, &plan, index).map_err(|e| format!("{at}: {e}"))
-        });
-        fp32
-    });
     Ok(StepKind::Graph(crate::program::GraphStep {
-        graph: Arc::new(lowered.graph),
+        graph: Arc::new(lowered.graph.without_dead_nodes()),
         f16: lowered.f16,
-        fp32,
     }))
 }
 
@@ -385,7 +378,6 @@ fn kernel_step(
         kind: StepKind::Graph(crate::program::GraphStep {
             graph: Arc::new(g),
             f16: false,
-            fp32: None,
         }),
         inputs,
         outputs: vec![value_name(plan, out)],

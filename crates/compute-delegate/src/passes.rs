@@ -1,0 +1,293 @@
+//! Passes over a graph, the IR between the front ends and the kernels: each takes a graph and
+//! returns one that computes the same outputs from the same inputs.
+//!
+//! - [`GraphBuilder::widened_to_f32`]: the fp16/fp32 choice, made per device: an fp16 graph
+//!   computed in fp32 where the device lacks the f16 features, without lowering it again.
+//! - [`GraphBuilder::without_dead_nodes`]: nodes whose results nothing reads are dropped (and
+//!   with them the constants only they read, which are then never uploaded).
+
+use vk_core::DType;
+
+use crate::graph::{
+    ConstBytes, GraphBuilder, Node, Op, Storage, StorageKind, TensorId, TensorInfo, storage_bytes,
+};
+
+impl Op {
+    /// Rewrites every tensor the op reads through `f`.
+    pub(crate) fn map_inputs(&mut self, f: &impl Fn(TensorId) -> TensorId) {
+        let one = |t: &mut TensorId| *t = f(*t);
+        let opt = |t: &mut Option<TensorId>| {
+            if let Some(t) = t {
+                *t = f(*t);
+            }
+        };
+        match self {
+            Op::Unary { x, .. }
+            | Op::Softmax { x, .. }
+            | Op::Pool { x, .. }
+            | Op::Reduce { x, .. }
+            | Op::Permute { x, .. }
+            | Op::Slice { x, .. }
+            | Op::Cast { x, .. } => one(x),
+            Op::Binary { a, b, .. } | Op::QAdd { a, b, .. } => {
+                one(a);
+                one(b);
+            }
+            Op::Where { cond, a, b } => {
+                one(cond);
+                one(a);
+                one(b);
+            }
+            Op::Gather { table, ids } => {
+                one(table);
+                one(ids);
+            }
+            Op::Conv { x, w, bias, .. } => {
+                one(x);
+                one(w);
+                opt(bias);
+            }
+            Op::Matmul { a, b, bias, .. } => {
+                one(a);
+                one(b);
+                opt(bias);
+            }
+            Op::LayerNorm {
+                x, weight, bias, ..
+            } => {
+                one(x);
+                opt(weight);
+                opt(bias);
+            }
+            Op::Cat { xs, .. } | Op::Kernel { inputs: xs, .. } => xs.iter_mut().for_each(one),
+            Op::QConv {
+                x,
+                w,
+                bias,
+                mult,
+                shift,
+                ..
+            } => {
+                one(x);
+                one(w);
+                opt(bias);
+                one(mult);
+                one(shift);
+            }
+            #[cfg(feature = "bench")]
+            Op::FmaProbe { .. } => {}
+        }
+    }
+}
+
+/// f16 bytes widened to f32 bytes.
+fn widen(bytes: &[u8]) -> Vec<u8> {
+    bytes
+        .chunks_exact(2)
+        .flat_map(|h| {
+            half::f16::from_le_bytes([h[0], h[1]])
+                .to_f32()
+                .to_le_bytes()
+        })
+        .collect()
+}
+
+impl GraphBuilder {
+    /// A tensor of `dtype` and `shape` with a temporary storage of its own.
+    fn push_temp(&mut self, name: String, dtype: DType, shape: Vec<usize>) -> TensorId {
+        let id = TensorId(self.tensors.len());
+        self.storages.push(Storage {
+            kind: StorageKind::Temp,
+            bytes: storage_bytes(dtype, &shape),
+            tensor: id,
+        });
+        self.tensors.push(TensorInfo {
+            name,
+            dtype,
+            shape,
+            storage: self.storages.len() - 1,
+        });
+        id
+    }
+
+    /// The same graph computing in fp32: every f16 tensor inside becomes f32 (f16 constants
+    /// widened; those shared with a model file are copied), and casts to f16 become casts to
+    /// f32. Inputs and outputs keep their dtypes: an f16 input is cast to f32 before it is
+    /// read, an f16 output is cast from f32 where it is written. The graph then needs none of
+    /// the f16 features.
+    pub fn widened_to_f32(&self) -> GraphBuilder {
+        let mut g = self.clone();
+        g.f16_floats = false;
+        let edge = |g: &GraphBuilder, t: usize| {
+            matches!(
+                g.storages[g.tensors[t].storage].kind,
+                StorageKind::Input | StorageKind::Output
+            )
+        };
+        // Inside tensors and their storages.
+        for t in 0..g.tensors.len() {
+            if g.tensors[t].dtype != DType::F16 || edge(&g, t) {
+                continue;
+            }
+            g.tensors[t].dtype = DType::F32;
+            let s = g.tensors[t].storage;
+            if g.storages[s].tensor.0 == t {
+                let st = &mut g.storages[s];
+                st.bytes = storage_bytes(DType::F32, &g.tensors[t].shape);
+                if let StorageKind::Const(bytes) = &st.kind {
+                    st.kind = StorageKind::Const(ConstBytes::from(widen(bytes)));
+                }
+            }
+        }
+        for node in &mut g.nodes {
+            if let Op::Cast { to, .. } = &mut node.op {
+                if *to == DType::F16 && !edge(self, node.out.0) {
+                    *to = DType::F32;
+                }
+            }
+        }
+        g.widen_f16_inputs();
+        g.narrow_f16_outputs();
+        g
+    }
+
+    /// Redirects reads of every tensor over `base`'s storage (`base` and its views) by the
+    /// nodes from `from` on to the same tensor over `wide`'s storage; casts to f16 (the
+    /// outputs' copies) keep reading the f16 ones.
+    fn redirect(&mut self, base: TensorId, wide: TensorId, from: usize) {
+        let (storage, ws) = (self.tensors[base.0].storage, self.tensors[wide.0].storage);
+        let mut map = Vec::new();
+        for t in 0..self.tensors.len() {
+            if self.tensors[t].storage != storage || t == wide.0 {
+                continue;
+            }
+            let to = if t == base.0 {
+                wide
+            } else {
+                let view = TensorInfo {
+                    dtype: DType::F32,
+                    storage: ws,
+                    ..self.tensors[t].clone()
+                };
+                self.tensors.push(view);
+                TensorId(self.tensors.len() - 1)
+            };
+            map.push((TensorId(t), to));
+        }
+        let f = |t: TensorId| map.iter().find(|m| m.0 == t).map_or(t, |m| m.1);
+        for node in &mut self.nodes[from..] {
+            if !matches!(node.op, Op::Cast { to: DType::F16, .. }) {
+                node.op.map_inputs(&f);
+            }
+        }
+    }
+
+    /// Each f16 input, read as f32 through a cast at the start of the graph.
+    fn widen_f16_inputs(&mut self) {
+        for input in self.inputs.clone() {
+            let info = self.tensors[input.0].clone();
+            if info.dtype != DType::F16 {
+                continue;
+            }
+            let wide = self.push_temp(format!("{}_f32", info.name), DType::F32, info.shape);
+            self.redirect(input, wide, 0);
+            let cast = Node {
+                op: Op::Cast {
+                    x: input,
+                    to: DType::F32,
+                },
+                out: wide,
+            };
+            self.nodes.insert(0, cast);
+        }
+    }
+
+    /// Each f16 output a node other than a cast computes: the node writes an f32 temporary,
+    /// cast to the output right after it (later readers read the f32 one).
+    fn narrow_f16_outputs(&mut self) {
+        for output in self.outputs.clone() {
+            let info = self.tensors[output.0].clone();
+            let Some(k) = self.nodes.iter().position(|n| n.out == output) else {
+                continue;
+            };
+            if info.dtype != DType::F16 || matches!(self.nodes[k].op, Op::Cast { .. }) {
+                continue;
+            }
+            let wide = self.push_temp(format!("{}_f32", info.name), DType::F32, info.shape);
+            self.nodes[k].out = wide;
+            self.redirect(output, wide, k + 1);
+            let cast = Node {
+                op: Op::Cast {
+                    x: wide,
+                    to: DType::F16,
+                },
+                out: output,
+            };
+            self.nodes.insert(k + 1, cast);
+        }
+    }
+
+    /// The graph without the nodes whose results nothing reads: neither a later live node nor
+    /// an output (views share their tensor's storage, so liveness is by storage). Constants
+    /// only dead nodes read are then not uploaded.
+    pub fn without_dead_nodes(&self) -> GraphBuilder {
+        let mut live = vec![false; self.storages.len()];
+        for t in &self.outputs {
+            live[self.tensors[t.0].storage] = true;
+        }
+        let mut keep = vec![false; self.nodes.len()];
+        for (k, node) in self.nodes.iter().enumerate().rev() {
+            if live[self.tensors[node.out.0].storage] {
+                keep[k] = true;
+                for t in node.op.inputs() {
+                    live[self.tensors[t.0].storage] = true;
+                }
+            }
+        }
+        let mut g = self.clone();
+        let mut k = 0;
+        g.nodes.retain(|_| {
+            k += 1;
+            keep[k - 1]
+        });
+        g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_nodes_and_their_constants_go() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[4]).unwrap();
+        let w = b.constant_f32("w", &[4], &[1.0; 4]).unwrap();
+        let unused = b.mul(x, w).unwrap();
+        let _ = b.sigmoid(unused).unwrap();
+        let y = b.relu(x).unwrap();
+        b.output(y).unwrap();
+        let g = b.without_dead_nodes();
+        assert_eq!(b.nodes.len(), 3);
+        assert_eq!(g.nodes.len(), 1);
+        assert!(matches!(g.nodes[0].op, Op::Unary { .. }));
+    }
+
+    #[test]
+    fn widening_keeps_the_edges_and_computes_in_f32() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, &[2, 4]).unwrap();
+        let c = b.constant_f16("c", &[4], &[0.5; 4]).unwrap();
+        let y = b.mul(x, c).unwrap();
+        let z = b.relu(y).unwrap();
+        b.output(z).unwrap();
+        assert!(b.uses_f16());
+        let g = b.widened_to_f32();
+        assert!(!g.uses_f16());
+        assert_eq!(g.input_specs(), b.input_specs());
+        assert_eq!(g.output_specs(), b.output_specs());
+        let dtypes: Vec<DType> = g.nodes.iter().map(|n| g.tensors[n.out.0].dtype).collect();
+        // The input's cast, mul and relu in f32, the cast to the f16 output.
+        assert_eq!(dtypes, [DType::F32, DType::F32, DType::F32, DType::F16]);
+    }
+}
