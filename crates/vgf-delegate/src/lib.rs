@@ -78,5 +78,6 @@ pub use format::{Category, ModuleType, Vgf, VgfFile, decode_count};
 pub use inspect::inspect_json;
 pub use model::{
     DeviceTensor, External, IoRef, IoTensor, LoadOptions, MemoryMode, Model, TensorSpec,
+    model_specs,
 };
 pub use requirements::{requirements, requirements_for};

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use vkdelegate::vk_core::{DType, HostTensor};
+use vkdelegate::vk_core::{HostTensor, TensorSpec};
 
 use crate::npy;
 
@@ -60,8 +60,7 @@ pub fn run(
         vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
     ));
     let (declared, _) = builder.io()?;
-    let wanted: Vec<Wanted> = declared.iter().map(Wanted::of).collect();
-    let tensors = read_inputs(model, inputs, &wanted, &mut npy::read)?;
+    let tensors = read_inputs(model, inputs, &declared, &mut npy::read)?;
     let t = Instant::now();
     let mut program = builder.build()?;
     println!(
@@ -181,44 +180,6 @@ fn run_and_report(
     Ok(outputs)
 }
 
-/// What a model or program expects of one input.
-#[derive(Debug, Clone)]
-struct Wanted {
-    name: String,
-    /// `None`: the file's format is not a tensor dtype (loading reports it).
-    dtype: Option<DType>,
-    /// Stored dimensions; one below 1 is not checked.
-    shape: Vec<i64>,
-}
-
-impl Wanted {
-    fn of(spec: &vkdelegate::vk_core::TensorSpec) -> Wanted {
-        Wanted {
-            name: spec.name.clone(),
-            dtype: Some(spec.dtype),
-            shape: spec
-                .shape
-                .iter()
-                .map(|&d| i64::try_from(d).unwrap_or(i64::MAX))
-                .collect(),
-        }
-    }
-
-    fn describe(&self) -> String {
-        let dtype = self.dtype.map_or("?".to_string(), |d| d.name().to_string());
-        format!("{dtype}{:?}", self.shape)
-    }
-
-    fn accepts_shape(&self, shape: &[usize]) -> bool {
-        self.shape.len() == shape.len()
-            && self
-                .shape
-                .iter()
-                .zip(shape)
-                .all(|(&w, &g)| w < 1 || u64::try_from(w).ok() == u64::try_from(g).ok())
-    }
-}
-
 /// Why the `--input` files do not fit the model.
 #[derive(Debug)]
 enum InputError {
@@ -310,13 +271,13 @@ impl std::error::Error for InputError {}
 fn read_inputs(
     model: &Path,
     args: &[String],
-    wanted: &[Wanted],
+    wanted: &[TensorSpec],
     load: &mut dyn FnMut(&Path) -> std::result::Result<HostTensor, String>,
 ) -> std::result::Result<Vec<HostTensor>, InputError> {
     let listing = || {
         let items: Vec<String> = wanted
             .iter()
-            .map(|w| format!("{}: {}", w.name, w.describe()))
+            .map(|w| format!("{}: {}", w.name, w.layout()))
             .collect();
         items.join(", ")
     };
@@ -355,7 +316,7 @@ fn read_inputs(
             let file = file.ok_or_else(|| InputError::Missing {
                 index,
                 name: w.name.clone(),
-                wanted: w.describe(),
+                wanted: w.layout(),
             })?;
             let file = Path::new(file);
             let t = load(file).map_err(|detail| InputError::Read {
@@ -370,7 +331,7 @@ fn read_inputs(
 
 fn check_one(
     index: usize,
-    w: &Wanted,
+    w: &TensorSpec,
     file: &Path,
     t: HostTensor,
 ) -> std::result::Result<HostTensor, InputError> {
@@ -379,14 +340,14 @@ fn check_one(
         name: w.name.clone(),
         file: file.display().to_string(),
         what,
-        expected: w.describe(),
+        expected: w.layout(),
         got,
     };
     let got = format!("{}{:?}", t.dtype(), t.shape());
-    if w.dtype.is_some_and(|d| d != t.dtype()) {
+    if w.dtype != t.dtype() {
         return Err(mismatch("dtype", got));
     }
-    if !w.accepts_shape(t.shape()) {
+    if w.shape != t.shape() {
         return Err(mismatch("shape", got));
     }
     Ok(t)

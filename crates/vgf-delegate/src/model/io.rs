@@ -21,6 +21,32 @@ pub(super) struct Io {
     pub(super) transfer: bool,
 }
 
+/// The specs of a decoded file's model inputs and outputs, as a loaded [`Model`] reports them
+/// (`inputs()`, `outputs()`), without a device: each a single-channel tensor format and a
+/// fixed shape, or an error naming the resource.
+pub fn model_specs(vgf: &Vgf<'_>) -> Result<(Vec<TensorSpec>, Vec<TensorSpec>)> {
+    let seq = &vgf.sequence;
+    let specs = |slots: &[Binding], names: &[&str], prefix: &str| {
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, b)| spec_of(vgf, b, io_name(names, i, prefix)))
+            .collect::<Result<Vec<_>>>()
+    };
+    Ok((
+        specs(&seq.inputs, &seq.input_names, "input")?,
+        specs(&seq.outputs, &seq.output_names, "output")?,
+    ))
+}
+
+/// The spec of the resource `b` binds, named `name`.
+fn spec_of(vgf: &Vgf<'_>, b: &Binding, name: String) -> Result<TensorSpec> {
+    let r = vgf
+        .resource(b.mrt_index)
+        .ok_or_else(|| unsupported(format!("no resource {}", b.mrt_index)))?;
+    Ok(TensorSpec::new(name, dtype_of(r)?, dims_usize(r)?))
+}
+
 /// Describes the inputs (or outputs) in `slots`, creating their staging buffers when staged
 /// (except for those `path` moves through the model's host transfer).
 pub(super) fn describe(
@@ -52,8 +78,7 @@ pub(super) fn describe(
         } else {
             None
         };
-        let name = io_name(names, i, prefix);
-        specs.push(TensorSpec::new(name, dtype_of(r)?, dims_usize(r)?));
+        specs.push(spec_of(vgf, b, io_name(names, i, prefix))?);
         ios.push(Io {
             mrt: r.index,
             bytes,

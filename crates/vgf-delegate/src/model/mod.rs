@@ -48,6 +48,7 @@ use crate::format::{ModuleType, Vgf};
 use crate::requirements::requirements_for;
 pub use external::{External, IoRef};
 use io::Io;
+pub use io::model_specs;
 use objects::Objects;
 use pipelines::SegmentRun;
 

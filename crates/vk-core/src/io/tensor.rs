@@ -34,6 +34,11 @@ impl TensorSpec {
         element_count(&self.shape)?.checked_mul(self.dtype.size())
     }
 
+    /// Its dtype and shape as one reads them: `f32[1, 3, 224, 224]`.
+    pub fn layout(&self) -> String {
+        format!("{}{:?}", self.dtype.name(), self.shape)
+    }
+
     /// Whether `other` has the same dtype and shape (names may differ).
     pub fn same_layout(&self, other: &TensorSpec) -> bool {
         self.dtype == other.dtype && self.shape == other.shape

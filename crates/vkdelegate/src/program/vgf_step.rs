@@ -1,8 +1,7 @@
 //! VGF steps: the file's bytes loaded into a `vgf_delegate::Model`.
 
-use vgf_delegate::inspect::{IoDecl, model_inputs, model_outputs};
 use vgf_delegate::{External, IoRef, LoadOptions, Model, VgfFile};
-use vk_core::{Device, DeviceTensor, HostTensor, Requirements, TensorSpec, vk};
+use vk_core::{Device, DeviceTensor, HostTensor, Requirements, vk};
 
 use std::sync::Arc;
 
@@ -32,38 +31,9 @@ pub(super) fn requirements(step: &str, file: &VgfFile) -> Result<Requirements> {
     vgf_delegate::requirements_for(file.vgf()).map_err(wrap(step))
 }
 
-/// A declared input or output as a spec: a tensor dtype and a fixed shape.
-fn spec_of(step: &str, d: IoDecl) -> Result<TensorSpec> {
-    let shape: Option<Vec<usize>> = d
-        .shape
-        .iter()
-        .map(|&x| usize::try_from(x).ok().filter(|&x| x > 0))
-        .collect();
-    match (d.dtype, shape) {
-        (Some(dtype), Some(shape)) => Ok(TensorSpec::new(d.name, dtype, shape)),
-        _ => Err(ProgramError::step(
-            step,
-            format!(
-                "VGF tensor '{}' has format {} and shape {:?}: a program needs a tensor dtype \
-                 and a fixed shape",
-                d.name, d.vk_format, d.shape
-            ),
-        )),
-    }
-}
-
 pub(super) fn io(step: &str, file: &VgfFile) -> Result<StepIo> {
-    let vgf = file.vgf();
-    let specs = |decls: Vec<IoDecl>| {
-        decls
-            .into_iter()
-            .map(|d| spec_of(step, d))
-            .collect::<Result<Vec<_>>>()
-    };
-    Ok(StepIo {
-        inputs: specs(model_inputs(vgf))?,
-        outputs: specs(model_outputs(vgf))?,
-    })
+    let (inputs, outputs) = vgf_delegate::model_specs(file.vgf()).map_err(wrap(step))?;
+    Ok(StepIo { inputs, outputs })
 }
 
 impl StepSpec {
