@@ -231,7 +231,7 @@ impl Rescale {
         x.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
     }
 
-    fn check(self, op: &'static str) -> Result<()> {
+    pub(crate) fn check(self, op: &'static str) -> Result<()> {
         if !(1..=62).contains(&self.shift) {
             return Err(shape_err(
                 op,
@@ -527,12 +527,12 @@ pub(crate) fn storage_bytes(dtype: DType, shape: &[usize]) -> u64 {
     (n * dtype.size() as u64).div_ceil(16) * 16
 }
 
-fn shape_err(op: &'static str, detail: String) -> Error {
+pub(crate) fn shape_err(op: &'static str, detail: String) -> Error {
     Error::Shape { op, detail }
 }
 
 /// Resolves a possibly negative dim against `rank`.
-fn norm_dim(op: &'static str, name: &str, dim: isize, rank: usize) -> Result<usize> {
+pub(crate) fn norm_dim(op: &'static str, name: &str, dim: isize, rank: usize) -> Result<usize> {
     let r = rank as isize;
     let d = if dim < 0 { dim + r } else { dim };
     if d < 0 || d >= r.max(1) {
@@ -629,7 +629,7 @@ impl GraphBuilder {
         Ok(())
     }
 
-    fn new_storage(&mut self, kind: StorageKind, bytes: u64, tensor: TensorId) -> usize {
+    pub(crate) fn new_storage(&mut self, kind: StorageKind, bytes: u64, tensor: TensorId) -> usize {
         self.storages.push(Storage {
             kind,
             bytes,
@@ -640,7 +640,7 @@ impl GraphBuilder {
 
     /// A new tensor on a new storage of `kind`, or (with `Some(existing)`) a view of an
     /// existing storage (then `kind` is ignored).
-    fn push_tensor(
+    pub(crate) fn push_tensor(
         &mut self,
         name: String,
         dtype: DType,
@@ -663,7 +663,7 @@ impl GraphBuilder {
         id
     }
 
-    fn check_shape(op: &'static str, name: &str, shape: &[usize]) -> Result<()> {
+    pub(crate) fn check_shape(op: &'static str, name: &str, shape: &[usize]) -> Result<()> {
         if shape.is_empty() || shape.contains(&0) {
             return Err(shape_err(
                 op,
@@ -846,7 +846,7 @@ impl GraphBuilder {
         Ok(self.node(op, name, dtype, shape))
     }
 
-    fn node(&mut self, op: Op, name: &str, dtype: DType, shape: Vec<usize>) -> TensorId {
+    pub(crate) fn node(&mut self, op: Op, name: &str, dtype: DType, shape: Vec<usize>) -> TensorId {
         let label = format!("{name}_{}", self.tensors.len());
         let out = self.push_tensor(label, dtype, shape, None);
         self.nodes.push(Node { op, out });
@@ -854,7 +854,7 @@ impl GraphBuilder {
     }
 
     /// A float operand: f32 or f16 (the op then runs in that precision).
-    fn float_operand(&self, op: &'static str, t: TensorId) -> Result<TensorInfo> {
+    pub(crate) fn float_operand(&self, op: &'static str, t: TensorId) -> Result<TensorInfo> {
         let info = self.info(op, t)?;
         if !matches!(info.dtype, DType::F32 | DType::F16) {
             return Err(Error::DType {
@@ -882,11 +882,16 @@ impl GraphBuilder {
 
     /// Another float operand of an op whose first float operand is `first`: the same dtype
     /// (all float operands of one op share it).
-    fn same_float(&self, op: &'static str, t: TensorId, first: &TensorInfo) -> Result<TensorInfo> {
+    pub(crate) fn same_float(
+        &self,
+        op: &'static str,
+        t: TensorId,
+        first: &TensorInfo,
+    ) -> Result<TensorInfo> {
         self.typed_operand(op, t, first.dtype)
     }
 
-    fn word_operand(&self, op: &'static str, t: TensorId) -> Result<TensorInfo> {
+    pub(crate) fn word_operand(&self, op: &'static str, t: TensorId) -> Result<TensorInfo> {
         let info = self.info(op, t)?;
         if info.dtype.size() != 4 && info.dtype != DType::F16 {
             return Err(Error::DType {
@@ -899,303 +904,12 @@ impl GraphBuilder {
         Ok(info.clone())
     }
 
-    // ----- elementwise -----
-
-    /// A unary elementwise op.
-    pub fn unary(&mut self, op: UnaryOp, x: TensorId) -> Result<TensorId> {
-        let xi = self.float_operand(op.name(), x)?;
-        if let UnaryOp::Clamp(lo, hi) = op {
-            if lo > hi || lo.is_nan() || hi.is_nan() {
-                return Err(shape_err(
-                    "clamp",
-                    format!("min {lo} must not exceed max {hi} (tensor '{}')", xi.name),
-                ));
-            }
-        }
-        Ok(self.node(Op::Unary { op, x }, op.name(), xi.dtype, xi.shape))
-    }
-
-    /// `max(x, 0)`.
-    pub fn relu(&mut self, x: TensorId) -> Result<TensorId> {
-        self.unary(UnaryOp::Relu, x)
-    }
-    /// `clamp(x, 0, 6)`.
-    pub fn relu6(&mut self, x: TensorId) -> Result<TensorId> {
-        self.unary(UnaryOp::Clamp(0.0, 6.0), x)
-    }
-    /// `clamp(x, min, max)` (PyTorch `hardtanh`).
-    pub fn hardtanh(&mut self, x: TensorId, min: f32, max: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::Clamp(min, max), x)
-    }
-    /// `clamp(x, min, max)`.
-    pub fn clamp(&mut self, x: TensorId, min: f32, max: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::Clamp(min, max), x)
-    }
-    /// Logistic sigmoid.
-    pub fn sigmoid(&mut self, x: TensorId) -> Result<TensorId> {
-        self.unary(UnaryOp::Sigmoid, x)
-    }
-    /// Hyperbolic tangent.
-    pub fn tanh(&mut self, x: TensorId) -> Result<TensorId> {
-        self.unary(UnaryOp::Tanh, x)
-    }
-    /// GELU (`approximate_tanh` selects PyTorch's `approximate="tanh"`).
-    pub fn gelu(&mut self, x: TensorId, approximate_tanh: bool) -> Result<TensorId> {
-        let op = if approximate_tanh {
-            UnaryOp::GeluTanh
-        } else {
-            UnaryOp::Gelu
-        };
-        self.unary(op, x)
-    }
-    /// Hardswish.
-    pub fn hardswish(&mut self, x: TensorId) -> Result<TensorId> {
-        self.unary(UnaryOp::Hardswish, x)
-    }
-
-    /// A binary elementwise op with PyTorch broadcasting.
-    pub fn binary(&mut self, op: BinaryOp, a: TensorId, b: TensorId) -> Result<TensorId> {
-        let name = op.name();
-        let ai = self.float_operand(name, a)?;
-        let bi = self.same_float(name, b, &ai)?;
-        let shape = broadcast_shape(name, &ai, &bi)?;
-        Ok(self.node(Op::Binary { op, a, b }, name, ai.dtype, shape))
-    }
-
-    /// `a + b`, broadcasting.
-    pub fn add(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
-        self.binary(BinaryOp::Add, a, b)
-    }
-    /// `a - b`, broadcasting.
-    pub fn sub(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
-        self.binary(BinaryOp::Sub, a, b)
-    }
-    /// `a * b`, broadcasting.
-    pub fn mul(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
-        self.binary(BinaryOp::Mul, a, b)
-    }
-    /// `a / b`, broadcasting.
-    pub fn div(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
-        self.binary(BinaryOp::Div, a, b)
-    }
-    /// `x + s`.
-    pub fn add_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::AddScalar(s), x)
-    }
-    /// `x - s`.
-    pub fn sub_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::AddScalar(-s), x)
-    }
-    /// `s - x`.
-    pub fn rsub_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::RSubScalar(s), x)
-    }
-    /// `x * s`.
-    pub fn mul_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::MulScalar(s), x)
-    }
-    /// `x / s`.
-    pub fn div_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::DivScalar(s), x)
-    }
-    /// `s / x`.
-    pub fn rdiv_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::RDivScalar(s), x)
-    }
-
-    // ----- normalisation and reductions -----
-
-    fn softmax_impl(&mut self, x: TensorId, dim: isize, log: bool) -> Result<TensorId> {
-        let op = if log { "log_softmax" } else { "softmax" };
-        let xi = self.float_operand(op, x)?;
-        let dim = norm_dim(op, &xi.name, dim, xi.shape.len())?;
-        Ok(self.node(Op::Softmax { x, dim, log }, op, xi.dtype, xi.shape))
-    }
-
-    /// Softmax over `dim` (negative counts from the end).
-    pub fn softmax(&mut self, x: TensorId, dim: isize) -> Result<TensorId> {
-        self.softmax_impl(x, dim, false)
-    }
-
-    /// Log-softmax over `dim`.
-    pub fn log_softmax(&mut self, x: TensorId, dim: isize) -> Result<TensorId> {
-        self.softmax_impl(x, dim, true)
-    }
-
-    fn reduce_impl(
-        &mut self,
+    pub(crate) fn typed_operand(
+        &self,
         op: &'static str,
-        x: TensorId,
-        dims: &[isize],
-        keepdim: bool,
-        mean: bool,
-    ) -> Result<TensorId> {
-        let xi = self.float_operand(op, x)?;
-        let rank = xi.shape.len();
-        let mut ds = Vec::new();
-        for &d in dims {
-            let d = norm_dim(op, &xi.name, d, rank)?;
-            if ds.contains(&d) {
-                return Err(shape_err(
-                    op,
-                    format!("dim {d} appears twice in {dims:?} for '{}'", xi.name),
-                ));
-            }
-            ds.push(d);
-        }
-        if ds.is_empty() {
-            ds = (0..rank).collect();
-        }
-        ds.sort_unstable();
-        let mut shape: Vec<usize> = Vec::new();
-        for (i, &s) in xi.shape.iter().enumerate() {
-            if ds.contains(&i) {
-                if keepdim {
-                    shape.push(1);
-                }
-            } else {
-                shape.push(s);
-            }
-        }
-        if shape.is_empty() {
-            shape.push(1);
-        }
-        Ok(self.node(Op::Reduce { x, dims: ds, mean }, op, xi.dtype, shape))
-    }
-
-    /// Sum over `dims` (all dims when empty).
-    pub fn sum(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
-        self.reduce_impl("sum", x, dims, keepdim, false)
-    }
-
-    /// Mean over `dims` (all dims when empty).
-    pub fn mean(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
-        self.reduce_impl("mean", x, dims, keepdim, true)
-    }
-
-    /// `layer_norm` over the trailing `normalized_shape`, with optional elementwise weight and
-    /// bias of that shape.
-    pub fn layer_norm(
-        &mut self,
-        x: TensorId,
-        normalized_shape: &[usize],
-        weight: Option<TensorId>,
-        bias: Option<TensorId>,
-        eps: f32,
-    ) -> Result<TensorId> {
-        const OP: &str = "layer_norm";
-        let xi = self.float_operand(OP, x)?;
-        let k = normalized_shape.len();
-        if k == 0 || k > xi.shape.len() || xi.shape[xi.shape.len() - k..] != *normalized_shape {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "normalized_shape {normalized_shape:?} is not the trailing dims of '{}' {:?}",
-                    xi.name, xi.shape
-                ),
-            ));
-        }
-        for p in [weight, bias].into_iter().flatten() {
-            let pi = self.same_float(OP, p, &xi)?;
-            if pi.shape != normalized_shape {
-                return Err(shape_err(
-                    OP,
-                    format!(
-                        "'{}' has shape {:?}, expected normalized_shape {normalized_shape:?}",
-                        pi.name, pi.shape
-                    ),
-                ));
-            }
-        }
-        let d = normalized_shape.iter().product();
-        Ok(self.node(
-            Op::LayerNorm {
-                x,
-                weight,
-                bias,
-                d,
-                eps,
-            },
-            OP,
-            xi.dtype,
-            xi.shape,
-        ))
-    }
-
-    // ----- pooling and convolution -----
-
-    fn pool_impl(&mut self, x: TensorId, p: Pool2d, max: bool) -> Result<TensorId> {
-        let op = if max { "max_pool2d" } else { "avg_pool2d" };
-        let xi = self.float_operand(op, x)?;
-        let r = xi.shape.len();
-        if r < 3 {
-            return Err(shape_err(
-                op,
-                format!(
-                    "'{}' {:?} needs rank 3 or 4 ([c, h, w] or [n, c, h, w])",
-                    xi.name, xi.shape
-                ),
-            ));
-        }
-        let (h, w) = (xi.shape[r - 2], xi.shape[r - 1]);
-        let mut out = xi.shape.clone();
-        for i in 0..2 {
-            let (k, s, pad) = (p.kernel[i], p.stride[i], p.padding[i]);
-            if k == 0 || s == 0 || pad * 2 > k {
-                return Err(shape_err(
-                    op,
-                    format!(
-                        "kernel {:?}, stride {:?}, padding {:?}: need kernel and stride >= 1 \
-                         and padding at most half the kernel",
-                        p.kernel, p.stride, p.padding
-                    ),
-                ));
-            }
-            let size = [h, w][i];
-            let o = pool_out(size, k, s, pad, p.ceil_mode).ok_or_else(|| {
-                shape_err(
-                    op,
-                    format!(
-                        "'{}' {:?}: kernel {k} with padding {pad} does not fit a dim of {size}",
-                        xi.name, xi.shape
-                    ),
-                )
-            })?;
-            out[r - 2 + i] = o;
-        }
-        Ok(self.node(Op::Pool { x, max, p }, op, xi.dtype, out))
-    }
-
-    /// Average pooling over the last two dims.
-    pub fn avg_pool2d(&mut self, x: TensorId, p: Pool2d) -> Result<TensorId> {
-        self.pool_impl(x, p, false)
-    }
-
-    /// Max pooling over the last two dims.
-    pub fn max_pool2d(&mut self, x: TensorId, p: Pool2d) -> Result<TensorId> {
-        self.pool_impl(x, p, true)
-    }
-
-    /// `conv2d(x [n, c_in, h, w], w [c_out, c_in / groups, kh, kw], bias [c_out])`.
-    pub fn conv2d(
-        &mut self,
-        x: TensorId,
-        w: TensorId,
-        bias: Option<TensorId>,
-        p: Conv2d,
-    ) -> Result<TensorId> {
-        const OP: &str = "conv2d";
-        let xi = self.float_operand(OP, x)?;
-        let wi = self.same_float(OP, w, &xi)?;
-        let shape = conv_shape(OP, &xi, &wi, &p)?;
-        if let Some(b) = bias {
-            let bi = self.same_float(OP, b, &xi)?;
-            check_bias(OP, &bi, shape[1])?;
-        }
-        Ok(self.node(Op::Conv { x, w, bias, p }, OP, xi.dtype, shape))
-    }
-
-    fn typed_operand(&self, op: &'static str, t: TensorId, dtype: DType) -> Result<TensorInfo> {
+        t: TensorId,
+        dtype: DType,
+    ) -> Result<TensorInfo> {
         let info = self.info(op, t)?;
         if info.dtype != dtype {
             return Err(Error::DType {
@@ -1206,247 +920,6 @@ impl GraphBuilder {
             });
         }
         Ok(info.clone())
-    }
-
-    /// int8 add of two tensors of one shape with TOSA-style rescales (see [`QAdd`]).
-    pub fn add_q8(&mut self, a: TensorId, b: TensorId, q: &QAdd) -> Result<TensorId> {
-        const OP: &str = "add_q8";
-        let ai = self.typed_operand(OP, a, DType::I8)?;
-        let bi = self.typed_operand(OP, b, DType::I8)?;
-        if ai.shape != bi.shape {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "'{}' {:?} and '{}' {:?} must have the same shape",
-                    ai.name, ai.shape, bi.name, bi.shape
-                ),
-            ));
-        }
-        for (name, zp) in [("a_zp", q.a_zp), ("b_zp", q.b_zp), ("out_zp", q.out_zp)] {
-            check_zero_point(OP, name, zp)?;
-        }
-        for r in [q.a, q.b, q.out] {
-            r.check(OP)?;
-        }
-        if q.left_shift > 20 {
-            return Err(shape_err(
-                OP,
-                format!("left_shift {} is over 20", q.left_shift),
-            ));
-        }
-        Ok(self.node(Op::QAdd { a, b, q: *q }, OP, DType::I8, ai.shape))
-    }
-
-    /// int8 conv2d: `x` and `w` i8, `bias` i32 `[c_out]`, accumulation in i32 and a TOSA-style
-    /// rescale per output channel (`rescale` has one entry, for every channel, or `c_out`).
-    pub fn conv2d_q8(
-        &mut self,
-        x: TensorId,
-        w: TensorId,
-        bias: Option<TensorId>,
-        rescale: &[Rescale],
-        q: &QConv,
-    ) -> Result<TensorId> {
-        const OP: &str = "conv2d_q8";
-        let xi = self.typed_operand(OP, x, DType::I8)?;
-        let wi = self.typed_operand(OP, w, DType::I8)?;
-        let shape = conv_shape(OP, &xi, &wi, &q.conv)?;
-        let cout = shape[1];
-        if let Some(b) = bias {
-            let bi = self.typed_operand(OP, b, DType::I32)?;
-            check_bias(OP, &bi, cout)?;
-        }
-        for (name, zp) in [("x_zp", q.x_zp), ("w_zp", q.w_zp), ("out_zp", q.out_zp)] {
-            check_zero_point(OP, name, zp)?;
-        }
-        if rescale.len() != 1 && rescale.len() != cout {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "{} rescales for weight '{}' with {cout} output channels: give 1 or {cout}",
-                    rescale.len(),
-                    wi.name
-                ),
-            ));
-        }
-        for r in rescale {
-            r.check(OP)?;
-        }
-        let per_channel = |f: &dyn Fn(&Rescale) -> i32| -> Vec<i32> {
-            (0..cout)
-                .map(|c| f(&rescale[if rescale.len() == 1 { 0 } else { c }]))
-                .collect()
-        };
-        let mult = per_channel(&|r| r.multiplier);
-        let shift = per_channel(&|r| r.shift as i32);
-        let label = format!("{}_rescale", wi.name);
-        let mk = |v: &[i32]| {
-            HostTensor::from_i32(vec![cout], v)
-                .map_err(|e| shape_err(OP, format!("rescale constants: {e}")))
-        };
-        let mult = self.constant(&format!("{label}_multiplier"), mk(&mult)?)?;
-        let shift = self.constant(&format!("{label}_shift"), mk(&shift)?)?;
-        Ok(self.node(
-            Op::QConv {
-                x,
-                w,
-                bias,
-                mult,
-                shift,
-                q: *q,
-            },
-            OP,
-            DType::I8,
-            shape,
-        ))
-    }
-
-    // ----- matrix products -----
-
-    /// `x [.., k] @ w[n, k]^T + bias[n]` (PyTorch `linear`). Constant weights are transposed
-    /// once at build.
-    pub fn linear(&mut self, x: TensorId, w: TensorId, bias: Option<TensorId>) -> Result<TensorId> {
-        const OP: &str = "linear";
-        let xi = self.float_operand(OP, x)?;
-        let wi = self.same_float(OP, w, &xi)?;
-        let k = *xi.shape.last().unwrap_or(&0);
-        if wi.shape.len() != 2 || wi.shape[1] != k {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "weight '{}' {:?} must be [out_features, {k}] for input '{}' {:?}",
-                    wi.name, wi.shape, xi.name, xi.shape
-                ),
-            ));
-        }
-        let n = wi.shape[0];
-        if let Some(b) = bias {
-            let bi = self.same_float(OP, b, &xi)?;
-            if bi.shape != [n] {
-                return Err(shape_err(
-                    OP,
-                    format!(
-                        "bias '{}' has shape {:?}, expected [{n}]",
-                        bi.name, bi.shape
-                    ),
-                ));
-            }
-        }
-        let mut shape = xi.shape.clone();
-        if let Some(last) = shape.last_mut() {
-            *last = n;
-        }
-        Ok(self.node(
-            Op::Matmul {
-                a: x,
-                b: w,
-                bias,
-                linear: true,
-            },
-            OP,
-            xi.dtype,
-            shape,
-        ))
-    }
-
-    /// `a [.., m, k] @ b [.., k, n]`; batch dims must be equal, or one side's all 1.
-    pub fn matmul(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
-        self.matmul_impl("matmul", a, b)
-    }
-
-    /// `a [b, m, k] @ b [b, k, n]`.
-    pub fn bmm(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
-        const OP: &str = "bmm";
-        let ai = self.float_operand(OP, a)?;
-        let bi = self.same_float(OP, b, &ai)?;
-        if ai.shape.len() != 3 || bi.shape.len() != 3 || ai.shape[0] != bi.shape[0] {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "'{}' {:?} and '{}' {:?} must both be rank 3 with the same batch",
-                    ai.name, ai.shape, bi.name, bi.shape
-                ),
-            ));
-        }
-        self.matmul_impl(OP, a, b)
-    }
-
-    fn matmul_impl(&mut self, op: &'static str, a: TensorId, b: TensorId) -> Result<TensorId> {
-        let ai = self.float_operand(op, a)?;
-        let bi = self.same_float(op, b, &ai)?;
-        let (ra, rb) = (ai.shape.len(), bi.shape.len());
-        if ra < 2 || rb < 2 {
-            return Err(shape_err(
-                op,
-                format!(
-                    "'{}' {:?} and '{}' {:?} must have rank 2 or more",
-                    ai.name, ai.shape, bi.name, bi.shape
-                ),
-            ));
-        }
-        let (m, k) = (ai.shape[ra - 2], ai.shape[ra - 1]);
-        let (k2, n) = (bi.shape[rb - 2], bi.shape[rb - 1]);
-        if k != k2 {
-            return Err(shape_err(
-                op,
-                format!(
-                    "inner dims differ: '{}' {:?} has k = {k}, '{}' {:?} has k = {k2}",
-                    ai.name, ai.shape, bi.name, bi.shape
-                ),
-            ));
-        }
-        let ba = &ai.shape[..ra - 2];
-        let bb = &bi.shape[..rb - 2];
-        let pa: usize = ba.iter().product();
-        let pb: usize = bb.iter().product();
-        let batch = if ba == bb {
-            ba.to_vec()
-        } else if pa == 1 && ba.len() <= bb.len() {
-            bb.to_vec()
-        } else if pb == 1 && bb.len() <= ba.len() {
-            ba.to_vec()
-        } else {
-            return Err(shape_err(
-                op,
-                format!(
-                    "batch dims {ba:?} of '{}' and {bb:?} of '{}' must be equal or one side all 1",
-                    ai.name, bi.name
-                ),
-            ));
-        };
-        let mut shape = batch;
-        shape.push(m);
-        shape.push(n);
-        Ok(self.node(
-            Op::Matmul {
-                a,
-                b,
-                bias: None,
-                linear: false,
-            },
-            op,
-            ai.dtype,
-            shape,
-        ))
-    }
-
-    /// Converts between f32, f16, i32, i8 and i64 (float to integer truncates toward zero and
-    /// saturates; i64 to a narrower type keeps the low 32 bits, as ExecuTorch's Vulkan backend
-    /// narrows int64 inputs).
-    pub fn cast(&mut self, x: TensorId, to: DType) -> Result<TensorId> {
-        const OP: &str = "cast";
-        let xi = self.info(OP, x)?.clone();
-        for (t, dtype) in [(&xi.name, xi.dtype), (&"(target)".to_string(), to)] {
-            if cast_code(dtype).is_none() {
-                return Err(Error::DType {
-                    op: OP,
-                    tensor: t.clone(),
-                    actual: dtype,
-                    expected: "f32, f16, i32, i8 or i64",
-                });
-            }
-        }
-        Ok(self.node(Op::Cast { x, to }, OP, to, xi.shape))
     }
 
     /// The arithmetic-peak probe of the benchmarks: `groups` work groups of 256 threads, each
@@ -1460,390 +933,16 @@ impl GraphBuilder {
             vec![groups as usize * 256],
         )
     }
-
-    // ----- data movement -----
-
-    /// A view with another shape (one dim may be -1); no data moves.
-    pub fn reshape(&mut self, x: TensorId, shape: &[isize]) -> Result<TensorId> {
-        const OP: &str = "reshape";
-        let xi = self.info(OP, x)?.clone();
-        let n = xi.numel();
-        let known: usize = shape
-            .iter()
-            .filter(|&&d| d >= 0)
-            .map(|&d| d as usize)
-            .product();
-        let infer = shape.iter().filter(|&&d| d == -1).count();
-        let bad = shape.is_empty() || shape.iter().any(|&d| d < -1 || d == 0) || infer > 1;
-        let mut out: Vec<usize> = Vec::with_capacity(shape.len());
-        if !bad {
-            for &d in shape {
-                out.push(if d == -1 {
-                    n / known.max(1)
-                } else {
-                    d as usize
-                });
-            }
-        }
-        if bad || out.iter().product::<usize>() != n {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "cannot view '{}' {:?} ({n} elements) as {shape:?}",
-                    xi.name, xi.shape
-                ),
-            ));
-        }
-        let label = format!("reshape_{}", self.tensors.len());
-        Ok(self.push_tensor(
-            label,
-            xi.dtype,
-            out,
-            Some((StorageKind::Temp, Some(xi.storage))),
-        ))
-    }
-
-    /// Same as [`GraphBuilder::reshape`].
-    pub fn view(&mut self, x: TensorId, shape: &[isize]) -> Result<TensorId> {
-        self.reshape(x, shape)
-    }
-
-    /// Reorders dims: output dim `i` is input dim `perm[i]`.
-    pub fn permute(&mut self, x: TensorId, perm: &[isize]) -> Result<TensorId> {
-        const OP: &str = "permute";
-        let xi = self.word_operand(OP, x)?;
-        let r = xi.shape.len();
-        let mut p = Vec::with_capacity(r);
-        for &d in perm {
-            p.push(norm_dim(OP, &xi.name, d, r)?);
-        }
-        let mut seen = p.clone();
-        seen.sort_unstable();
-        if p.len() != r || seen != (0..r).collect::<Vec<_>>() {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "{perm:?} is not a permutation of the {r} dims of '{}'",
-                    xi.name
-                ),
-            ));
-        }
-        let shape = p.iter().map(|&d| xi.shape[d]).collect();
-        Ok(self.node(Op::Permute { x, perm: p }, OP, xi.dtype, shape))
-    }
-
-    /// Swaps two dims.
-    pub fn transpose(&mut self, x: TensorId, d0: isize, d1: isize) -> Result<TensorId> {
-        let xi = self.word_operand("transpose", x)?;
-        let r = xi.shape.len();
-        let a = norm_dim("transpose", &xi.name, d0, r)?;
-        let b = norm_dim("transpose", &xi.name, d1, r)?;
-        let mut perm: Vec<isize> = (0..r as isize).collect();
-        perm.swap(a, b);
-        self.permute(x, &perm)
-    }
-
-    /// Concatenates along `dim`.
-    pub fn cat(&mut self, xs: &[TensorId], dim: isize) -> Result<TensorId> {
-        const OP: &str = "cat";
-        let first = match xs.first() {
-            Some(&f) => self.word_operand(OP, f)?,
-            None => return Err(shape_err(OP, "needs at least one tensor".into())),
-        };
-        let r = first.shape.len();
-        let d = norm_dim(OP, &first.name, dim, r)?;
-        let mut shape = first.shape.clone();
-        shape[d] = 0;
-        for &t in xs {
-            let ti = self.word_operand(OP, t)?;
-            if ti.dtype != first.dtype {
-                return Err(Error::DType {
-                    op: OP,
-                    tensor: ti.name,
-                    actual: ti.dtype,
-                    expected: first.dtype.name(),
-                });
-            }
-            let same =
-                ti.shape.len() == r && (0..r).all(|i| i == d || ti.shape[i] == first.shape[i]);
-            if !same {
-                return Err(shape_err(
-                    OP,
-                    format!(
-                        "'{}' {:?} does not match '{}' {:?} outside dim {d}",
-                        ti.name, ti.shape, first.name, first.shape
-                    ),
-                ));
-            }
-            shape[d] += ti.shape[d];
-        }
-        Ok(self.node(
-            Op::Cat {
-                xs: xs.to_vec(),
-                dim: d,
-            },
-            OP,
-            first.dtype,
-            shape,
-        ))
-    }
-
-    /// `x[.., start:end:step, ..]` along `dim` (negative `start`/`end` count from the end and
-    /// are clamped as in PyTorch).
-    pub fn slice(
-        &mut self,
-        x: TensorId,
-        dim: isize,
-        start: isize,
-        end: isize,
-        step: usize,
-    ) -> Result<TensorId> {
-        const OP: &str = "slice";
-        let xi = self.word_operand(OP, x)?;
-        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
-        let size = xi.shape[d] as isize;
-        let fix = |v: isize| {
-            if v < 0 {
-                (v + size).max(0)
-            } else {
-                v.min(size)
-            }
-        };
-        let (s, e) = (fix(start), fix(end));
-        if step == 0 || e <= s {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "[{start}:{end}:{step}] of dim {d} (size {size}) of '{}' is empty or has \
-                     step 0",
-                    xi.name
-                ),
-            ));
-        }
-        let len = ((e - s) as usize).div_ceil(step);
-        let mut shape = xi.shape.clone();
-        shape[d] = len;
-        Ok(self.node(
-            Op::Slice {
-                x,
-                dim: d,
-                start: s as usize,
-                step,
-            },
-            OP,
-            xi.dtype,
-            shape,
-        ))
-    }
-
-    // ----- masks, gathers and compositions -----
-
-    /// `x <cmp> s` as an f32 mask (1.0 where it holds, else 0.0).
-    pub fn compare_scalar(&mut self, x: TensorId, cmp: Compare, s: f32) -> Result<TensorId> {
-        self.unary(UnaryOp::Compare(cmp, s), x)
-    }
-
-    /// `x == s` as a mask.
-    pub fn eq_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
-        self.compare_scalar(x, Compare::Eq, s)
-    }
-
-    /// `x > s` as a mask.
-    pub fn gt_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
-        self.compare_scalar(x, Compare::Gt, s)
-    }
-
-    /// The mask's negation: 1.0 where `x` is 0.0, else 0.0.
-    pub fn logical_not(&mut self, x: TensorId) -> Result<TensorId> {
-        self.unary(UnaryOp::LogicalNot, x)
-    }
-
-    /// `cond ? a : b` elementwise (`cond` a mask: nonzero is true), all three broadcasting.
-    pub fn where_(&mut self, cond: TensorId, a: TensorId, b: TensorId) -> Result<TensorId> {
-        const OP: &str = "where";
-        let ai = self.float_operand(OP, a)?;
-        let ci = self.same_float(OP, cond, &ai)?;
-        let bi = self.same_float(OP, b, &ai)?;
-        let ab = TensorInfo {
-            shape: broadcast_shape(OP, &ai, &bi)?,
-            name: format!("{} and {}", ai.name, bi.name),
-            ..ai
-        };
-        let shape = broadcast_shape(OP, &ci, &ab)?;
-        Ok(self.node(Op::Where { cond, a, b }, OP, ai.dtype, shape))
-    }
-
-    /// `any(x != 0)` over `dims` as a mask (all dims when empty).
-    pub fn any(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
-        let ne = self.compare_scalar(x, Compare::Ne, 0.0)?;
-        let n = self.sum(ne, dims, keepdim)?;
-        self.compare_scalar(n, Compare::Ne, 0.0)
-    }
-
-    /// `table[ids]`: rows of the 32-bit or f16 `table` `[v, d]` picked by the i32 `ids` (any
-    /// shape); the result has shape `ids.shape + [d]`. An id outside `0..v` gives a row of
-    /// zeros.
-    pub fn embedding(&mut self, table: TensorId, ids: TensorId) -> Result<TensorId> {
-        const OP: &str = "embedding";
-        let ti = self.word_operand(OP, table)?;
-        let ii = self.info(OP, ids)?.clone();
-        if ii.dtype != DType::I32 {
-            return Err(Error::DType {
-                op: OP,
-                tensor: ii.name,
-                actual: ii.dtype,
-                expected: "i32",
-            });
-        }
-        if ti.shape.len() != 2 {
-            return Err(shape_err(
-                OP,
-                format!("table '{}' {:?} must be [v, d]", ti.name, ti.shape),
-            ));
-        }
-        let mut shape = ii.shape.clone();
-        shape.push(ti.shape[1]);
-        Self::check_shape(OP, &ii.name, &shape)?;
-        Ok(self.node(Op::Gather { table, ids }, OP, ti.dtype, shape))
-    }
-
-    /// A constant f32 tensor of `shape` filled with `value`.
-    pub fn full(&mut self, name: &str, shape: &[usize], value: f32) -> Result<TensorId> {
-        self.full_as(name, shape, value, DType::F32)
-    }
-
-    /// A constant float tensor (f32 or f16) of `shape` filled with `value`.
-    pub fn full_as(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        value: f32,
-        dtype: DType,
-    ) -> Result<TensorId> {
-        Self::check_shape("full", name, shape)?;
-        let n = shape.iter().product();
-        match dtype {
-            DType::F32 => self.constant_f32(name, shape, &vec![value; n]),
-            DType::F16 => self.constant_f16(name, shape, &vec![value; n]),
-            other => Err(Error::DType {
-                op: "full",
-                tensor: name.to_string(),
-                actual: other,
-                expected: "f32 or f16",
-            }),
-        }
-    }
-
-    /// `x.select(dim, index)`: the slice at `index` of `dim` (negative counts from the end),
-    /// with `dim` removed.
-    pub fn select(&mut self, x: TensorId, dim: isize, index: isize) -> Result<TensorId> {
-        const OP: &str = "select";
-        let xi = self.word_operand(OP, x)?;
-        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
-        let size = xi.shape[d] as isize;
-        let i = if index < 0 { index + size } else { index };
-        if i < 0 || i >= size {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "index {index} is out of range for dim {d} (size {size}) of '{}'",
-                    xi.name
-                ),
-            ));
-        }
-        let s = self.slice(x, d as isize, i, i + 1, 1)?;
-        let mut shape: Vec<isize> = xi.shape.iter().map(|&v| v as isize).collect();
-        shape.remove(d);
-        if shape.is_empty() {
-            shape.push(1);
-        }
-        self.reshape(s, &shape)
-    }
-
-    /// Splits `x` along `dim` into pieces of `sizes` (which sum to the dim's size).
-    pub fn split(&mut self, x: TensorId, sizes: &[usize], dim: isize) -> Result<Vec<TensorId>> {
-        const OP: &str = "split";
-        let xi = self.word_operand(OP, x)?;
-        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
-        if sizes.iter().sum::<usize>() != xi.shape[d] || sizes.contains(&0) {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "sizes {sizes:?} do not split dim {d} (size {}) of '{}'",
-                    xi.shape[d], xi.name
-                ),
-            ));
-        }
-        let mut start = 0;
-        let mut out = Vec::with_capacity(sizes.len());
-        for &s in sizes {
-            out.push(self.slice(x, d as isize, start as isize, (start + s) as isize, 1)?);
-            start += s;
-        }
-        Ok(out)
-    }
-
-    /// `group_norm` of `x` `[n, c, ..]` over `groups` groups of channels, with optional
-    /// per-channel weight and bias `[c]`: a layer norm of each group, then the affine.
-    pub fn group_norm(
-        &mut self,
-        x: TensorId,
-        groups: usize,
-        weight: Option<TensorId>,
-        bias: Option<TensorId>,
-        eps: f32,
-    ) -> Result<TensorId> {
-        const OP: &str = "group_norm";
-        let xi = self.float_operand(OP, x)?;
-        let (n, c) = match xi.shape.as_slice() {
-            [n, c, ..] => (*n, *c),
-            _ => (0, 0),
-        };
-        if c == 0 || groups == 0 || c % groups != 0 {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "'{}' {:?} must be [n, c, ..] with c divisible by {groups} groups",
-                    xi.name, xi.shape
-                ),
-            ));
-        }
-        let per = xi.numel() / (n * groups);
-        let g = self.reshape(x, &[n as isize, groups as isize, per as isize])?;
-        let y = self.layer_norm(g, &[per], None, None, eps)?;
-        let full: Vec<isize> = xi.shape.iter().map(|&v| v as isize).collect();
-        let mut y = self.reshape(y, &full)?;
-        // Per-channel parameters as [c, 1, ..] broadcast over the spatial dims.
-        let mut pshape = vec![c as isize];
-        pshape.resize(xi.shape.len() - 1, 1);
-        for (p, mul) in [(weight, true), (bias, false)] {
-            let Some(p) = p else { continue };
-            let pi = self.same_float(OP, p, &xi)?;
-            if pi.shape != [c] {
-                return Err(shape_err(
-                    OP,
-                    format!("'{}' has shape {:?}, expected [{c}]", pi.name, pi.shape),
-                ));
-            }
-            let p = self.reshape(p, &pshape)?;
-            y = if mul {
-                self.mul(y, p)?
-            } else {
-                self.add(y, p)?
-            };
-        }
-        Ok(y)
-    }
 }
 
-fn check_zero_point(op: &'static str, name: &str, zp: i32) -> Result<()> {
+pub(crate) fn check_zero_point(op: &'static str, name: &str, zp: i32) -> Result<()> {
     if !(-128..=127).contains(&zp) {
         return Err(shape_err(op, format!("{name} {zp} is outside [-128, 127]")));
     }
     Ok(())
 }
 
-fn check_bias(op: &'static str, bi: &TensorInfo, cout: usize) -> Result<()> {
+pub(crate) fn check_bias(op: &'static str, bi: &TensorInfo, cout: usize) -> Result<()> {
     if bi.shape != [cout] {
         return Err(shape_err(
             op,
@@ -1857,7 +956,7 @@ fn check_bias(op: &'static str, bi: &TensorInfo, cout: usize) -> Result<()> {
 }
 
 /// Output shape of a conv2d, checking ranks, groups, stride, dilation and that the kernel fits.
-fn conv_shape(
+pub(crate) fn conv_shape(
     op: &'static str,
     xi: &TensorInfo,
     wi: &TensorInfo,
@@ -1939,7 +1038,11 @@ pub(crate) fn pool_out(size: usize, k: usize, s: usize, pad: usize, ceil: bool) 
     Some(o)
 }
 
-fn broadcast_shape(op: &'static str, a: &TensorInfo, b: &TensorInfo) -> Result<Vec<usize>> {
+pub(crate) fn broadcast_shape(
+    op: &'static str,
+    a: &TensorInfo,
+    b: &TensorInfo,
+) -> Result<Vec<usize>> {
     let r = a.shape.len().max(b.shape.len());
     let mut out = vec![0; r];
     for (i, slot) in out.iter_mut().enumerate() {

@@ -2,7 +2,7 @@
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::TensorId;
+use crate::graph::{GraphBuilder, TensorId, UnaryOp};
 
 const SELF: Param = Param::tensor("self");
 const F32_MIN: f64 = f32::MIN as f64;
@@ -61,4 +61,54 @@ fn gelu(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 fn clamp(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (x, min, max) = (c.tensor(0)?, c.f32(1)?, c.f32(2)?);
     one(c.g.clamp(x, min, max)?)
+}
+
+// Shape and dtype inference: the builder's methods of this family, each checking its
+// operands and naming the tensor and the numbers on error.
+
+impl GraphBuilder {
+    /// `max(x, 0)`.
+    pub fn relu(&mut self, x: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::Relu, x)
+    }
+
+    /// `clamp(x, 0, 6)`.
+    pub fn relu6(&mut self, x: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::Clamp(0.0, 6.0), x)
+    }
+
+    /// `clamp(x, min, max)` (PyTorch `hardtanh`).
+    pub fn hardtanh(&mut self, x: TensorId, min: f32, max: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::Clamp(min, max), x)
+    }
+
+    /// `clamp(x, min, max)`.
+    pub fn clamp(&mut self, x: TensorId, min: f32, max: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::Clamp(min, max), x)
+    }
+
+    /// Logistic sigmoid.
+    pub fn sigmoid(&mut self, x: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::Sigmoid, x)
+    }
+
+    /// Hyperbolic tangent.
+    pub fn tanh(&mut self, x: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::Tanh, x)
+    }
+
+    /// GELU (`approximate_tanh` selects PyTorch's `approximate="tanh"`).
+    pub fn gelu(&mut self, x: TensorId, approximate_tanh: bool) -> Result<TensorId> {
+        let op = if approximate_tanh {
+            UnaryOp::GeluTanh
+        } else {
+            UnaryOp::Gelu
+        };
+        self.unary(op, x)
+    }
+
+    /// Hardswish.
+    pub fn hardswish(&mut self, x: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::Hardswish, x)
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::{Conv2d, TensorId};
+use crate::graph::{Conv2d, GraphBuilder, Op, TensorId, check_bias, conv_shape};
 
 const CONV: &[Param] = &[
     Param::tensor("input"),
@@ -43,4 +43,28 @@ fn convolution(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     }
     let (min, max) = (c.f32(9)?, c.f32(10)?);
     one(c.g.clamp(y, min, max)?)
+}
+
+// Shape and dtype inference: the builder's methods of this family, each checking its
+// operands and naming the tensor and the numbers on error.
+
+impl GraphBuilder {
+    /// `conv2d(x [n, c_in, h, w], w [c_out, c_in / groups, kh, kw], bias [c_out])`.
+    pub fn conv2d(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        p: Conv2d,
+    ) -> Result<TensorId> {
+        const OP: &str = "conv2d";
+        let xi = self.float_operand(OP, x)?;
+        let wi = self.same_float(OP, w, &xi)?;
+        let shape = conv_shape(OP, &xi, &wi, &p)?;
+        if let Some(b) = bias {
+            let bi = self.same_float(OP, b, &xi)?;
+            check_bias(OP, &bi, shape[1])?;
+        }
+        Ok(self.node(Op::Conv { x, w, bias, p }, OP, xi.dtype, shape))
+    }
 }

@@ -4,7 +4,9 @@
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::{Compare, TensorId};
+use crate::graph::{
+    BinaryOp, Compare, GraphBuilder, Op, TensorId, TensorInfo, UnaryOp, broadcast_shape, shape_err,
+};
 
 const SELF: Param = Param::tensor("self");
 const OTHER: Param = Param::tensor("other");
@@ -130,4 +132,117 @@ fn logical_not(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 fn where_(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (cond, a, b) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
     one(c.g.where_(cond, a, b)?)
+}
+
+// Shape and dtype inference: the builder's methods of this family, each checking its
+// operands and naming the tensor and the numbers on error.
+
+impl GraphBuilder {
+    /// A unary elementwise op.
+    pub fn unary(&mut self, op: UnaryOp, x: TensorId) -> Result<TensorId> {
+        let xi = self.float_operand(op.name(), x)?;
+        if let UnaryOp::Clamp(lo, hi) = op {
+            if lo > hi || lo.is_nan() || hi.is_nan() {
+                return Err(shape_err(
+                    "clamp",
+                    format!("min {lo} must not exceed max {hi} (tensor '{}')", xi.name),
+                ));
+            }
+        }
+        Ok(self.node(Op::Unary { op, x }, op.name(), xi.dtype, xi.shape))
+    }
+
+    /// A binary elementwise op with PyTorch broadcasting.
+    pub fn binary(&mut self, op: BinaryOp, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let name = op.name();
+        let ai = self.float_operand(name, a)?;
+        let bi = self.same_float(name, b, &ai)?;
+        let shape = broadcast_shape(name, &ai, &bi)?;
+        Ok(self.node(Op::Binary { op, a, b }, name, ai.dtype, shape))
+    }
+
+    /// `a + b`, broadcasting.
+    pub fn add(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(BinaryOp::Add, a, b)
+    }
+
+    /// `a - b`, broadcasting.
+    pub fn sub(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+
+    /// `a * b`, broadcasting.
+    pub fn mul(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(BinaryOp::Mul, a, b)
+    }
+
+    /// `a / b`, broadcasting.
+    pub fn div(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(BinaryOp::Div, a, b)
+    }
+
+    /// `x + s`.
+    pub fn add_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::AddScalar(s), x)
+    }
+
+    /// `x - s`.
+    pub fn sub_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::AddScalar(-s), x)
+    }
+
+    /// `s - x`.
+    pub fn rsub_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::RSubScalar(s), x)
+    }
+
+    /// `x * s`.
+    pub fn mul_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::MulScalar(s), x)
+    }
+
+    /// `x / s`.
+    pub fn div_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::DivScalar(s), x)
+    }
+
+    /// `s / x`.
+    pub fn rdiv_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::RDivScalar(s), x)
+    }
+
+    /// `x <cmp> s` as an f32 mask (1.0 where it holds, else 0.0).
+    pub fn compare_scalar(&mut self, x: TensorId, cmp: Compare, s: f32) -> Result<TensorId> {
+        self.unary(UnaryOp::Compare(cmp, s), x)
+    }
+
+    /// `x == s` as a mask.
+    pub fn eq_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.compare_scalar(x, Compare::Eq, s)
+    }
+
+    /// `x > s` as a mask.
+    pub fn gt_scalar(&mut self, x: TensorId, s: f32) -> Result<TensorId> {
+        self.compare_scalar(x, Compare::Gt, s)
+    }
+
+    /// The mask's negation: 1.0 where `x` is 0.0, else 0.0.
+    pub fn logical_not(&mut self, x: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::LogicalNot, x)
+    }
+
+    /// `cond ? a : b` elementwise (`cond` a mask: nonzero is true), all three broadcasting.
+    pub fn where_(&mut self, cond: TensorId, a: TensorId, b: TensorId) -> Result<TensorId> {
+        const OP: &str = "where";
+        let ai = self.float_operand(OP, a)?;
+        let ci = self.same_float(OP, cond, &ai)?;
+        let bi = self.same_float(OP, b, &ai)?;
+        let ab = TensorInfo {
+            shape: broadcast_shape(OP, &ai, &bi)?,
+            name: format!("{} and {}", ai.name, bi.name),
+            ..ai
+        };
+        let shape = broadcast_shape(OP, &ci, &ab)?;
+        Ok(self.node(Op::Where { cond, a, b }, OP, ai.dtype, shape))
+    }
 }

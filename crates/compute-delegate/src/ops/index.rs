@@ -1,8 +1,10 @@
 //! Index and create ops: embedding lookups and fills.
 
+use vk_core::DType;
+
 use super::{Call, Fallback, Kind, OpDef, Param, one};
-use crate::error::Result;
-use crate::graph::TensorId;
+use crate::error::{Error, Result};
+use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
 
 /// The ops of this family, one registration line each.
 #[rustfmt::skip]
@@ -24,4 +26,63 @@ fn full_like(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let name = format!("full_like_{}", x.index());
     let dtype = c.g.float();
     one(c.g.full_as(&name, &shape, value, dtype)?)
+}
+
+// Shape and dtype inference: the builder's methods of this family, each checking its
+// operands and naming the tensor and the numbers on error.
+
+impl GraphBuilder {
+    /// `table[ids]`: rows of the 32-bit or f16 `table` `[v, d]` picked by the i32 `ids` (any
+    /// shape); the result has shape `ids.shape + [d]`. An id outside `0..v` gives a row of
+    /// zeros.
+    pub fn embedding(&mut self, table: TensorId, ids: TensorId) -> Result<TensorId> {
+        const OP: &str = "embedding";
+        let ti = self.word_operand(OP, table)?;
+        let ii = self.info(OP, ids)?.clone();
+        if ii.dtype != DType::I32 {
+            return Err(Error::DType {
+                op: OP,
+                tensor: ii.name,
+                actual: ii.dtype,
+                expected: "i32",
+            });
+        }
+        if ti.shape.len() != 2 {
+            return Err(shape_err(
+                OP,
+                format!("table '{}' {:?} must be [v, d]", ti.name, ti.shape),
+            ));
+        }
+        let mut shape = ii.shape.clone();
+        shape.push(ti.shape[1]);
+        Self::check_shape(OP, &ii.name, &shape)?;
+        Ok(self.node(Op::Gather { table, ids }, OP, ti.dtype, shape))
+    }
+
+    /// A constant f32 tensor of `shape` filled with `value`.
+    pub fn full(&mut self, name: &str, shape: &[usize], value: f32) -> Result<TensorId> {
+        self.full_as(name, shape, value, DType::F32)
+    }
+
+    /// A constant float tensor (f32 or f16) of `shape` filled with `value`.
+    pub fn full_as(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        value: f32,
+        dtype: DType,
+    ) -> Result<TensorId> {
+        Self::check_shape("full", name, shape)?;
+        let n = shape.iter().product();
+        match dtype {
+            DType::F32 => self.constant_f32(name, shape, &vec![value; n]),
+            DType::F16 => self.constant_f16(name, shape, &vec![value; n]),
+            other => Err(Error::DType {
+                op: "full",
+                tensor: name.to_string(),
+                actual: other,
+                expected: "f32 or f16",
+            }),
+        }
+    }
 }

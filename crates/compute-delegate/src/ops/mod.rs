@@ -25,6 +25,7 @@ mod gemm;
 mod index;
 mod norm;
 mod pool;
+mod quantized;
 mod reduce;
 mod shape;
 mod softmax;
@@ -44,6 +45,7 @@ const FAMILIES: &[&[OpDef]] = &[
     pool::OPS,
     shape::OPS,
     index::OPS,
+    quantized::OPS,
 ];
 
 /// The op answering to `name`, if any.

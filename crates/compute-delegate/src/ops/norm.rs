@@ -3,7 +3,7 @@
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::TensorId;
+use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
 
 const EPS: Param = Param::new("eps", Kind::Float, Fallback::Float(1e-5));
 
@@ -24,4 +24,110 @@ fn group_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (x, w, b) = (c.tensor(0)?, c.opt_tensor(1)?, c.opt_tensor(2)?);
     let (groups, eps) = (c.count(6)?, c.f32(7)?);
     one(c.g.group_norm(x, groups, w, b, eps)?)
+}
+
+// Shape and dtype inference: the builder's methods of this family, each checking its
+// operands and naming the tensor and the numbers on error.
+
+impl GraphBuilder {
+    /// `layer_norm` over the trailing `normalized_shape`, with optional elementwise weight and
+    /// bias of that shape.
+    pub fn layer_norm(
+        &mut self,
+        x: TensorId,
+        normalized_shape: &[usize],
+        weight: Option<TensorId>,
+        bias: Option<TensorId>,
+        eps: f32,
+    ) -> Result<TensorId> {
+        const OP: &str = "layer_norm";
+        let xi = self.float_operand(OP, x)?;
+        let k = normalized_shape.len();
+        if k == 0 || k > xi.shape.len() || xi.shape[xi.shape.len() - k..] != *normalized_shape {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "normalized_shape {normalized_shape:?} is not the trailing dims of '{}' {:?}",
+                    xi.name, xi.shape
+                ),
+            ));
+        }
+        for p in [weight, bias].into_iter().flatten() {
+            let pi = self.same_float(OP, p, &xi)?;
+            if pi.shape != normalized_shape {
+                return Err(shape_err(
+                    OP,
+                    format!(
+                        "'{}' has shape {:?}, expected normalized_shape {normalized_shape:?}",
+                        pi.name, pi.shape
+                    ),
+                ));
+            }
+        }
+        let d = normalized_shape.iter().product();
+        Ok(self.node(
+            Op::LayerNorm {
+                x,
+                weight,
+                bias,
+                d,
+                eps,
+            },
+            OP,
+            xi.dtype,
+            xi.shape,
+        ))
+    }
+
+    /// `group_norm` of `x` `[n, c, ..]` over `groups` groups of channels, with optional
+    /// per-channel weight and bias `[c]`: a layer norm of each group, then the affine.
+    pub fn group_norm(
+        &mut self,
+        x: TensorId,
+        groups: usize,
+        weight: Option<TensorId>,
+        bias: Option<TensorId>,
+        eps: f32,
+    ) -> Result<TensorId> {
+        const OP: &str = "group_norm";
+        let xi = self.float_operand(OP, x)?;
+        let (n, c) = match xi.shape.as_slice() {
+            [n, c, ..] => (*n, *c),
+            _ => (0, 0),
+        };
+        if c == 0 || groups == 0 || c % groups != 0 {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "'{}' {:?} must be [n, c, ..] with c divisible by {groups} groups",
+                    xi.name, xi.shape
+                ),
+            ));
+        }
+        let per = xi.numel() / (n * groups);
+        let g = self.reshape(x, &[n as isize, groups as isize, per as isize])?;
+        let y = self.layer_norm(g, &[per], None, None, eps)?;
+        let full: Vec<isize> = xi.shape.iter().map(|&v| v as isize).collect();
+        let mut y = self.reshape(y, &full)?;
+        // Per-channel parameters as [c, 1, ..] broadcast over the spatial dims.
+        let mut pshape = vec![c as isize];
+        pshape.resize(xi.shape.len() - 1, 1);
+        for (p, mul) in [(weight, true), (bias, false)] {
+            let Some(p) = p else { continue };
+            let pi = self.same_float(OP, p, &xi)?;
+            if pi.shape != [c] {
+                return Err(shape_err(
+                    OP,
+                    format!("'{}' has shape {:?}, expected [{c}]", pi.name, pi.shape),
+                ));
+            }
+            let p = self.reshape(p, &pshape)?;
+            y = if mul {
+                self.mul(y, p)?
+            } else {
+                self.add(y, p)?
+            };
+        }
+        Ok(y)
+    }
 }

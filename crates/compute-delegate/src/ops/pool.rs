@@ -2,7 +2,7 @@
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::{Pool2d, TensorId};
+use crate::graph::{GraphBuilder, Op, Pool2d, TensorId, pool_out, shape_err};
 
 const SELF: Param = Param::tensor("self");
 const KERNEL: Param = Param::new("kernel_size|kernel", Kind::Ints, Fallback::Required);
@@ -62,4 +62,61 @@ fn max_pool2d(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         count_include_pad: true,
     };
     one(c.g.max_pool2d(x, p)?)
+}
+
+// Shape and dtype inference: the builder's methods of this family, each checking its
+// operands and naming the tensor and the numbers on error.
+
+impl GraphBuilder {
+    fn pool_impl(&mut self, x: TensorId, p: Pool2d, max: bool) -> Result<TensorId> {
+        let op = if max { "max_pool2d" } else { "avg_pool2d" };
+        let xi = self.float_operand(op, x)?;
+        let r = xi.shape.len();
+        if r < 3 {
+            return Err(shape_err(
+                op,
+                format!(
+                    "'{}' {:?} needs rank 3 or 4 ([c, h, w] or [n, c, h, w])",
+                    xi.name, xi.shape
+                ),
+            ));
+        }
+        let (h, w) = (xi.shape[r - 2], xi.shape[r - 1]);
+        let mut out = xi.shape.clone();
+        for i in 0..2 {
+            let (k, s, pad) = (p.kernel[i], p.stride[i], p.padding[i]);
+            if k == 0 || s == 0 || pad * 2 > k {
+                return Err(shape_err(
+                    op,
+                    format!(
+                        "kernel {:?}, stride {:?}, padding {:?}: need kernel and stride >= 1 \
+                         and padding at most half the kernel",
+                        p.kernel, p.stride, p.padding
+                    ),
+                ));
+            }
+            let size = [h, w][i];
+            let o = pool_out(size, k, s, pad, p.ceil_mode).ok_or_else(|| {
+                shape_err(
+                    op,
+                    format!(
+                        "'{}' {:?}: kernel {k} with padding {pad} does not fit a dim of {size}",
+                        xi.name, xi.shape
+                    ),
+                )
+            })?;
+            out[r - 2 + i] = o;
+        }
+        Ok(self.node(Op::Pool { x, max, p }, op, xi.dtype, out))
+    }
+
+    /// Average pooling over the last two dims.
+    pub fn avg_pool2d(&mut self, x: TensorId, p: Pool2d) -> Result<TensorId> {
+        self.pool_impl(x, p, false)
+    }
+
+    /// Max pooling over the last two dims.
+    pub fn max_pool2d(&mut self, x: TensorId, p: Pool2d) -> Result<TensorId> {
+        self.pool_impl(x, p, true)
+    }
 }

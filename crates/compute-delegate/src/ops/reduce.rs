@@ -2,7 +2,7 @@
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::TensorId;
+use crate::graph::{Compare, GraphBuilder, Op, TensorId, norm_dim, shape_err};
 
 const SELF: Param = Param::tensor("self");
 const DIMS: Param = Param::new("dim|dims", Kind::Ints, Fallback::Null);
@@ -37,4 +37,67 @@ fn any(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     };
     let keepdim = c.def.params.len() > 2 && c.bool(2)?;
     one(c.g.any(x, &dims, keepdim)?)
+}
+
+// Shape and dtype inference: the builder's methods of this family, each checking its
+// operands and naming the tensor and the numbers on error.
+
+impl GraphBuilder {
+    fn reduce_impl(
+        &mut self,
+        op: &'static str,
+        x: TensorId,
+        dims: &[isize],
+        keepdim: bool,
+        mean: bool,
+    ) -> Result<TensorId> {
+        let xi = self.float_operand(op, x)?;
+        let rank = xi.shape.len();
+        let mut ds = Vec::new();
+        for &d in dims {
+            let d = norm_dim(op, &xi.name, d, rank)?;
+            if ds.contains(&d) {
+                return Err(shape_err(
+                    op,
+                    format!("dim {d} appears twice in {dims:?} for '{}'", xi.name),
+                ));
+            }
+            ds.push(d);
+        }
+        if ds.is_empty() {
+            ds = (0..rank).collect();
+        }
+        ds.sort_unstable();
+        let mut shape: Vec<usize> = Vec::new();
+        for (i, &s) in xi.shape.iter().enumerate() {
+            if ds.contains(&i) {
+                if keepdim {
+                    shape.push(1);
+                }
+            } else {
+                shape.push(s);
+            }
+        }
+        if shape.is_empty() {
+            shape.push(1);
+        }
+        Ok(self.node(Op::Reduce { x, dims: ds, mean }, op, xi.dtype, shape))
+    }
+
+    /// Sum over `dims` (all dims when empty).
+    pub fn sum(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
+        self.reduce_impl("sum", x, dims, keepdim, false)
+    }
+
+    /// Mean over `dims` (all dims when empty).
+    pub fn mean(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
+        self.reduce_impl("mean", x, dims, keepdim, true)
+    }
+
+    /// `any(x != 0)` over `dims` as a mask (all dims when empty).
+    pub fn any(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
+        let ne = self.compare_scalar(x, Compare::Ne, 0.0)?;
+        let n = self.sum(ne, dims, keepdim)?;
+        self.compare_scalar(n, Compare::Ne, 0.0)
+    }
 }

@@ -1,10 +1,11 @@
 //! Shape and copy ops: views, permutes, concatenation, splits, selects and slices.
 
-use super::{Call, Fallback, Kind, OpDef, Param, one};
-use crate::error::Result;
-use crate::graph::TensorId;
-use crate::kernels::Kernel;
 use vk_core::DType;
+
+use super::{Call, Fallback, Kind, OpDef, Param, one};
+use crate::error::{Error, Result};
+use crate::graph::{GraphBuilder, Op, StorageKind, TensorId, cast_code, norm_dim, shape_err};
+use crate::kernels::Kernel;
 
 const SELF: Param = Param::tensor("self");
 
@@ -151,4 +152,250 @@ fn pixel_shuffle(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         (dtype, out),
         &push,
     )?)
+}
+
+// Shape and dtype inference: the builder's methods of this family, each checking its
+// operands and naming the tensor and the numbers on error.
+
+impl GraphBuilder {
+    /// Converts between f32, f16, i32, i8 and i64 (float to integer truncates toward zero and
+    /// saturates; i64 to a narrower type keeps the low 32 bits, as ExecuTorch's Vulkan backend
+    /// narrows int64 inputs).
+    pub fn cast(&mut self, x: TensorId, to: DType) -> Result<TensorId> {
+        const OP: &str = "cast";
+        let xi = self.info(OP, x)?.clone();
+        for (t, dtype) in [(&xi.name, xi.dtype), (&"(target)".to_string(), to)] {
+            if cast_code(dtype).is_none() {
+                return Err(Error::DType {
+                    op: OP,
+                    tensor: t.clone(),
+                    actual: dtype,
+                    expected: "f32, f16, i32, i8 or i64",
+                });
+            }
+        }
+        Ok(self.node(Op::Cast { x, to }, OP, to, xi.shape))
+    }
+
+    /// A view with another shape (one dim may be -1); no data moves.
+    pub fn reshape(&mut self, x: TensorId, shape: &[isize]) -> Result<TensorId> {
+        const OP: &str = "reshape";
+        let xi = self.info(OP, x)?.clone();
+        let n = xi.numel();
+        let known: usize = shape
+            .iter()
+            .filter(|&&d| d >= 0)
+            .map(|&d| d as usize)
+            .product();
+        let infer = shape.iter().filter(|&&d| d == -1).count();
+        let bad = shape.is_empty() || shape.iter().any(|&d| d < -1 || d == 0) || infer > 1;
+        let mut out: Vec<usize> = Vec::with_capacity(shape.len());
+        if !bad {
+            for &d in shape {
+                out.push(if d == -1 {
+                    n / known.max(1)
+                } else {
+                    d as usize
+                });
+            }
+        }
+        if bad || out.iter().product::<usize>() != n {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "cannot view '{}' {:?} ({n} elements) as {shape:?}",
+                    xi.name, xi.shape
+                ),
+            ));
+        }
+        let label = format!("reshape_{}", self.tensors.len());
+        Ok(self.push_tensor(
+            label,
+            xi.dtype,
+            out,
+            Some((StorageKind::Temp, Some(xi.storage))),
+        ))
+    }
+
+    /// Same as [`GraphBuilder::reshape`].
+    pub fn view(&mut self, x: TensorId, shape: &[isize]) -> Result<TensorId> {
+        self.reshape(x, shape)
+    }
+
+    /// Reorders dims: output dim `i` is input dim `perm[i]`.
+    pub fn permute(&mut self, x: TensorId, perm: &[isize]) -> Result<TensorId> {
+        const OP: &str = "permute";
+        let xi = self.word_operand(OP, x)?;
+        let r = xi.shape.len();
+        let mut p = Vec::with_capacity(r);
+        for &d in perm {
+            p.push(norm_dim(OP, &xi.name, d, r)?);
+        }
+        let mut seen = p.clone();
+        seen.sort_unstable();
+        if p.len() != r || seen != (0..r).collect::<Vec<_>>() {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{perm:?} is not a permutation of the {r} dims of '{}'",
+                    xi.name
+                ),
+            ));
+        }
+        let shape = p.iter().map(|&d| xi.shape[d]).collect();
+        Ok(self.node(Op::Permute { x, perm: p }, OP, xi.dtype, shape))
+    }
+
+    /// Swaps two dims.
+    pub fn transpose(&mut self, x: TensorId, d0: isize, d1: isize) -> Result<TensorId> {
+        let xi = self.word_operand("transpose", x)?;
+        let r = xi.shape.len();
+        let a = norm_dim("transpose", &xi.name, d0, r)?;
+        let b = norm_dim("transpose", &xi.name, d1, r)?;
+        let mut perm: Vec<isize> = (0..r as isize).collect();
+        perm.swap(a, b);
+        self.permute(x, &perm)
+    }
+
+    /// Concatenates along `dim`.
+    pub fn cat(&mut self, xs: &[TensorId], dim: isize) -> Result<TensorId> {
+        const OP: &str = "cat";
+        let first = match xs.first() {
+            Some(&f) => self.word_operand(OP, f)?,
+            None => return Err(shape_err(OP, "needs at least one tensor".into())),
+        };
+        let r = first.shape.len();
+        let d = norm_dim(OP, &first.name, dim, r)?;
+        let mut shape = first.shape.clone();
+        shape[d] = 0;
+        for &t in xs {
+            let ti = self.word_operand(OP, t)?;
+            if ti.dtype != first.dtype {
+                return Err(Error::DType {
+                    op: OP,
+                    tensor: ti.name,
+                    actual: ti.dtype,
+                    expected: first.dtype.name(),
+                });
+            }
+            let same =
+                ti.shape.len() == r && (0..r).all(|i| i == d || ti.shape[i] == first.shape[i]);
+            if !same {
+                return Err(shape_err(
+                    OP,
+                    format!(
+                        "'{}' {:?} does not match '{}' {:?} outside dim {d}",
+                        ti.name, ti.shape, first.name, first.shape
+                    ),
+                ));
+            }
+            shape[d] += ti.shape[d];
+        }
+        Ok(self.node(
+            Op::Cat {
+                xs: xs.to_vec(),
+                dim: d,
+            },
+            OP,
+            first.dtype,
+            shape,
+        ))
+    }
+
+    /// `x[.., start:end:step, ..]` along `dim` (negative `start`/`end` count from the end and
+    /// are clamped as in PyTorch).
+    pub fn slice(
+        &mut self,
+        x: TensorId,
+        dim: isize,
+        start: isize,
+        end: isize,
+        step: usize,
+    ) -> Result<TensorId> {
+        const OP: &str = "slice";
+        let xi = self.word_operand(OP, x)?;
+        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
+        let size = xi.shape[d] as isize;
+        let fix = |v: isize| {
+            if v < 0 {
+                (v + size).max(0)
+            } else {
+                v.min(size)
+            }
+        };
+        let (s, e) = (fix(start), fix(end));
+        if step == 0 || e <= s {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "[{start}:{end}:{step}] of dim {d} (size {size}) of '{}' is empty or has \
+                     step 0",
+                    xi.name
+                ),
+            ));
+        }
+        let len = ((e - s) as usize).div_ceil(step);
+        let mut shape = xi.shape.clone();
+        shape[d] = len;
+        Ok(self.node(
+            Op::Slice {
+                x,
+                dim: d,
+                start: s as usize,
+                step,
+            },
+            OP,
+            xi.dtype,
+            shape,
+        ))
+    }
+
+    /// `x.select(dim, index)`: the slice at `index` of `dim` (negative counts from the end),
+    /// with `dim` removed.
+    pub fn select(&mut self, x: TensorId, dim: isize, index: isize) -> Result<TensorId> {
+        const OP: &str = "select";
+        let xi = self.word_operand(OP, x)?;
+        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
+        let size = xi.shape[d] as isize;
+        let i = if index < 0 { index + size } else { index };
+        if i < 0 || i >= size {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "index {index} is out of range for dim {d} (size {size}) of '{}'",
+                    xi.name
+                ),
+            ));
+        }
+        let s = self.slice(x, d as isize, i, i + 1, 1)?;
+        let mut shape: Vec<isize> = xi.shape.iter().map(|&v| v as isize).collect();
+        shape.remove(d);
+        if shape.is_empty() {
+            shape.push(1);
+        }
+        self.reshape(s, &shape)
+    }
+
+    /// Splits `x` along `dim` into pieces of `sizes` (which sum to the dim's size).
+    pub fn split(&mut self, x: TensorId, sizes: &[usize], dim: isize) -> Result<Vec<TensorId>> {
+        const OP: &str = "split";
+        let xi = self.word_operand(OP, x)?;
+        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
+        if sizes.iter().sum::<usize>() != xi.shape[d] || sizes.contains(&0) {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "sizes {sizes:?} do not split dim {d} (size {}) of '{}'",
+                    xi.shape[d], xi.name
+                ),
+            ));
+        }
+        let mut start = 0;
+        let mut out = Vec::with_capacity(sizes.len());
+        for &s in sizes {
+            out.push(self.slice(x, d as isize, start as isize, (start + s) as isize, 1)?);
+            start += s;
+        }
+        Ok(out)
+    }
 }
