@@ -112,7 +112,7 @@ impl Lowerer<'_> {
     /// Lowers a one-group fp16 conv2d to cooperative GEMMs, or returns `false` when it does
     /// not apply. `bindings` are the GEMM's: weights, input, bias, output.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn coop_conv(
+    pub(crate) fn coop_conv(
         &mut self,
         x: &TensorInfo,
         w_shape: &[usize],

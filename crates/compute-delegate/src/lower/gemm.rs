@@ -68,7 +68,7 @@ impl Lowerer<'_> {
     /// A GEMM dispatch (see `gemm.comp`), split along K into several dispatches' worth of
     /// work groups plus a summing pass when the output has too few tiles to fill a large GPU.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn gemm(
+    pub(crate) fn gemm(
         &mut self,
         m: usize,
         n: usize,

@@ -4,14 +4,8 @@
 //! layer_norm), `pool.rs`, `conv.rs`, `gemm.rs` (linear, matmul, bmm, split-K), `shape.rs`
 //! (permute, cat, slice, cast), `quantized.rs`.
 
-mod conv;
 mod coop;
-mod elementwise;
 mod gemm;
-mod pool;
-mod quantized;
-mod reduce;
-mod shape;
 
 use vk_core::{DType, Limits};
 
@@ -53,26 +47,26 @@ pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-const MAX_RANK: usize = 6;
+pub(crate) const MAX_RANK: usize = 6;
 
 /// Rows shorter than this are reduced by one thread each, longer ones by a work group.
-const ROW_KERNEL_MIN: usize = 64;
+pub(crate) const ROW_KERNEL_MIN: usize = 64;
 /// Work groups of a row kernel (each loops over rows when there are more).
-const ROW_GROUPS: usize = 8192;
+pub(crate) const ROW_GROUPS: usize = 8192;
 
 /// GEMMs with fewer output tiles than this are split along K ...
-const SPLIT_BELOW_TILES: u64 = 264;
+pub(crate) const SPLIT_BELOW_TILES: u64 = 264;
 /// ... into about this many work groups.
-const SPLIT_TARGET_TILES: u64 = 528;
+pub(crate) const SPLIT_TARGET_TILES: u64 = 528;
 /// `gemv.comp` runs products of at most this many rows ...
-const GEMV_MAX_ROWS: usize = 4;
+pub(crate) const GEMV_MAX_ROWS: usize = 4;
 /// ... over this many columns per work group ...
-const GEMV_COLUMNS: u64 = 256;
+pub(crate) const GEMV_COLUMNS: u64 = 256;
 /// ... and splits K no finer than this.
-const GEMV_MIN_K_SPLIT: u64 = 64;
+pub(crate) const GEMV_MIN_K_SPLIT: u64 = 64;
 
 /// Drops size-1 dims and merges adjacent dims that are contiguous in every stride set.
-fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+pub(crate) fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut d: Vec<usize> = Vec::new();
     let mut s: Vec<Vec<usize>> = vec![Vec::new(); strides.len()];
     for i in 0..dims.len() {
@@ -109,53 +103,53 @@ fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usiz
     (d, s)
 }
 
-fn pad6(v: &[usize]) -> impl Iterator<Item = u32> + '_ {
+pub(crate) fn pad6(v: &[usize]) -> impl Iterator<Item = u32> + '_ {
     (0..MAX_RANK).map(move |i| v.get(i).copied().unwrap_or(0) as u32)
 }
 
 /// The tensor a node writes: its id, the storage it goes to (that of a fused activation's
 /// output when there is one), the fused clamp, and the tensor's info.
-struct Target {
-    out: TensorId,
-    o: usize,
-    act: Option<(f32, f32)>,
-    info: TensorInfo,
+pub(crate) struct Target {
+    pub(crate) out: TensorId,
+    pub(crate) o: usize,
+    pub(crate) act: Option<(f32, f32)>,
+    pub(crate) info: TensorInfo,
 }
 
-struct Lowerer<'a> {
-    b: &'a GraphBuilder,
-    limits: &'a Limits,
-    storages: Vec<Storage>,
-    out: Vec<Dispatch>,
-    node: usize,
-    op: &'static str,
+pub(crate) struct Lowerer<'a> {
+    pub(crate) b: &'a GraphBuilder,
+    pub(crate) limits: &'a Limits,
+    pub(crate) storages: Vec<Storage>,
+    pub(crate) out: Vec<Dispatch>,
+    pub(crate) node: usize,
+    pub(crate) op: &'static str,
     /// Activation fused into the current node's epilogue, and the tensor it then writes.
-    act: Option<(f32, f32, TensorId)>,
+    pub(crate) act: Option<(f32, f32, TensorId)>,
     /// Subgroup arithmetic is available in compute shaders.
-    subgroups: bool,
+    pub(crate) subgroups: bool,
     /// fp16 GEMMs run on cooperative matrices with this configuration.
-    coop: Option<CoopConfig>,
+    pub(crate) coop: Option<CoopConfig>,
     /// The current node's precision: its float operands' dtype (kernels without an f16
     /// variant run as f32).
-    precision: Precision,
+    pub(crate) precision: Precision,
 }
 
 impl Lowerer<'_> {
-    fn t(&self, id: TensorId) -> &TensorInfo {
+    pub(crate) fn t(&self, id: TensorId) -> &TensorInfo {
         &self.b.tensors[id.0]
     }
 
-    fn st(&self, id: TensorId) -> usize {
+    pub(crate) fn st(&self, id: TensorId) -> usize {
         self.b.tensors[id.0].storage
     }
 
     /// Work groups of 256 threads for a grid-stride loop over `n` items.
-    fn linear_groups(&self, n: u64) -> u32 {
+    pub(crate) fn linear_groups(&self, n: u64) -> u32 {
         let cap = self.limits.max_compute_work_group_count[0].min(65535);
         (n.div_ceil(256).max(1)).min(u64::from(cap)) as u32
     }
 
-    fn check_groups(&self, groups: [u64; 3]) -> Result<[u32; 3]> {
+    pub(crate) fn check_groups(&self, groups: [u64; 3]) -> Result<[u32; 3]> {
         let mut g = [0u32; 3];
         for (i, &n) in groups.iter().enumerate() {
             let limit = self.limits.max_compute_work_group_count[i];
@@ -174,7 +168,7 @@ impl Lowerer<'_> {
 
     /// A dispatch of `kernel` in the current node's precision (a kernel without that variant
     /// fails the build with an internal error when its module is made).
-    fn push(
+    pub(crate) fn push(
         &mut self,
         kernel: Kernel,
         spec: Vec<u32>,
@@ -186,7 +180,7 @@ impl Lowerer<'_> {
     }
 
     /// A dispatch of `kernel` compiled for `precision`.
-    fn push_as(
+    pub(crate) fn push_as(
         &mut self,
         precision: Precision,
         kernel: Kernel,
@@ -209,7 +203,7 @@ impl Lowerer<'_> {
 
     /// A temporary of `elements` sized as f32 (enough for either precision; fp16 GEMMs keep
     /// their split-K partials in f32).
-    fn temp(&mut self, tensor: TensorId, elements: usize) -> usize {
+    pub(crate) fn temp(&mut self, tensor: TensorId, elements: usize) -> usize {
         self.storages.push(Storage {
             kind: StorageKind::Temp,
             bytes: storage_bytes(DType::F32, &[elements]),
@@ -219,7 +213,7 @@ impl Lowerer<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn copy(
+    pub(crate) fn copy(
         &mut self,
         src: usize,
         dst: usize,
@@ -256,7 +250,7 @@ impl Lowerer<'_> {
     }
 
     /// Lowers one node through its op family's function (one file per family).
-    fn lower_node(&mut self, op: &Op, out: TensorId) -> Result<()> {
+    pub(crate) fn lower_node(&mut self, op: &Op, out: TensorId) -> Result<()> {
         let t = Target {
             out,
             o: self.st(self.act.map_or(out, |a| a.2)),
@@ -264,17 +258,20 @@ impl Lowerer<'_> {
             info: self.t(out).clone(),
         };
         match op {
-            Op::Unary { .. } | Op::Binary { .. } | Op::Where { .. } => self.elementwise(op, &t),
-            Op::Softmax { .. } | Op::Reduce { .. } | Op::LayerNorm { .. } => self.reduction(op, &t),
-            Op::Pool { .. } => self.pool(op, &t),
-            Op::Conv { .. } => self.conv(op, &t),
+            Op::Unary { .. } | Op::Binary { .. } | Op::Where { .. } => {
+                self.record_elementwise(op, &t)
+            }
+            Op::Softmax { .. } => self.record_softmax(op, &t),
+            Op::Reduce { .. } => self.record_reduce(op, &t),
+            Op::LayerNorm { .. } => self.record_norm(op, &t),
+            Op::Pool { .. } => self.record_pool(op, &t),
+            Op::Conv { .. } => self.record_conv(op, &t),
             Op::Matmul { .. } => self.matmul(op, &t),
-            Op::Permute { .. }
-            | Op::Cat { .. }
-            | Op::Cast { .. }
-            | Op::Slice { .. }
-            | Op::Gather { .. } => self.shape_op(op, &t),
-            Op::QAdd { .. } | Op::QConv { .. } => self.quantized(op, &t),
+            Op::Permute { .. } | Op::Cat { .. } | Op::Cast { .. } | Op::Slice { .. } => {
+                self.record_shape(op, &t)
+            }
+            Op::Gather { .. } => self.record_index(op, &t),
+            Op::QAdd { .. } | Op::QConv { .. } => self.record_quantized(op, &t),
             Op::Kernel {
                 kernel,
                 inputs,
@@ -305,7 +302,7 @@ impl Lowerer<'_> {
     }
 
     /// A family's function was given another family's op.
-    fn not_in_family(&self) -> Error {
+    pub(crate) fn not_in_family(&self) -> Error {
         Error::Graph(format!(
             "internal: {} lowered by the wrong op family",
             self.op
@@ -352,7 +349,7 @@ fn node_precision(b: &GraphBuilder, op: &Op, out: TensorId) -> Precision {
 
 struct Fusion {
     /// Per node: a clamp to fuse into its epilogue, and the tensor it then writes.
-    act: Vec<Option<(f32, f32, TensorId)>>,
+    pub(crate) act: Vec<Option<(f32, f32, TensorId)>>,
     /// Per node: folded into an earlier node.
     skip: Vec<bool>,
 }

@@ -5,6 +5,8 @@ use vk_core::DType;
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
+use crate::kernels::Kernel;
+use crate::lower::{Lowerer, Target};
 
 /// The ops of this family, one registration line each.
 #[rustfmt::skip]
@@ -84,5 +86,29 @@ impl GraphBuilder {
                 expected: "f32 or f16",
             }),
         }
+    }
+}
+
+// Recording: what this family's nodes become, dispatches of the op library.
+impl Lowerer<'_> {
+    /// Records a node of this family.
+    pub(crate) fn record_index(&mut self, op: &Op, t: &Target) -> Result<()> {
+        let (o, n) = (t.o, t.info.numel());
+        match op {
+            Op::Gather { table, ids } => {
+                let ti = self.t(*table).clone();
+                let ids = self.st(*ids);
+                let g = self.linear_groups(n as u64);
+                self.push(
+                    Kernel::Gather,
+                    vec![],
+                    vec![(ti.storage, false), (ids, false), (o, true)],
+                    vec![n as u32, ti.shape[1] as u32, ti.shape[0] as u32],
+                    [g, 1, 1],
+                );
+            }
+            _ => return Err(self.not_in_family()),
+        }
+        Ok(())
     }
 }

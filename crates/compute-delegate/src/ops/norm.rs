@@ -4,6 +4,8 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
+use crate::kernels::Kernel;
+use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
 
 const EPS: Param = Param::new("eps", Kind::Float, Fallback::Float(1e-5));
 
@@ -129,5 +131,56 @@ impl GraphBuilder {
             };
         }
         Ok(y)
+    }
+}
+
+// Recording: what this family's nodes become, dispatches of the op library.
+impl Lowerer<'_> {
+    /// Records a node of this family.
+    pub(crate) fn record_norm(&mut self, op: &Op, t: &Target) -> Result<()> {
+        let (o, n) = (t.o, t.info.numel());
+        match op {
+            Op::LayerNorm {
+                x,
+                weight,
+                bias,
+                d,
+                eps,
+            } => {
+                let x = self.st(*x);
+                let w = weight.map(|w| self.st(w));
+                let b = bias.map(|b| self.st(b));
+                let rows = n / d;
+                let per_thread = *d < ROW_KERNEL_MIN;
+                let g = if per_thread {
+                    self.linear_groups(rows as u64)
+                } else {
+                    rows.min(ROW_GROUPS) as u32
+                };
+                let kernel = if !per_thread && self.subgroups {
+                    Kernel::LayerNormSg
+                } else {
+                    Kernel::LayerNorm
+                };
+                self.push(
+                    kernel,
+                    vec![
+                        u32::from(w.is_some()),
+                        u32::from(b.is_some()),
+                        u32::from(per_thread),
+                    ],
+                    vec![
+                        (x, false),
+                        (w.unwrap_or(x), false),
+                        (b.unwrap_or(x), false),
+                        (o, true),
+                    ],
+                    vec![rows as u32, *d as u32, eps.to_bits()],
+                    [g, 1, 1],
+                );
+            }
+            _ => return Err(self.not_in_family()),
+        }
+        Ok(())
     }
 }

@@ -3,6 +3,8 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{Compare, GraphBuilder, Op, TensorId, norm_dim, shape_err};
+use crate::kernels::Kernel;
+use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
 
 const SELF: Param = Param::tensor("self");
 const DIMS: Param = Param::new("dim|dims", Kind::Ints, Fallback::Null);
@@ -99,5 +101,63 @@ impl GraphBuilder {
         let ne = self.compare_scalar(x, Compare::Ne, 0.0)?;
         let n = self.sum(ne, dims, keepdim)?;
         self.compare_scalar(n, Compare::Ne, 0.0)
+    }
+}
+
+// Recording: what this family's nodes become, dispatches of the op library.
+impl Lowerer<'_> {
+    /// Records a node of this family.
+    pub(crate) fn record_reduce(&mut self, op: &Op, t: &Target) -> Result<()> {
+        let (out, o) = (t.out, t.o);
+        match op {
+            Op::Reduce { x, dims, mean } => {
+                let xi = self.t(*x).clone();
+                let mut cur = xi.shape.clone();
+                // Runs of consecutive reduced dims, reduced last run first.
+                let mut runs: Vec<(usize, usize)> = Vec::new();
+                for &d in dims {
+                    match runs.last_mut() {
+                        Some((_, end)) if *end == d => *end += 1,
+                        _ => runs.push((d, d + 1)),
+                    }
+                }
+                let mut src = xi.storage;
+                for (i, &(start, end)) in runs.iter().enumerate().rev() {
+                    let outer: usize = cur[..start].iter().product();
+                    let r: usize = cur[start..end].iter().product();
+                    let inner: usize = cur[end..].iter().product();
+                    for c in &mut cur[start..end] {
+                        *c = 1;
+                    }
+                    let dst = if i == 0 {
+                        o
+                    } else {
+                        self.temp(out, outer * inner)
+                    };
+                    let scale = if *mean { 1.0 / r as f32 } else { 1.0 };
+                    let rows = inner == 1 && r >= ROW_KERNEL_MIN;
+                    let g = if rows {
+                        outer.min(ROW_GROUPS) as u32
+                    } else {
+                        self.linear_groups((outer * inner) as u64)
+                    };
+                    let kernel = if rows && self.subgroups {
+                        Kernel::ReduceSg
+                    } else {
+                        Kernel::Reduce
+                    };
+                    self.push(
+                        kernel,
+                        vec![u32::from(rows)],
+                        vec![(src, false), (dst, true)],
+                        vec![outer as u32, r as u32, inner as u32, scale.to_bits()],
+                        [g, 1, 1],
+                    );
+                    src = dst;
+                }
+            }
+            _ => return Err(self.not_in_family()),
+        }
+        Ok(())
     }
 }

@@ -6,6 +6,7 @@ use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Op, StorageKind, TensorId, cast_code, norm_dim, shape_err};
 use crate::kernels::Kernel;
+use crate::lower::{Lowerer, Target, contiguous_strides};
 
 const SELF: Param = Param::tensor("self");
 
@@ -397,5 +398,68 @@ impl GraphBuilder {
             start += s;
         }
         Ok(out)
+    }
+}
+
+// Recording: what this family's nodes become, dispatches of the op library.
+impl Lowerer<'_> {
+    /// Records a node of this family.
+    pub(crate) fn record_shape(&mut self, op: &Op, t: &Target) -> Result<()> {
+        let (o, oi, n) = (t.o, &t.info, t.info.numel());
+        match op {
+            Op::Permute { x, perm } => {
+                let xi = self.t(*x).clone();
+                let cs = contiguous_strides(&xi.shape);
+                let ss = perm.iter().map(|&p| cs[p]).collect();
+                let ds = contiguous_strides(&oi.shape);
+                self.copy(xi.storage, o, &oi.shape, ss, ds, 0, 0)?;
+            }
+            Op::Cat { xs, dim } => {
+                let ds = contiguous_strides(&oi.shape);
+                let mut off = 0;
+                for &x in xs {
+                    let xi = self.t(x).clone();
+                    let ss = contiguous_strides(&xi.shape);
+                    self.copy(xi.storage, o, &xi.shape, ss, ds.clone(), 0, off * ds[*dim])?;
+                    off += xi.shape[*dim];
+                }
+            }
+            Op::Cast { x, to } => {
+                let xi = self.t(*x).clone();
+                let code = |d| {
+                    crate::graph::cast_code(d).ok_or_else(|| Error::DType {
+                        op: "cast",
+                        tensor: xi.name.clone(),
+                        actual: d,
+                        expected: "f32, f16, i32, i8 or i64",
+                    })
+                };
+                let (src, dst) = (code(xi.dtype)?, code(*to)?);
+                let quads = n.div_ceil(4);
+                let g = self.linear_groups(quads as u64);
+                self.push(
+                    Kernel::Cast,
+                    vec![src, dst],
+                    vec![(xi.storage, false), (o, true)],
+                    vec![quads as u32],
+                    [g, 1, 1],
+                );
+            }
+            Op::Slice {
+                x,
+                dim,
+                start,
+                step,
+            } => {
+                let xi = self.t(*x).clone();
+                let cs = contiguous_strides(&xi.shape);
+                let mut ss = cs.clone();
+                ss[*dim] *= step;
+                let ds = contiguous_strides(&oi.shape);
+                self.copy(xi.storage, o, &oi.shape, ss, ds, start * cs[*dim], 0)?;
+            }
+            _ => return Err(self.not_in_family()),
+        }
+        Ok(())
     }
 }

@@ -3,6 +3,8 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, TensorId, norm_dim};
+use crate::kernels::Kernel;
+use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
 
 const PARAMS: &[Param] = &[
     Param::tensor("self"),
@@ -46,5 +48,49 @@ impl GraphBuilder {
     /// Log-softmax over `dim`.
     pub fn log_softmax(&mut self, x: TensorId, dim: isize) -> Result<TensorId> {
         self.softmax_impl(x, dim, true)
+    }
+}
+
+// Recording: what this family's nodes become, dispatches of the op library.
+impl Lowerer<'_> {
+    /// Records a node of this family.
+    pub(crate) fn record_softmax(&mut self, op: &Op, t: &Target) -> Result<()> {
+        let (o, oi) = (t.o, &t.info);
+        match op {
+            Op::Softmax { x, dim, log } => {
+                let s = &oi.shape;
+                let outer: usize = s[..*dim].iter().product();
+                let inner: usize = s[dim + 1..].iter().product();
+                let rows = inner == 1 && s[*dim] >= ROW_KERNEL_MIN;
+                let vec4 = rows && s[*dim] % 4 == 0;
+                // vec4s per thread kept in registers (rows up to 8192 elements).
+                let per_thread = (s[*dim] / 4).div_ceil(256);
+                let cache = if vec4 && per_thread <= 8 {
+                    per_thread as u32
+                } else {
+                    0
+                };
+                let g = if rows {
+                    outer.min(ROW_GROUPS) as u32
+                } else {
+                    self.linear_groups((outer * inner) as u64)
+                };
+                let x = self.st(*x);
+                let kernel = if rows && self.subgroups {
+                    Kernel::SoftmaxSg
+                } else {
+                    Kernel::Softmax
+                };
+                self.push(
+                    kernel,
+                    vec![u32::from(*log), u32::from(rows), u32::from(vec4), cache],
+                    vec![(x, false), (o, true)],
+                    vec![outer as u32, s[*dim] as u32, inner as u32],
+                    [g, 1, 1],
+                );
+            }
+            _ => return Err(self.not_in_family()),
+        }
+        Ok(())
     }
 }
