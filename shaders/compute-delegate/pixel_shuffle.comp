@@ -11,7 +11,7 @@ layout(local_size_x = 256) in;
 layout(std430, set = 0, binding = 0) readonly buffer X { WORD x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { WORD y[]; };
 
-// `ops/shape.rs`'s `PixelShufflePush`.
+// Rust: `kernels::push::PixelShufflePush`, generated from this block.
 layout(push_constant) uniform Params {
     uint total;
     uint c;

@@ -127,16 +127,79 @@ pub struct Source {
     /// The file name, e.g. `gemm.comp`.
     pub file: String,
     pub text: String,
+    /// The text with the files it includes, where its push-constant block may be.
+    pub push_text: String,
     /// Whether it enables a cooperative-matrix extension (compiled by the SDK's glslc).
     pub cooperative: bool,
     /// SPIR-V by variant suffix (`""`: the plain module).
     pub modules: BTreeMap<String, Vec<u8>>,
 }
 
+/// One field of a push-constant block: its Rust type and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushField {
+    pub ty: String,
+    pub name: String,
+}
+
+/// The fields of the `layout(push_constant)` block of `text`, in order, as Rust types
+/// (`uint` u32, `int` i32, `float` f32, `uint x[N]` `[u32; N]`); `None` without a block.
+pub fn push_fields(text: &str) -> Result<Option<Vec<PushField>>, String> {
+    let code: String = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let Some(at) = code.find("layout(push_constant)") else {
+        return Ok(None);
+    };
+    let rest = &code[at..];
+    let open = rest.find('{').ok_or("a push-constant block without `{`")?;
+    let close = rest.find('}').ok_or("a push-constant block without `}`")?;
+    let mut fields = Vec::new();
+    for decl in rest[open + 1..close].split(';').map(str::trim) {
+        if decl.is_empty() {
+            continue;
+        }
+        let (glsl, name) = decl
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| format!("push constant `{decl}`: expected `<type> <name>`"))?;
+        let scalar = match glsl {
+            "uint" => "u32",
+            "int" => "i32",
+            "float" => "f32",
+            other => {
+                return Err(format!(
+                    "push constant `{decl}`: type {other} is not supported"
+                ));
+            }
+        };
+        let name = name.trim();
+        let (name, ty) = match name.split_once('[') {
+            Some((n, len)) => {
+                let len: usize = len
+                    .trim_end_matches(']')
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("push constant `{decl}`: array length"))?;
+                (n.trim(), format!("[{scalar}; {len}]"))
+            }
+            None => (name, scalar.to_string()),
+        };
+        fields.push(PushField {
+            ty,
+            name: name.to_string(),
+        });
+    }
+    Ok(Some(fields))
+}
+
 /// A resolved kernel.
 #[derive(Debug)]
 struct Entry {
     name: String,
+    /// Its source file.
+    source: String,
     doc: String,
     module: String,
     fp16_module: Option<String>,
@@ -222,6 +285,7 @@ fn entries(krate: &str, sources: &[Source]) -> Result<Vec<Entry>, String> {
                     None => format!("`{}`", src.file),
                 },
                 name: k.name,
+                source: src.file.clone(),
                 module: module_file(stem, &suffix),
                 fp16_module,
                 bindings,
@@ -338,7 +402,42 @@ pub fn generate(krate: &str, sources: &[Source]) -> Result<Option<String>, Strin
         |e| e.cooperative,
     );
     let _ = writeln!(w, "}}");
+    push_structs(w, &entries, sources)?;
     Ok(Some(s))
+}
+
+/// One `#[repr(C)]` struct per source with a push-constant block, named after its first
+/// kernel (`GemmPush`), its fields those of the block: what the kernel's dispatches push.
+fn push_structs(w: &mut String, entries: &[Entry], sources: &[Source]) -> Result<(), String> {
+    let _ = writeln!(
+        w,
+        "\n/// The push constants of each source's kernels, as their `layout(push_constant)` \
+         block declares them.\n\
+         #[allow(dead_code, reason = \"a kernel of the table may be unused in some builds\")]\n\
+         pub(crate) mod push {{"
+    );
+    for src in sources {
+        let fields =
+            push_fields(&src.push_text).map_err(|e| format!("shaders/{}: {e}", src.file))?;
+        let (Some(fields), Some(first)) = (fields, entries.iter().find(|e| e.source == src.file))
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            w,
+            "/// `{}`'s push constants.\n\
+             #[repr(C)]\n\
+             #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]\n\
+             pub(crate) struct {}Push {{",
+            src.file, first.name
+        );
+        for f in &fields {
+            let _ = writeln!(w, "pub {}: {},", f.name, f.ty);
+        }
+        let _ = writeln!(w, "}}\n");
+    }
+    let _ = writeln!(w, "}}");
+    Ok(())
 }
 
 /// `code` formatted by `rustfmt --edition 2024`, as `cargo fmt` leaves it.
@@ -392,12 +491,32 @@ mod tests {
         Source {
             file: file.into(),
             text: text.into(),
+            push_text: text.into(),
             cooperative: text.contains("GL_KHR_cooperative_matrix"),
             modules: suffixes
                 .iter()
                 .map(|s| (s.to_string(), module(&decorations)))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn push_blocks_become_fields() {
+        let text = "layout(push_constant) uniform Params {\n    uint n; // count\n    \
+                    float lo;\n    int off;\n    uint dims[6];\n} pc;";
+        let f = push_fields(text).unwrap().unwrap();
+        let got: Vec<(&str, &str)> = f.iter().map(|f| (f.name.as_str(), f.ty.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("n", "u32"),
+                ("lo", "f32"),
+                ("off", "i32"),
+                ("dims", "[u32; 6]")
+            ]
+        );
+        assert_eq!(push_fields("void main() {}").unwrap(), None);
+        assert!(push_fields("layout(push_constant) uniform P { vec4 v; } pc;").is_err());
     }
 
     #[test]

@@ -186,6 +186,27 @@ fn compile_sdk(src: &Path, stem: &str) -> Result<Vec<u8>> {
     spirv.map_err(|e| format!("{}: no output: {e}", tmp.display()))
 }
 
+/// `text` followed by the text of every file it `#include`s (one level: where a shared
+/// `.glsl` declares a push-constant block).
+fn with_includes(src: &Path, text: &str) -> std::result::Result<String, String> {
+    let mut all = text.to_string();
+    for line in text.lines() {
+        let Some(name) = line
+            .trim()
+            .strip_prefix("#include")
+            .map(|r| r.trim().trim_matches('"'))
+        else {
+            continue;
+        };
+        let path = src.with_file_name(name);
+        let included =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        all.push('\n');
+        all.push_str(&included);
+    }
+    Ok(all)
+}
+
 pub fn run(check: bool) -> Result {
     let root = root();
     let shader_root = root.join("shaders");
@@ -243,6 +264,7 @@ pub fn run(check: bool) -> Result {
             .push(Source {
                 file,
                 cooperative: needs_sdk_glslc(&text),
+                push_text: with_includes(src, &text)?,
                 text,
                 modules,
             });

@@ -74,7 +74,7 @@ impl Shader {
 
 #[path = "kernels_generated.rs"]
 mod generated;
-pub(crate) use generated::Kernel;
+pub(crate) use generated::{Kernel, push};
 
 impl Kernel {
     /// The SPIR-V of the kernel compiled for `precision`, if it has that variant.

@@ -228,3 +228,430 @@ impl Kernel {
         )
     }
 }
+
+/// The push constants of each source's kernels, as their `layout(push_constant)` block declares them.
+#[allow(
+    dead_code,
+    reason = "a kernel of the table may be unused in some builds"
+)]
+pub(crate) mod push {
+    /// `binary.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct BinaryPush {
+        pub n4: u32,
+    }
+
+    /// `binary_bcast.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct BinaryBcastPush {
+        pub n: u32,
+        pub rank: u32,
+        pub dims: [u32; 6],
+        pub sa: [u32; 6],
+        pub sb: [u32; 6],
+    }
+
+    /// `cast.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct CastPush {
+        pub quads: u32,
+    }
+
+    /// `conv_coop2.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ConvCoop2Push {
+        pub images: u32,
+        pub cp: u32,
+        pub hp: u32,
+        pub wp: u32,
+        pub coutp: u32,
+        pub c_out: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub kh: u32,
+        pub kw: u32,
+        pub dh: u32,
+        pub dw: u32,
+        pub has_bias: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+        pub tiles_x: u32,
+    }
+
+    /// `conv_dw.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ConvDwPush {
+        pub total: u32,
+        pub c_in: u32,
+        pub h: u32,
+        pub w: u32,
+        pub c_out: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub kh: u32,
+        pub kw: u32,
+        pub sh: u32,
+        pub sw: u32,
+        pub ph: u32,
+        pub pw: u32,
+        pub dh: u32,
+        pub dw: u32,
+        pub has_bias: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+    }
+
+    /// `conv_pack.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ConvPackPush {
+        pub c_in: u32,
+        pub h: u32,
+        pub w: u32,
+        pub cp: u32,
+        pub hp: u32,
+        pub wp: u32,
+        pub ph: u32,
+        pub pw: u32,
+        pub c_out: u32,
+        pub coutp: u32,
+        pub taps: u32,
+        pub groups_p: u32,
+        pub groups_w: u32,
+        pub w_layout: u32,
+    }
+
+    /// `copy_strided.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct CopyPush {
+        pub n: u32,
+        pub rank: u32,
+        pub src_off: u32,
+        pub dst_off: u32,
+        pub dims: [u32; 6],
+        pub ss: [u32; 6],
+        pub ds: [u32; 6],
+    }
+
+    /// `copy_vec4.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct CopyVec4Push {
+        pub n4: u32,
+    }
+
+    /// `fma_peak.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct FmaPeakPush {
+        pub iters: u32,
+        pub a: f32,
+        pub b: f32,
+    }
+
+    /// `gather.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GatherPush {
+        pub n: u32,
+        pub d: u32,
+        pub v: u32,
+    }
+
+    /// `gemm.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GemmPush {
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub sa_b: u32,
+        pub sa_m: u32,
+        pub sa_k: u32,
+        pub sb_b: u32,
+        pub sb_k: u32,
+        pub sb_n: u32,
+        pub sc_b: u32,
+        pub sc_m: u32,
+        pub has_bias: u32,
+        pub cin_g: u32,
+        pub h: u32,
+        pub w: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub kh: u32,
+        pub kw: u32,
+        pub sh: u32,
+        pub sw: u32,
+        pub ph: u32,
+        pub pw: u32,
+        pub dh: u32,
+        pub dw: u32,
+        pub cout: u32,
+        pub splits: u32,
+        pub k_split: u32,
+        pub c_split: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+    }
+
+    /// `gemm_coop.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GemmCoopPush {
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub sa_b: u32,
+        pub sa_m: u32,
+        pub sb_b: u32,
+        pub sb_k: u32,
+        pub sc_b: u32,
+        pub sc_m: u32,
+        pub has_bias: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+        pub cp: u32,
+        pub wp: u32,
+        pub ow: u32,
+        pub kw: u32,
+        pub dh: u32,
+        pub dw: u32,
+    }
+
+    /// `gemm_coop2.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GemmCoop2Push {
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub sa_b: u32,
+        pub sa_m: u32,
+        pub sb_b: u32,
+        pub sb_k: u32,
+        pub sc_b: u32,
+        pub sc_m: u32,
+        pub has_bias: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+        pub splits: u32,
+        pub k_split: u32,
+        pub c_split: u32,
+    }
+
+    /// `gemv.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GemvPush {
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub sa_b: u32,
+        pub sa_m: u32,
+        pub sb_b: u32,
+        pub sb_k: u32,
+        pub sc_b: u32,
+        pub sc_m: u32,
+        pub has_bias: u32,
+        pub k_split: u32,
+        pub c_split: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+    }
+
+    /// `im2col.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct Im2colPush {
+        pub total: u32,
+        pub c_in: u32,
+        pub h: u32,
+        pub w: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub kh: u32,
+        pub kw: u32,
+        pub sh: u32,
+        pub sw: u32,
+        pub ph: u32,
+        pub pw: u32,
+        pub dh: u32,
+        pub dw: u32,
+    }
+
+    /// `layer_norm.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct LayerNormPush {
+        pub rows: u32,
+        pub d: u32,
+        pub eps: f32,
+    }
+
+    /// `layer_norm_sg.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct LayerNormSgPush {
+        pub rows: u32,
+        pub d: u32,
+        pub eps: f32,
+    }
+
+    /// `pixel_shuffle.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct PixelShufflePush {
+        pub total: u32,
+        pub c: u32,
+        pub h: u32,
+        pub w: u32,
+        pub r: u32,
+    }
+
+    /// `pool2d.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct PoolPush {
+        pub total: u32,
+        pub h: u32,
+        pub w: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub kh: u32,
+        pub kw: u32,
+        pub sh: u32,
+        pub sw: u32,
+        pub ph: u32,
+        pub pw: u32,
+        pub include_pad: u32,
+    }
+
+    /// `pool2x2.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct Pool2x2Push {
+        pub total: u32,
+        pub w4: u32,
+        pub oh: u32,
+    }
+
+    /// `qadd.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct QAddPush {
+        pub words: u32,
+        pub a_zp: i32,
+        pub b_zp: i32,
+        pub out_zp: i32,
+        pub left_shift: u32,
+        pub ma: i32,
+        pub sa: u32,
+        pub mb: i32,
+        pub sb: u32,
+        pub mo: i32,
+        pub so: u32,
+    }
+
+    /// `qconv.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct QConvPush {
+        pub total: u32,
+        pub c_in: u32,
+        pub h: u32,
+        pub w: u32,
+        pub c_out: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub kh: u32,
+        pub kw: u32,
+        pub sh: u32,
+        pub sw: u32,
+        pub ph: u32,
+        pub pw: u32,
+        pub dh: u32,
+        pub dw: u32,
+        pub groups: u32,
+        pub x_zp: i32,
+        pub w_zp: i32,
+        pub out_zp: i32,
+        pub has_bias: u32,
+    }
+
+    /// `reduce.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ReducePush {
+        pub outer: u32,
+        pub r: u32,
+        pub inner: u32,
+        pub scale: f32,
+    }
+
+    /// `reduce_sg.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ReduceSgPush {
+        pub outer: u32,
+        pub r: u32,
+        pub inner: u32,
+        pub scale: f32,
+    }
+
+    /// `softmax.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct SoftmaxPush {
+        pub outer: u32,
+        pub d: u32,
+        pub inner: u32,
+    }
+
+    /// `softmax_sg.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct SoftmaxSgPush {
+        pub outer: u32,
+        pub d: u32,
+        pub inner: u32,
+    }
+
+    /// `split_sum.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct SplitSumPush {
+        pub quads: u32,
+        pub splits: u32,
+        pub stride4: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+    }
+
+    /// `unary.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct UnaryPush {
+        pub n4: u32,
+        pub p0: f32,
+        pub p1: f32,
+    }
+
+    /// `where.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct WherePush {
+        pub n: u32,
+        pub rank: u32,
+        pub dims: [u32; 6],
+        pub sc: [u32; 6],
+        pub sa: [u32; 6],
+        pub sb: [u32; 6],
+    }
+}

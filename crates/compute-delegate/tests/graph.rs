@@ -609,7 +609,10 @@ fn embedded_graphs_build_no_host_path_and_say_so() {
     let mut g = b.build_with(&dev, &embedded).unwrap();
     assert_eq!(g.memory().staging, 0);
     let input = HostTensor::from_f32(vec![4, 64], &[1.0; 256]).unwrap();
-    let e = g.execute(&[input.clone()]).unwrap_err().to_string();
+    let e = g
+        .execute(std::slice::from_ref(&input))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("execute: this graph was built to run only inside"),
         "{e}"
@@ -667,7 +670,11 @@ fn passes_compute_what_the_graph_computes() {
         .collect();
     let input = HostTensor::new(DType::F16, x32.shape.clone(), bytes).unwrap();
     let run = |g: &GraphBuilder, dev: &Device| {
-        let out = g.build(dev).unwrap().execute(&[input.clone()]).unwrap();
+        let out = g
+            .build(dev)
+            .unwrap()
+            .execute(std::slice::from_ref(&input))
+            .unwrap();
         out[0]
             .bytes()
             .chunks_exact(2)

@@ -8,9 +8,7 @@
 //! (`count_include_pad = false`).
 
 use vk_core::{DType, TensorSpec};
-use vkdelegate::program::{
-    Arith, ComputeOp, ComputeStep, DeviceChoice, PoolParams, ProgramBuilder, StepKind, StepSpec,
-};
+use vkdelegate::program::{ComputeStep, DeviceChoice, ProgramBuilder, StepKind, StepSpec};
 
 /// Weight of the edges.
 pub const EDGE: f32 = 2.5;
@@ -23,28 +21,33 @@ pub const INPUT: &str = "x";
 /// The program's output.
 pub const OUTPUT: &str = "y";
 
-const WINDOW: PoolParams = PoolParams {
-    kernel: [3, 3],
-    stride: [1, 1],
-    padding: [1, 1],
-    ceil_mode: false,
-    count_include_pad: false,
-};
-
 /// The tensor shape for a `width` x `height` image.
 pub fn shape(width: u32, height: u32) -> Vec<usize> {
     vec![1, CHANNELS, height as usize, width as usize]
 }
 
-fn step(name: &str, op: ComputeOp, inputs: &[&str], declared: Option<&TensorSpec>) -> StepSpec {
+fn step(name: &str, op: ComputeStep, inputs: &[&str], declared: Option<&TensorSpec>) -> StepSpec {
+    let op = match declared {
+        Some(spec) => op.declared_input(spec.clone()),
+        None => op,
+    };
     StepSpec {
         name: name.into(),
-        kind: StepKind::Compute(ComputeStep {
-            op,
-            declared_input: declared.cloned(),
-        }),
+        kind: StepKind::Compute(op),
         inputs: inputs.iter().map(|s| (*s).into()).collect(),
         outputs: vec![name.into()],
+    }
+}
+
+/// A 3x3 window, stride 1, padding 1; averages divide by the window clipped to the image.
+fn pool(op: &str) -> ComputeStep {
+    let step = ComputeStep::new(op)
+        .with("kernel", 3)
+        .with("stride", 1)
+        .with("padding", 1);
+    match op {
+        "avg_pool2d" => step.with("count_include_pad", false),
+        _ => step,
     }
 }
 
@@ -52,33 +55,20 @@ fn step(name: &str, op: ComputeOp, inputs: &[&str], declared: Option<&TensorSpec
 /// [`OUTPUT`]; bindings are the caller's.
 pub fn program(width: u32, height: u32, device: DeviceChoice) -> ProgramBuilder {
     let x = TensorSpec::new(INPUT, DType::F32, shape(width, height));
-    let scalar = |op, value| ComputeOp::Scalar { op, value };
-    let pool = |max| ComputeOp::Pool2d {
-        max,
-        params: WINDOW,
-    };
+    let scale = |value: f32| ComputeStep::new("mul_scalar").with("value", f64::from(value));
+    let add = || ComputeStep::new("add");
     let steps = [
-        step("negated", scalar(Arith::Mul, -1.0), &[INPUT], Some(&x)),
-        step("dilated", pool(true), &[INPUT], Some(&x)),
-        step("blurred", pool(false), &[INPUT], Some(&x)),
-        step("neg_eroded", pool(true), &["negated"], None),
-        step(
-            "gradient",
-            ComputeOp::Binary(Arith::Add),
-            &["dilated", "neg_eroded"],
-            None,
-        ),
-        step("edges", scalar(Arith::Mul, EDGE), &["gradient"], None),
-        step("dimmed", scalar(Arith::Mul, BLUR), &["blurred"], None),
-        step(
-            "sum",
-            ComputeOp::Binary(Arith::Add),
-            &["edges", "dimmed"],
-            None,
-        ),
+        step("negated", scale(-1.0), &[INPUT], Some(&x)),
+        step("dilated", pool("max_pool2d"), &[INPUT], Some(&x)),
+        step("blurred", pool("avg_pool2d"), &[INPUT], Some(&x)),
+        step("neg_eroded", pool("max_pool2d"), &["negated"], None),
+        step("gradient", add(), &["dilated", "neg_eroded"], None),
+        step("edges", scale(EDGE), &["gradient"], None),
+        step("dimmed", scale(BLUR), &["blurred"], None),
+        step("sum", add(), &["edges", "dimmed"], None),
         step(
             OUTPUT,
-            ComputeOp::Clamp { min: 0.0, max: 1.0 },
+            ComputeStep::new("clamp").with("min", 0.0).with("max", 1.0),
             &["sum"],
             None,
         ),

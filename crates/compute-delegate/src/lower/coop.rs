@@ -145,22 +145,23 @@ impl Lowerer<'_> {
                 return Ok(false);
             }
             let patches = self.temp(out, total.div_ceil(2));
-            let push = [
-                total,
-                cin,
-                h,
-                wd,
-                oh,
-                ow,
-                kh,
-                kw,
-                p.stride[0],
-                p.stride[1],
-                p.padding[0],
-                p.padding[1],
-                p.dilation[0],
-                p.dilation[1],
-            ];
+            let w = |v: usize| v as u32;
+            let push = push::Im2colPush {
+                total: w(total),
+                c_in: w(cin),
+                h: w(h),
+                w: w(wd),
+                oh: w(oh),
+                ow: w(ow),
+                kh: w(kh),
+                kw: w(kw),
+                sh: w(p.stride[0]),
+                sw: w(p.stride[1]),
+                ph: w(p.padding[0]),
+                pw: w(p.padding[1]),
+                dh: w(p.dilation[0]),
+                dw: w(p.dilation[1]),
+            };
             // Eight pixels per thread where the rows allow it (see `im2col.comp`).
             let threads = if ohw % 8 == 0 { total / 8 } else { total };
             let g = self.linear_groups(threads as u64);
@@ -168,7 +169,7 @@ impl Lowerer<'_> {
                 Kernel::Im2col,
                 vec![],
                 vec![b, (patches, true)],
-                push.iter().map(|&v| v as u32).collect(),
+                &push,
                 [g, 1, 1],
             );
             b = (patches, false);
@@ -270,24 +271,26 @@ impl Lowerer<'_> {
         let Some((px, pw)) = self.pack_conv(c, &pk, bindings, out) else {
             return Ok(false);
         };
-        let (lo, hi) = c.act.unwrap_or((0.0, 0.0));
-        let dims = [
-            c.nb,
-            pk.cp,
-            pk.hp,
-            pk.wp,
-            pk.coutp,
-            c.cout,
-            c.oh,
-            c.ow,
-            c.kh,
-            c.kw,
-            c.dil[0],
-            c.dil[1],
-            usize::from(c.has_bias),
-        ];
-        let mut push: Vec<u32> = dims.iter().map(|&v| v as u32).collect();
-        push.extend([lo.to_bits(), hi.to_bits(), tiles_x as u32]);
+        let (act_lo, act_hi) = c.act.unwrap_or((0.0, 0.0));
+        let w = |v: usize| v as u32;
+        let push = push::ConvCoop2Push {
+            images: w(c.nb),
+            cp: w(pk.cp),
+            hp: w(pk.hp),
+            wp: w(pk.wp),
+            coutp: w(pk.coutp),
+            c_out: w(c.cout),
+            oh: w(c.oh),
+            ow: w(c.ow),
+            kh: w(c.kh),
+            kw: w(c.kw),
+            dh: w(c.dil[0]),
+            dw: w(c.dil[1]),
+            has_bias: u32::from(c.has_bias),
+            act_lo,
+            act_hi,
+            tiles_x: w(tiles_x),
+        };
         let spec = vec![
             t.threads,
             t.bm,
@@ -298,7 +301,7 @@ impl Lowerer<'_> {
             u32::from(c.act.is_some()),
         ];
         let conv_bindings = vec![(px, false), (pw, false), bindings[2], bindings[3]];
-        self.push(Kernel::ConvCoop2, spec, conv_bindings, push, groups);
+        self.push(Kernel::ConvCoop2, spec, conv_bindings, &push, groups);
         Ok(true)
     }
 
@@ -332,30 +335,35 @@ impl Lowerer<'_> {
         let Some((px, pw)) = self.pack_conv(c, &pk, bindings, out) else {
             return Ok(false);
         };
-        let (lo, hi) = c.act.unwrap_or((0.0, 0.0));
+        let (act_lo, act_hi) = c.act.unwrap_or((0.0, 0.0));
         let k = c.kh * c.kw * pk.cp;
-        let dims = [
-            c.cout,
-            pixels,
-            k,
-            0,
-            k,
-            pk.hp * pk.wp * pk.cp,
-            pk.cp,
-            c.cout * pixels,
-            pixels,
-            usize::from(c.has_bias),
-        ];
-        let mut push: Vec<u32> = dims.iter().map(|&v| v as u32).collect();
-        push.extend([lo.to_bits(), hi.to_bits()]);
-        let conv = [pk.cp, pk.wp, c.ow, c.kw, c.dil[0], c.dil[1]];
-        push.extend(conv.iter().map(|&v| v as u32));
+        let w = |v: usize| v as u32;
+        let push = push::GemmCoopPush {
+            m: w(c.cout),
+            n: w(pixels),
+            k: w(k),
+            sa_b: 0,
+            sa_m: w(k),
+            sb_b: w(pk.hp * pk.wp * pk.cp),
+            sb_k: w(pk.cp),
+            sc_b: w(c.cout * pixels),
+            sc_m: w(pixels),
+            has_bias: u32::from(c.has_bias),
+            act_lo,
+            act_hi,
+            cp: w(pk.cp),
+            wp: w(pk.wp),
+            ow: w(c.ow),
+            kw: w(c.kw),
+            dh: w(c.dil[0]),
+            dw: w(c.dil[1]),
+        };
         let [threads, tm, tn, tk] = khr;
         // Spec: threads, fragment, B transposed, 16-byte loads, clamp, bias per row, CONV.
         let act = u32::from(c.act.is_some());
         let spec = vec![threads, tm, tn, tk, 1, 1, act, 1, 1];
         let conv_bindings = vec![(pw, false), (px, false), bindings[2], bindings[3]];
-        self.push(Kernel::GemmCoop, spec, conv_bindings, push, groups);
+        self.push(Kernel::GemmCoop, spec, conv_bindings, &push, groups);
         Ok(true)
     }
 
@@ -377,28 +385,29 @@ impl Lowerer<'_> {
             return None;
         }
         let (px, pw) = (self.temp(out, packed_x / 2), self.temp(out, packed_w / 2));
-        let push = [
-            c.cin,
-            c.h,
-            c.w,
-            pk.cp,
-            pk.hp,
-            pk.wp,
-            c.pad[0],
-            c.pad[1],
-            c.cout,
-            pk.coutp,
-            taps,
-            packed_x / 8,
-            packed_w / 8,
-            usize::from(pk.co_major),
-        ];
+        let w = |v: usize| v as u32;
+        let push = push::ConvPackPush {
+            c_in: w(c.cin),
+            h: w(c.h),
+            w: w(c.w),
+            cp: w(pk.cp),
+            hp: w(pk.hp),
+            wp: w(pk.wp),
+            ph: w(c.pad[0]),
+            pw: w(c.pad[1]),
+            c_out: w(c.cout),
+            coutp: w(pk.coutp),
+            taps: w(taps),
+            groups_p: w(packed_x / 8),
+            groups_w: w(packed_w / 8),
+            w_layout: u32::from(pk.co_major),
+        };
         let g = self.linear_groups(((packed_x + packed_w) / 8) as u64);
         self.push(
             Kernel::ConvPack,
             vec![],
             vec![bindings[1], bindings[0], (px, true), (pw, true)],
-            push.iter().map(|&v| v as u32).collect(),
+            &push,
             [g, 1, 1],
         );
         Some((px, pw))
@@ -480,25 +489,56 @@ impl Lowerer<'_> {
             bindings[3] = (p, true);
             spec.push(1); // PARTIAL
         }
-        let (lo, hi) = act.unwrap_or((0.0, 0.0));
-        let push = vec![
-            g.m as u32,
-            g.n as u32,
-            g.k as u32,
-            g.sa_b as u32,
-            g.sa_m as u32,
-            g.sb_b as u32,
-            g.sb_row as u32,
-            g.sc_b as u32,
-            g.sc_m as u32,
-            u32::from(g.has_bias),
-            lo.to_bits(),
-            hi.to_bits(),
-            splits as u32,
-            k_split as u32,
-            stride as u32,
-        ];
-        self.push(kernel, spec, bindings, push, groups);
+        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+        let w = |v: usize| v as u32;
+        // The two kernels share the first twelve fields; `gemm_coop.comp`'s CONV fields are
+        // unused outside its CONV mode, `gemm_coop2.comp` takes the split along K.
+        match kernel {
+            Kernel::GemmCoop2 => self.push(
+                kernel,
+                spec,
+                bindings,
+                &push::GemmCoop2Push {
+                    m: w(g.m),
+                    n: w(g.n),
+                    k: w(g.k),
+                    sa_b: w(g.sa_b),
+                    sa_m: w(g.sa_m),
+                    sb_b: w(g.sb_b),
+                    sb_k: w(g.sb_row),
+                    sc_b: w(g.sc_b),
+                    sc_m: w(g.sc_m),
+                    has_bias: u32::from(g.has_bias),
+                    act_lo,
+                    act_hi,
+                    splits: splits as u32,
+                    k_split: k_split as u32,
+                    c_split: stride as u32,
+                },
+                groups,
+            ),
+            _ => self.push(
+                kernel,
+                spec,
+                bindings,
+                &push::GemmCoopPush {
+                    m: w(g.m),
+                    n: w(g.n),
+                    k: w(g.k),
+                    sa_b: w(g.sa_b),
+                    sa_m: w(g.sa_m),
+                    sb_b: w(g.sb_b),
+                    sb_k: w(g.sb_row),
+                    sc_b: w(g.sc_b),
+                    sc_m: w(g.sc_m),
+                    has_bias: u32::from(g.has_bias),
+                    act_lo,
+                    act_hi,
+                    ..push::GemmCoopPush::default()
+                },
+                groups,
+            ),
+        }
         if let Some(p) = partial {
             self.sum_partials(p, splits as u32, out_numel, final_out, act)?;
         }

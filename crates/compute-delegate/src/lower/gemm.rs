@@ -14,6 +14,50 @@ pub(super) fn gemm_layout(params: &[usize; 26]) -> [usize; 9] {
     [3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| params[i])
 }
 
+/// `gemm.comp`'s push constants: the geometry `params` (its first 26 fields, in its order),
+/// the split along K (`[splits, k_split, c_split]`) and the fused clamp.
+pub(crate) fn gemm_push(
+    params: &[usize; 26],
+    [splits, k_split, c_split]: [u64; 3],
+    act: Option<(f32, f32)>,
+) -> push::GemmPush {
+    let p = |i: usize| params[i] as u32;
+    let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+    push::GemmPush {
+        m: p(0),
+        n: p(1),
+        k: p(2),
+        sa_b: p(3),
+        sa_m: p(4),
+        sa_k: p(5),
+        sb_b: p(6),
+        sb_k: p(7),
+        sb_n: p(8),
+        sc_b: p(9),
+        sc_m: p(10),
+        has_bias: p(11),
+        cin_g: p(12),
+        h: p(13),
+        w: p(14),
+        oh: p(15),
+        ow: p(16),
+        kh: p(17),
+        kw: p(18),
+        sh: p(19),
+        sw: p(20),
+        ph: p(21),
+        pw: p(22),
+        dh: p(23),
+        dw: p(24),
+        cout: p(25),
+        splits: splits as u32,
+        k_split: k_split as u32,
+        c_split: c_split as u32,
+        act_lo,
+        act_hi,
+    }
+}
+
 /// Environment variable for tuning the plain GEMM's register tiles: `rows` (8 x 8 per thread,
 /// each warp spanning all columns of two row quads), `warp` (8 x 8 per thread in warp tiles of
 /// 32 x 64) or `wide` (8 x 16 per thread: 128 x 128 tiles on 128 threads); see `gemm.comp`.
@@ -131,15 +175,7 @@ impl Lowerer<'_> {
         if let Some(p) = partial {
             bindings[3] = (p, true);
         }
-        let mut push: Vec<u32> = params.iter().map(|&v| v as u32).collect();
-        let (lo, hi) = act.unwrap_or((0.0, 0.0));
-        push.extend([
-            splits as u32,
-            k_split as u32,
-            stride as u32,
-            lo.to_bits(),
-            hi.to_bits(),
-        ]);
+        let push = gemm_push(&params, [splits, k_split, stride as u64], act);
         // vec4 loads where rows are contiguous and everything is a multiple of 4.
         let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, ..] = gemm_layout(&params);
         let vec_a = sa_k == 1 && k % 4 == 0 && sa_m % 4 == 0 && sa_b % 4 == 0;
@@ -165,7 +201,7 @@ impl Lowerer<'_> {
                 u32::from(layout == GemmLayout::Warp),
             ],
             bindings,
-            push,
+            &push,
             groups,
         );
         match partial {
@@ -208,25 +244,24 @@ impl Lowerer<'_> {
         if let Some(p) = partial {
             bindings[3] = (p, true);
         }
-        let (lo, hi) = act.unwrap_or((0.0, 0.0));
-        let push = [
-            m,
-            n,
-            k,
-            sa_b,
-            sa_m,
-            sb_b,
-            sb_k,
-            sc_b,
-            sc_m,
-            has_bias,
-            k_split as usize,
-            out_numel,
-        ]
-        .iter()
-        .map(|&v| v as u32)
-        .chain([lo.to_bits(), hi.to_bits()])
-        .collect();
+        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+        let w = |v: usize| v as u32;
+        let push = &push::GemvPush {
+            m: w(m),
+            n: w(n),
+            k: w(k),
+            sa_b: w(sa_b),
+            sa_m: w(sa_m),
+            sb_b: w(sb_b),
+            sb_k: w(sb_k),
+            sc_b: w(sc_b),
+            sc_m: w(sc_m),
+            has_bias: w(has_bias),
+            k_split: k_split as u32,
+            c_split: w(out_numel),
+            act_lo,
+            act_hi,
+        };
         let spec = vec![
             m as u32,
             u32::from(act.is_some() && partial.is_none()),
@@ -252,18 +287,18 @@ impl Lowerer<'_> {
     ) -> Result<()> {
         let quads = out_numel.div_ceil(4);
         let g = self.linear_groups(quads as u64);
-        let (lo, hi) = act.unwrap_or((0.0, 0.0));
+        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
         self.push(
             Kernel::SplitSum,
             vec![u32::from(act.is_some())],
             vec![(partial, false), final_out],
-            vec![
-                quads as u32,
+            &push::SplitSumPush {
+                quads: quads as u32,
                 splits,
-                (split_stride(out_numel) / 4) as u32,
-                lo.to_bits(),
-                hi.to_bits(),
-            ],
+                stride4: (split_stride(out_numel) / 4) as u32,
+                act_lo,
+                act_hi,
+            },
             [g, 1, 1],
         );
         Ok(())

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::graph::{
     GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
 };
-use crate::kernels::{Kernel, Precision, Shader};
+use crate::kernels::{Kernel, Precision, Shader, push};
 
 /// One compute dispatch.
 #[derive(Debug, Clone)]
@@ -37,6 +37,14 @@ pub(crate) struct Dispatch {
 pub(crate) struct Plan {
     pub storages: Vec<Storage>,
     pub dispatches: Vec<Dispatch>,
+}
+
+/// A push-constant struct (`kernels::push`) as the words a dispatch pushes.
+pub(crate) fn words<P: bytemuck::NoUninit>(push: &P) -> Vec<u32> {
+    bytemuck::bytes_of(push)
+        .chunks_exact(4)
+        .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+        .collect()
 }
 
 pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
@@ -103,8 +111,9 @@ pub(crate) fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, V
     (d, s)
 }
 
-pub(crate) fn pad6(v: &[usize]) -> impl Iterator<Item = u32> + '_ {
-    (0..MAX_RANK).map(move |i| v.get(i).copied().unwrap_or(0) as u32)
+/// Up to six sizes or strides as a push constant's `uint x[6]`, zero-padded.
+pub(crate) fn rank6(v: &[usize]) -> [u32; MAX_RANK] {
+    std::array::from_fn(|i| v.get(i).copied().unwrap_or(0) as u32)
 }
 
 /// The tensor a node writes: its id, the storage it goes to (that of a fused activation's
@@ -168,21 +177,22 @@ impl Lowerer<'_> {
 
     /// A dispatch of `kernel` in the current node's precision (a kernel without that variant
     /// fails the build with an internal error when its module is made).
-    pub(crate) fn push(
+    /// `push` is the kernel's push-constant struct (`kernels::push`, generated from its
+    /// shader's block).
+    pub(crate) fn push<P: bytemuck::NoUninit>(
         &mut self,
         kernel: Kernel,
         spec: Vec<u32>,
         bindings: Vec<(usize, bool)>,
-        push: Vec<u32>,
+        push: &P,
         groups: [u32; 3],
     ) {
-        self.push_as(self.precision, kernel, spec, bindings, push, groups);
+        self.push_words(kernel, spec, bindings, words(push), groups);
     }
 
-    /// A dispatch of `kernel` compiled for `precision`.
-    pub(crate) fn push_as(
+    /// A dispatch whose push constants are already words (a generic kernel node's).
+    pub(crate) fn push_words(
         &mut self,
-        precision: Precision,
         kernel: Kernel,
         spec: Vec<u32>,
         bindings: Vec<(usize, bool)>,
@@ -192,7 +202,10 @@ impl Lowerer<'_> {
         self.out.push(Dispatch {
             op: self.op,
             node: self.node,
-            kernel: Shader { kernel, precision },
+            kernel: Shader {
+                kernel,
+                precision: self.precision,
+            },
             spec,
             bindings,
             push,
@@ -234,16 +247,21 @@ impl Lowerer<'_> {
             });
         }
         let n: usize = dims.iter().product();
-        let mut push = vec![n as u32, d.len() as u32, src_off as u32, dst_off as u32];
-        push.extend(pad6(&d));
-        push.extend(pad6(&s[0]));
-        push.extend(pad6(&s[1]));
+        let push = push::CopyPush {
+            n: n as u32,
+            rank: d.len() as u32,
+            src_off: src_off as u32,
+            dst_off: dst_off as u32,
+            dims: rank6(&d),
+            ss: rank6(&s[0]),
+            ds: rank6(&s[1]),
+        };
         let g = self.linear_groups(n as u64);
         self.push(
             Kernel::Copy,
             vec![],
             vec![(src, false), (dst, true)],
-            push,
+            &push,
             [g, 1, 1],
         );
         Ok(())
@@ -283,7 +301,7 @@ impl Lowerer<'_> {
                     inputs.iter().map(|&x| (self.st(x), false)).collect();
                 bindings.push((t.o, true));
                 let g = self.linear_groups(t.info.numel() as u64);
-                self.push(*kernel, vec![], bindings, push.clone(), [g, 1, 1]);
+                self.push_words(*kernel, vec![], bindings, push.clone(), [g, 1, 1]);
                 Ok(())
             }
             #[cfg(feature = "bench")]
@@ -293,7 +311,11 @@ impl Lowerer<'_> {
                     Kernel::FmaPeak,
                     vec![],
                     vec![(t.o, true)],
-                    vec![*iters, 0.999f32.to_bits(), 1e-3f32.to_bits()],
+                    &push::FmaPeakPush {
+                        iters: *iters,
+                        a: 0.999,
+                        b: 1e-3,
+                    },
                     g,
                 );
                 Ok(())

@@ -4,7 +4,7 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{Conv2d, GraphBuilder, Op, TensorId, check_bias, conv_shape};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
 
 const CONV: &[Param] = &[
@@ -92,32 +92,32 @@ impl Lowerer<'_> {
                 ];
                 if p.groups == cin && p.groups > 1 {
                     let g = self.linear_groups(n as u64);
-                    let push = [
-                        n,
-                        cin,
-                        h,
-                        wd,
-                        cout,
-                        oh,
-                        ow,
-                        kh,
-                        kw,
-                        p.stride[0],
-                        p.stride[1],
-                        p.padding[0],
-                        p.padding[1],
-                        p.dilation[0],
-                        p.dilation[1],
-                        has_bias,
-                    ];
-                    let (lo, hi) = act.unwrap_or((0.0, 0.0));
-                    let mut push: Vec<u32> = push.iter().map(|&v| v as u32).collect();
-                    push.extend([lo.to_bits(), hi.to_bits()]);
+                    let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+                    let push = push::ConvDwPush {
+                        total: n as u32,
+                        c_in: cin as u32,
+                        h: h as u32,
+                        w: wd as u32,
+                        c_out: cout as u32,
+                        oh: oh as u32,
+                        ow: ow as u32,
+                        kh: kh as u32,
+                        kw: kw as u32,
+                        sh: p.stride[0] as u32,
+                        sw: p.stride[1] as u32,
+                        ph: p.padding[0] as u32,
+                        pw: p.padding[1] as u32,
+                        dh: p.dilation[0] as u32,
+                        dw: p.dilation[1] as u32,
+                        has_bias: has_bias as u32,
+                        act_lo,
+                        act_hi,
+                    };
                     self.push(
                         Kernel::ConvDw,
                         vec![u32::from(act.is_some())],
                         bindings,
-                        push,
+                        &push,
                         [g, 1, 1],
                     );
                 } else {

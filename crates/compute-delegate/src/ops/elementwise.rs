@@ -7,8 +7,8 @@ use crate::error::{Error, Result};
 use crate::graph::{
     BinaryOp, Compare, GraphBuilder, Op, TensorId, TensorInfo, UnaryOp, broadcast_shape, shape_err,
 };
-use crate::kernels::Kernel;
-use crate::lower::{Lowerer, MAX_RANK, Target, collapse, contiguous_strides, pad6};
+use crate::kernels::{Kernel, push};
+use crate::lower::{Lowerer, MAX_RANK, Target, collapse, contiguous_strides, rank6};
 
 const SELF: Param = Param::tensor("self");
 const OTHER: Param = Param::tensor("other");
@@ -279,7 +279,11 @@ impl Lowerer<'_> {
                     Kernel::Unary,
                     vec![code],
                     vec![(x, false), (o, true)],
-                    vec![n4 as u32, p0.to_bits(), p1.to_bits()],
+                    &push::UnaryPush {
+                        n4: n4 as u32,
+                        p0,
+                        p1,
+                    },
                     [g, 1, 1],
                 );
             }
@@ -293,7 +297,7 @@ impl Lowerer<'_> {
                         Kernel::Binary,
                         vec![op.code()],
                         vec![(sa, false), (sb, false), (o, true)],
-                        vec![n4 as u32],
+                        &push::BinaryPush { n4: n4 as u32 },
                         [g, 1, 1],
                     );
                 } else {
@@ -329,16 +333,19 @@ impl Lowerer<'_> {
                             ),
                         });
                     }
-                    let mut push = vec![n as u32, d.len() as u32];
-                    push.extend(pad6(&d));
-                    push.extend(pad6(&s[0]));
-                    push.extend(pad6(&s[1]));
+                    let push = push::BinaryBcastPush {
+                        n: n as u32,
+                        rank: d.len() as u32,
+                        dims: rank6(&d),
+                        sa: rank6(&s[0]),
+                        sb: rank6(&s[1]),
+                    };
                     let g = self.linear_groups(n as u64);
                     self.push(
                         Kernel::BinaryBcast,
                         vec![op.code()],
                         vec![(sa, false), (sb, false), (o, true)],
-                        push,
+                        &push,
                         [g, 1, 1],
                     );
                 }
@@ -362,18 +369,21 @@ impl Lowerer<'_> {
                         ),
                     });
                 }
-                let mut push = vec![n as u32, d.len() as u32];
-                push.extend(pad6(&d));
-                for st in &s {
-                    push.extend(pad6(st));
-                }
+                let push = push::WherePush {
+                    n: n as u32,
+                    rank: d.len() as u32,
+                    dims: rank6(&d),
+                    sc: rank6(&s[0]),
+                    sa: rank6(&s[1]),
+                    sb: rank6(&s[2]),
+                };
                 let g = self.linear_groups(n as u64);
                 let bindings = ins
                     .iter()
                     .map(|t| (t.storage, false))
                     .chain([(o, true)])
                     .collect();
-                self.push(Kernel::Where, vec![], bindings, push, [g, 1, 1]);
+                self.push(Kernel::Where, vec![], bindings, &push, [g, 1, 1]);
             }
             _ => return Err(self.not_in_family()),
         }

@@ -5,7 +5,7 @@ use vk_core::DType;
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
 
 /// The ops of this family, one registration line each.
@@ -103,7 +103,11 @@ impl Lowerer<'_> {
                     Kernel::Gather,
                     vec![],
                     vec![(ti.storage, false), (ids, false), (o, true)],
-                    vec![n as u32, ti.shape[1] as u32, ti.shape[0] as u32],
+                    &push::GatherPush {
+                        n: n as u32,
+                        d: ti.shape[1] as u32,
+                        v: ti.shape[0] as u32,
+                    },
                     [g, 1, 1],
                 );
             }

@@ -197,7 +197,7 @@ impl Arg {
     }
 
     /// The argument as `kind`, converting where that loses nothing, or `None`.
-    fn as_kind(self, kind: Kind) -> Option<Arg> {
+    fn into_kind(self, kind: Kind) -> Option<Arg> {
         Some(match (kind, self) {
             (_, Arg::None) => Arg::None,
             (Kind::Tensor, a @ Arg::Tensor(_)) => a,
@@ -304,7 +304,7 @@ impl OpDef {
                 a => a,
             };
             let shown = arg.describe();
-            let arg = arg.as_kind(p.kind).ok_or_else(|| {
+            let arg = arg.into_kind(p.kind).ok_or_else(|| {
                 self.arg_err(p, &format!("must be {}, found {shown}", p.kind.name()))
             })?;
             checked.push(arg);
@@ -465,8 +465,6 @@ impl Call<'_> {
             other => Err(self.err(i, format!("must be a string, found {}", other.describe()))),
         }
     }
-
-    /// The dtype of tensor `t` (f32 when unknown; the builder names a bad id at once).
 
     /// The shape of tensor `t`.
     pub(crate) fn shape(&self, t: TensorId) -> Vec<usize> {

@@ -4,7 +4,7 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
 
 const EPS: Param = Param::new("eps", Kind::Float, Fallback::Float(1e-5));
@@ -175,7 +175,11 @@ impl Lowerer<'_> {
                         (b.unwrap_or(x), false),
                         (o, true),
                     ],
-                    vec![rows as u32, *d as u32, eps.to_bits()],
+                    &push::LayerNormPush {
+                        rows: rows as u32,
+                        d: *d as u32,
+                        eps: *eps,
+                    },
                     [g, 1, 1],
                 );
             }

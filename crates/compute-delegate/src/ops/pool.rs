@@ -3,7 +3,7 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, Pool2d, TensorId, pool_out, shape_err};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
 
 const SELF: Param = Param::tensor("self");
@@ -147,7 +147,11 @@ impl Lowerer<'_> {
                         Kernel::Pool2x2,
                         vec![u32::from(*max)],
                         vec![(xi.storage, false), (o, true)],
-                        vec![total as u32, (w / 4) as u32, oh as u32],
+                        &push::Pool2x2Push {
+                            total: total as u32,
+                            w4: (w / 4) as u32,
+                            oh: oh as u32,
+                        },
                         [g, 1, 1],
                     );
                     return Ok(());
@@ -157,23 +161,20 @@ impl Lowerer<'_> {
                     Kernel::Pool,
                     vec![u32::from(*max)],
                     vec![(xi.storage, false), (o, true)],
-                    [
-                        n,
-                        h,
-                        w,
-                        oh,
-                        ow,
-                        p.kernel[0],
-                        p.kernel[1],
-                        p.stride[0],
-                        p.stride[1],
-                        p.padding[0],
-                        p.padding[1],
-                        usize::from(p.count_include_pad),
-                    ]
-                    .iter()
-                    .map(|&v| v as u32)
-                    .collect(),
+                    &push::PoolPush {
+                        total: n as u32,
+                        h: h as u32,
+                        w: w as u32,
+                        oh: oh as u32,
+                        ow: ow as u32,
+                        kh: p.kernel[0] as u32,
+                        kw: p.kernel[1] as u32,
+                        sh: p.stride[0] as u32,
+                        sw: p.stride[1] as u32,
+                        ph: p.padding[0] as u32,
+                        pw: p.padding[1] as u32,
+                        include_pad: u32::from(p.count_include_pad),
+                    },
                     [g, 1, 1],
                 );
             }

@@ -9,7 +9,7 @@ use crate::graph::{
     GraphBuilder, Op, QAdd, QConv, Rescale, TensorId, check_bias, check_zero_point, conv_shape,
     shape_err,
 };
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
 
 /// The ops of this family, one registration line each.
@@ -121,27 +121,27 @@ impl Lowerer<'_> {
         let (o, oi, n) = (t.o, &t.info, t.info.numel());
         match op {
             Op::QAdd { a, b, q } => {
-                let words = n.div_ceil(4);
-                let g = self.linear_groups(words as u64);
+                let packed = n.div_ceil(4);
+                let g = self.linear_groups(packed as u64);
                 let (sa, sb) = (self.st(*a), self.st(*b));
-                let push = vec![
-                    words as u32,
-                    q.a_zp as u32,
-                    q.b_zp as u32,
-                    q.out_zp as u32,
-                    q.left_shift,
-                    q.a.multiplier as u32,
-                    q.a.shift,
-                    q.b.multiplier as u32,
-                    q.b.shift,
-                    q.out.multiplier as u32,
-                    q.out.shift,
-                ];
+                let push = push::QAddPush {
+                    words: packed as u32,
+                    a_zp: q.a_zp,
+                    b_zp: q.b_zp,
+                    out_zp: q.out_zp,
+                    left_shift: q.left_shift,
+                    ma: q.a.multiplier,
+                    sa: q.a.shift,
+                    mb: q.b.multiplier,
+                    sb: q.b.shift,
+                    mo: q.out.multiplier,
+                    so: q.out.shift,
+                };
                 self.push(
                     Kernel::QAdd,
                     vec![],
                     vec![(sa, false), (sb, false), (o, true)],
-                    push,
+                    &push,
                     [g, 1, 1],
                 );
             }
@@ -155,31 +155,31 @@ impl Lowerer<'_> {
             } => {
                 let (xi, wi) = (self.t(*x).clone(), self.t(*w).clone());
                 let p = q.conv;
-                let words = n.div_ceil(4);
-                let g = self.linear_groups(words as u64);
+                let packed = n.div_ceil(4);
+                let g = self.linear_groups(packed as u64);
                 let b = bias.map(|b| self.st(b));
-                let push = [
-                    n as u32,
-                    xi.shape[1] as u32,
-                    xi.shape[2] as u32,
-                    xi.shape[3] as u32,
-                    oi.shape[1] as u32,
-                    oi.shape[2] as u32,
-                    oi.shape[3] as u32,
-                    wi.shape[2] as u32,
-                    wi.shape[3] as u32,
-                    p.stride[0] as u32,
-                    p.stride[1] as u32,
-                    p.padding[0] as u32,
-                    p.padding[1] as u32,
-                    p.dilation[0] as u32,
-                    p.dilation[1] as u32,
-                    p.groups as u32,
-                    q.x_zp as u32,
-                    q.w_zp as u32,
-                    q.out_zp as u32,
-                    u32::from(b.is_some()),
-                ];
+                let push = push::QConvPush {
+                    total: n as u32,
+                    c_in: xi.shape[1] as u32,
+                    h: xi.shape[2] as u32,
+                    w: xi.shape[3] as u32,
+                    c_out: oi.shape[1] as u32,
+                    oh: oi.shape[2] as u32,
+                    ow: oi.shape[3] as u32,
+                    kh: wi.shape[2] as u32,
+                    kw: wi.shape[3] as u32,
+                    sh: p.stride[0] as u32,
+                    sw: p.stride[1] as u32,
+                    ph: p.padding[0] as u32,
+                    pw: p.padding[1] as u32,
+                    dh: p.dilation[0] as u32,
+                    dw: p.dilation[1] as u32,
+                    groups: p.groups as u32,
+                    x_zp: q.x_zp,
+                    w_zp: q.w_zp,
+                    out_zp: q.out_zp,
+                    has_bias: u32::from(b.is_some()),
+                };
                 let (sm, ss) = (self.st(*mult), self.st(*shift));
                 self.push(
                     Kernel::QConv,
@@ -192,7 +192,7 @@ impl Lowerer<'_> {
                         (ss, false),
                         (o, true),
                     ],
-                    push.to_vec(),
+                    &push,
                     [g, 1, 1],
                 );
             }

@@ -3,7 +3,7 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{Compare, GraphBuilder, Op, TensorId, norm_dim, shape_err};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
 
 const SELF: Param = Param::tensor("self");
@@ -150,7 +150,12 @@ impl Lowerer<'_> {
                         kernel,
                         vec![u32::from(rows)],
                         vec![(src, false), (dst, true)],
-                        vec![outer as u32, r as u32, inner as u32, scale.to_bits()],
+                        &push::ReducePush {
+                            outer: outer as u32,
+                            r: r as u32,
+                            inner: inner as u32,
+                            scale,
+                        },
                         [g, 1, 1],
                     );
                     src = dst;

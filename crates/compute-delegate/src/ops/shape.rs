@@ -5,7 +5,7 @@ use vk_core::DType;
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Op, StorageKind, TensorId, cast_code, norm_dim, shape_err};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target, contiguous_strides};
 
 const SELF: Param = Param::tensor("self");
@@ -106,17 +106,6 @@ fn slice(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     one(c.g.slice(x, dim, start, end, step)?)
 }
 
-/// `pixel_shuffle.comp`'s push constants.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::NoUninit)]
-struct PixelShufflePush {
-    total: u32,
-    c: u32,
-    h: u32,
-    w: u32,
-    r: u32,
-}
-
 /// `[.., c*r*r, h, w]` to `[.., c, h*r, w*r]`: each group of `r*r` channels becomes an
 /// `r x r` block of pixels.
 fn pixel_shuffle(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
@@ -135,7 +124,7 @@ fn pixel_shuffle(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     out.extend([ch / (r * r), h * r, w * r]);
     let total = out.iter().product::<usize>();
     let word = |v: usize| u32::try_from(v).map_err(|_| c.err(0, format!("{v} is over 2^32")));
-    let push = PixelShufflePush {
+    let push = push::PixelShufflePush {
         total: word(total)?,
         c: word(ch / (r * r))?,
         h: word(*h)?,
@@ -441,7 +430,9 @@ impl Lowerer<'_> {
                     Kernel::Cast,
                     vec![src, dst],
                     vec![(xi.storage, false), (o, true)],
-                    vec![quads as u32],
+                    &push::CastPush {
+                        quads: quads as u32,
+                    },
                     [g, 1, 1],
                 );
             }

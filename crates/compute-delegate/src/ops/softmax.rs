@@ -3,7 +3,7 @@
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, TensorId, norm_dim};
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
 
 const PARAMS: &[Param] = &[
@@ -85,7 +85,11 @@ impl Lowerer<'_> {
                     kernel,
                     vec![u32::from(*log), u32::from(rows), u32::from(vec4), cache],
                     vec![(x, false), (o, true)],
-                    vec![outer as u32, s[*dim] as u32, inner as u32],
+                    &push::SoftmaxPush {
+                        outer: outer as u32,
+                        d: s[*dim] as u32,
+                        inner: inner as u32,
+                    },
                     [g, 1, 1],
                 );
             }

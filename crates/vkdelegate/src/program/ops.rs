@@ -14,6 +14,29 @@ use super::spec::ComputeStep;
 const RESERVED: [&str; 2] = ["input_shape", "input_dtype"];
 
 impl ComputeStep {
+    /// A step of op `op` (its program-file name: `relu`, `max_pool2d`) with no attributes yet;
+    /// the op and its attributes are checked when the program is built.
+    pub fn new(op: impl Into<String>) -> ComputeStep {
+        ComputeStep {
+            op: op.into(),
+            attributes: BTreeMap::new(),
+            declared_input: None,
+        }
+    }
+
+    /// The step with attribute `key` set to `value` (a number, bool, string or list, as in a
+    /// program file).
+    pub fn with(mut self, key: &str, value: impl Into<toml::Value>) -> ComputeStep {
+        self.attributes.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// The step with the spec of its inputs that are program inputs.
+    pub fn declared_input(mut self, spec: TensorSpec) -> ComputeStep {
+        self.declared_input = Some(spec);
+        self
+    }
+
     /// Parses op `op` with TOML `attributes` (the keys of a program file's `[[step]]`) for
     /// the step named `step` (named in errors).
     pub fn from_attributes(
