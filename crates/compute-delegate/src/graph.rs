@@ -1,4 +1,7 @@
-//! The graph builder: tensors, constants, inputs, outputs and ops, validated as they are added.
+//! The graph builder, the IR between the front ends and the kernels: tensors, storages,
+//! constants, inputs, outputs and the node kinds, with the operand checks the op families
+//! share. The ops' own methods (shape and dtype inference) live in their family files,
+//! `crate::ops::<family>`.
 
 use std::fmt;
 use std::ops::Range;

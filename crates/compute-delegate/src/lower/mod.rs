@@ -1,8 +1,8 @@
 //! Lowering: every node of a [`GraphBuilder`] becomes one or more dispatches of the op library,
-//! each naming the storages it reads and writes. One file per op family, each with one
-//! function taking that family's nodes: `elementwise.rs`, `reduce.rs` (softmax, sum / mean,
-//! layer_norm), `pool.rs`, `conv.rs`, `gemm.rs` (linear, matmul, bmm, split-K), `shape.rs`
-//! (permute, cat, slice, cast), `quantized.rs`.
+//! each naming the storages it reads and writes. The driver sends each node to its family's
+//! `record_<family>` (in `crate::ops`); this module holds the dispatch helpers, the strided
+//! copy, the activation fusion, and the GEMM engine products and convolutions record through
+//! (`gemm.rs`: tiling, split-K, `gemv.comp`; `coop.rs`: cooperative matrices).
 
 mod coop;
 mod gemm;

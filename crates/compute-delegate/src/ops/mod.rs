@@ -1,12 +1,13 @@
 //! The op registry: every op a front end can call, by every name it answers to.
 //!
-//! Ops live in one file per family. Each family file holds an `OPS` table with one
-//! registration line per op ([`OpDef::new`]: the names it answers to, its parameters in
-//! ExecuTorch's order, the function that adds it), and those functions, which read and check
-//! the arguments and add the op to a [`GraphBuilder`] (whose methods infer output shapes and
-//! dtypes; `lower/` records them). An op with a kernel of its own adds it with
-//! `GraphBuilder::kernel_node` and a `#[repr(C)]` push-constant struct, so that it touches
-//! nothing outside its family file and its shader.
+//! Ops live in one file per family. Each family file holds, for each of its ops: one
+//! registration line in its `OPS` table ([`OpDef::new`]: the names it answers to, its
+//! parameters in ExecuTorch's order, its build function); the build function, which reads and
+//! checks the arguments; the [`GraphBuilder`] methods that infer the output's shape and dtype
+//! and add the node; and the `record_<family>` function that turns the family's nodes into
+//! dispatches. An op with a kernel of its own adds it with `GraphBuilder::kernel_node` and its
+//! generated `#[repr(C)]` push-constant struct, and touches nothing outside its family file
+//! and its shader (the recipe is in ARCHITECTURE.md, "Adding an op").
 //!
 //! Names: ExecuTorch's as its Vulkan backend serialises them (`aten.add.Tensor`,
 //! `et_vk.conv_with_clamp.default`), its portable CPU kernels' (`aten::mul.Scalar_out`), and
