@@ -385,43 +385,14 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// The tensors the op reads.
+    /// The tensors the op reads, in operand order (`Op::map_inputs` visits them).
     pub(crate) fn inputs(&self) -> Vec<TensorId> {
-        match self {
-            Op::Unary { x, .. }
-            | Op::Softmax { x, .. }
-            | Op::Pool { x, .. }
-            | Op::Reduce { x, .. }
-            | Op::Permute { x, .. }
-            | Op::Slice { x, .. }
-            | Op::Cast { x, .. } => vec![*x],
-            Op::Binary { a, b, .. } | Op::QAdd { a, b, .. } => vec![*a, *b],
-            Op::Where { cond, a, b } => vec![*cond, *a, *b],
-            Op::Gather { table, ids } => vec![*table, *ids],
-            Op::Conv { x, w, bias, .. } => {
-                [Some(*x), Some(*w), *bias].into_iter().flatten().collect()
-            }
-            Op::Matmul { a, b, bias, .. } => {
-                [Some(*a), Some(*b), *bias].into_iter().flatten().collect()
-            }
-            Op::LayerNorm {
-                x, weight, bias, ..
-            } => [Some(*x), *weight, *bias].into_iter().flatten().collect(),
-            Op::Cat { xs, .. } | Op::Kernel { inputs: xs, .. } => xs.clone(),
-            Op::QConv {
-                x,
-                w,
-                bias,
-                mult,
-                shift,
-                ..
-            } => [Some(*x), Some(*w), *bias, Some(*mult), Some(*shift)]
-                .into_iter()
-                .flatten()
-                .collect(),
-            #[cfg(feature = "bench")]
-            Op::FmaProbe { .. } => vec![],
-        }
+        let seen = std::cell::RefCell::new(Vec::new());
+        self.clone().map_inputs(&|t| {
+            seen.borrow_mut().push(t);
+            t
+        });
+        seen.into_inner()
     }
 }
 

@@ -13,7 +13,7 @@ use crate::graph::{
 };
 
 impl Op {
-    /// Rewrites every tensor the op reads through `f`.
+    /// Rewrites every tensor the op reads through `f`, in operand order.
     pub(crate) fn map_inputs(&mut self, f: &impl Fn(TensorId) -> TensorId) {
         let one = |t: &mut TensorId| *t = f(*t);
         let opt = |t: &mut Option<TensorId>| {

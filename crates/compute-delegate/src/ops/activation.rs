@@ -11,39 +11,20 @@ const F32_MAX: f64 = f32::MAX as f64;
 /// The ops of this family, one registration line each.
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(&["aten.relu.default", "relu"], &[SELF], relu),
-    OpDef::new(&["relu6"], &[SELF], relu6),
-    OpDef::new(&["aten.sigmoid.default", "sigmoid"], &[SELF], sigmoid),
-    OpDef::new(&["aten.tanh.default", "tanh"], &[SELF], tanh),
-    OpDef::new(&["aten.hardswish.default", "hardswish"], &[SELF], hardswish),
+    OpDef::new(&["aten.relu.default", "relu"], &[SELF], |c| unary(c, UnaryOp::Relu)),
+    OpDef::new(&["relu6"], &[SELF], |c| unary(c, UnaryOp::Clamp(0.0, 6.0))),
+    OpDef::new(&["aten.sigmoid.default", "sigmoid"], &[SELF], |c| unary(c, UnaryOp::Sigmoid)),
+    OpDef::new(&["aten.tanh.default", "tanh"], &[SELF], |c| unary(c, UnaryOp::Tanh)),
+    OpDef::new(&["aten.hardswish.default", "hardswish"], &[SELF], |c| unary(c, UnaryOp::Hardswish)),
     OpDef::new(&["aten.gelu.default", "gelu"], &[SELF, Param::new("approximate", Kind::Str, Fallback::Str("none"))], gelu),
     OpDef::new(&["aten.clamp.default", "clamp"], &[SELF, Param::new("min", Kind::Float, Fallback::Float(F32_MIN)), Param::new("max", Kind::Float, Fallback::Float(F32_MAX))], clamp),
     OpDef::new(&["aten.hardtanh.default", "hardtanh"], &[SELF, Param::new("min_val|min", Kind::Float, Fallback::Float(-1.0)), Param::new("max_val|max", Kind::Float, Fallback::Float(1.0))], clamp),
 ];
 
-fn relu(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+/// A function of `self`, element by element.
+fn unary(c: &mut Call<'_>, op: UnaryOp) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
-    one(c.g.relu(x)?)
-}
-
-fn relu6(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let x = c.tensor(0)?;
-    one(c.g.relu6(x)?)
-}
-
-fn sigmoid(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let x = c.tensor(0)?;
-    one(c.g.sigmoid(x)?)
-}
-
-fn tanh(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let x = c.tensor(0)?;
-    one(c.g.tanh(x)?)
-}
-
-fn hardswish(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let x = c.tensor(0)?;
-    one(c.g.hardswish(x)?)
+    one(c.g.unary(op, x)?)
 }
 
 fn gelu(c: &mut Call<'_>) -> Result<Vec<TensorId>> {

@@ -18,112 +18,48 @@ const SCALAR: Param = Param::new("other|value", Kind::Float, Fallback::Required)
 /// The ops of this family, one registration line each.
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(&["aten.add.Tensor", "add"], &[SELF, OTHER, ALPHA], add),
-    OpDef::new(&["aten.sub.Tensor", "sub"], &[SELF, OTHER, ALPHA], sub),
-    OpDef::new(&["aten.mul.Tensor", "mul"], &[SELF, OTHER], mul),
-    OpDef::new(&["aten.div.Tensor", "div"], &[SELF, OTHER], div),
-    OpDef::new(&["aten.add.Scalar", "aten::add.Scalar_out", "add_scalar"], &[SELF, SCALAR, ALPHA], add_scalar),
-    OpDef::new(&["aten.sub.Scalar", "aten::sub.Scalar_out", "sub_scalar"], &[SELF, SCALAR, ALPHA], sub_scalar),
-    OpDef::new(&["aten.mul.Scalar", "aten::mul.Scalar_out", "mul_scalar"], &[SELF, SCALAR], mul_scalar),
-    OpDef::new(&["aten.div.Scalar", "aten::div.Scalar_out", "div_scalar"], &[SELF, SCALAR], div_scalar),
-    OpDef::new(&["aten.eq.Scalar", "eq_scalar"], &[SELF, SCALAR], eq),
-    OpDef::new(&["aten.ne.Scalar", "ne_scalar"], &[SELF, SCALAR], ne),
-    OpDef::new(&["aten.gt.Scalar", "gt_scalar"], &[SELF, SCALAR], gt),
-    OpDef::new(&["aten.ge.Scalar", "ge_scalar"], &[SELF, SCALAR], ge),
-    OpDef::new(&["aten.lt.Scalar", "lt_scalar"], &[SELF, SCALAR], lt),
-    OpDef::new(&["aten.le.Scalar", "le_scalar"], &[SELF, SCALAR], le),
+    OpDef::new(&["aten.add.Tensor", "add"], &[SELF, OTHER, ALPHA], |c| binary(c, BinaryOp::Add)),
+    OpDef::new(&["aten.sub.Tensor", "sub"], &[SELF, OTHER, ALPHA], |c| binary(c, BinaryOp::Sub)),
+    OpDef::new(&["aten.mul.Tensor", "mul"], &[SELF, OTHER], |c| binary(c, BinaryOp::Mul)),
+    OpDef::new(&["aten.div.Tensor", "div"], &[SELF, OTHER], |c| binary(c, BinaryOp::Div)),
+    OpDef::new(&["aten.add.Scalar", "aten::add.Scalar_out", "add_scalar"], &[SELF, SCALAR, ALPHA], |c| scalar(c, UnaryOp::AddScalar)),
+    OpDef::new(&["aten.sub.Scalar", "aten::sub.Scalar_out", "sub_scalar"], &[SELF, SCALAR, ALPHA], |c| scalar(c, |s| UnaryOp::AddScalar(-s))),
+    OpDef::new(&["aten.mul.Scalar", "aten::mul.Scalar_out", "mul_scalar"], &[SELF, SCALAR], |c| scalar(c, UnaryOp::MulScalar)),
+    OpDef::new(&["aten.div.Scalar", "aten::div.Scalar_out", "div_scalar"], &[SELF, SCALAR], |c| scalar(c, UnaryOp::DivScalar)),
+    OpDef::new(&["aten.eq.Scalar", "eq_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Eq, s))),
+    OpDef::new(&["aten.ne.Scalar", "ne_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Ne, s))),
+    OpDef::new(&["aten.gt.Scalar", "gt_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Gt, s))),
+    OpDef::new(&["aten.ge.Scalar", "ge_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Ge, s))),
+    OpDef::new(&["aten.lt.Scalar", "lt_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Lt, s))),
+    OpDef::new(&["aten.le.Scalar", "le_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Le, s))),
     OpDef::new(&["aten.logical_not.default", "logical_not"], &[SELF], logical_not),
     OpDef::new(&["aten.where.self", "where"], &[Param::tensor("condition"), SELF, OTHER], where_),
 ];
 
-/// `other * alpha`, leaving it alone for alpha 1.
-fn scaled_other(c: &mut Call<'_>) -> Result<TensorId> {
-    let y = c.tensor(1)?;
-    let alpha = c.f32(2)?;
-    if alpha == 1.0 {
-        return Ok(y);
+/// `self op other`, broadcasting; `other` scaled by `alpha` first where the op has one.
+fn binary(c: &mut Call<'_>, op: BinaryOp) -> Result<Vec<TensorId>> {
+    let (x, mut y) = (c.tensor(0)?, c.tensor(1)?);
+    let alpha = if c.def.params.len() > 2 {
+        c.f32(2)?
+    } else {
+        1.0
+    };
+    if alpha != 1.0 {
+        y = c.g.mul_scalar(y, alpha)?;
     }
-    c.g.mul_scalar(y, alpha)
+    one(c.g.binary(op, x, y)?)
 }
 
-fn add(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, y) = (c.tensor(0)?, scaled_other(c)?);
-    one(c.g.add(x, y)?)
-}
-
-fn sub(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, y) = (c.tensor(0)?, scaled_other(c)?);
-    one(c.g.sub(x, y)?)
-}
-
-fn mul(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, y) = (c.tensor(0)?, c.tensor(1)?);
-    one(c.g.mul(x, y)?)
-}
-
-fn div(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, y) = (c.tensor(0)?, c.tensor(1)?);
-    one(c.g.div(x, y)?)
-}
-
-/// The scalar operand times alpha.
-fn scalar(c: &Call<'_>) -> Result<f32> {
+/// A function of `self` and the scalar `other` (times `alpha` where the op has one).
+fn scalar(c: &mut Call<'_>, op: fn(f32) -> UnaryOp) -> Result<Vec<TensorId>> {
     let alpha = if c.def.params.len() > 2 {
         c.float(2)?
     } else {
         1.0
     };
-    let v = c.float(1)? * alpha;
-    Ok(v.clamp(f64::from(f32::MIN), f64::from(f32::MAX)) as f32)
-}
-
-fn add_scalar(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, s) = (c.tensor(0)?, scalar(c)?);
-    one(c.g.add_scalar(x, s)?)
-}
-
-fn sub_scalar(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, s) = (c.tensor(0)?, scalar(c)?);
-    one(c.g.sub_scalar(x, s)?)
-}
-
-fn mul_scalar(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, s) = (c.tensor(0)?, scalar(c)?);
-    one(c.g.mul_scalar(x, s)?)
-}
-
-fn div_scalar(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, s) = (c.tensor(0)?, scalar(c)?);
-    one(c.g.div_scalar(x, s)?)
-}
-
-fn compare(c: &mut Call<'_>, cmp: Compare) -> Result<Vec<TensorId>> {
-    let (x, s) = (c.tensor(0)?, c.f32(1)?);
-    one(c.g.compare_scalar(x, cmp, s)?)
-}
-
-fn eq(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    compare(c, Compare::Eq)
-}
-
-fn ne(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    compare(c, Compare::Ne)
-}
-
-fn gt(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    compare(c, Compare::Gt)
-}
-
-fn ge(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    compare(c, Compare::Ge)
-}
-
-fn lt(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    compare(c, Compare::Lt)
-}
-
-fn le(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    compare(c, Compare::Le)
+    let s = (c.float(1)? * alpha).clamp(f64::from(f32::MIN), f64::from(f32::MAX)) as f32;
+    let x = c.tensor(0)?;
+    one(c.g.unary(op(s), x)?)
 }
 
 fn logical_not(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
@@ -266,6 +202,32 @@ fn bcast_strides(t: &TensorInfo, r: usize) -> Vec<usize> {
 
 // Recording: what this family's nodes become, dispatches of the op library.
 impl Lowerer<'_> {
+    /// The dims of an output of shape `out` and the strides of each of `ins` read as that
+    /// shape (0 on broadcast dims), contiguous dims merged; at most [`MAX_RANK`] remain.
+    fn broadcast(
+        &self,
+        out: &[usize],
+        ins: &[&TensorInfo],
+    ) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
+        let strides: Vec<Vec<usize>> = ins.iter().map(|t| bcast_strides(t, out.len())).collect();
+        let (d, s) = collapse(out, &strides);
+        if d.len() > MAX_RANK {
+            let operands: Vec<String> = ins
+                .iter()
+                .map(|t| format!("'{}' {:?}", t.name, t.shape))
+                .collect();
+            return Err(Error::Shape {
+                op: self.op,
+                detail: format!(
+                    "broadcasting {} to {out:?} needs {} dims; at most {MAX_RANK}",
+                    operands.join(", "),
+                    d.len()
+                ),
+            });
+        }
+        Ok((d, s))
+    }
+
     /// Records a node of this family.
     pub(crate) fn record_elementwise(&mut self, op: &Op, t: &Target) -> Result<()> {
         let (o, oi, n) = (t.o, &t.info, t.info.numel());
@@ -301,38 +263,7 @@ impl Lowerer<'_> {
                         [g, 1, 1],
                     );
                 } else {
-                    let r = oi.shape.len();
-                    let bstrides = |t: &TensorInfo| {
-                        let cs = contiguous_strides(&t.shape);
-                        let off = r - t.shape.len();
-                        (0..r)
-                            .map(|i| {
-                                if i < off || t.shape[i - off] == 1 {
-                                    0
-                                } else {
-                                    cs[i - off]
-                                }
-                            })
-                            .collect::<Vec<_>>()
-                    };
-                    let (d, s) = collapse(
-                        &oi.shape,
-                        &[bstrides(&ai), bstrides(&bi), contiguous_strides(&oi.shape)],
-                    );
-                    if d.len() > MAX_RANK {
-                        return Err(Error::Shape {
-                            op: self.op,
-                            detail: format!(
-                                "broadcasting '{}' {:?} with '{}' {:?} needs {} dims; at most \
-                                 {MAX_RANK}",
-                                ai.name,
-                                ai.shape,
-                                bi.name,
-                                bi.shape,
-                                d.len()
-                            ),
-                        });
-                    }
+                    let (d, s) = self.broadcast(&oi.shape, &[&ai, &bi])?;
                     let push = push::BinaryBcastPush {
                         n: n as u32,
                         rank: d.len() as u32,
@@ -356,19 +287,7 @@ impl Lowerer<'_> {
                     self.t(*a).clone(),
                     self.t(*b).clone(),
                 ];
-                let r = oi.shape.len();
-                let strides: Vec<Vec<usize>> = ins.iter().map(|t| bcast_strides(t, r)).collect();
-                let (d, s) = collapse(&oi.shape, &strides);
-                if d.len() > MAX_RANK {
-                    return Err(Error::Shape {
-                        op: self.op,
-                        detail: format!(
-                            "broadcasting to {:?} needs {} dims; at most {MAX_RANK}",
-                            oi.shape,
-                            d.len()
-                        ),
-                    });
-                }
+                let (d, s) = self.broadcast(&oi.shape, &[&ins[0], &ins[1], &ins[2]])?;
                 let push = push::WherePush {
                     n: n as u32,
                     rank: d.len() as u32,

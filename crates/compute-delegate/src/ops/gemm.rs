@@ -8,8 +8,8 @@ use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.linear.default"], &[Param::tensor("input"), Param::tensor("weight"), Param::opt_tensor("bias")], linear),
-    OpDef::new(&["aten.mm.default", "matmul"], &[Param::tensor("self"), Param::tensor("mat2")], matmul),
-    OpDef::new(&["aten.bmm.default", "bmm"], &[Param::tensor("self"), Param::tensor("mat2")], bmm),
+    OpDef::new(&["aten.mm.default", "matmul"], &[Param::tensor("self"), Param::tensor("mat2")], |c| product(c, GraphBuilder::matmul)),
+    OpDef::new(&["aten.bmm.default", "bmm"], &[Param::tensor("self"), Param::tensor("mat2")], |c| product(c, GraphBuilder::bmm)),
 ];
 
 fn linear(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
@@ -17,14 +17,13 @@ fn linear(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     one(c.g.linear(x, w, b)?)
 }
 
-fn matmul(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+/// `self x mat2`.
+fn product(
+    c: &mut Call<'_>,
+    op: fn(&mut GraphBuilder, TensorId, TensorId) -> Result<TensorId>,
+) -> Result<Vec<TensorId>> {
     let (a, b) = (c.tensor(0)?, c.tensor(1)?);
-    one(c.g.matmul(a, b)?)
-}
-
-fn bmm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (a, b) = (c.tensor(0)?, c.tensor(1)?);
-    one(c.g.bmm(a, b)?)
+    one(op(c.g, a, b)?)
 }
 
 // Shape and dtype inference: the builder's methods of this family, each checking its

@@ -13,20 +13,19 @@ const KEEPDIM: Param = Param::new("keepdim", Kind::Bool, Fallback::Bool(false));
 /// The ops of this family, one registration line each.
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(&["aten.sum.dim_IntList", "aten::sum.IntList_out", "sum"], &[SELF, DIMS, KEEPDIM], sum),
-    OpDef::new(&["aten.mean.dim", "aten::mean.out", "mean"], &[SELF, DIMS, KEEPDIM], mean),
+    OpDef::new(&["aten.sum.dim_IntList", "aten::sum.IntList_out", "sum"], &[SELF, DIMS, KEEPDIM], |c| reduce(c, GraphBuilder::sum)),
+    OpDef::new(&["aten.mean.dim", "aten::mean.out", "mean"], &[SELF, DIMS, KEEPDIM], |c| reduce(c, GraphBuilder::mean)),
     OpDef::new(&["aten.any.dim", "aten.any.dims", "aten::any.out", "aten::any.dims_out", "any"], &[SELF, DIMS, KEEPDIM], any),
     OpDef::new(&["aten.any.default", "aten::any.all_out"], &[SELF], any),
 ];
 
-fn sum(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+/// A reduction over `dim` (every dim when none is given).
+fn reduce(
+    c: &mut Call<'_>,
+    op: fn(&mut GraphBuilder, TensorId, &[isize], bool) -> Result<TensorId>,
+) -> Result<Vec<TensorId>> {
     let (x, dims, keepdim) = (c.tensor(0)?, c.dims(1)?, c.bool(2)?);
-    one(c.g.sum(x, &dims, keepdim)?)
-}
-
-fn mean(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, dims, keepdim) = (c.tensor(0)?, c.dims(1)?, c.bool(2)?);
-    one(c.g.mean(x, &dims, keepdim)?)
+    one(op(c.g, x, &dims, keepdim)?)
 }
 
 /// Whether any element along the dims is true (all dims when none are given).

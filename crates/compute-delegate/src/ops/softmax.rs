@@ -15,18 +15,14 @@ const PARAMS: &[Param] = &[
 /// The ops of this family, one registration line each.
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
-    OpDef::new(&["aten._softmax.default", "softmax"], PARAMS, softmax),
-    OpDef::new(&["aten._log_softmax.default", "log_softmax"], PARAMS, log_softmax),
+    OpDef::new(&["aten._softmax.default", "softmax"], PARAMS, |c| softmax(c, false)),
+    OpDef::new(&["aten._log_softmax.default", "log_softmax"], PARAMS, |c| softmax(c, true)),
 ];
 
-fn softmax(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+/// Softmax, or log-softmax, along `dim`.
+fn softmax(c: &mut Call<'_>, log: bool) -> Result<Vec<TensorId>> {
     let (x, dim) = (c.tensor(0)?, c.dim(1)?);
-    one(c.g.softmax(x, dim)?)
-}
-
-fn log_softmax(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, dim) = (c.tensor(0)?, c.dim(1)?);
-    one(c.g.log_softmax(x, dim)?)
+    one(c.g.softmax_impl(x, dim, log)?)
 }
 
 // Shape and dtype inference: the builder's methods of this family, each checking its
