@@ -173,6 +173,34 @@ fn the_staged_memory_path_gives_the_same_results() {
 }
 
 #[test]
+fn an_embedded_model_has_no_host_path_and_says_so() {
+    let test = "an_embedded_model_has_no_host_path_and_says_so";
+    let Some((instance, device)) = device(test, &corpus_requirements()) else {
+        return;
+    };
+    let dir = common::corpus_dir().join("add");
+    let bytes = std::fs::read(dir.join("model.vgf")).unwrap();
+    let options = LoadOptions {
+        memory: MemoryMode::Staged,
+        embedded: true,
+        ..Default::default()
+    };
+    let mut model = Model::load_with(&bytes, &device, &options).unwrap();
+    let inputs = inputs_of(&dir, model.inputs().len());
+    let e = model.execute(&inputs).unwrap_err().to_string();
+    assert!(
+        e.contains("execute: this model was loaded to run only inside"),
+        "{e}"
+    );
+    // SAFETY: no semaphores; the call is refused before anything is submitted.
+    let e = unsafe { model.submit(&[], &[]) }.unwrap_err().to_string();
+    assert!(e.contains("submit:"), "{e}");
+    assert_eq!(model.device_inputs().len(), model.inputs().len());
+    drop(model);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
+#[test]
 fn inputs_are_checked_and_io_is_described() {
     let test = "inputs_are_checked_and_io_is_described";
     let Some((instance, device)) = device(test, &corpus_requirements()) else {

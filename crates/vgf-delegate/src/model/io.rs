@@ -53,15 +53,17 @@ pub(super) fn describe(
     objects: &mut Objects,
     vgf: &Vgf<'_>,
     (slots, names, prefix): (&[Binding], &[&str], &str),
-    (memory_mode, path, external): (MemoryMode, HostPath, &[Option<BufferSlice>]),
+    (memory_mode, path, external, embedded): (MemoryMode, HostPath, &[Option<BufferSlice>], bool),
 ) -> Result<(Vec<TensorSpec>, Vec<Io>)> {
     let mut specs = Vec::with_capacity(slots.len());
     let mut ios = Vec::with_capacity(slots.len());
     for (i, b) in slots.iter().enumerate() {
         let r = &vgf.resources[b.mrt_index as usize];
         let bytes = packed_bytes(r)?;
-        // External memory is not ours to map: the host reaches it through staging.
-        let staged = memory_mode == MemoryMode::Staged || external[r.index].is_some();
+        // External memory is not ours to map: the host reaches it through staging; an
+        // embedded model has no host path.
+        let staged =
+            !embedded && (memory_mode == MemoryMode::Staged || external[r.index].is_some());
         let transfer = staged && path.transfers(bytes as u64);
         let staging = if staged && !transfer {
             let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
@@ -98,6 +100,7 @@ impl Model {
 
     /// Runs the model: copies `inputs` in, executes every segment, copies the outputs out.
     pub fn execute(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.host_side("execute")?;
         self.wait()?;
         vk_core::check_inputs(&self.inputs, inputs)?;
         self.write_inputs(inputs)?;

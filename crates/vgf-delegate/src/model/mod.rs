@@ -85,6 +85,10 @@ pub struct LoadOptions {
     /// overrides it). With [`MemoryMode::Auto`] it also decides the placement
     /// ([`vk_core::HostPath::io`]).
     pub host_path: Option<HostPath>,
+    /// The model runs only inside its owner's command buffers ([`Model::record_into`], as a
+    /// program's device hand-off records it): no staging buffers and no command buffers of its
+    /// own are made, and `execute` and `submit` fail with a named error.
+    pub embedded: bool,
 }
 
 /// The `VK_ARM_tensors` objects of a model input or output (for work beyond the buffers of
@@ -120,6 +124,8 @@ pub struct Model {
     submission: Submission,
     runs: Vec<SegmentRun>,
     sets: Vec<Vec<vk::DescriptorSet>>,
+    /// Loaded with [`LoadOptions::embedded`]: recorded only into its owner's command buffers.
+    embedded: bool,
 }
 
 fn unsupported(msg: impl Into<String>) -> Error {
@@ -219,13 +225,13 @@ impl Model {
             &mut objects,
             vgf,
             (&seq.inputs, &seq.input_names, "input"),
-            (memory_mode, path, &external),
+            (memory_mode, path, &external, options.embedded),
         )?;
         let (outputs, output_io) = io::describe(
             &mut objects,
             vgf,
             (&seq.outputs, &seq.output_names, "output"),
-            (memory_mode, path, &external),
+            (memory_mode, path, &external, options.embedded),
         )?;
         let (runs, tensor_descriptors) =
             pipelines::create_segments(&mut objects, vgf, &tensors.descs)?;
@@ -244,9 +250,12 @@ impl Model {
             submission,
             runs,
             sets,
+            embedded: options.embedded,
         };
-        model.record(HOST_CB)?;
-        model.record(DEVICE_CB)?;
+        if !model.embedded {
+            model.record(HOST_CB)?;
+            model.record(DEVICE_CB)?;
+        }
         Ok(model)
     }
 
@@ -274,9 +283,21 @@ impl Model {
         waits: &[SemaphoreWait],
         signals: &[SemaphoreSignal],
     ) -> Result<()> {
+        self.host_side("submit")?;
         // SAFETY: the device command buffer is executable and uses only this model's objects
         // (alive until a wait); the semaphores are the caller's contract.
         unsafe { self.submission.submit(DEVICE_CB, waits, signals) }?;
+        Ok(())
+    }
+
+    /// Refuses a call that needs the model's own command buffers on an embedded model.
+    fn host_side(&self, call: &str) -> Result<()> {
+        if self.embedded {
+            return Err(unsupported(format!(
+                "{call}: this model was loaded to run only inside its owner's command buffers \
+                 (LoadOptions::embedded)"
+            )));
+        }
         Ok(())
     }
 

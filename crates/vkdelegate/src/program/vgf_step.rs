@@ -100,6 +100,7 @@ fn load_bound(
         });
     let options = LoadOptions {
         external: inputs.chain(outs).collect(),
+        embedded: external.embedded,
         ..LoadOptions::default()
     };
     let model = Model::from_decoded(file.vgf(), device, &options).map_err(wrap(step))?;
