@@ -728,6 +728,27 @@ impl GraphBuilder {
         self.constant(name, t)
     }
 
+    /// The values of constant `t` (or of a view of a constant) as f32, where it is f32 or f16:
+    /// what an op folds at build.
+    pub(crate) fn constant_values(&self, t: TensorId) -> Option<Vec<f32>> {
+        let info = self.tensors.get(t.0)?;
+        let StorageKind::Const(bytes) = &self.storages[info.storage].kind else {
+            return None;
+        };
+        let v: Vec<f32> = match info.dtype {
+            DType::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            DType::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            _ => return None,
+        };
+        (v.len() >= info.numel()).then(|| v[..info.numel()].to_vec())
+    }
+
     /// An f16 constant from f32 values, each rounded to the nearest f16.
     pub fn constant_f16(
         &mut self,

@@ -62,6 +62,8 @@ pub(crate) enum Kernel {
     SplitSum,
     /// `unary.comp`.
     Unary,
+    /// `unary_math.comp`.
+    UnaryMath,
     /// `where.comp`.
     Where,
 }
@@ -69,7 +71,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 30] = [
+    pub(crate) const ALL: [Kernel; 31] = [
         Kernel::Binary,
         Kernel::BinaryBcast,
         Kernel::Cast,
@@ -99,6 +101,7 @@ impl Kernel {
         Kernel::SoftmaxSg,
         Kernel::SplitSum,
         Kernel::Unary,
+        Kernel::UnaryMath,
         Kernel::Where,
     ];
 
@@ -134,6 +137,7 @@ impl Kernel {
             Kernel::SoftmaxSg => include_bytes!("../spirv/softmax_sg.spv"),
             Kernel::SplitSum => include_bytes!("../spirv/split_sum.spv"),
             Kernel::Unary => include_bytes!("../spirv/unary.spv"),
+            Kernel::UnaryMath => include_bytes!("../spirv/unary_math.spv"),
             Kernel::Where => include_bytes!("../spirv/where.spv"),
         }
     }
@@ -171,6 +175,7 @@ impl Kernel {
             Kernel::SoftmaxSg => Some(include_bytes!("../spirv/softmax_sg_f16.spv")),
             Kernel::SplitSum => Some(include_bytes!("../spirv/split_sum_f16.spv")),
             Kernel::Unary => Some(include_bytes!("../spirv/unary_f16.spv")),
+            Kernel::UnaryMath => Some(include_bytes!("../spirv/unary_math_f16.spv")),
             Kernel::Where => Some(include_bytes!("../spirv/where_f16.spv")),
         }
     }
@@ -207,6 +212,7 @@ impl Kernel {
             Kernel::SoftmaxSg => 2,
             Kernel::SplitSum => 2,
             Kernel::Unary => 2,
+            Kernel::UnaryMath => 2,
             Kernel::Where => 4,
         }
     }
@@ -641,6 +647,15 @@ pub(crate) mod push {
         pub n4: u32,
         pub p0: f32,
         pub p1: f32,
+    }
+
+    /// `unary_math.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct UnaryMathPush {
+        pub n: u32,
+        pub op: u32,
+        pub p0: f32,
     }
 
     /// `where.comp`'s push constants.

@@ -86,6 +86,7 @@ mod graph;
 mod kernels;
 mod lower;
 pub mod ops;
+pub use ops::Math;
 mod options;
 mod passes;
 mod runtime;

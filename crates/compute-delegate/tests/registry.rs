@@ -291,3 +291,260 @@ fn pixel_shuffle_matches_the_reference() {
         "{e}"
     );
 }
+
+/// Inputs spread over `[lo, hi)`.
+fn spread(n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| lo + (hi - lo) * (i as f32 + 0.37) / n as f32)
+        .collect()
+}
+
+#[test]
+fn unary_math_matches_the_reference() {
+    type Case = (&'static str, Vec<Arg>, (f32, f32), fn(f32) -> f32);
+    let cases: Vec<Case> = vec![
+        ("aten.abs.default", vec![], (-2.0, 2.0), f32::abs),
+        ("aten.neg.default", vec![], (-2.0, 2.0), |v| -v),
+        ("aten.exp.default", vec![], (-2.0, 2.0), f32::exp),
+        ("aten.log.default", vec![], (0.1, 3.0), f32::ln),
+        ("aten.log10.default", vec![], (0.1, 3.0), f32::log10),
+        ("aten.sqrt.default", vec![], (0.1, 3.0), f32::sqrt),
+        ("aten.rsqrt.default", vec![], (0.1, 3.0), |v| 1.0 / v.sqrt()),
+        ("aten.sin.default", vec![], (-2.0, 2.0), f32::sin),
+        ("aten.cos.default", vec![], (-2.0, 2.0), f32::cos),
+        ("aten.tan.default", vec![], (-1.2, 1.2), f32::tan),
+        (
+            "aten.round.default",
+            vec![],
+            (-3.0, 3.0),
+            f32::round_ties_even,
+        ),
+        ("aten.floor.default", vec![], (-3.0, 3.0), f32::floor),
+        ("aten.ceil.default", vec![], (-3.0, 3.0), f32::ceil),
+        ("aten.reciprocal.default", vec![], (0.2, 3.0), f32::recip),
+        (
+            "aten.pow.Tensor_Scalar",
+            vec![Arg::Float(3.0)],
+            (-2.0, 2.0),
+            |v| v.powi(3),
+        ),
+        (
+            "aten.pow.Tensor_Scalar",
+            vec![Arg::Int(2)],
+            (-2.0, 2.0),
+            |v| v * v,
+        ),
+        (
+            "aten.pow.Tensor_Scalar",
+            vec![Arg::Float(1.5)],
+            (0.1, 2.0),
+            |v| v.powf(1.5),
+        ),
+        (
+            "aten.leaky_relu.default",
+            vec![Arg::Float(0.2)],
+            (-2.0, 2.0),
+            |v| if v >= 0.0 { v } else { 0.2 * v },
+        ),
+        ("aten.leaky_relu.default", vec![], (-2.0, 2.0), |v| {
+            if v >= 0.0 { v } else { 0.01 * v }
+        }),
+        ("aten.hardshrink.default", vec![], (-2.0, 2.0), |v| {
+            if v.abs() > 0.5 { v } else { 0.0 }
+        }),
+        ("aten.hardsigmoid.default", vec![], (-4.0, 4.0), |v| {
+            (v + 3.0).clamp(0.0, 6.0) / 6.0
+        }),
+    ];
+    each_precision("unary_math", |dev, dtype| {
+        let s = [2, 3, 37];
+        for (name, rest, (lo, hi), f) in &cases {
+            let mut x = spread(s.iter().product(), *lo, *hi);
+            if dtype == DType::F16 {
+                // The reference sees the inputs the graph computes on.
+                x.iter_mut()
+                    .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+            }
+            let (got, shape) = call(dev, name, dtype, &[(&s, &x)], rest.clone());
+            assert_eq!(shape, s);
+            let want: Vec<f32> = x.iter().map(|&v| f(v)).collect();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let tol = match dtype {
+                    DType::F16 => 1e-2 * (1.0 + w.abs()),
+                    _ => 1e-4 * (1.0 + w.abs()),
+                };
+                assert!(
+                    (g - w).abs() <= tol,
+                    "{name} {rest:?} {dtype}: element {i}: {g} vs {w}"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn addmm_matches_the_reference() {
+    each_precision("addmm", |dev, dtype| {
+        let (m, k, n) = (3, 5, 4);
+        let (bias, a, b) = (rand_vec(5, n), rand_vec(6, m * k), rand_vec(7, k * n));
+        // (self, mat1, mat2, beta, alpha)
+        let (got, shape) = call(
+            dev,
+            "aten.addmm.default",
+            dtype,
+            &[(&[n], &bias), (&[m, k], &a), (&[k, n], &b)],
+            vec![Arg::Float(0.5), Arg::Float(2.0)],
+        );
+        assert_eq!(shape, [m, n]);
+        let want: Vec<f32> = (0..m * n)
+            .map(|o| {
+                let (i, j) = (o / n, o % n);
+                let dot: f32 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+                0.5 * bias[j] + 2.0 * dot
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "addmm");
+    });
+}
+
+#[test]
+fn batch_norm_folds_constant_statistics() {
+    each_precision("batch_norm", |dev, dtype| {
+        let (n, c, hw) = (2, 3, 5);
+        let x = rand_vec(8, n * c * hw);
+        let (mean, var) = (vec![0.5, -1.0, 0.0], vec![0.25, 2.0, 1.0]);
+        let (w, b) = (vec![1.5, -0.5, 2.0], vec![0.1, 0.2, -0.3]);
+        let def = ops::find("aten._native_batch_norm_legit_no_training.default").unwrap();
+        let mut g = GraphBuilder::new();
+        let xi = g.input("x", DType::F32, &[n, c, hw]).unwrap();
+        let xd = if dtype == DType::F32 {
+            xi
+        } else {
+            g.cast(xi, dtype).unwrap()
+        };
+        let mut constant =
+            |name: &str, v: &[f32]| Arg::Tensor(g.constant_f32(name, &[c], v).unwrap());
+        let (wa, ba, ma, va) = (
+            constant("w", &w),
+            constant("b", &b),
+            constant("m", &mean),
+            constant("v", &var),
+        );
+        // (input, weight, bias, running_mean, running_var, momentum, eps)
+        let args = vec![
+            Arg::Tensor(xd),
+            wa,
+            ba,
+            ma,
+            va,
+            Arg::Float(0.1),
+            Arg::Float(1e-5),
+        ];
+        let y = def.call(&mut g, args).unwrap()[0];
+        let y = if dtype == DType::F32 {
+            y
+        } else {
+            g.cast(y, DType::F32).unwrap()
+        };
+        g.output(y).unwrap();
+        let input = HostTensor::from_f32(vec![n, c, hw], &x).unwrap();
+        let got = g.build(dev).unwrap().execute(&[input]).unwrap()[0]
+            .to_f32()
+            .unwrap();
+        let want: Vec<f32> = (0..x.len())
+            .map(|i| {
+                let ch = (i / hw) % c;
+                (x[i] - mean[ch]) / (var[ch] + 1e-5).sqrt() * w[ch] + b[ch]
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "batch_norm");
+    });
+    // Statistics that are not constants are named.
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[1, 2, 2]).unwrap();
+    let m = g.input("running_mean", DType::F32, &[2]).unwrap();
+    let e = g.batch_norm(x, [None, None], [m, m], 1e-5).unwrap_err();
+    assert!(
+        e.to_string().contains("'running_mean' must be a constant"),
+        "{e}"
+    );
+}
+
+#[test]
+fn constant_pad_nd_pads_and_cuts() {
+    each_precision("constant_pad_nd", |dev, dtype| {
+        let s = [1, 2, 3, 4];
+        let x = rand_vec(9, s.iter().product());
+        // Last dim: 1 before, 2 after; the one before: cut 1 before, add 1 after.
+        let (got, shape) = call(
+            dev,
+            "aten.constant_pad_nd.default",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Ints(vec![1, 2, -1, 1]), Arg::Float(0.5)],
+        );
+        assert_eq!(shape, [1, 2, 3, 7]);
+        let mut want = Vec::new();
+        for ch in 0..2 {
+            for i in 0..3 {
+                for j in 0..7 {
+                    let (r, col) = (i + 1, j as i64 - 1);
+                    let inside = r < 3 && (0..4).contains(&col);
+                    want.push(if inside {
+                        x[(ch * 3 + r) * 4 + col as usize]
+                    } else {
+                        0.5
+                    });
+                }
+            }
+        }
+        assert_close(&got, &want, dtype, "constant_pad_nd");
+    });
+}
+
+#[test]
+fn copies_transposes_and_fills() {
+    each_precision("copies", |dev, dtype| {
+        let s = [3, 4];
+        let x = rand_vec(10, 12);
+        let (got, shape) = call(dev, "aten.t_copy.default", dtype, &[(&s, &x)], vec![]);
+        assert_eq!(shape, [4, 3]);
+        let want: Vec<f32> = (0..12).map(|o| x[(o % 3) * 4 + o / 3]).collect();
+        assert_close(&got, &want, dtype, "t_copy");
+        for (code, want) in [
+            (6, x.clone()),
+            (
+                11,
+                x.iter().map(|v| f32::from(u8::from(*v != 0.0))).collect(),
+            ),
+        ] {
+            let (got, _) = call(
+                dev,
+                "dim_order_ops._to_dim_order_copy.default",
+                dtype,
+                &[(&s, &x)],
+                vec![Arg::Int(code)],
+            );
+            assert_close(
+                &got,
+                &want,
+                dtype,
+                &format!("_to_dim_order_copy to ScalarType {code}"),
+            );
+        }
+        let (got, _) = call(dev, "aten.ones_like.default", dtype, &[(&s, &x)], vec![]);
+        assert_close(&got, &[1.0; 12], dtype, "ones_like");
+    });
+    // A ScalarType we do not hold is named.
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[2]).unwrap();
+    let e = ops::find("aten._to_copy.default")
+        .unwrap()
+        .call(&mut g, vec![Arg::Tensor(x), Arg::Int(15)])
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("ScalarType 15 from f32 is not supported"),
+        "{e}"
+    );
+}

@@ -1,6 +1,6 @@
-//! Matrix products: `linear`, `mm`, `bmm`.
+//! Matrix products: `linear`, `mm`, `bmm`, `addmm`.
 
-use super::{Call, OpDef, Param, one};
+use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
 
@@ -10,7 +10,27 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.linear.default"], &[Param::tensor("input"), Param::tensor("weight"), Param::opt_tensor("bias")], linear),
     OpDef::new(&["aten.mm.default", "matmul"], &[Param::tensor("self"), Param::tensor("mat2")], |c| product(c, GraphBuilder::matmul)),
     OpDef::new(&["aten.bmm.default", "bmm"], &[Param::tensor("self"), Param::tensor("mat2")], |c| product(c, GraphBuilder::bmm)),
+    OpDef::new(&["aten.addmm.default", "addmm"], &[Param::tensor("self"), Param::tensor("mat1"), Param::tensor("mat2"), Param::new("beta", Kind::Float, Fallback::Float(1.0)), Param::new("alpha", Kind::Float, Fallback::Float(1.0))], addmm),
 ];
+
+/// `beta * self + alpha * (mat1 @ mat2)`, `self` broadcasting.
+fn addmm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (bias, a, b) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
+    let (beta, alpha) = (c.f32(3)?, c.f32(4)?);
+    let mut y = c.g.matmul(a, b)?;
+    if alpha != 1.0 {
+        y = c.g.mul_scalar(y, alpha)?;
+    }
+    if beta == 0.0 {
+        return one(y);
+    }
+    let bias = if beta == 1.0 {
+        bias
+    } else {
+        c.g.mul_scalar(bias, beta)?
+    };
+    one(c.g.add(y, bias)?)
+}
 
 fn linear(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (x, w, b) = (c.tensor(0)?, c.tensor(1)?, c.opt_tensor(2)?);

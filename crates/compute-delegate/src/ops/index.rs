@@ -13,7 +13,18 @@ use crate::lower::{Lowerer, Target};
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.embedding.default", "embedding"], &[Param::tensor("weight"), Param::tensor("indices")], embedding),
     OpDef::new(&["aten.full_like.default", "full_like"], &[Param::tensor("self"), Param::new("fill_value|value", Kind::Float, Fallback::Required)], full_like),
+    OpDef::new(&["aten.zeros_like.default", "zeros_like"], &[Param::tensor("self")], |c| fill_like(c, 0.0)),
+    OpDef::new(&["aten.ones_like.default", "ones_like"], &[Param::tensor("self")], |c| fill_like(c, 1.0)),
 ];
+
+/// A constant of `self`'s shape in the graph's float dtype, every element `value`.
+fn fill_like(c: &mut Call<'_>, value: f32) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let shape = c.shape(x);
+    let name = format!("fill_like_{}", x.index());
+    let dtype = c.g.float();
+    one(c.g.full_as(&name, &shape, value, dtype)?)
+}
 
 /// Rows of `weight` picked by `indices` (padding index and sparsity only matter to training).
 fn embedding(c: &mut Call<'_>) -> Result<Vec<TensorId>> {

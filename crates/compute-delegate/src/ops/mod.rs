@@ -20,6 +20,7 @@
 //! every kind before the op runs.
 
 mod activation;
+pub use activation::Math;
 mod conv;
 mod elementwise;
 mod gemm;

@@ -1,11 +1,13 @@
-//! Normalisations: layer norm and group norm (inference: no running statistics are updated,
-//! and the mean and reciprocal deviation outputs are not computed).
+//! Normalisations: layer norm, group norm and batch norm (inference: no running statistics
+//! are updated, and the mean and reciprocal deviation outputs are not computed). Batch norm
+//! with constant statistics folds into one scale and shift per channel at build.
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
+use vk_core::DType;
 
 const EPS: Param = Param::new("eps", Kind::Float, Fallback::Float(1e-5));
 
@@ -13,6 +15,7 @@ const EPS: Param = Param::new("eps", Kind::Float, Fallback::Float(1e-5));
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.native_layer_norm.default", "layer_norm"], &[Param::tensor("input"), Param::new("normalized_shape", Kind::Ints, Fallback::Required), Param::opt_tensor("weight"), Param::opt_tensor("bias"), EPS], layer_norm),
+    OpDef::new(&["aten._native_batch_norm_legit_no_training.default", "batch_norm"], &[Param::tensor("input"), Param::opt_tensor("weight"), Param::opt_tensor("bias"), Param::tensor("running_mean"), Param::tensor("running_var"), Param::new("momentum", Kind::Float, Fallback::Float(0.1)), EPS], batch_norm),
     OpDef::new(&["aten.native_group_norm.default"], &[Param::tensor("input"), Param::opt_tensor("weight"), Param::opt_tensor("bias"), Param::new("N", Kind::Int, Fallback::Null), Param::new("C", Kind::Int, Fallback::Null), Param::new("HxW", Kind::Int, Fallback::Null), Param::new("group", Kind::Int, Fallback::Required), EPS], group_norm),
 ];
 
@@ -20,6 +23,12 @@ fn layer_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (x, shape) = (c.tensor(0)?, c.counts(1)?);
     let (w, b, eps) = (c.opt_tensor(2)?, c.opt_tensor(3)?, c.f32(4)?);
     one(c.g.layer_norm(x, &shape, w, b, eps)?)
+}
+
+fn batch_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, w, b) = (c.tensor(0)?, c.opt_tensor(1)?, c.opt_tensor(2)?);
+    let (mean, var, eps) = (c.tensor(3)?, c.tensor(4)?, c.f32(6)?);
+    one(c.g.batch_norm(x, [w, b], [mean, var], eps)?)
 }
 
 fn group_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
@@ -32,6 +41,73 @@ fn group_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 // operands and naming the tensor and the numbers on error.
 
 impl GraphBuilder {
+    /// Batch norm over dim 1 of `x` (`[n, c, ..]`) with constant running statistics `[mean,
+    /// var]` and optional constant `[weight, bias]`, all of `c` elements: folded at build into
+    /// `x * scale + shift` per channel, `scale = weight / sqrt(var + eps)`,
+    /// `shift = bias - mean * scale`.
+    pub fn batch_norm(
+        &mut self,
+        x: TensorId,
+        [weight, bias]: [Option<TensorId>; 2],
+        [mean, var]: [TensorId; 2],
+        eps: f32,
+    ) -> Result<TensorId> {
+        const OP: &str = "batch_norm";
+        let xi = self.float_operand(OP, x)?;
+        let c = *xi.shape.get(1).ok_or_else(|| {
+            shape_err(
+                OP,
+                format!("'{}' {:?} has no channel dim", xi.name, xi.shape),
+            )
+        })?;
+        let values = |g: &Self, t: Option<TensorId>, default: f32| -> Result<Vec<f32>> {
+            let Some(t) = t else {
+                return Ok(vec![default; c]);
+            };
+            let info = g.info(OP, t)?;
+            let v = g.constant_values(t).ok_or_else(|| {
+                shape_err(
+                    OP,
+                    format!("'{}' must be a constant f32 or f16 tensor", info.name),
+                )
+            })?;
+            if v.len() != c {
+                return Err(shape_err(
+                    OP,
+                    format!(
+                        "'{}' has {} elements, the input {c} channels",
+                        info.name,
+                        v.len()
+                    ),
+                ));
+            }
+            Ok(v)
+        };
+        let (m, v) = (
+            values(self, Some(mean), 0.0)?,
+            values(self, Some(var), 1.0)?,
+        );
+        let (w, b) = (values(self, weight, 1.0)?, values(self, bias, 0.0)?);
+        let scale: Vec<f32> = (0..c).map(|i| w[i] / (v[i] + eps).sqrt()).collect();
+        let shift: Vec<f32> = (0..c).map(|i| b[i] - m[i] * scale[i]).collect();
+        // [c, 1, ..] broadcasts over the dims after the channels.
+        let mut shape = vec![c];
+        shape.extend(std::iter::repeat_n(1, xi.shape.len().saturating_sub(2)));
+        let name = format!("{}_bn", xi.name);
+        let (s, t) = match xi.dtype {
+            DType::F16 => (
+                self.constant_f16(&format!("{name}_scale"), &shape, &scale)?,
+                self.constant_f16(&format!("{name}_shift"), &shape, &shift)?,
+            ),
+            _ => (
+                self.constant_f32(&format!("{name}_scale"), &shape, &scale)?,
+                self.constant_f32(&format!("{name}_shift"), &shape, &shift)?,
+            ),
+        };
+        let y = self.mul(x, s)?;
+        self.add(y, t)
+    }
+
     /// `layer_norm` over the trailing `normalized_shape`, with optional elementwise weight and
     /// bias of that shape.
     pub fn layer_norm(

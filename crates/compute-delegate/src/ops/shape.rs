@@ -4,7 +4,9 @@ use vk_core::DType;
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::{Error, Result};
-use crate::graph::{GraphBuilder, Op, StorageKind, TensorId, cast_code, norm_dim, shape_err};
+use crate::graph::{
+    Compare, GraphBuilder, Op, StorageKind, TensorId, cast_code, norm_dim, shape_err,
+};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target, contiguous_strides};
 
@@ -24,7 +26,91 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.select_copy.int", "select"], &[SELF, Param::new("dim", Kind::Int, Fallback::Required), Param::new("index", Kind::Int, Fallback::Required)], select),
     OpDef::new(&["aten.slice_copy.Tensor", "slice"], &[SELF, Param::new("dim", Kind::Int, Fallback::Int(0)), Param::new("start", Kind::Int, Fallback::Null), Param::new("end", Kind::Int, Fallback::Null), Param::new("step", Kind::Int, Fallback::Int(1))], slice),
     OpDef::new(&["aten.pixel_shuffle.default", "pixel_shuffle"], &[SELF, Param::new("upscale_factor", Kind::Int, Fallback::Required)], pixel_shuffle),
+    OpDef::new(&["aten.permute.default"], &[SELF, Param::new("dims", Kind::Ints, Fallback::Required)], permute),
+    OpDef::new(&["aten.t_copy.default", "t"], &[SELF], t_copy),
+    OpDef::new(&["aten.alias_copy.default", "dim_order_ops._clone_dim_order.default"], &[SELF], clone),
+    OpDef::new(&["aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default", "to"], &[SELF, Param::new("dtype", Kind::Int, Fallback::Null)], to_copy),
+    OpDef::new(&["aten.constant_pad_nd.default", "pad"], &[SELF, Param::new("pad", Kind::Ints, Fallback::Required), Param::new("value", Kind::Float, Fallback::Float(0.0))], constant_pad),
 ];
+
+/// `self.t()`: a 2-D tensor transposed; fewer dims stay as they are.
+fn t_copy(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    match c.shape(x).len() {
+        0 | 1 => one(x),
+        2 => one(c.g.transpose(x, 0, 1)?),
+        r => Err(c.err(0, format!("has {r} dims; t() takes at most 2"))),
+    }
+}
+
+/// A copy in another dtype (ExecuTorch's `ScalarType` code; none: the same). Floats stay in
+/// the graph's float dtype (a front end's fp16 graph computes every float in f16); integers
+/// become i32; bools become masks of the graph's float dtype.
+fn to_copy(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let from = c.g.dtype(x).unwrap_or(DType::F32);
+    let float = matches!(from, DType::F32 | DType::F16);
+    match c.opt_int(1)? {
+        None => one(x),
+        // Half, Float, Double.
+        Some(5..=7) if float => one(x),
+        Some(5..=7) => {
+            let to = c.g.float();
+            one(c.g.cast(x, to)?)
+        }
+        // Int, Long.
+        Some(3 | 4) if from == DType::I32 => one(x),
+        Some(3 | 4) => one(c.g.cast(x, DType::I32)?),
+        // Bool: nonzero is true.
+        Some(11) if float => one(c.g.compare_scalar(x, Compare::Ne, 0.0)?),
+        Some(code) => Err(c.err(1, format!("ScalarType {code} from {from} is not supported"))),
+    }
+}
+
+/// `constant_pad_nd`: `pad` holds (before, after) pairs from the last dim backwards; positive
+/// amounts add `value`, negative ones cut.
+fn constant_pad(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (mut x, pad, value) = (c.tensor(0)?, c.ints(1)?, c.f32(2)?);
+    let rank = c.shape(x).len();
+    if pad.len() % 2 != 0 || pad.len() / 2 > rank {
+        return Err(c.err(
+            1,
+            format!("{pad:?} is not (before, after) pairs for {rank} dims"),
+        ));
+    }
+    let dtype = c.g.dtype(x).unwrap_or(DType::F32);
+    for (k, pair) in pad.chunks_exact(2).enumerate() {
+        let dim = rank - 1 - k;
+        let size = c.shape(x)[dim] as i64;
+        let (before, after) = (pair[0], pair[1]);
+        if before < 0 || after < 0 {
+            let start = (-before).max(0) as isize;
+            let end = (size - (-after).max(0)) as isize;
+            if end < start {
+                return Err(c.err(1, format!("{pad:?} cuts more than dim {dim}'s {size}")));
+            }
+            x = c.g.slice(x, dim as isize, start, end, 1)?;
+        }
+        let mut parts = Vec::new();
+        for (amount, at_end) in [(before, false), (after, true)] {
+            if amount <= 0 {
+                continue;
+            }
+            let mut shape = c.shape(x);
+            shape[dim] = amount as usize;
+            let name = format!("pad{}_{dim}_{}", x.index(), u8::from(at_end));
+            parts.push((at_end, c.g.full_as(&name, &shape, value, dtype)?));
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let mut xs: Vec<TensorId> = parts.iter().filter(|p| !p.0).map(|p| p.1).collect();
+        xs.push(x);
+        xs.extend(parts.iter().filter(|p| p.0).map(|p| p.1));
+        x = c.g.cat(&xs, dim as isize)?;
+    }
+    one(x)
+}
 
 /// The tensor itself: buffers are never aliased by a later write, so no copy is needed.
 fn clone(c: &mut Call<'_>) -> Result<Vec<TensorId>> {

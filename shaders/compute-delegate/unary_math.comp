@@ -1,0 +1,62 @@
+#version 450
+// kernel: UnaryMath
+#extension GL_GOOGLE_include_directive : require
+// Elementwise math of one float tensor, one invocation per element, computed in fp32.
+// op: 0 abs, 1 neg, 2 exp, 3 log, 4 log10, 5 sqrt, 6 rsqrt, 7 sin, 8 cos, 9 tan,
+//     10 round (halves to even), 11 floor, 12 ceil, 13 reciprocal, 14 pow(x, p0),
+//     15 leaky_relu (slope p0), 16 hardshrink (lambda p0), 17 hardsigmoid.
+// variant: f16 -DDTYPE_F16
+#include "dtype.glsl"
+layout(local_size_x = 256) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y { T y[]; };
+
+layout(push_constant) uniform Params {
+    uint n;
+    uint op;
+    float p0;
+} pc;
+
+// x^e as PyTorch computes it: negative bases with whole exponents keep their sign rule.
+float power(float v, float e) {
+    if (e == 0.0) return 1.0;
+    if (e == 1.0) return v;
+    if (e == 2.0) return v * v;
+    if (e == 0.5) return sqrt(v);
+    if (v >= 0.0) return pow(v, e);
+    if (fract(e) != 0.0) return uintBitsToFloat(0x7fc00000u);
+    float m = pow(-v, e);
+    return mod(e, 2.0) == 1.0 ? -m : m;
+}
+
+float apply(float v) {
+    switch (pc.op) {
+        case 0u: return abs(v);
+        case 1u: return -v;
+        case 2u: return exp(v);
+        case 3u: return log(v);
+        case 4u: return log2(v) * 0.30102999566398120;
+        case 5u: return sqrt(v);
+        case 6u: return inversesqrt(v);
+        case 7u: return sin(v);
+        case 8u: return cos(v);
+        case 9u: return tan(v);
+        case 10u: return roundEven(v);
+        case 11u: return floor(v);
+        case 12u: return ceil(v);
+        case 13u: return 1.0 / v;
+        case 14u: return power(v, pc.p0);
+        case 15u: return v >= 0.0 ? v : v * pc.p0;
+        case 16u: return abs(v) > pc.p0 ? v : 0.0;
+        case 17u: return clamp(v + 3.0, 0.0, 6.0) / 6.0;
+    }
+    return v;
+}
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += stride) {
+        y[i] = T(apply(float(x[i])));
+    }
+}
