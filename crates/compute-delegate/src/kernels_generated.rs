@@ -36,6 +36,8 @@ pub(crate) enum Kernel {
     Gemv,
     /// `im2col.comp`.
     Im2col,
+    /// `index_dim.comp`.
+    IndexDim,
     /// `layer_norm.comp`.
     LayerNorm,
     /// `layer_norm_sg.comp`.
@@ -64,6 +66,8 @@ pub(crate) enum Kernel {
     Unary,
     /// `unary_math.comp`.
     UnaryMath,
+    /// `upsample.comp`.
+    Upsample,
     /// `where.comp`.
     Where,
 }
@@ -71,7 +75,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 31] = [
+    pub(crate) const ALL: [Kernel; 33] = [
         Kernel::Binary,
         Kernel::BinaryBcast,
         Kernel::Cast,
@@ -88,6 +92,7 @@ impl Kernel {
         Kernel::GemmCoop2,
         Kernel::Gemv,
         Kernel::Im2col,
+        Kernel::IndexDim,
         Kernel::LayerNorm,
         Kernel::LayerNormSg,
         Kernel::PixelShuffle,
@@ -102,6 +107,7 @@ impl Kernel {
         Kernel::SplitSum,
         Kernel::Unary,
         Kernel::UnaryMath,
+        Kernel::Upsample,
         Kernel::Where,
     ];
 
@@ -124,6 +130,7 @@ impl Kernel {
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
+            Kernel::IndexDim => include_bytes!("../spirv/index_dim.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
             Kernel::LayerNormSg => include_bytes!("../spirv/layer_norm_sg.spv"),
             Kernel::PixelShuffle => include_bytes!("../spirv/pixel_shuffle.spv"),
@@ -138,6 +145,7 @@ impl Kernel {
             Kernel::SplitSum => include_bytes!("../spirv/split_sum.spv"),
             Kernel::Unary => include_bytes!("../spirv/unary.spv"),
             Kernel::UnaryMath => include_bytes!("../spirv/unary_math.spv"),
+            Kernel::Upsample => include_bytes!("../spirv/upsample.spv"),
             Kernel::Where => include_bytes!("../spirv/where.spv"),
         }
     }
@@ -162,6 +170,7 @@ impl Kernel {
             Kernel::GemmCoop2 => Some(include_bytes!("../spirv/gemm_coop2.spv")),
             Kernel::Gemv => Some(include_bytes!("../spirv/gemv_f16.spv")),
             Kernel::Im2col => Some(include_bytes!("../spirv/im2col_f16.spv")),
+            Kernel::IndexDim => Some(include_bytes!("../spirv/index_dim_f16.spv")),
             Kernel::LayerNorm => Some(include_bytes!("../spirv/layer_norm_f16.spv")),
             Kernel::LayerNormSg => Some(include_bytes!("../spirv/layer_norm_sg_f16.spv")),
             Kernel::PixelShuffle => Some(include_bytes!("../spirv/pixel_shuffle_f16.spv")),
@@ -176,6 +185,7 @@ impl Kernel {
             Kernel::SplitSum => Some(include_bytes!("../spirv/split_sum_f16.spv")),
             Kernel::Unary => Some(include_bytes!("../spirv/unary_f16.spv")),
             Kernel::UnaryMath => Some(include_bytes!("../spirv/unary_math_f16.spv")),
+            Kernel::Upsample => Some(include_bytes!("../spirv/upsample_f16.spv")),
             Kernel::Where => Some(include_bytes!("../spirv/where_f16.spv")),
         }
     }
@@ -199,6 +209,7 @@ impl Kernel {
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
             Kernel::Im2col => 2,
+            Kernel::IndexDim => 3,
             Kernel::LayerNorm => 4,
             Kernel::LayerNormSg => 4,
             Kernel::PixelShuffle => 2,
@@ -213,6 +224,7 @@ impl Kernel {
             Kernel::SplitSum => 2,
             Kernel::Unary => 2,
             Kernel::UnaryMath => 2,
+            Kernel::Upsample => 2,
             Kernel::Where => 4,
         }
     }
@@ -492,6 +504,19 @@ pub(crate) mod push {
         pub dw: u32,
     }
 
+    /// `index_dim.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct IndexDimPush {
+        pub total: u32,
+        pub rank: u32,
+        pub dim: u32,
+        pub mode: u32,
+        pub dims: [u32; 6],
+        pub xs: [u32; 6],
+        pub size: u32,
+    }
+
     /// `layer_norm.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -656,6 +681,21 @@ pub(crate) mod push {
         pub n: u32,
         pub op: u32,
         pub p0: f32,
+    }
+
+    /// `upsample.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct UpsamplePush {
+        pub total: u32,
+        pub h: u32,
+        pub w: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub mode: u32,
+        pub align_corners: u32,
+        pub scale_h: f32,
+        pub scale_w: f32,
     }
 
     /// `where.comp`'s push constants.

@@ -548,3 +548,231 @@ fn copies_transposes_and_fills() {
         "{e}"
     );
 }
+
+/// PyTorch's bilinear source coordinate of output `d` (of `m`) over `n` inputs.
+fn bilinear_source(d: usize, n: usize, m: usize, align: bool) -> f32 {
+    if align {
+        if m > 1 {
+            d as f32 * (n - 1) as f32 / (m - 1) as f32
+        } else {
+            0.0
+        }
+    } else {
+        ((d as f32 + 0.5) * n as f32 / m as f32 - 0.5).max(0.0)
+    }
+}
+
+fn bilinear_ref(
+    x: &[f32],
+    [p, h, w]: [usize; 3],
+    (oh, ow): (usize, usize),
+    align: bool,
+) -> Vec<f32> {
+    let mut y = Vec::new();
+    for plane in 0..p {
+        let at = |i: usize, j: usize| x[(plane * h + i) * w + j];
+        for i in 0..oh {
+            let sy = bilinear_source(i, h, oh, align);
+            let (y0, fy) = (
+                (sy as usize).min(h - 1),
+                sy - (sy as usize).min(h - 1) as f32,
+            );
+            let y1 = (y0 + 1).min(h - 1);
+            for j in 0..ow {
+                let sx = bilinear_source(j, w, ow, align);
+                let (x0, fx) = (
+                    (sx as usize).min(w - 1),
+                    sx - (sx as usize).min(w - 1) as f32,
+                );
+                let x1 = (x0 + 1).min(w - 1);
+                let top = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * fx;
+                let bottom = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * fx;
+                y.push(top + (bottom - top) * fy);
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn upsampling_matches_pytorch() {
+    each_precision("upsample", |dev, dtype| {
+        let s = [1, 2, 5, 6];
+        let x = rand_vec(11, s.iter().product());
+        for align in [false, true] {
+            // (input, output_size, align_corners, scale_factors)
+            let (got, shape) = call(
+                dev,
+                "aten.upsample_bilinear2d.vec",
+                dtype,
+                &[(&s, &x)],
+                vec![Arg::Ints(vec![9, 13]), Arg::Bool(align), Arg::None],
+            );
+            assert_eq!(shape, [1, 2, 9, 13]);
+            let want = bilinear_ref(&x, [2, 5, 6], (9, 13), align);
+            assert_close(
+                &got,
+                &want,
+                dtype,
+                &format!("bilinear, align_corners {align}"),
+            );
+        }
+        // Nearest by scale factors: 10 x 12, source floor(dst / 2).
+        let (got, shape) = call(
+            dev,
+            "aten.upsample_nearest2d.vec",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::None, Arg::Floats(vec![2.0, 2.0])],
+        );
+        assert_eq!(shape, [1, 2, 10, 12]);
+        let want: Vec<f32> = (0..2 * 10 * 12)
+            .map(|o| {
+                let (p, i, j) = (o / 120, (o / 12) % 10, o % 12);
+                x[(p * 5 + i / 2) * 6 + j / 2]
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "nearest");
+    });
+}
+
+/// Runs a graph of one f32 input `x` and one i32 input `ids` built by `f`; its output as f32.
+fn with_ids(
+    dev: &Device,
+    x: (&[usize], &[f32]),
+    ids: (&[usize], &[i32]),
+    f: impl FnOnce(&mut GraphBuilder, Arg, Arg) -> compute_delegate::TensorId,
+) -> (Vec<f32>, Vec<usize>) {
+    let mut g = GraphBuilder::new();
+    let xt = g.input("x", DType::F32, x.0).unwrap();
+    let it = g.input("ids", DType::I32, ids.0).unwrap();
+    let y = f(&mut g, Arg::Tensor(xt), Arg::Tensor(it));
+    let shape = g.shape(y).unwrap().to_vec();
+    g.output(y).unwrap();
+    let inputs = [
+        HostTensor::from_f32(x.0.to_vec(), x.1).unwrap(),
+        HostTensor::from_i32(ids.0.to_vec(), ids.1).unwrap(),
+    ];
+    let out = g.build(dev).unwrap().execute(&inputs).unwrap();
+    (out[0].to_f32().unwrap(), shape)
+}
+
+#[test]
+fn index_select_and_gather_pick_along_a_dim() {
+    let Some((instance, dev)) = device("index_select_and_gather", false) else {
+        return;
+    };
+    let x = rand_vec(12, 24);
+    let ids = [2, 0, -1, 3, 9];
+    // (self, dim, index): out-of-range ids give 0, negative ones count from the end.
+    let (got, shape) = with_ids(&dev, (&[2, 4, 3], &x), (&[5], &ids), |g, x, i| {
+        let def = ops::find("aten.index_select.default").unwrap();
+        def.call(g, vec![x, Arg::Int(1), i]).unwrap()[0]
+    });
+    assert_eq!(shape, [2, 5, 3]);
+    let want: Vec<f32> = (0..30)
+        .map(|o| {
+            let (a, j, c) = (o / 15, (o / 3) % 5, o % 3);
+            match ids[j] {
+                id @ 0..=3 => x[(a * 4 + id as usize) * 3 + c],
+                -1 => x[(a * 4 + 3) * 3 + c],
+                _ => 0.0,
+            }
+        })
+        .collect();
+    assert_eq!(got, want, "index_select");
+    // (self, dim, index, sparse_grad): the index has the output's shape.
+    let gids: Vec<i32> = (0..12).map(|i| (i * 7 % 4) as i32).collect();
+    let (got, shape) = with_ids(&dev, (&[2, 4, 3], &x), (&[2, 2, 3], &gids), |g, x, i| {
+        let def = ops::find("aten.gather.default").unwrap();
+        def.call(g, vec![x, Arg::Int(1), i]).unwrap()[0]
+    });
+    assert_eq!(shape, [2, 2, 3]);
+    let want: Vec<f32> = (0..12)
+        .map(|o| {
+            let (a, c) = (o / 6, o % 3);
+            x[(a * 4 + gids[o] as usize) * 3 + c]
+        })
+        .collect();
+    assert_eq!(got, want, "gather");
+    assert_no_validation_errors(&instance);
+}
+
+#[test]
+fn created_tensors_and_repeats() {
+    let Some((instance, dev)) = device("created_tensors", false) else {
+        return;
+    };
+    let run = |build: &dyn Fn(
+        &mut GraphBuilder,
+        compute_delegate::TensorId,
+    ) -> compute_delegate::TensorId| {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, &[2, 3]).unwrap();
+        let y = build(&mut g, x);
+        let shape = g.shape(y).unwrap().to_vec();
+        let dtype = g.dtype(y).unwrap();
+        g.output(y).unwrap();
+        let input = HostTensor::from_f32(vec![2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let out = g.build(&dev).unwrap().execute(&[input]).unwrap().remove(0);
+        (out, shape, dtype)
+    };
+    let op = |name: &str| ops::find(name).unwrap();
+    // Integer steps give i32; an explicit float dtype (6) gives floats.
+    let (out, shape, dtype) = run(&|g, _| {
+        op("aten.arange.start_step")
+            .call(g, vec![Arg::Int(2), Arg::Int(11), Arg::Int(3)])
+            .unwrap()[0]
+    });
+    assert_eq!((shape, dtype), (vec![3], DType::I32));
+    assert_eq!(
+        out.bytes(),
+        HostTensor::from_i32(vec![3], &[2, 5, 8]).unwrap().bytes()
+    );
+    let (out, _, dtype) = run(&|g, _| {
+        let args = vec![
+            Arg::Float(0.0),
+            Arg::Float(1.0),
+            Arg::Float(0.25),
+            Arg::Int(6),
+        ];
+        op("aten.arange.start_step").call(g, args).unwrap()[0]
+    });
+    assert_eq!(
+        (dtype, out.to_f32().unwrap()),
+        (DType::F32, vec![0.0, 0.25, 0.5, 0.75])
+    );
+    let (out, shape, _) = run(&|g, _| {
+        op("aten.full.default")
+            .call(g, vec![Arg::Ints(vec![2, 2]), Arg::Float(1.5)])
+            .unwrap()[0]
+    });
+    assert_eq!((shape, out.to_f32().unwrap()), (vec![2, 2], vec![1.5; 4]));
+    let (out, shape, _) = run(&|g, _| {
+        op("aten.scalar_tensor.default")
+            .call(g, vec![Arg::Float(-2.0)])
+            .unwrap()[0]
+    });
+    assert_eq!((shape, out.to_f32().unwrap()), (vec![1], vec![-2.0]));
+    // (self, repeats): a leading dim added, then tiles.
+    let (out, shape, _) = run(&|g, x| {
+        op("aten.repeat.default")
+            .call(g, vec![Arg::Tensor(x), Arg::Ints(vec![2, 1, 2])])
+            .unwrap()[0]
+    });
+    assert_eq!(shape, [2, 2, 6]);
+    let row = |r: usize| {
+        [
+            3 * r + 1,
+            3 * r + 2,
+            3 * r + 3,
+            3 * r + 1,
+            3 * r + 2,
+            3 * r + 3,
+        ]
+        .map(|v| v as f32)
+    };
+    let want: Vec<f32> = (0..2).flat_map(|_| [row(0), row(1)].concat()).collect();
+    assert_eq!(out.to_f32().unwrap(), want);
+    assert_no_validation_errors(&instance);
+}

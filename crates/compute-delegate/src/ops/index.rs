@@ -1,6 +1,7 @@
-//! Index and create ops: embedding lookups and fills.
+//! Index and create ops: embedding lookups, `index_select` and `gather` along a dim, fills,
+//! ranges and scalars.
 
-use vk_core::DType;
+use vk_core::{DType, HostTensor};
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::{Error, Result};
@@ -15,7 +16,125 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.full_like.default", "full_like"], &[Param::tensor("self"), Param::new("fill_value|value", Kind::Float, Fallback::Required)], full_like),
     OpDef::new(&["aten.zeros_like.default", "zeros_like"], &[Param::tensor("self")], |c| fill_like(c, 0.0)),
     OpDef::new(&["aten.ones_like.default", "ones_like"], &[Param::tensor("self")], |c| fill_like(c, 1.0)),
+    OpDef::new(&["aten.index_select.default", "index_select"], &[Param::tensor("self"), Param::new("dim", Kind::Int, Fallback::Required), Param::tensor("index")], |c| index_dim(c, false)),
+    OpDef::new(&["aten.gather.default", "gather"], &[Param::tensor("self"), Param::new("dim", Kind::Int, Fallback::Required), Param::tensor("index"), Param::new("sparse_grad", Kind::Bool, Fallback::Bool(false))], |c| index_dim(c, true)),
+    OpDef::new(&["aten.arange.start_step", "arange"], &[Param::new("start", Kind::Float, Fallback::Required), Param::new("end", Kind::Float, Fallback::Required), Param::new("step", Kind::Float, Fallback::Float(1.0)), DTYPE], arange),
+    OpDef::new(&["aten.full.default", "full"], &[Param::new("size", Kind::Ints, Fallback::Required), Param::new("fill_value|value", Kind::Float, Fallback::Required), DTYPE], full),
+    OpDef::new(&["aten.scalar_tensor.default", "scalar_tensor"], &[Param::new("s|value", Kind::Float, Fallback::Required), DTYPE], scalar_tensor),
 ];
+
+/// ExecuTorch's `ScalarType` of a created tensor (none: as the values say).
+const DTYPE: Param = Param::new("dtype", Kind::Int, Fallback::Null);
+
+/// Whether a created tensor of ScalarType `code` holds integers (Byte to Long), or, without
+/// one, whether its values are all whole (`arange`'s default for integer scalars; `full` and
+/// `scalar_tensor` without a dtype are floats).
+fn integral(code: Option<i64>, values: &[f64]) -> bool {
+    match code {
+        Some(code) => (0..=4).contains(&code),
+        None => values.iter().all(|v| v.fract() == 0.0),
+    }
+}
+
+/// A created constant: i32 for integers, else the graph's float dtype.
+fn created(
+    c: &mut Call<'_>,
+    name: &str,
+    shape: &[usize],
+    values: &[f64],
+    int: bool,
+) -> Result<Vec<TensorId>> {
+    let name = format!("{name}_{}", c.g.node_count());
+    if int {
+        let v: Vec<i32> = values.iter().map(|&v| v as i32).collect();
+        let t = HostTensor::from_i32(shape.to_vec(), &v).map_err(|e| c.err(0, e.to_string()))?;
+        return one(c.g.constant(&name, t)?);
+    }
+    let v: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+    match c.g.float() {
+        DType::F16 => one(c.g.constant_f16(&name, shape, &v)?),
+        _ => one(c.g.constant_f32(&name, shape, &v)?),
+    }
+}
+
+/// `start, start + step, ...` below `end` (above it for a negative step).
+fn arange(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (start, end, step) = (c.float(0)?, c.float(1)?, c.float(2)?);
+    let n = ((end - start) / step).ceil();
+    if step == 0.0 || !(0.0..=1e9).contains(&n) {
+        return Err(c.err(2, format!("{step} makes no range from {start} to {end}")));
+    }
+    let values: Vec<f64> = (0..n as usize).map(|i| start + i as f64 * step).collect();
+    if values.is_empty() {
+        return Err(c.err(1, format!("{end}: an empty range from {start}")));
+    }
+    let int = integral(c.opt_int(3)?, &[start, end, step]);
+    created(c, "arange", &[values.len()], &values, int)
+}
+
+/// A constant of `size`, every element `fill_value`.
+fn full(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (size, value) = (c.counts(0)?, c.float(1)?);
+    let shape = if size.is_empty() { vec![1] } else { size };
+    let values = vec![value; shape.iter().product()];
+    let int = c.opt_int(2)?.is_some_and(|code| integral(Some(code), &[]));
+    created(c, "full", &shape, &values, int)
+}
+
+/// A one-element constant.
+fn scalar_tensor(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let value = c.float(0)?;
+    let int = c.opt_int(1)?.is_some_and(|code| integral(Some(code), &[]));
+    created(c, "scalar", &[1], &[value], int)
+}
+
+/// `index_select` (`gather` false: a 1-D index picks along `dim`) or `gather` (an index of the
+/// output's shape, its rank that of `self`), on `index_dim.comp`.
+fn index_dim(c: &mut Call<'_>, gather: bool) -> Result<Vec<TensorId>> {
+    let (x, dim, index) = (c.tensor(0)?, c.dim(1)?, c.tensor(2)?);
+    let (shape, ishape) = (c.shape(x), c.shape(index));
+    let rank = shape.len();
+    let d = if dim < 0 { dim + rank as isize } else { dim };
+    if d < 0 || d as usize >= rank || rank > 6 {
+        return Err(c.err(1, format!("dim {dim} of a tensor of shape {shape:?}")));
+    }
+    let d = d as usize;
+    if c.g.dtype(index) != Some(DType::I32) {
+        return Err(c.err(2, "must be an i32 tensor"));
+    }
+    let out = if gather {
+        if ishape.len() != rank {
+            return Err(c.err(2, format!("{ishape:?} must have the rank of {shape:?}")));
+        }
+        ishape.clone()
+    } else {
+        if ishape.len() != 1 {
+            return Err(c.err(2, format!("{ishape:?} must be 1-D")));
+        }
+        let mut out = shape.clone();
+        out[d] = ishape[0];
+        out
+    };
+    let dtype = c.g.dtype(x).unwrap_or(DType::F32);
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::I32) {
+        return Err(c.err(0, format!("is {dtype}; f32, f16 or i32 is required")));
+    }
+    let strides = crate::lower::contiguous_strides(&shape);
+    let word = |v: usize| u32::try_from(v).map_err(|_| c.err(0, format!("{v} is over 2^32")));
+    let push = push::IndexDimPush {
+        total: word(out.iter().product())?,
+        rank: rank as u32,
+        dim: d as u32,
+        mode: u32::from(gather),
+        dims: crate::lower::rank6(&out),
+        xs: crate::lower::rank6(&strides),
+        size: word(shape[d])?,
+    };
+    let name = if gather { "gather" } else { "index_select" };
+    one(c
+        .g
+        .kernel_node(name, Kernel::IndexDim, &[x, index], (dtype, out), &push)?)
+}
 
 /// A constant of `self`'s shape in the graph's float dtype, every element `value`.
 fn fill_like(c: &mut Call<'_>, value: f32) -> Result<Vec<TensorId>> {

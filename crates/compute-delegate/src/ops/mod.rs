@@ -75,6 +75,8 @@ pub enum Kind {
     Bool,
     /// A list of integers (one integer reads as a list of one).
     Ints,
+    /// A list of numbers (integers read as numbers).
+    Floats,
     /// A string.
     Str,
 }
@@ -88,6 +90,7 @@ impl Kind {
             Kind::Float => "a number",
             Kind::Bool => "a bool",
             Kind::Ints => "a list of integers",
+            Kind::Floats => "a list of numbers",
             Kind::Str => "a string",
         }
     }
@@ -180,6 +183,8 @@ pub enum Arg {
     Bool(bool),
     /// Integers.
     Ints(Vec<i64>),
+    /// Numbers.
+    Floats(Vec<f64>),
     /// A string.
     Str(String),
 }
@@ -194,6 +199,7 @@ impl Arg {
             Arg::Float(v) => format!("the number {v}"),
             Arg::Bool(v) => format!("{v}"),
             Arg::Ints(v) => format!("{v:?}"),
+            Arg::Floats(v) => format!("{v:?}"),
             Arg::Str(v) => format!("{v:?}"),
         }
     }
@@ -215,6 +221,10 @@ impl Arg {
             (Kind::Bool, Arg::Int(v @ (0 | 1))) => Arg::Bool(v == 1),
             (Kind::Ints, a @ Arg::Ints(_)) => a,
             (Kind::Ints, Arg::Int(v)) => Arg::Ints(vec![v]),
+            (Kind::Floats, a @ Arg::Floats(_)) => a,
+            (Kind::Floats, Arg::Float(v)) => Arg::Floats(vec![v]),
+            (Kind::Floats, Arg::Int(v)) => Arg::Floats(vec![v as f64]),
+            (Kind::Floats, Arg::Ints(v)) => Arg::Floats(v.into_iter().map(|i| i as f64).collect()),
             (Kind::Str, a @ Arg::Str(_)) => a,
             _ => return None,
         })
@@ -429,6 +439,15 @@ impl Call<'_> {
             Arg::Ints(v) => Ok(v.clone()),
             Arg::None => Ok(Vec::new()),
             other => Err(self.err(i, format!("must be integers, found {}", other.describe()))),
+        }
+    }
+
+    /// Argument `i`, numbers (`None`: empty).
+    pub(crate) fn floats(&self, i: usize) -> Result<Vec<f64>> {
+        match self.get(i) {
+            Arg::Floats(v) => Ok(v.clone()),
+            Arg::None => Ok(Vec::new()),
+            other => Err(self.err(i, format!("must be numbers, found {}", other.describe()))),
         }
     }
 

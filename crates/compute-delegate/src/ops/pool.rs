@@ -1,10 +1,11 @@
-//! 2-D pooling: average and max (NCHW).
+//! 2-D pooling (average and max) and resampling (nearest and bilinear upsampling), NCHW.
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, Pool2d, TensorId, pool_out, shape_err};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
+use vk_core::DType;
 
 const SELF: Param = Param::tensor("self");
 const KERNEL: Param = Param::new("kernel_size|kernel", Kind::Ints, Fallback::Required);
@@ -20,7 +21,66 @@ const DIVISOR: Param = Param::new("divisor_override", Kind::Int, Fallback::Null)
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.avg_pool2d.default", "avg_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR], avg_pool2d),
     OpDef::new(&["aten.max_pool2d_with_indices.default", "aten.max_pool2d.default", "max_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, DILATION, CEIL], max_pool2d),
+    OpDef::new(&["aten.upsample_nearest2d.vec", "upsample_nearest2d"], &[Param::tensor("input"), Param::new("output_size|size", Kind::Ints, Fallback::Null), Param::new("scale_factors|scale", Kind::Floats, Fallback::Null)], |c| upsample(c, false)),
+    OpDef::new(&["aten.upsample_bilinear2d.vec", "upsample_bilinear2d"], &[Param::tensor("input"), Param::new("output_size|size", Kind::Ints, Fallback::Null), Param::new("align_corners", Kind::Bool, Fallback::Bool(false)), Param::new("scale_factors|scale", Kind::Floats, Fallback::Null)], |c| upsample(c, true)),
 ];
+
+/// Nearest or bilinear resampling of the last two dims to `output_size`, or by
+/// `scale_factors` (output size rounded down, coordinates mapped by one over it).
+fn upsample(c: &mut Call<'_>, bilinear: bool) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    // Bilinear: whether corners align (nearest has no such argument).
+    let bilinear = if bilinear { Some(c.bool(2)?) } else { None };
+    let (sizes, scales) = (
+        c.counts(1)?,
+        c.floats(if bilinear.is_some() { 3 } else { 2 })?,
+    );
+    let shape = c.shape(x);
+    let [.., h, w] = shape.as_slice() else {
+        return Err(c.err(0, format!("must have at least 2 dims, found {shape:?}")));
+    };
+    let (h, w) = (*h, *w);
+    let ((oh, ow), (sh, sw)) = match (sizes.as_slice(), scales.as_slice()) {
+        ([oh, ow], _) => ((*oh, *ow), (h as f32 / *oh as f32, w as f32 / *ow as f32)),
+        ([], [fh, fw]) if *fh > 0.0 && *fw > 0.0 => (
+            ((h as f64 * fh) as usize, (w as f64 * fw) as usize),
+            ((1.0 / fh) as f32, (1.0 / fw) as f32),
+        ),
+        _ => {
+            let why = format!("needs an output size or two scale factors, found {sizes:?}");
+            return Err(c.err(1, why));
+        }
+    };
+    if oh == 0 || ow == 0 {
+        return Err(c.err(1, format!("an output of {oh} x {ow} pixels")));
+    }
+    let mut out = shape[..shape.len() - 2].to_vec();
+    out.extend([oh, ow]);
+    let word = |v: usize| u32::try_from(v).map_err(|_| c.err(0, format!("{v} is over 2^32")));
+    let push = push::UpsamplePush {
+        total: word(out.iter().product())?,
+        h: word(h)?,
+        w: word(w)?,
+        oh: word(oh)?,
+        ow: word(ow)?,
+        mode: u32::from(bilinear.is_some()),
+        align_corners: u32::from(bilinear == Some(true)),
+        scale_h: sh,
+        scale_w: sw,
+    };
+    let dtype = c.g.dtype(x).unwrap_or(DType::F32);
+    if !matches!(dtype, DType::F32 | DType::F16) {
+        return Err(c.err(0, format!("is {dtype}; f32 or f16 is required")));
+    }
+    let name = if bilinear.is_some() {
+        "upsample_bilinear2d"
+    } else {
+        "upsample_nearest2d"
+    };
+    one(c
+        .g
+        .kernel_node(name, Kernel::Upsample, &[x], (dtype, out), &push)?)
+}
 
 /// Window, stride (the window when empty) and padding.
 fn window(c: &Call<'_>) -> Result<([usize; 2], [usize; 2], [usize; 2])> {

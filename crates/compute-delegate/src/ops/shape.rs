@@ -30,8 +30,28 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.t_copy.default", "t"], &[SELF], t_copy),
     OpDef::new(&["aten.alias_copy.default", "dim_order_ops._clone_dim_order.default"], &[SELF], clone),
     OpDef::new(&["aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default", "to"], &[SELF, Param::new("dtype", Kind::Int, Fallback::Null)], to_copy),
+    OpDef::new(&["aten.repeat.default", "repeat"], &[SELF, Param::new("repeats", Kind::Ints, Fallback::Required)], repeat),
     OpDef::new(&["aten.constant_pad_nd.default", "pad"], &[SELF, Param::new("pad", Kind::Ints, Fallback::Required), Param::new("value", Kind::Float, Fallback::Float(0.0))], constant_pad),
 ];
+
+/// `self.repeat(repeats)`: tiled `repeats[i]` times along each dim (leading dims added where
+/// `repeats` is longer than the shape).
+fn repeat(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, repeats) = (c.tensor(0)?, c.counts(1)?);
+    let shape = c.shape(x);
+    if repeats.len() < shape.len() || repeats.contains(&0) {
+        return Err(c.err(1, format!("{repeats:?} for a tensor of shape {shape:?}")));
+    }
+    let mut full: Vec<isize> = vec![1; repeats.len() - shape.len()];
+    full.extend(shape.iter().map(|&s| s as isize));
+    let mut y = c.g.reshape(x, &full)?;
+    for (dim, &r) in repeats.iter().enumerate() {
+        if r > 1 {
+            y = c.g.cat(&vec![y; r], dim as isize)?;
+        }
+    }
+    one(y)
+}
 
 /// `self.t()`: a 2-D tensor transposed; fewer dims stay as they are.
 fn t_copy(c: &mut Call<'_>) -> Result<Vec<TensorId>> {

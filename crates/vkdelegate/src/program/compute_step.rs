@@ -115,6 +115,18 @@ fn attribute(step: &str, def: &OpDef, p: &Param, c: &ComputeStep) -> Result<Arg>
                 .collect::<Result<_>>()?,
         ),
         (Kind::Ints, _) => return Err(bad("integers")),
+        (Kind::Floats, toml::Value::Integer(i)) => Arg::Floats(vec![*i as f64]),
+        (Kind::Floats, toml::Value::Float(f)) => Arg::Floats(vec![*f]),
+        (Kind::Floats, toml::Value::Array(a)) => Arg::Floats(
+            a.iter()
+                .map(|x| match x {
+                    toml::Value::Integer(i) => Ok(*i as f64),
+                    toml::Value::Float(f) => Ok(*f),
+                    _ => Err(bad("numbers")),
+                })
+                .collect::<Result<_>>()?,
+        ),
+        (Kind::Floats, _) => return Err(bad("numbers")),
         (Kind::Tensor | Kind::Tensors, _) => Arg::None,
     })
 }

@@ -296,6 +296,7 @@ impl<'p, 'a> Lowering<'p, 'a> {
             VkValue::Double(v) => Arg::Float(*v),
             VkValue::Bool(v) => Arg::Bool(*v),
             VkValue::IntList(v) => Arg::Ints(v.clone()),
+            VkValue::DoubleList(v) => Arg::Floats(v.clone()),
             VkValue::String(s) => Arg::Str((*s).to_owned()),
             // Sizes with symbolic entries: a list of int or SymInt values.
             VkValue::ValueList(ids) => Arg::Ints(
