@@ -682,7 +682,7 @@ fn index_select_and_gather_pick_along_a_dim() {
         .collect();
     assert_eq!(got, want, "index_select");
     // (self, dim, index, sparse_grad): the index has the output's shape.
-    let gids: Vec<i32> = (0..12).map(|i| (i * 7 % 4) as i32).collect();
+    let gids: Vec<i32> = (0..12).map(|i| i * 7 % 4).collect();
     let (got, shape) = with_ids(&dev, (&[2, 4, 3], &x), (&[2, 2, 3], &gids), |g, x, i| {
         let def = ops::find("aten.gather.default").unwrap();
         def.call(g, vec![x, Arg::Int(1), i]).unwrap()[0]
