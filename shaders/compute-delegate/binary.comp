@@ -2,7 +2,9 @@
 // kernel: Binary
 #extension GL_GOOGLE_include_directive : require
 // Elementwise binary ops on two tensors of the same shape, on vec4s, grid-stride.
-// OP: 0 add, 1 sub, 2 mul, 3 div.
+// OP: 0 add, 1 sub, 2 mul, 3 div, 4 minimum, 5 maximum, 6 pow, 7..12 ==, !=, >, >=, <, <= as
+// a 0.0 / 1.0 mask, 13 logical and, 14 logical or (nonzero is true), 15 div rounded down,
+// 16 div rounded toward zero.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -16,11 +18,43 @@ layout(push_constant) uniform Params {
     uint n4;
 } pc;
 
+// PyTorch's pow: negative bases with whole exponents keep their sign rule.
+float power(float v, float e) {
+    if (e == 0.0) return 1.0;
+    if (e == 1.0) return v;
+    if (e == 2.0) return v * v;
+    if (v >= 0.0) return pow(v, e);
+    if (fract(e) != 0.0) return uintBitsToFloat(0x7fc00000u);
+    float m = pow(-v, e);
+    return mod(e, 2.0) == 1.0 ? -m : m;
+}
+
+float op2(float u, float v) {
+    if (OP == 0) return u + v;
+    if (OP == 1) return u - v;
+    if (OP == 2) return u * v;
+    if (OP == 3) return u / v;
+    if (OP == 4) return min(u, v);
+    if (OP == 5) return max(u, v);
+    if (OP == 6) return power(u, v);
+    if (OP == 7) return float(u == v);
+    if (OP == 8) return float(u != v);
+    if (OP == 9) return float(u > v);
+    if (OP == 10) return float(u >= v);
+    if (OP == 11) return float(u < v);
+    if (OP == 12) return float(u <= v);
+    if (OP == 13) return float(u != 0.0 && v != 0.0);
+    if (OP == 14) return float(u != 0.0 || v != 0.0);
+    if (OP == 15) return floor(u / v);
+    return trunc(u / v);
+}
+
 vec4 apply(vec4 u, vec4 v) {
     if (OP == 0) return u + v;
     if (OP == 1) return u - v;
     if (OP == 2) return u * v;
-    return u / v;
+    if (OP == 3) return u / v;
+    return vec4(op2(u.x, v.x), op2(u.y, v.y), op2(u.z, v.z), op2(u.w, v.w));
 }
 
 void main() {

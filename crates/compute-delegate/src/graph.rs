@@ -34,6 +34,32 @@ pub enum BinaryOp {
     Mul,
     /// `a / b`.
     Div,
+    /// `min(a, b)`.
+    Minimum,
+    /// `max(a, b)`.
+    Maximum,
+    /// `a ^ b` (negative bases with whole exponents as PyTorch computes them).
+    Pow,
+    /// `a == b` as a mask.
+    Eq,
+    /// `a != b` as a mask.
+    Ne,
+    /// `a > b` as a mask.
+    Gt,
+    /// `a >= b` as a mask.
+    Ge,
+    /// `a < b` as a mask.
+    Lt,
+    /// `a <= b` as a mask.
+    Le,
+    /// Both nonzero, as a mask.
+    And,
+    /// Either nonzero, as a mask.
+    Or,
+    /// `floor(a / b)`.
+    FloorDiv,
+    /// `trunc(a / b)`.
+    TruncDiv,
 }
 
 impl BinaryOp {
@@ -43,6 +69,19 @@ impl BinaryOp {
             BinaryOp::Sub => "sub",
             BinaryOp::Mul => "mul",
             BinaryOp::Div => "div",
+            BinaryOp::Minimum => "minimum",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::And => "logical_and",
+            BinaryOp::Or => "logical_or",
+            BinaryOp::FloorDiv => "div_floor",
+            BinaryOp::TruncDiv => "div_trunc",
         }
     }
     pub(crate) fn code(self) -> u32 {

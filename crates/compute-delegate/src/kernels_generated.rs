@@ -4,6 +4,8 @@
 /// A compute shader of `shaders/compute-delegate/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Kernel {
+    /// `arg_reduce.comp`.
+    ArgReduce,
     /// `binary.comp`.
     Binary,
     /// `binary_bcast.comp`.
@@ -54,6 +56,8 @@ pub(crate) enum Kernel {
     QConv,
     /// `reduce.comp`.
     Reduce,
+    /// `reduce_dim.comp`.
+    ReduceDim,
     /// `reduce_sg.comp`.
     ReduceSg,
     /// `softmax.comp`.
@@ -75,7 +79,8 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 33] = [
+    pub(crate) const ALL: [Kernel; 35] = [
+        Kernel::ArgReduce,
         Kernel::Binary,
         Kernel::BinaryBcast,
         Kernel::Cast,
@@ -101,6 +106,7 @@ impl Kernel {
         Kernel::QAdd,
         Kernel::QConv,
         Kernel::Reduce,
+        Kernel::ReduceDim,
         Kernel::ReduceSg,
         Kernel::Softmax,
         Kernel::SoftmaxSg,
@@ -114,6 +120,7 @@ impl Kernel {
     /// The SPIR-V words of the plain (fp32) module, as bytes.
     pub(crate) fn spirv(self) -> &'static [u8] {
         match self {
+            Kernel::ArgReduce => include_bytes!("../spirv/arg_reduce.spv"),
             Kernel::Binary => include_bytes!("../spirv/binary.spv"),
             Kernel::BinaryBcast => include_bytes!("../spirv/binary_bcast.spv"),
             Kernel::Cast => include_bytes!("../spirv/cast.spv"),
@@ -139,6 +146,7 @@ impl Kernel {
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
             Kernel::QConv => include_bytes!("../spirv/qconv.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
+            Kernel::ReduceDim => include_bytes!("../spirv/reduce_dim.spv"),
             Kernel::ReduceSg => include_bytes!("../spirv/reduce_sg.spv"),
             Kernel::Softmax => include_bytes!("../spirv/softmax.spv"),
             Kernel::SoftmaxSg => include_bytes!("../spirv/softmax_sg.spv"),
@@ -154,6 +162,7 @@ impl Kernel {
     /// for kernels that have it.
     pub(crate) fn spirv_f16(self) -> Option<&'static [u8]> {
         match self {
+            Kernel::ArgReduce => None,
             Kernel::Binary => Some(include_bytes!("../spirv/binary_f16.spv")),
             Kernel::BinaryBcast => Some(include_bytes!("../spirv/binary_bcast_f16.spv")),
             Kernel::Cast => None,
@@ -179,6 +188,7 @@ impl Kernel {
             Kernel::QAdd => None,
             Kernel::QConv => None,
             Kernel::Reduce => Some(include_bytes!("../spirv/reduce_f16.spv")),
+            Kernel::ReduceDim => Some(include_bytes!("../spirv/reduce_dim_f16.spv")),
             Kernel::ReduceSg => Some(include_bytes!("../spirv/reduce_sg_f16.spv")),
             Kernel::Softmax => Some(include_bytes!("../spirv/softmax_f16.spv")),
             Kernel::SoftmaxSg => Some(include_bytes!("../spirv/softmax_sg_f16.spv")),
@@ -193,6 +203,7 @@ impl Kernel {
     /// Number of storage-buffer bindings (set 0, bindings 0..n), reflected from the SPIR-V.
     pub(crate) fn bindings(self) -> usize {
         match self {
+            Kernel::ArgReduce => 2,
             Kernel::Binary => 3,
             Kernel::BinaryBcast => 3,
             Kernel::Cast => 2,
@@ -218,6 +229,7 @@ impl Kernel {
             Kernel::QAdd => 3,
             Kernel::QConv => 6,
             Kernel::Reduce => 2,
+            Kernel::ReduceDim => 2,
             Kernel::ReduceSg => 2,
             Kernel::Softmax => 2,
             Kernel::SoftmaxSg => 2,
@@ -253,6 +265,16 @@ impl Kernel {
     reason = "a kernel of the table may be unused in some builds"
 )]
 pub(crate) mod push {
+    /// `arg_reduce.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ArgReducePush {
+        pub total: u32,
+        pub d: u32,
+        pub inner: u32,
+        pub mode: u32,
+    }
+
     /// `binary.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -624,6 +646,16 @@ pub(crate) mod push {
         pub r: u32,
         pub inner: u32,
         pub scale: f32,
+    }
+
+    /// `reduce_dim.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ReduceDimPush {
+        pub total: u32,
+        pub d: u32,
+        pub inner: u32,
+        pub mode: u32,
     }
 
     /// `reduce_sg.comp`'s push constants.

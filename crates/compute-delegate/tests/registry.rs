@@ -776,3 +776,144 @@ fn created_tensors_and_repeats() {
     assert_eq!(out.to_f32().unwrap(), want);
     assert_no_validation_errors(&instance);
 }
+
+#[test]
+fn binary_ops_broadcast_and_match_the_reference() {
+    type Case = (&'static str, Vec<Arg>, fn(f32, f32) -> f32);
+    let cases: Vec<Case> = vec![
+        ("aten.minimum.default", vec![], f32::min),
+        ("aten.maximum.default", vec![], f32::max),
+        ("aten.pow.Tensor_Tensor", vec![], |a, b| a.abs().powf(b)),
+        ("aten.eq.Tensor", vec![], |a, b| f32::from(u8::from(a == b))),
+        ("aten.ne.Tensor", vec![], |a, b| f32::from(u8::from(a != b))),
+        ("aten.gt.Tensor", vec![], |a, b| f32::from(u8::from(a > b))),
+        ("aten.ge.Tensor", vec![], |a, b| f32::from(u8::from(a >= b))),
+        ("aten.lt.Tensor", vec![], |a, b| f32::from(u8::from(a < b))),
+        ("aten.le.Tensor", vec![], |a, b| f32::from(u8::from(a <= b))),
+        ("aten.logical_and.default", vec![], |a, b| {
+            f32::from(u8::from(a != 0.0 && b != 0.0))
+        }),
+        ("aten.logical_or.default", vec![], |a, b| {
+            f32::from(u8::from(a != 0.0 || b != 0.0))
+        }),
+        (
+            "aten.div.Tensor_mode",
+            vec![Arg::Str("floor".into())],
+            |a, b| (a / b).floor(),
+        ),
+        (
+            "aten.div.Tensor_mode",
+            vec![Arg::Str("trunc".into())],
+            |a, b| (a / b).trunc(),
+        ),
+        ("aten.div.Tensor_mode", vec![Arg::None], |a, b| a / b),
+    ];
+    each_precision("binary_ops", |dev, dtype| {
+        // Same shapes (the vec4 kernel) and broadcasting (the strided one).
+        for (sa, sb) in [([2, 3, 8], [2, 3, 8]), ([2, 3, 8], [1, 3, 1])] {
+            let round = |v: Vec<f32>| -> Vec<f32> {
+                // Quarters are exact in f16, so comparisons see the same values.
+                v.iter().map(|x| (x * 4.0).round() / 4.0).collect()
+            };
+            let a = round(rand_vec(13, sa.iter().product()));
+            let mut b = round(rand_vec(14, sb.iter().product()));
+            b.iter_mut()
+                .for_each(|v| *v = if *v == 0.0 { 0.5 } else { *v });
+            for (name, rest, f) in &cases {
+                let a_in: Vec<f32> = if *name == "aten.pow.Tensor_Tensor" {
+                    a.iter().map(|v| v.abs()).collect()
+                } else {
+                    a.clone()
+                };
+                let (got, shape) = call(dev, name, dtype, &[(&sa, &a_in), (&sb, &b)], rest.clone());
+                assert_eq!(shape, sa);
+                let want: Vec<f32> = (0..a_in.len())
+                    .map(|i| {
+                        // [1, 3, 1] broadcasts by its middle dim.
+                        let j = if sb == sa { i } else { (i / 8) % 3 };
+                        f(a_in[i], b[j])
+                    })
+                    .collect();
+                assert_close(&got, &want, dtype, &format!("{name} {rest:?} {sb:?}"));
+            }
+        }
+    });
+}
+
+#[test]
+fn extremes_their_indices_and_variance() {
+    each_precision("reductions", |dev, dtype| {
+        let s = [2, 5, 3];
+        let x = rand_vec(15, 30);
+        let at = |i: usize, j: usize, k: usize| x[(i * 5 + j) * 3 + k];
+        // amax over dim 1, keepdim.
+        let (got, shape) = call(
+            dev,
+            "aten.amax.default",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Ints(vec![1]), Arg::Bool(true)],
+        );
+        assert_eq!(shape, [2, 1, 3]);
+        let want: Vec<f32> = (0..6)
+            .map(|o| (0..5).map(|j| at(o / 3, j, o % 3)).fold(f32::MIN, f32::max))
+            .collect();
+        assert_close(&got, &want, dtype, "amax");
+        // amin over every dim.
+        let (got, shape) = call(
+            dev,
+            "aten.amin.default",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Ints(vec![]), Arg::Bool(false)],
+        );
+        assert_eq!((shape, got.len()), (vec![1], 1));
+        assert_close(
+            &got,
+            &[x.iter().copied().fold(f32::MAX, f32::min)],
+            dtype,
+            "amin",
+        );
+        // var over dims 0 and 2, unbiased.
+        let (got, shape) = call(
+            dev,
+            "aten.var.dim",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Ints(vec![0, 2]), Arg::Bool(true), Arg::Bool(false)],
+        );
+        assert_eq!(shape, [5]);
+        let want: Vec<f32> = (0..5)
+            .map(|j| {
+                let v: Vec<f32> = (0..6).map(|o| at(o / 3, j, o % 3)).collect();
+                let m = v.iter().sum::<f32>() / 6.0;
+                v.iter().map(|a| (a - m) * (a - m)).sum::<f32>() / 5.0
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "var");
+    });
+    // argmax / argmin give i32 indices: first of equals.
+    let Some((instance, dev)) = device("argmax", false) else {
+        return;
+    };
+    let x = [1.0f32, 3.0, 3.0, -1.0, 0.5, -1.0];
+    for (name, dim, want) in [
+        ("aten.argmax.default", Arg::Int(1), vec![1, 1]),
+        ("aten.argmin.default", Arg::Int(-1), vec![0, 0]),
+        ("aten.argmax.default", Arg::None, vec![1]),
+    ] {
+        let mut g = GraphBuilder::new();
+        let t = g.input("x", DType::F32, &[2, 3]).unwrap();
+        let y = ops::find(name)
+            .unwrap()
+            .call(&mut g, vec![Arg::Tensor(t), dim.clone()])
+            .unwrap()[0];
+        assert_eq!(g.dtype(y), Some(DType::I32));
+        g.output(y).unwrap();
+        let input = HostTensor::from_f32(vec![2, 3], &x).unwrap();
+        let out = g.build(&dev).unwrap().execute(&[input]).unwrap().remove(0);
+        let want = HostTensor::from_i32(vec![want.len()], &want).unwrap();
+        assert_eq!(out.bytes(), want.bytes(), "{name} {dim:?}");
+    }
+    assert_no_validation_errors(&instance);
+}

@@ -32,18 +32,34 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.ge.Scalar", "ge_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Ge, s))),
     OpDef::new(&["aten.lt.Scalar", "lt_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Lt, s))),
     OpDef::new(&["aten.le.Scalar", "le_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Le, s))),
-    OpDef::new(&["aten.logical_not.default", "logical_not"], &[SELF], logical_not),
+    OpDef::new(&["aten.logical_not.default", "aten.bitwise_not.default", "logical_not"], &[SELF], logical_not),
+    OpDef::new(&["aten.minimum.default", "minimum"], &[SELF, OTHER], |c| binary(c, BinaryOp::Minimum)),
+    OpDef::new(&["aten.maximum.default", "maximum"], &[SELF, OTHER], |c| binary(c, BinaryOp::Maximum)),
+    OpDef::new(&["aten.pow.Tensor_Tensor", "pow"], &[SELF, Param::tensor("exponent")], |c| binary(c, BinaryOp::Pow)),
+    OpDef::new(&["aten.eq.Tensor", "eq"], &[SELF, OTHER], |c| binary(c, BinaryOp::Eq)),
+    OpDef::new(&["aten.ne.Tensor", "ne"], &[SELF, OTHER], |c| binary(c, BinaryOp::Ne)),
+    OpDef::new(&["aten.gt.Tensor", "gt"], &[SELF, OTHER], |c| binary(c, BinaryOp::Gt)),
+    OpDef::new(&["aten.ge.Tensor", "ge"], &[SELF, OTHER], |c| binary(c, BinaryOp::Ge)),
+    OpDef::new(&["aten.lt.Tensor", "lt"], &[SELF, OTHER], |c| binary(c, BinaryOp::Lt)),
+    OpDef::new(&["aten.le.Tensor", "le"], &[SELF, OTHER], |c| binary(c, BinaryOp::Le)),
+    OpDef::new(&["aten.logical_and.default", "aten.bitwise_and.Tensor", "logical_and"], &[SELF, OTHER], |c| binary(c, BinaryOp::And)),
+    OpDef::new(&["aten.logical_or.default", "aten.bitwise_or.Tensor", "logical_or"], &[SELF, OTHER], |c| binary(c, BinaryOp::Or)),
+    OpDef::new(&["aten.div.Tensor_mode", "div_mode"], &[SELF, OTHER, Param::new("rounding_mode", Kind::Str, Fallback::Null)], div_mode),
     OpDef::new(&["aten.where.self", "where"], &[Param::tensor("condition"), SELF, OTHER], where_),
 ];
+
+/// The op's `alpha` (the third parameter of add and sub), 1 for ops without one.
+fn alpha(c: &Call<'_>) -> Result<f64> {
+    match c.def.params.get(2) {
+        Some(p) if p.name() == "alpha" => c.float(2),
+        _ => Ok(1.0),
+    }
+}
 
 /// `self op other`, broadcasting; `other` scaled by `alpha` first where the op has one.
 fn binary(c: &mut Call<'_>, op: BinaryOp) -> Result<Vec<TensorId>> {
     let (x, mut y) = (c.tensor(0)?, c.tensor(1)?);
-    let alpha = if c.def.params.len() > 2 {
-        c.f32(2)?
-    } else {
-        1.0
-    };
+    let alpha = alpha(c)? as f32;
     if alpha != 1.0 {
         y = c.g.mul_scalar(y, alpha)?;
     }
@@ -52,14 +68,23 @@ fn binary(c: &mut Call<'_>, op: BinaryOp) -> Result<Vec<TensorId>> {
 
 /// A function of `self` and the scalar `other` (times `alpha` where the op has one).
 fn scalar(c: &mut Call<'_>, op: fn(f32) -> UnaryOp) -> Result<Vec<TensorId>> {
-    let alpha = if c.def.params.len() > 2 {
-        c.float(2)?
-    } else {
-        1.0
-    };
-    let s = (c.float(1)? * alpha).clamp(f64::from(f32::MIN), f64::from(f32::MAX)) as f32;
+    let s = (c.float(1)? * alpha(c)?).clamp(f64::from(f32::MIN), f64::from(f32::MAX)) as f32;
     let x = c.tensor(0)?;
     one(c.g.unary(op(s), x)?)
+}
+
+/// `self / other` rounded as `rounding_mode` says: none, `"floor"` or `"trunc"`.
+fn div_mode(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let op = match c.str(2)? {
+        None => BinaryOp::Div,
+        Some("floor") => BinaryOp::FloorDiv,
+        Some("trunc") => BinaryOp::TruncDiv,
+        Some(other) => {
+            let why = format!("must be \"floor\", \"trunc\" or None, found {other:?}");
+            return Err(c.err(2, why));
+        }
+    };
+    binary(c, op)
 }
 
 fn logical_not(c: &mut Call<'_>) -> Result<Vec<TensorId>> {

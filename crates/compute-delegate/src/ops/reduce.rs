@@ -1,10 +1,11 @@
-//! Reductions over dimensions: sum, mean, any.
+//! Reductions over dimensions: sum, mean, any, amax, amin, argmax, argmin, var.
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{Compare, GraphBuilder, Op, TensorId, norm_dim, shape_err};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
+use vk_core::DType;
 
 const SELF: Param = Param::tensor("self");
 const DIMS: Param = Param::new("dim|dims", Kind::Ints, Fallback::Null);
@@ -17,7 +18,72 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.mean.dim", "aten::mean.out", "mean"], &[SELF, DIMS, KEEPDIM], |c| reduce(c, GraphBuilder::mean)),
     OpDef::new(&["aten.any.dim", "aten.any.dims", "aten::any.out", "aten::any.dims_out", "any"], &[SELF, DIMS, KEEPDIM], any),
     OpDef::new(&["aten.any.default", "aten::any.all_out"], &[SELF], any),
+    OpDef::new(&["aten.amax.default", "amax"], &[SELF, DIMS, KEEPDIM], |c| extreme(c, false)),
+    OpDef::new(&["aten.amin.default", "amin"], &[SELF, DIMS, KEEPDIM], |c| extreme(c, true)),
+    OpDef::new(&["aten.argmax.default", "argmax"], &[SELF, Param::new("dim", Kind::Int, Fallback::Null), KEEPDIM], |c| arg(c, false)),
+    OpDef::new(&["aten.argmin.default", "argmin"], &[SELF, Param::new("dim", Kind::Int, Fallback::Null), KEEPDIM], |c| arg(c, true)),
+    OpDef::new(&["aten.var.dim", "var"], &[SELF, DIMS, Param::new("unbiased", Kind::Bool, Fallback::Bool(true)), KEEPDIM], var),
+    OpDef::new(&["aten.var.correction"], &[SELF, DIMS, Param::new("correction", Kind::Float, Fallback::Float(1.0)), KEEPDIM], var),
 ];
+
+/// The maximum (`min` false) or minimum over `dim` (every dim when none is given).
+fn extreme(c: &mut Call<'_>, min: bool) -> Result<Vec<TensorId>> {
+    let (x, dims, keepdim) = (c.tensor(0)?, c.dims(1)?, c.bool(2)?);
+    one(c.g.extreme(x, &dims, keepdim, min)?)
+}
+
+/// The index of the maximum (`min` false) or minimum along `dim`, as i32 (of the flattened
+/// tensor when `dim` is None).
+fn arg(c: &mut Call<'_>, min: bool) -> Result<Vec<TensorId>> {
+    let (mut x, keepdim) = (c.tensor(0)?, c.bool(2)?);
+    let dim = match c.opt_int(1)? {
+        Some(_) => c.dim(1)?,
+        None => {
+            x = c.g.reshape(x, &[-1])?;
+            0
+        }
+    };
+    one(c.g.arg_extreme(x, dim, keepdim, min)?)
+}
+
+/// The variance over `dim`: the mean of squared deviations, times `n / (n - correction)`
+/// (`unbiased`: correction 1).
+fn var(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, dims, keepdim) = (c.tensor(0)?, c.dims(1)?, c.bool(3)?);
+    let correction = match c.def.params[2].kind {
+        Kind::Bool => f64::from(u8::from(c.bool(2)?)),
+        _ => c.float(2)?,
+    };
+    let shape = c.shape(x);
+    let rank = shape.len() as isize;
+    let n: usize = if dims.is_empty() {
+        shape.iter().product()
+    } else {
+        dims.iter()
+            .map(|&d| {
+                shape
+                    .get((if d < 0 { d + rank } else { d }) as usize)
+                    .copied()
+                    .unwrap_or(1)
+            })
+            .product()
+    };
+    if n as f64 <= correction {
+        return Err(c.err(
+            2,
+            format!("{correction} leaves no degrees of freedom over {n} elements"),
+        ));
+    }
+    let m = c.g.mean(x, &dims, true)?;
+    let d = c.g.sub(x, m)?;
+    let sq = c.g.mul(d, d)?;
+    let v = c.g.mean(sq, &dims, keepdim)?;
+    let scale = n as f64 / (n as f64 - correction);
+    if scale == 1.0 {
+        return one(v);
+    }
+    one(c.g.mul_scalar(v, scale as f32)?)
+}
 
 /// A reduction over `dim` (every dim when none is given).
 fn reduce(
@@ -44,6 +110,131 @@ fn any(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 // operands and naming the tensor and the numbers on error.
 
 impl GraphBuilder {
+    /// The maximum (`min` false) or minimum of float `x` over `dims` (every dim when empty),
+    /// one dim at a time on `reduce_dim.comp`.
+    pub fn extreme(
+        &mut self,
+        x: TensorId,
+        dims: &[isize],
+        keepdim: bool,
+        min: bool,
+    ) -> Result<TensorId> {
+        let op = if min { "amin" } else { "amax" };
+        let xi = self.float_operand(op, x)?;
+        let rank = xi.shape.len();
+        let mut ds: Vec<usize> = dims
+            .iter()
+            .map(|&d| norm_dim(op, &xi.name, d, rank))
+            .collect::<Result<_>>()?;
+        if ds.is_empty() {
+            ds = (0..rank).collect();
+        }
+        ds.sort_unstable();
+        ds.dedup();
+        let mut y = x;
+        let mut shape = xi.shape.clone();
+        for &d in ds.iter().rev() {
+            let (outer, inner) = (shape[..d].iter().product(), shape[d + 1..].iter().product());
+            y = self.reduce_dim(
+                op,
+                Kernel::ReduceDim,
+                y,
+                [outer, shape[d], inner],
+                u32::from(min),
+            )?;
+            shape[d] = 1;
+            y = self.reshape(y, &shape.iter().map(|&s| s as isize).collect::<Vec<_>>())?;
+        }
+        self.reduced_shape(y, &xi.shape, &ds, keepdim)
+    }
+
+    /// The index of the maximum (`min` false) or minimum of `x` along `dim`, as i32, on
+    /// `arg_reduce.comp` (f16 inputs widened first).
+    pub fn arg_extreme(
+        &mut self,
+        x: TensorId,
+        dim: isize,
+        keepdim: bool,
+        min: bool,
+    ) -> Result<TensorId> {
+        let op = if min { "argmin" } else { "argmax" };
+        let xi = self.float_operand(op, x)?;
+        let d = norm_dim(op, &xi.name, dim, xi.shape.len())?;
+        let x = if xi.dtype == DType::F16 {
+            self.cast(x, DType::F32)?
+        } else {
+            x
+        };
+        let s = &xi.shape;
+        let (outer, inner) = (s[..d].iter().product(), s[d + 1..].iter().product());
+        let y = self.reduce_dim(
+            op,
+            Kernel::ArgReduce,
+            x,
+            [outer, s[d], inner],
+            u32::from(min),
+        )?;
+        self.reduced_shape(y, s, &[d], keepdim)
+    }
+
+    /// One `[outer, d, inner] -> [outer, inner]` pass of `kernel` (its mode `mode`); the
+    /// output is i32 for `ArgReduce`, else `x`'s dtype.
+    fn reduce_dim(
+        &mut self,
+        op: &'static str,
+        kernel: Kernel,
+        x: TensorId,
+        [outer, d, inner]: [usize; 3],
+        mode: u32,
+    ) -> Result<TensorId> {
+        let total = outer * inner;
+        let word = |v: usize| {
+            u32::try_from(v).map_err(|_| shape_err(op, format!("{v} elements are over 2^32")))
+        };
+        let (total, d, inner) = (word(total)?, word(d)?, word(inner)?);
+        let shape = vec![(total as usize).max(1)];
+        if kernel == Kernel::ArgReduce {
+            let push = push::ArgReducePush {
+                total,
+                d,
+                inner,
+                mode,
+            };
+            return self.kernel_node(op, kernel, &[x], (DType::I32, shape), &push);
+        }
+        let push = push::ReduceDimPush {
+            total,
+            d,
+            inner,
+            mode,
+        };
+        let dtype = self.info(op, x)?.dtype;
+        self.kernel_node(op, kernel, &[x], (dtype, shape), &push)
+    }
+
+    /// `y` (the reduced elements, in order) shaped as `shape` reduced over `dims`: those dims
+    /// kept as 1 or dropped (a scalar as `[1]`).
+    fn reduced_shape(
+        &mut self,
+        y: TensorId,
+        shape: &[usize],
+        dims: &[usize],
+        keepdim: bool,
+    ) -> Result<TensorId> {
+        let mut out: Vec<isize> = Vec::new();
+        for (i, &s) in shape.iter().enumerate() {
+            match (dims.contains(&i), keepdim) {
+                (true, true) => out.push(1),
+                (true, false) => {}
+                (false, _) => out.push(s as isize),
+            }
+        }
+        if out.is_empty() {
+            out.push(1);
+        }
+        self.reshape(y, &out)
+    }
+
     fn reduce_impl(
         &mut self,
         op: &'static str,
