@@ -175,6 +175,52 @@ fn feature_args(features: &str) -> Vec<String> {
 }
 
 /// Runs `cargo test` and returns the test counts it printed (passed, ignored).
+/// Removes cargo's unpacked copies of this workspace's packaged crates from earlier runs.
+/// `cargo package --workspace` verifies each crate against the others through a local
+/// registry, and cargo unpacks that registry's crates under `$CARGO_HOME/registry/src/-<hash>/`
+/// once per name and version: without this, a later run would build against the sources of
+/// an earlier one. crates.io's unpacked crates (`index.crates.io-*`) are left alone.
+fn clear_packaged_sources() -> Result {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {
+        return Ok(());
+    };
+    let ours = [
+        "vk-core",
+        "shared-runtime",
+        "compute-delegate",
+        "executorch-pte",
+        "vgf-delegate",
+        "vkdelegate",
+        "vkdelegate-cli",
+    ];
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for unpacked in std::fs::read_dir(registry.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = unpacked.file_name().to_string_lossy().into_owned();
+            let is_ours = ours.iter().any(|c| {
+                name.strip_prefix(c)
+                    .and_then(|v| v.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|ch: char| ch.is_ascii_digit()))
+            });
+            if is_ours {
+                std::fs::remove_dir_all(unpacked.path())
+                    .map_err(|e| format!("{}: {e}", unpacked.path().display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn cargo_test(package: &str, features: Option<&str>) -> Result<(u64, u64)> {
     let mut cmd = cargo();
     cmd.args(["test", "--package", package]);
@@ -286,6 +332,7 @@ fn ci() -> Result {
             // Each crate as crates.io would get it, built from its own package (workspace
             // dependencies from their packages); a file outside a crate's folder that it needs
             // fails here.
+            clear_packaged_sources()?;
             exec(cargo().args([
                 "package",
                 "--workspace",

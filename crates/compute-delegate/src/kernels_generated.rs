@@ -22,6 +22,8 @@ pub(crate) enum Kernel {
     Copy,
     /// `copy_vec4.comp`.
     CopyVec4,
+    /// `dilate2d.comp`.
+    Dilate2d,
     /// `fma_peak.comp`.
     FmaPeak,
     /// `gather.comp`.
@@ -79,7 +81,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 35] = [
+    pub(crate) const ALL: [Kernel; 36] = [
         Kernel::ArgReduce,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -89,6 +91,7 @@ impl Kernel {
         Kernel::ConvPack,
         Kernel::Copy,
         Kernel::CopyVec4,
+        Kernel::Dilate2d,
         Kernel::FmaPeak,
         Kernel::Gather,
         Kernel::Gemm,
@@ -129,6 +132,7 @@ impl Kernel {
             Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
             Kernel::Copy => include_bytes!("../spirv/copy_strided.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
+            Kernel::Dilate2d => include_bytes!("../spirv/dilate2d.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::Gather => include_bytes!("../spirv/gather.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
@@ -171,6 +175,7 @@ impl Kernel {
             Kernel::ConvPack => Some(include_bytes!("../spirv/conv_pack.spv")),
             Kernel::Copy => Some(include_bytes!("../spirv/copy_strided_f16.spv")),
             Kernel::CopyVec4 => None,
+            Kernel::Dilate2d => Some(include_bytes!("../spirv/dilate2d_f16.spv")),
             Kernel::FmaPeak => None,
             Kernel::Gather => Some(include_bytes!("../spirv/gather_f16.spv")),
             Kernel::Gemm => Some(include_bytes!("../spirv/gemm_f16.spv")),
@@ -212,6 +217,7 @@ impl Kernel {
             Kernel::ConvPack => 4,
             Kernel::Copy => 2,
             Kernel::CopyVec4 => 2,
+            Kernel::Dilate2d => 2,
             Kernel::FmaPeak => 1,
             Kernel::Gather => 3,
             Kernel::Gemm => 4,
@@ -384,6 +390,21 @@ pub(crate) mod push {
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
     pub(crate) struct CopyVec4Push {
         pub n4: u32,
+    }
+
+    /// `dilate2d.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct Dilate2dPush {
+        pub total: u32,
+        pub h: u32,
+        pub w: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub sh: u32,
+        pub sw: u32,
+        pub top: i32,
+        pub left: i32,
     }
 
     /// `fma_peak.comp`'s push constants.

@@ -917,3 +917,265 @@ fn extremes_their_indices_and_variance() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// PyTorch's conv_transpose2d of x [n, cin, h, w] with w [cin, cout / g, kh, kw].
+#[allow(clippy::too_many_arguments)]
+fn conv_transpose_ref(
+    x: &[f32],
+    [n, cin, h, w]: [usize; 4],
+    wt: &[f32],
+    [cout_g, kh, kw]: [usize; 3],
+    bias: &[f32],
+    (s, p, op, d, g): (usize, usize, usize, usize, usize),
+) -> (Vec<f32>, [usize; 4]) {
+    let oh = (h - 1) * s + d * (kh - 1) + op + 1 - 2 * p;
+    let ow = (w - 1) * s + d * (kw - 1) + op + 1 - 2 * p;
+    let cout = cout_g * g;
+    let cin_g = cin / g;
+    let mut y = vec![0f32; n * cout * oh * ow];
+    for b in 0..n {
+        for ci in 0..cin {
+            let gi = ci / cin_g;
+            for i in 0..h {
+                for j in 0..w {
+                    let v = x[((b * cin + ci) * h + i) * w + j];
+                    for co in 0..cout_g {
+                        for a in 0..kh {
+                            for e in 0..kw {
+                                let (r, q) = (
+                                    (i * s + a * d) as i64 - p as i64,
+                                    (j * s + e * d) as i64 - p as i64,
+                                );
+                                if r < 0 || q < 0 || r as usize >= oh || q as usize >= ow {
+                                    continue;
+                                }
+                                let oc = gi * cout_g + co;
+                                y[((b * cout + oc) * oh + r as usize) * ow + q as usize] +=
+                                    v * wt[((ci * cout_g + co) * kh + a) * kw + e];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (o, v) in y.iter_mut().enumerate() {
+        *v += bias[(o / (oh * ow)) % cout];
+    }
+    (y, [n, cout, oh, ow])
+}
+
+#[test]
+fn transposed_and_one_d_convolutions() {
+    each_precision("conv_transpose", |dev, dtype| {
+        let def = ops::find("aten.convolution.default").unwrap();
+        for (s, p, op, d, g) in [(2, 1, 1, 1, 1), (3, 0, 0, 2, 2), (1, 1, 0, 1, 1)] {
+            let (n, cin, h, w, cout_g, k) = (1, 4, 5, 4, 3, 3);
+            let x = rand_vec(16, n * cin * h * w);
+            let wt = rand_vec(17, cin * cout_g * k * k);
+            let bias = rand_vec(18, cout_g * g);
+            let (want, shape) = conv_transpose_ref(
+                &x,
+                [n, cin, h, w],
+                &wt,
+                [cout_g, k, k],
+                &bias,
+                (s, p, op, d, g),
+            );
+            let mut gb = GraphBuilder::new();
+            let xi = gb.input("x", DType::F32, &[n, cin, h, w]).unwrap();
+            let xd = if dtype == DType::F32 {
+                xi
+            } else {
+                gb.cast(xi, dtype).unwrap()
+            };
+            let constant =
+                |gb: &mut GraphBuilder, name: &str, shape: &[usize], v: &[f32]| match dtype {
+                    DType::F16 => gb.constant_f16(name, shape, v).unwrap(),
+                    _ => gb.constant_f32(name, shape, v).unwrap(),
+                };
+            let wc = constant(&mut gb, "w", &[cin, cout_g, k, k], &wt);
+            let bc = constant(&mut gb, "b", &[cout_g * g], &bias);
+            let pair = |v: usize| Arg::Ints(vec![v as i64, v as i64]);
+            // (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+            let args = vec![
+                Arg::Tensor(xd),
+                Arg::Tensor(wc),
+                Arg::Tensor(bc),
+                pair(s),
+                pair(p),
+                pair(d),
+                Arg::Bool(true),
+                pair(op),
+                Arg::Int(g as i64),
+            ];
+            let y = def.call(&mut gb, args).unwrap()[0];
+            assert_eq!(gb.shape(y).unwrap(), shape);
+            let y = if dtype == DType::F32 {
+                y
+            } else {
+                gb.cast(y, DType::F32).unwrap()
+            };
+            gb.output(y).unwrap();
+            let input = HostTensor::from_f32(vec![n, cin, h, w], &x).unwrap();
+            let got = gb.build(dev).unwrap().execute(&[input]).unwrap()[0]
+                .to_f32()
+                .unwrap();
+            let tol_dtype = if dtype == DType::F32 {
+                DType::F16
+            } else {
+                dtype
+            };
+            // fp32 sums in another order: judged against the output's scale too.
+            assert_close(
+                &got,
+                &want,
+                tol_dtype,
+                &format!("conv_transpose2d s{s} p{p} op{op} d{d} g{g}"),
+            );
+        }
+        // 1-D: [n, c, l] with w [o, c, k], stride 2, padding 1.
+        let (x, wt) = (rand_vec(19, 2 * 3 * 11), rand_vec(20, 4 * 3 * 3));
+        let (got, shape) = call(
+            dev,
+            "aten.convolution.default",
+            dtype,
+            &[(&[2, 3, 11], &x), (&[4, 3, 3], &wt)],
+            vec![
+                Arg::None,
+                Arg::Ints(vec![2]),
+                Arg::Ints(vec![1]),
+                Arg::Ints(vec![1]),
+                Arg::Bool(false),
+                Arg::Ints(vec![0]),
+                Arg::Int(1),
+            ],
+        );
+        assert_eq!(shape, [2, 4, 6]);
+        let want: Vec<f32> = (0..2 * 4 * 6)
+            .map(|o| {
+                let (b, co, t) = (o / 24, (o / 6) % 4, o % 6);
+                let mut acc = 0.0;
+                for ci in 0..3 {
+                    for e in 0..3 {
+                        let pos = (t * 2 + e) as i64 - 1;
+                        if (0..11).contains(&pos) {
+                            acc += x[(b * 3 + ci) * 11 + pos as usize] * wt[(co * 3 + ci) * 3 + e];
+                        }
+                    }
+                }
+                acc
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "conv1d");
+    });
+}
+
+#[test]
+fn pools_expands_interleaves_flips_and_indexing() {
+    each_precision("shape_ops", |dev, dtype| {
+        let s = [1, 2, 4, 6];
+        let x = rand_vec(21, 48);
+        // Adaptive average pooling to 2 x 3: windows of 2 x 2; and to 1 x 1.
+        let (got, shape) = call(
+            dev,
+            "aten._adaptive_avg_pool2d.default",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Ints(vec![2, 3])],
+        );
+        assert_eq!(shape, [1, 2, 2, 3]);
+        let want: Vec<f32> = (0..12)
+            .map(|o| {
+                let (p, i, j) = (o / 6, (o / 3) % 2, o % 3);
+                (0..4)
+                    .map(|t| x[(p * 4 + 2 * i + t / 2) * 6 + 2 * j + t % 2])
+                    .sum::<f32>()
+                    / 4.0
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "adaptive_avg_pool2d");
+        let (got, _) = call(
+            dev,
+            "aten._adaptive_avg_pool2d.default",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Ints(vec![1, 1])],
+        );
+        let want: Vec<f32> = (0..2)
+            .map(|p| x[p * 24..p * 24 + 24].iter().sum::<f32>() / 24.0)
+            .collect();
+        assert_close(&got, &want, dtype, "global average pooling");
+        // expand [2, 1] to [3, 2, 4].
+        let v = rand_vec(22, 2);
+        let (got, shape) = call(
+            dev,
+            "aten.expand_copy.default",
+            dtype,
+            &[(&[2, 1], &v)],
+            vec![Arg::Ints(vec![3, -1, 4])],
+        );
+        assert_eq!(shape, [3, 2, 4]);
+        let want: Vec<f32> = (0..24).map(|o| v[(o / 4) % 2]).collect();
+        assert_close(&got, &want, dtype, "expand");
+        // repeat_interleave along dim 1 of [2, 3]: each column twice.
+        let m = rand_vec(23, 6);
+        let (got, shape) = call(
+            dev,
+            "aten.repeat_interleave.self_int",
+            dtype,
+            &[(&[2, 3], &m)],
+            vec![Arg::Int(2), Arg::Int(1)],
+        );
+        assert_eq!(shape, [2, 6]);
+        let want: Vec<f32> = (0..12).map(|o| m[(o / 6) * 3 + (o % 6) / 2]).collect();
+        assert_close(&got, &want, dtype, "repeat_interleave");
+        // flip dims 0 and -1.
+        let (got, _) = call(
+            dev,
+            "aten.flip.default",
+            dtype,
+            &[(&[2, 3], &m)],
+            vec![Arg::Ints(vec![0, -1])],
+        );
+        let want: Vec<f32> = (0..6).map(|o| m[(1 - o / 3) * 3 + 2 - o % 3]).collect();
+        assert_close(&got, &want, dtype, "flip");
+        // rsub: 3 - 2 * x.
+        let (got, _) = call(
+            dev,
+            "aten.rsub.Scalar",
+            dtype,
+            &[(&[2, 3], &m)],
+            vec![Arg::Float(3.0), Arg::Float(2.0)],
+        );
+        let want: Vec<f32> = m.iter().map(|v| 3.0 - 2.0 * v).collect();
+        assert_close(&got, &want, dtype, "rsub");
+        // squeeze of every dim of size 1.
+        let (_, shape) = call(
+            dev,
+            "aten.squeeze_copy.default",
+            dtype,
+            &[(&[1, 2, 1, 3], &m)],
+            vec![],
+        );
+        assert_eq!(shape, [2, 3]);
+    });
+    // index.Tensor with one index (a [2, 2] i32 tensor) at dim 1, the other entries None.
+    let Some((instance, dev)) = device("index_tensor", false) else {
+        return;
+    };
+    let x = rand_vec(24, 2 * 4 * 3);
+    let ids = [3, 0, 1, 1];
+    let (got, shape) = with_ids(&dev, (&[2, 4, 3], &x), (&[2, 2], &ids), |g, x, i| {
+        let Arg::Tensor(i) = i else { unreachable!() };
+        let def = ops::find("aten.index.Tensor").unwrap();
+        def.call(g, vec![x, Arg::OptTensors(vec![None, Some(i)])])
+            .unwrap()[0]
+    });
+    assert_eq!(shape, [2, 2, 2, 3]);
+    let want: Vec<f32> = (0..24)
+        .map(|o| x[((o / 12) * 4 + ids[(o / 3) % 4] as usize) * 3 + o % 3])
+        .collect();
+    assert_eq!(got, want, "index.Tensor");
+    assert_no_validation_errors(&instance);
+}

@@ -15,7 +15,7 @@ const F32_MAX: f64 = f32::MAX as f64;
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.relu.default", "relu"], &[SELF], |c| unary(c, UnaryOp::Relu)),
-    OpDef::new(&["relu6"], &[SELF], |c| unary(c, UnaryOp::Clamp(0.0, 6.0))),
+    OpDef::new(&["aten.relu6.default", "relu6"], &[SELF], |c| unary(c, UnaryOp::Clamp(0.0, 6.0))),
     OpDef::new(&["aten.sigmoid.default", "sigmoid"], &[SELF], |c| unary(c, UnaryOp::Sigmoid)),
     OpDef::new(&["aten.tanh.default", "tanh"], &[SELF], |c| unary(c, UnaryOp::Tanh)),
     OpDef::new(&["aten.hardswish.default", "hardswish"], &[SELF], |c| unary(c, UnaryOp::Hardswish)),

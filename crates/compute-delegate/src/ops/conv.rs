@@ -1,11 +1,14 @@
-//! 2-D convolution (any groups, dilation and padding), with an optional clamp
-//! (`et_vk.conv_with_clamp`). Transposed convolution is refused by name.
+//! Convolution: 2-D (any groups, dilation and padding), 1-D (as 2-D of height 1) and
+//! transposed (the input spread with zeros by `dilate2d.comp`, then a plain convolution with
+//! the constant weights flipped and transposed at build), with an optional clamp
+//! (`et_vk.conv_with_clamp`).
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::{Conv2d, GraphBuilder, Op, TensorId, check_bias, conv_shape};
+use crate::graph::{Conv2d, GraphBuilder, Op, TensorId, check_bias, conv_shape, shape_err};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
+use vk_core::DType;
 
 const CONV: &[Param] = &[
     Param::tensor("input"),
@@ -29,17 +32,40 @@ pub(super) const OPS: &[OpDef] = &[
 ];
 
 fn convolution(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    if c.bool(6)? {
-        return Err(c.err(6, "transposed convolution is not supported"));
-    }
-    let (x, w, b) = (c.tensor(0)?, c.tensor(1)?, c.opt_tensor(2)?);
+    let (mut x, mut w, b) = (c.tensor(0)?, c.tensor(1)?, c.opt_tensor(2)?);
+    // 1-D: [n, c, l] as [n, c, 1, l], each parameter's one value for the width.
+    let one_d = c.shape(x).len() == 3;
+    let pair = |c: &Call<'_>, i: usize, h: usize| -> Result<[usize; 2]> {
+        match (one_d, c.counts(i)?.as_slice()) {
+            (true, [v]) => Ok([h, *v]),
+            (true, other) => Err(c.err(
+                i,
+                format!("a 1-D convolution takes one value, found {other:?}"),
+            )),
+            (false, _) => c.pair(i),
+        }
+    };
     let p = Conv2d {
-        stride: c.pair(3)?,
-        padding: c.pair(4)?,
-        dilation: c.pair(5)?,
+        stride: pair(c, 3, 1)?,
+        padding: pair(c, 4, 0)?,
+        dilation: pair(c, 5, 1)?,
         groups: c.count(8)?,
     };
-    let y = c.g.conv2d(x, w, b, p)?;
+    if one_d {
+        x = c.g.unsqueeze_at(x, 2)?;
+        w = c.g.unsqueeze_at(w, 2)?;
+    }
+    let mut y = if c.bool(6)? {
+        let output_padding = pair(c, 7, 0)?;
+        c.g.conv_transpose2d(x, w, b, p, output_padding)?
+    } else {
+        c.g.conv2d(x, w, b, p)?
+    };
+    if one_d {
+        let mut shape: Vec<isize> = c.shape(y).iter().map(|&s| s as isize).collect();
+        shape.remove(2);
+        y = c.g.reshape(y, &shape)?;
+    }
     if c.def.params.len() <= 9 {
         return one(y);
     }
@@ -51,6 +77,129 @@ fn convolution(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 // operands and naming the tensor and the numbers on error.
 
 impl GraphBuilder {
+    /// `t` with a dim of size 1 inserted at `dim`.
+    pub(crate) fn unsqueeze_at(&mut self, t: TensorId, dim: usize) -> Result<TensorId> {
+        let mut shape: Vec<isize> = self
+            .info("unsqueeze", t)?
+            .shape
+            .iter()
+            .map(|&s| s as isize)
+            .collect();
+        shape.insert(dim.min(shape.len()), 1);
+        self.reshape(t, &shape)
+    }
+
+    /// The transposed convolution of `x [n, c_in, h, w]` with constant weights
+    /// `w [c_in, c_out / groups, kh, kw]`: `x` spread by the stride with zeros, padded by
+    /// `dilation * (k - 1) - padding` (and `output_padding` after), then a plain convolution
+    /// of stride 1 with the weights flipped and transposed to `[c_out, c_in / groups, kh, kw]`.
+    pub fn conv_transpose2d(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        p: Conv2d,
+        output_padding: [usize; 2],
+    ) -> Result<TensorId> {
+        const OP: &str = "conv_transpose2d";
+        let xi = self.float_operand(OP, x)?;
+        let wi = self.same_float(OP, w, &xi)?;
+        let ([n, cin, h, wd], [wcin, cout_g, kh, kw]) = (
+            <[usize; 4]>::try_from(xi.shape.as_slice()).map_err(|_| {
+                shape_err(
+                    OP,
+                    format!("'{}' {:?} is not [n, c, h, w]", xi.name, xi.shape),
+                )
+            })?,
+            <[usize; 4]>::try_from(wi.shape.as_slice()).map_err(|_| {
+                shape_err(
+                    OP,
+                    format!(
+                        "'{}' {:?} is not [c_in, c_out / groups, kh, kw]",
+                        wi.name, wi.shape
+                    ),
+                )
+            })?,
+        );
+        let g = p.groups.max(1);
+        if wcin != cin || cin % g != 0 {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "'{}' {:?} does not fit {cin} input channels in {g} groups",
+                    wi.name, wi.shape
+                ),
+            ));
+        }
+        let values = self.constant_values(w).ok_or_else(|| {
+            shape_err(
+                OP,
+                format!("'{}' must be a constant f32 or f16 tensor", wi.name),
+            )
+        })?;
+        // w'[gi * cout_g + co][ci][i][j] = w[gi * cin_g + ci][co][kh - 1 - i][kw - 1 - j].
+        let cin_g = cin / g;
+        let mut flipped = vec![0f32; values.len()];
+        for (o, v) in flipped.iter_mut().enumerate() {
+            let (j, i) = (o % kw, (o / kw) % kh);
+            let ci = (o / (kw * kh)) % cin_g;
+            let oc = o / (kw * kh * cin_g);
+            let (gi, co) = (oc / cout_g, oc % cout_g);
+            *v = values[(((gi * cin_g + ci) * cout_g + co) * kh + kh - 1 - i) * kw + kw - 1 - j];
+        }
+        let shape = [cout_g * g, cin_g, kh, kw];
+        let name = format!("{}_flipped", wi.name);
+        let w2 = match xi.dtype {
+            DType::F16 => self.constant_f16(&name, &shape, &flipped)?,
+            _ => self.constant_f32(&name, &shape, &flipped)?,
+        };
+        // The spread input: before = d(k - 1) - p, after = before + output_padding.
+        let mut out = [0usize; 2];
+        let mut before = [0i64; 2];
+        for (a, (size, k)) in [(h, kh), (wd, kw)].into_iter().enumerate() {
+            let b = (p.dilation[a] * (k - 1)) as i64 - p.padding[a] as i64;
+            let len = ((size - 1) * p.stride[a] + 1) as i64 + 2 * b + output_padding[a] as i64;
+            if len < (p.dilation[a] * (k - 1) + 1) as i64 {
+                return Err(shape_err(
+                    OP,
+                    format!(
+                        "padding {:?} leaves no output for '{}' {:?}",
+                        p.padding, xi.name, xi.shape
+                    ),
+                ));
+            }
+            (out[a], before[a]) = (len as usize, b);
+        }
+        let total = n * cin * out[0] * out[1];
+        let word =
+            |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} is over 2^32")));
+        let push = push::Dilate2dPush {
+            total: word(total)?,
+            h: word(h)?,
+            w: word(wd)?,
+            oh: word(out[0])?,
+            ow: word(out[1])?,
+            sh: word(p.stride[0])?,
+            sw: word(p.stride[1])?,
+            top: before[0] as i32,
+            left: before[1] as i32,
+        };
+        let spread = self.kernel_node(
+            "conv_transpose2d",
+            Kernel::Dilate2d,
+            &[x],
+            (xi.dtype, vec![n, cin, out[0], out[1]]),
+            &push,
+        )?;
+        let plain = Conv2d {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: p.dilation,
+            groups: g,
+        };
+        self.conv2d(spread, w2, bias, plain)
+    }
+
     /// `conv2d(x [n, c_in, h, w], w [c_out, c_in / groups, kh, kw], bias [c_out])`.
     pub fn conv2d(
         &mut self,

@@ -26,6 +26,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.sub.Scalar", "aten::sub.Scalar_out", "sub_scalar"], &[SELF, SCALAR, ALPHA], |c| scalar(c, |s| UnaryOp::AddScalar(-s))),
     OpDef::new(&["aten.mul.Scalar", "aten::mul.Scalar_out", "mul_scalar"], &[SELF, SCALAR], |c| scalar(c, UnaryOp::MulScalar)),
     OpDef::new(&["aten.div.Scalar", "aten::div.Scalar_out", "div_scalar"], &[SELF, SCALAR], |c| scalar(c, UnaryOp::DivScalar)),
+    OpDef::new(&["aten.rsub.Scalar", "rsub_scalar"], &[SELF, SCALAR, ALPHA], rsub),
     OpDef::new(&["aten.eq.Scalar", "eq_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Eq, s))),
     OpDef::new(&["aten.ne.Scalar", "ne_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Ne, s))),
     OpDef::new(&["aten.gt.Scalar", "gt_scalar"], &[SELF, SCALAR], |c| scalar(c, |s| UnaryOp::Compare(Compare::Gt, s))),
@@ -85,6 +86,17 @@ fn div_mode(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         }
     };
     binary(c, op)
+}
+
+/// `other - alpha * self`.
+fn rsub(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, s, alpha) = (c.tensor(0)?, c.f32(1)?, c.f32(2)?);
+    let x = if alpha == 1.0 {
+        x
+    } else {
+        c.g.mul_scalar(x, alpha)?
+    };
+    one(c.g.rsub_scalar(x, s)?)
 }
 
 fn logical_not(c: &mut Call<'_>) -> Result<Vec<TensorId>> {

@@ -17,6 +17,9 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.zeros_like.default", "zeros_like"], &[Param::tensor("self")], |c| fill_like(c, 0.0)),
     OpDef::new(&["aten.ones_like.default", "ones_like"], &[Param::tensor("self")], |c| fill_like(c, 1.0)),
     OpDef::new(&["aten.index_select.default", "index_select"], &[Param::tensor("self"), Param::new("dim", Kind::Int, Fallback::Required), Param::tensor("index")], |c| index_dim(c, false)),
+    OpDef::new(&["aten.index.Tensor", "index"], &[Param::tensor("self"), Param::new("indices", Kind::OptTensors, Fallback::Required)], index_tensor),
+    OpDef::new(&["aten.zeros.default", "zeros"], &[Param::new("size", Kind::Ints, Fallback::Required), DTYPE], |c| fill(c, 0.0)),
+    OpDef::new(&["aten.ones.default", "ones"], &[Param::new("size", Kind::Ints, Fallback::Required), DTYPE], |c| fill(c, 1.0)),
     OpDef::new(&["aten.gather.default", "gather"], &[Param::tensor("self"), Param::new("dim", Kind::Int, Fallback::Required), Param::tensor("index"), Param::new("sparse_grad", Kind::Bool, Fallback::Bool(false))], |c| index_dim(c, true)),
     OpDef::new(&["aten.arange.start_step", "arange"], &[Param::new("start", Kind::Float, Fallback::Required), Param::new("end", Kind::Float, Fallback::Required), Param::new("step", Kind::Float, Fallback::Float(1.0)), DTYPE], arange),
     OpDef::new(&["aten.full.default", "full"], &[Param::new("size", Kind::Ints, Fallback::Required), Param::new("fill_value|value", Kind::Float, Fallback::Required), DTYPE], full),
@@ -81,6 +84,15 @@ fn full(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     created(c, "full", &shape, &values, int)
 }
 
+/// A constant of `size`, every element `value`.
+fn fill(c: &mut Call<'_>, value: f64) -> Result<Vec<TensorId>> {
+    let size = c.counts(0)?;
+    let shape = if size.is_empty() { vec![1] } else { size };
+    let values = vec![value; shape.iter().product()];
+    let int = c.opt_int(1)?.is_some_and(|code| integral(Some(code), &[]));
+    created(c, "fill", &shape, &values, int)
+}
+
 /// A one-element constant.
 fn scalar_tensor(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let value = c.float(0)?;
@@ -89,51 +101,43 @@ fn scalar_tensor(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 }
 
 /// `index_select` (`gather` false: a 1-D index picks along `dim`) or `gather` (an index of the
-/// output's shape, its rank that of `self`), on `index_dim.comp`.
+/// output's shape, its rank that of `self`).
 fn index_dim(c: &mut Call<'_>, gather: bool) -> Result<Vec<TensorId>> {
     let (x, dim, index) = (c.tensor(0)?, c.dim(1)?, c.tensor(2)?);
-    let (shape, ishape) = (c.shape(x), c.shape(index));
-    let rank = shape.len();
-    let d = if dim < 0 { dim + rank as isize } else { dim };
-    if d < 0 || d as usize >= rank || rank > 6 {
-        return Err(c.err(1, format!("dim {dim} of a tensor of shape {shape:?}")));
+    let rank = c.shape(x).len() as isize;
+    let d = if dim < 0 { dim + rank } else { dim };
+    if d < 0 || d >= rank {
+        return Err(c.err(1, format!("dim {dim} of a tensor of rank {rank}")));
     }
-    let d = d as usize;
-    if c.g.dtype(index) != Some(DType::I32) {
-        return Err(c.err(2, "must be an i32 tensor"));
-    }
-    let out = if gather {
-        if ishape.len() != rank {
-            return Err(c.err(2, format!("{ishape:?} must have the rank of {shape:?}")));
-        }
-        ishape.clone()
-    } else {
-        if ishape.len() != 1 {
-            return Err(c.err(2, format!("{ishape:?} must be 1-D")));
-        }
-        let mut out = shape.clone();
-        out[d] = ishape[0];
-        out
+    one(c.g.index_along(x, d as usize, index, gather)?)
+}
+
+/// `self[indices]` with one index tensor, at position `k` of `indices` (the others None): the
+/// index's shape takes the place of dim `k`.
+fn index_tensor(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let given: Vec<(usize, TensorId)> = c
+        .opt_tensors(1)?
+        .into_iter()
+        .enumerate()
+        .filter_map(|(k, t)| t.map(|t| (k, t)))
+        .collect();
+    let [(k, index)] = given.as_slice() else {
+        return Err(c.err(
+            1,
+            format!("{} index tensors; one is supported", given.len()),
+        ));
     };
-    let dtype = c.g.dtype(x).unwrap_or(DType::F32);
-    if !matches!(dtype, DType::F32 | DType::F16 | DType::I32) {
-        return Err(c.err(0, format!("is {dtype}; f32, f16 or i32 is required")));
+    let (shape, ishape) = (c.shape(x), c.shape(*index));
+    if *k >= shape.len() {
+        return Err(c.err(1, format!("an index for dim {k} of {shape:?}")));
     }
-    let strides = crate::lower::contiguous_strides(&shape);
-    let word = |v: usize| u32::try_from(v).map_err(|_| c.err(0, format!("{v} is over 2^32")));
-    let push = push::IndexDimPush {
-        total: word(out.iter().product())?,
-        rank: rank as u32,
-        dim: d as u32,
-        mode: u32::from(gather),
-        dims: crate::lower::rank6(&out),
-        xs: crate::lower::rank6(&strides),
-        size: word(shape[d])?,
-    };
-    let name = if gather { "gather" } else { "index_select" };
-    one(c
-        .g
-        .kernel_node(name, Kernel::IndexDim, &[x, index], (dtype, out), &push)?)
+    let flat = c.g.reshape(*index, &[-1])?;
+    let y = c.g.index_along(x, *k, flat, false)?;
+    let mut out: Vec<isize> = shape[..*k].iter().map(|&s| s as isize).collect();
+    out.extend(ishape.iter().map(|&s| s as isize));
+    out.extend(shape[k + 1..].iter().map(|&s| s as isize));
+    one(c.g.reshape(y, &out)?)
 }
 
 /// A constant of `self`'s shape in the graph's float dtype, every element `value`.
@@ -164,6 +168,72 @@ fn full_like(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 // operands and naming the tensor and the numbers on error.
 
 impl GraphBuilder {
+    /// Elements of `x` (f32, f16 or i32, rank up to 6) picked along `dim` by the i32 `index`
+    /// on `index_dim.comp`: `gather` false, a 1-D index replacing dim `dim`'s size; true, an
+    /// index of the output's shape and `x`'s rank. Negative indices count from the end; out of
+    /// range gives 0.
+    pub fn index_along(
+        &mut self,
+        x: TensorId,
+        dim: usize,
+        index: TensorId,
+        gather: bool,
+    ) -> Result<TensorId> {
+        let op = if gather { "gather" } else { "index_select" };
+        let xi = self.info(op, x)?.clone();
+        let ii = self.info(op, index)?.clone();
+        let (shape, rank) = (&xi.shape, xi.shape.len());
+        if dim >= rank || rank > 6 {
+            return Err(shape_err(
+                op,
+                format!("dim {dim} of '{}' {shape:?}", xi.name),
+            ));
+        }
+        if ii.dtype != DType::I32 {
+            return Err(shape_err(
+                op,
+                format!("index '{}' is {}, not i32", ii.name, ii.dtype),
+            ));
+        }
+        let out = match (gather, ii.shape.as_slice()) {
+            (true, s) if s.len() == rank => s.to_vec(),
+            (false, [n]) => {
+                let mut out = shape.clone();
+                out[dim] = *n;
+                out
+            }
+            (_, s) => {
+                let want = if gather { "the rank of" } else { "1-D, for" };
+                return Err(shape_err(
+                    op,
+                    format!(
+                        "index '{}' {s:?} must be {want} '{}' {shape:?}",
+                        ii.name, xi.name
+                    ),
+                ));
+            }
+        };
+        if !matches!(xi.dtype, DType::F32 | DType::F16 | DType::I32) {
+            return Err(shape_err(
+                op,
+                format!("'{}' is {}; f32, f16 or i32 is required", xi.name, xi.dtype),
+            ));
+        }
+        let strides = crate::lower::contiguous_strides(shape);
+        let word =
+            |v: usize| u32::try_from(v).map_err(|_| shape_err(op, format!("{v} is over 2^32")));
+        let push = push::IndexDimPush {
+            total: word(out.iter().product())?,
+            rank: rank as u32,
+            dim: dim as u32,
+            mode: u32::from(gather),
+            dims: crate::lower::rank6(&out),
+            xs: crate::lower::rank6(&strides),
+            size: word(shape[dim])?,
+        };
+        self.kernel_node(op, Kernel::IndexDim, &[x, index], (xi.dtype, out), &push)
+    }
+
     /// `table[ids]`: rows of the 32-bit or f16 `table` `[v, d]` picked by the i32 `ids` (any
     /// shape); the result has shape `ids.shape + [d]`. An id outside `0..v` gives a row of
     /// zeros.

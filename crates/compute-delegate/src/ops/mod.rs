@@ -67,6 +67,8 @@ pub enum Kind {
     Tensor,
     /// A list of tensors.
     Tensors,
+    /// A list of tensors and Nones (advanced indexing's indices).
+    OptTensors,
     /// An integer (a bool reads as 0 or 1).
     Int,
     /// A number (an integer reads as one).
@@ -86,6 +88,7 @@ impl Kind {
         match self {
             Kind::Tensor => "a tensor",
             Kind::Tensors => "a list of tensors",
+            Kind::OptTensors => "a list of tensors or Nones",
             Kind::Int => "an integer",
             Kind::Float => "a number",
             Kind::Bool => "a bool",
@@ -162,7 +165,7 @@ impl Param {
 
     /// Whether it takes tensors.
     pub fn is_tensor(&self) -> bool {
-        matches!(self.kind, Kind::Tensor | Kind::Tensors)
+        matches!(self.kind, Kind::Tensor | Kind::Tensors | Kind::OptTensors)
     }
 }
 
@@ -175,6 +178,8 @@ pub enum Arg {
     Tensor(TensorId),
     /// Tensors.
     Tensors(Vec<TensorId>),
+    /// Tensors and Nones.
+    OptTensors(Vec<Option<TensorId>>),
     /// An integer.
     Int(i64),
     /// A number.
@@ -195,6 +200,7 @@ impl Arg {
             Arg::None => "None".into(),
             Arg::Tensor(t) => format!("tensor {}", t.index()),
             Arg::Tensors(ts) => format!("{} tensors", ts.len()),
+            Arg::OptTensors(ts) => format!("{} tensors or Nones", ts.len()),
             Arg::Int(v) => format!("the integer {v}"),
             Arg::Float(v) => format!("the number {v}"),
             Arg::Bool(v) => format!("{v}"),
@@ -211,6 +217,11 @@ impl Arg {
             (Kind::Tensor, a @ Arg::Tensor(_)) => a,
             (Kind::Tensors, a @ Arg::Tensors(_)) => a,
             (Kind::Tensors, Arg::Tensor(t)) => Arg::Tensors(vec![t]),
+            (Kind::OptTensors, a @ Arg::OptTensors(_)) => a,
+            (Kind::OptTensors, Arg::Tensors(ts)) => {
+                Arg::OptTensors(ts.into_iter().map(Some).collect())
+            }
+            (Kind::OptTensors, Arg::Tensor(t)) => Arg::OptTensors(vec![Some(t)]),
             (Kind::Int, a @ Arg::Int(_)) => a,
             (Kind::Int, Arg::Bool(b)) => Arg::Int(i64::from(b)),
             (Kind::Int, Arg::Float(v)) if v.fract() == 0.0 && v.abs() < 9e15 => Arg::Int(v as i64),
@@ -380,6 +391,14 @@ impl Call<'_> {
     pub(crate) fn tensors(&self, i: usize) -> Result<Vec<TensorId>> {
         match self.get(i) {
             Arg::Tensors(ts) => Ok(ts.clone()),
+            other => Err(self.err(i, format!("must be tensors, found {}", other.describe()))),
+        }
+    }
+
+    /// Argument `i`, tensors and Nones.
+    pub(crate) fn opt_tensors(&self, i: usize) -> Result<Vec<Option<TensorId>>> {
+        match self.get(i) {
+            Arg::OptTensors(ts) => Ok(ts.clone()),
             other => Err(self.err(i, format!("must be tensors, found {}", other.describe()))),
         }
     }

@@ -21,9 +21,37 @@ const DIVISOR: Param = Param::new("divisor_override", Kind::Int, Fallback::Null)
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.avg_pool2d.default", "avg_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR], avg_pool2d),
     OpDef::new(&["aten.max_pool2d_with_indices.default", "aten.max_pool2d.default", "max_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, DILATION, CEIL], max_pool2d),
+    OpDef::new(&["aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default", "adaptive_avg_pool2d"], &[SELF, Param::new("output_size|size", Kind::Ints, Fallback::Required)], adaptive_avg_pool2d),
     OpDef::new(&["aten.upsample_nearest2d.vec", "upsample_nearest2d"], &[Param::tensor("input"), Param::new("output_size|size", Kind::Ints, Fallback::Null), Param::new("scale_factors|scale", Kind::Floats, Fallback::Null)], |c| upsample(c, false)),
     OpDef::new(&["aten.upsample_bilinear2d.vec", "upsample_bilinear2d"], &[Param::tensor("input"), Param::new("output_size|size", Kind::Ints, Fallback::Null), Param::new("align_corners", Kind::Bool, Fallback::Bool(false)), Param::new("scale_factors|scale", Kind::Floats, Fallback::Null)], |c| upsample(c, true)),
 ];
+
+/// Average pooling to `output_size`: the mean over the plane for 1 x 1, else windows of
+/// `input / output` (the input must divide by the output, as where PyTorch's adaptive windows
+/// are all equal).
+fn adaptive_avg_pool2d(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, out) = (c.tensor(0)?, c.pair(1)?);
+    let shape = c.shape(x);
+    let [.., h, w] = shape.as_slice() else {
+        return Err(c.err(0, format!("must have at least 2 dims, found {shape:?}")));
+    };
+    if out == [1, 1] {
+        return one(c.g.mean(x, &[-2, -1], true)?);
+    }
+    if out.contains(&0) || h % out[0] != 0 || w % out[1] != 0 {
+        let why = format!("{out:?} does not divide the input's {h} x {w} into equal windows");
+        return Err(c.err(1, why));
+    }
+    let kernel = [h / out[0], w / out[1]];
+    let p = Pool2d {
+        kernel,
+        stride: kernel,
+        padding: [0, 0],
+        ceil_mode: false,
+        count_include_pad: true,
+    };
+    one(c.g.avg_pool2d(x, p)?)
+}
 
 /// Nearest or bilinear resampling of the last two dims to `output_size`, or by
 /// `scale_factors` (output size rounded down, coordinates mapped by one over it).

@@ -31,6 +31,11 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.alias_copy.default", "dim_order_ops._clone_dim_order.default"], &[SELF], clone),
     OpDef::new(&["aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default", "to"], &[SELF, Param::new("dtype", Kind::Int, Fallback::Null)], to_copy),
     OpDef::new(&["aten.repeat.default", "repeat"], &[SELF, Param::new("repeats", Kind::Ints, Fallback::Required)], repeat),
+    OpDef::new(&["aten.expand_copy.default", "expand"], &[SELF, Param::new("size", Kind::Ints, Fallback::Required), Param::new("implicit", Kind::Bool, Fallback::Bool(false))], expand),
+    OpDef::new(&["aten.repeat_interleave.self_int", "repeat_interleave"], &[SELF, Param::new("repeats", Kind::Int, Fallback::Required), Param::new("dim", Kind::Int, Fallback::Null)], repeat_interleave),
+    OpDef::new(&["aten.flip.default", "flip"], &[SELF, Param::new("dims", Kind::Ints, Fallback::Required)], flip),
+    OpDef::new(&["aten.squeeze_copy.dim"], &[SELF, Param::new("dim", Kind::Ints, Fallback::Required)], squeeze),
+    OpDef::new(&["aten.squeeze_copy.default"], &[SELF, Param::new("dim", Kind::Ints, Fallback::Null)], squeeze),
     OpDef::new(&["aten.constant_pad_nd.default", "pad"], &[SELF, Param::new("pad", Kind::Ints, Fallback::Required), Param::new("value", Kind::Float, Fallback::Float(0.0))], constant_pad),
 ];
 
@@ -42,6 +47,13 @@ fn repeat(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     if repeats.len() < shape.len() || repeats.contains(&0) {
         return Err(c.err(1, format!("{repeats:?} for a tensor of shape {shape:?}")));
     }
+    one(tile(c, x, &repeats)?)
+}
+
+/// `x` (of rank at most `repeats.len()`, leading dims of 1 added) tiled `repeats[i]` times
+/// along each dim, by concatenation.
+fn tile(c: &mut Call<'_>, x: TensorId, repeats: &[usize]) -> Result<TensorId> {
+    let shape = c.shape(x);
     let mut full: Vec<isize> = vec![1; repeats.len() - shape.len()];
     full.extend(shape.iter().map(|&s| s as isize));
     let mut y = c.g.reshape(x, &full)?;
@@ -50,7 +62,74 @@ fn repeat(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
             y = c.g.cat(&vec![y; r], dim as isize)?;
         }
     }
-    one(y)
+    Ok(y)
+}
+
+/// `self.expand(size)`: dims of size 1 repeated to `size` (-1 keeps a dim; leading dims may
+/// be added).
+fn expand(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, size) = (c.tensor(0)?, c.ints(1)?);
+    let shape = c.shape(x);
+    if size.len() < shape.len() {
+        return Err(c.err(1, format!("{size:?} has fewer dims than {shape:?}")));
+    }
+    let lead = size.len() - shape.len();
+    let mut repeats = Vec::with_capacity(size.len());
+    for (i, &s) in size.iter().enumerate() {
+        let have = if i < lead { 1 } else { shape[i - lead] };
+        repeats.push(match s {
+            -1 if i >= lead => 1,
+            s if s >= 0 && s as usize == have => 1,
+            s if s > 0 && have == 1 => s as usize,
+            _ => return Err(c.err(1, format!("{size:?} does not expand {shape:?}"))),
+        });
+    }
+    one(tile(c, x, &repeats)?)
+}
+
+/// Each element repeated `repeats` times in a row along `dim` (of the flattened tensor
+/// when `dim` is None).
+fn repeat_interleave(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (mut x, r) = (c.tensor(0)?, c.count(1)?);
+    let dim = match c.opt_int(2)? {
+        Some(_) => c.dim(2)?,
+        None => {
+            x = c.g.reshape(x, &[-1])?;
+            0
+        }
+    };
+    let shape = c.shape(x);
+    let rank = shape.len() as isize;
+    let d = if dim < 0 { dim + rank } else { dim };
+    if d < 0 || d >= rank || r == 0 {
+        return Err(c.err(2, format!("dim {dim} or {r} repeats for shape {shape:?}")));
+    }
+    let d = d as usize;
+    let y = c.g.unsqueeze_at(x, d + 1)?;
+    let y = c.g.cat(&vec![y; r], d as isize + 1)?;
+    let mut out: Vec<isize> = shape.iter().map(|&s| s as isize).collect();
+    out[d] *= r as isize;
+    one(c.g.reshape(y, &out)?)
+}
+
+/// The elements in reverse along each of `dims` (an index select by a constant reversed
+/// index per dim).
+fn flip(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (mut x, dims) = (c.tensor(0)?, c.dims(1)?);
+    let rank = c.shape(x).len() as isize;
+    for dim in dims {
+        let d = if dim < 0 { dim + rank } else { dim };
+        if d < 0 || d >= rank {
+            return Err(c.err(1, format!("dim {dim} of a tensor of rank {rank}")));
+        }
+        let n = c.shape(x)[d as usize];
+        let index: Vec<i32> = (0..n as i32).rev().collect();
+        let t =
+            vk_core::HostTensor::from_i32(vec![n], &index).map_err(|e| c.err(1, e.to_string()))?;
+        let index = c.g.constant(&format!("flip{}_{d}", x.index()), t)?;
+        x = c.g.index_along(x, d as usize, index, false)?;
+    }
+    one(x)
 }
 
 /// `self.t()`: a 2-D tensor transposed; fewer dims stay as they are.
@@ -142,9 +221,14 @@ fn view(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     one(c.g.reshape(x, &size)?)
 }
 
-/// Drops the listed dims that have size 1 (others stay, as in PyTorch).
+/// Drops the listed dims that have size 1 (others stay, as in PyTorch); every dim of size 1
+/// when none are listed.
 fn squeeze(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, dims) = (c.tensor(0)?, c.dims(1)?);
+    let x = c.tensor(0)?;
+    let dims = match c.def.params.get(1).map(|p| p.fallback) {
+        Some(Fallback::Null) if c.ints(1)?.is_empty() => (0..c.shape(x).len() as isize).collect(),
+        _ => c.dims(1)?,
+    };
     let shape = c.shape(x);
     let rank = shape.len() as isize;
     let mut drop = vec![false; shape.len()];

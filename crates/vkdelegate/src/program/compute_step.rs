@@ -127,7 +127,7 @@ fn attribute(step: &str, def: &OpDef, p: &Param, c: &ComputeStep) -> Result<Arg>
                 .collect::<Result<_>>()?,
         ),
         (Kind::Floats, _) => return Err(bad("numbers")),
-        (Kind::Tensor | Kind::Tensors, _) => Arg::None,
+        (Kind::Tensor | Kind::Tensors | Kind::OptTensors, _) => Arg::None,
     })
 }
 
@@ -139,7 +139,9 @@ fn arity(def: &OpDef) -> (usize, Option<usize>) {
         .clone()
         .filter(|p| p.fallback == ops::Fallback::Required && p.kind == Kind::Tensor)
         .count();
-    let list = tensors.clone().any(|p| p.kind == Kind::Tensors);
+    let list = tensors
+        .clone()
+        .any(|p| matches!(p.kind, Kind::Tensors | Kind::OptTensors));
     (required, (!list).then(|| tensors.count()))
 }
 
@@ -291,7 +293,7 @@ fn build_graph(step: &str, c: &ComputeStep, inputs: &[TensorSpec]) -> Result<Gra
     for p in def.params {
         args.push(match p.kind {
             Kind::Tensor => rest.next().map_or(Arg::None, Arg::Tensor),
-            Kind::Tensors => Arg::Tensors(rest.by_ref().collect()),
+            Kind::Tensors | Kind::OptTensors => Arg::Tensors(rest.by_ref().collect()),
             _ => attribute(step, def, p, c)?,
         });
     }

@@ -118,7 +118,8 @@ fn dtype_of(t: &VkTensor, staging: bool, float: DType) -> Result<DType> {
         // Masks are floats too; at the edges, f32 whatever the graph computes in.
         VkDataType::Float32 | VkDataType::Float16 | VkDataType::Bool if staging => Ok(DType::F32),
         VkDataType::Float32 | VkDataType::Float16 | VkDataType::Bool => Ok(float),
-        VkDataType::Int32 => Ok(DType::I32),
+        // int64 is held as i32, as ExecuTorch's Vulkan backend holds it.
+        VkDataType::Int32 | VkDataType::Int64 => Ok(DType::I32),
         VkDataType::Int8 => Ok(DType::I8),
         other => Err(err(format!("tensor dtype {other:?} is not supported"))),
     }
@@ -276,6 +277,18 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 let v: Vec<f32> = bytes.iter().map(|&b| f32::from(u8::from(b != 0))).collect();
                 HostTensor::from_f32(dims(t), &v)
             }
+            VkDataType::Int64 => {
+                let v = bytes
+                    .chunks_exact(8)
+                    .map(|b| {
+                        let v =
+                            i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+                        i32::try_from(v)
+                            .map_err(|_| err(format!("constant {c}: {v} does not fit i32")))
+                    })
+                    .collect::<Result<Vec<i32>>>()?;
+                HostTensor::from_i32(dims(t), &v)
+            }
             _ => HostTensor::new(dtype_of(t, false, self.float)?, dims(t), bytes.to_vec()),
         }
         .map_err(|e| err(format!("constant {c}: {e}")))?;
@@ -322,6 +335,15 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 .map(|&v| self.tensor(v))
                 .collect::<Result<_>>()
                 .map(Arg::Tensors)
+                .map_err(what),
+            (Kind::OptTensors, VkValue::ValueList(ids)) => ids
+                .iter()
+                .map(|&v| match self.value(v)? {
+                    VkValue::Null => Ok(None),
+                    _ => self.tensor(v).map(Some),
+                })
+                .collect::<Result<_>>()
+                .map(Arg::OptTensors)
                 .map_err(what),
             _ => self.scalar_arg(id).map_err(what),
         }
