@@ -4,7 +4,8 @@
 // Elementwise math of one float tensor, one invocation per element, computed in fp32.
 // op: 0 abs, 1 neg, 2 exp, 3 log, 4 log10, 5 sqrt, 6 rsqrt, 7 sin, 8 cos, 9 tan,
 //     10 round (halves to even), 11 floor, 12 ceil, 13 reciprocal, 14 pow(x, p0),
-//     15 leaky_relu (slope p0), 16 hardshrink (lambda p0), 17 hardsigmoid.
+//     15 leaky_relu (slope p0), 16 hardshrink (lambda p0), 17 hardsigmoid, 18 fmod(x, p0)
+//     (the remainder of a division rounded toward zero, the sign of x).
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -50,6 +51,7 @@ float apply(float v) {
         case 15u: return v >= 0.0 ? v : v * pc.p0;
         case 16u: return abs(v) > pc.p0 ? v : 0.0;
         case 17u: return clamp(v + 3.0, 0.0, 6.0) / 6.0;
+        case 18u: return v - trunc(v / pc.p0) * pc.p0;
     }
     return v;
 }

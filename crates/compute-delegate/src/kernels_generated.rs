@@ -22,6 +22,8 @@ pub(crate) enum Kernel {
     Copy,
     /// `copy_vec4.comp`.
     CopyVec4,
+    /// `cumsum.comp`.
+    Cumsum,
     /// `dilate2d.comp`.
     Dilate2d,
     /// `fma_peak.comp`.
@@ -81,7 +83,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 36] = [
+    pub(crate) const ALL: [Kernel; 37] = [
         Kernel::ArgReduce,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -91,6 +93,7 @@ impl Kernel {
         Kernel::ConvPack,
         Kernel::Copy,
         Kernel::CopyVec4,
+        Kernel::Cumsum,
         Kernel::Dilate2d,
         Kernel::FmaPeak,
         Kernel::Gather,
@@ -132,6 +135,7 @@ impl Kernel {
             Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
             Kernel::Copy => include_bytes!("../spirv/copy_strided.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
+            Kernel::Cumsum => include_bytes!("../spirv/cumsum.spv"),
             Kernel::Dilate2d => include_bytes!("../spirv/dilate2d.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::Gather => include_bytes!("../spirv/gather.spv"),
@@ -175,6 +179,7 @@ impl Kernel {
             Kernel::ConvPack => Some(include_bytes!("../spirv/conv_pack.spv")),
             Kernel::Copy => Some(include_bytes!("../spirv/copy_strided_f16.spv")),
             Kernel::CopyVec4 => None,
+            Kernel::Cumsum => Some(include_bytes!("../spirv/cumsum_f16.spv")),
             Kernel::Dilate2d => Some(include_bytes!("../spirv/dilate2d_f16.spv")),
             Kernel::FmaPeak => None,
             Kernel::Gather => Some(include_bytes!("../spirv/gather_f16.spv")),
@@ -217,6 +222,7 @@ impl Kernel {
             Kernel::ConvPack => 4,
             Kernel::Copy => 2,
             Kernel::CopyVec4 => 2,
+            Kernel::Cumsum => 2,
             Kernel::Dilate2d => 2,
             Kernel::FmaPeak => 1,
             Kernel::Gather => 3,
@@ -390,6 +396,15 @@ pub(crate) mod push {
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
     pub(crate) struct CopyVec4Push {
         pub n4: u32,
+    }
+
+    /// `cumsum.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct CumsumPush {
+        pub lines: u32,
+        pub d: u32,
+        pub inner: u32,
     }
 
     /// `dilate2d.comp`'s push constants.

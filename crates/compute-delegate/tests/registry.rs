@@ -1179,3 +1179,80 @@ fn pools_expands_interleaves_flips_and_indexing() {
     assert_eq!(got, want, "index.Tensor");
     assert_no_validation_errors(&instance);
 }
+
+#[test]
+fn kernels_executorch_leaves_on_the_cpu() {
+    each_precision("cpu_kernels", |dev, dtype| {
+        let s = [2, 3, 4];
+        let x = rand_vec(25, 24);
+        // fmod by 0.75: the sign of x.
+        let (got, _) = call(
+            dev,
+            "aten::fmod.Scalar_out",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Float(0.75)],
+        );
+        let want: Vec<f32> = x.iter().map(|v| v % 0.75).collect();
+        assert_close(&got, &want, dtype, "fmod");
+        // cumsum along dim 1.
+        let (got, _) = call(
+            dev,
+            "aten::cumsum.out",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Int(1)],
+        );
+        let want: Vec<f32> = (0..24)
+            .map(|o| {
+                let (a, j, k) = (o / 12, (o / 4) % 3, o % 4);
+                (0..=j).map(|t| x[(a * 3 + t) * 4 + k]).sum()
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "cumsum");
+        // slice_scatter of a [2, 2, 4] source over rows 1..3 of dim 1.
+        let src = rand_vec(26, 16);
+        let (got, shape) = call(
+            dev,
+            "aten::slice_scatter.out",
+            dtype,
+            &[(&s, &x), (&[2, 2, 4], &src)],
+            vec![Arg::Int(1), Arg::Int(1), Arg::Int(3)],
+        );
+        assert_eq!(shape, s);
+        let want: Vec<f32> = (0..24)
+            .map(|o| {
+                let (a, j, k) = (o / 12, (o / 4) % 3, o % 4);
+                if j >= 1 {
+                    src[(a * 2 + j - 1) * 4 + k]
+                } else {
+                    x[o]
+                }
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "slice_scatter");
+        // as_strided: size [3, 2], stride [4, 1], offset 1.
+        let (got, shape) = call(
+            dev,
+            "aten::as_strided_copy.out",
+            dtype,
+            &[(&s, &x)],
+            vec![Arg::Ints(vec![3, 2]), Arg::Ints(vec![4, 1]), Arg::Int(1)],
+        );
+        assert_eq!(shape, [3, 2]);
+        let want: Vec<f32> = (0..6).map(|o| x[1 + (o / 2) * 4 + o % 2]).collect();
+        assert_close(&got, &want, dtype, "as_strided");
+        // copy: a [3, 1] source broadcast into a [2, 3, 4] destination.
+        let col = rand_vec(27, 3);
+        let (got, shape) = call(
+            dev,
+            "aten::copy.out",
+            dtype,
+            &[(&s, &x), (&[3, 1], &col)],
+            vec![],
+        );
+        assert_eq!(shape, s);
+        let want: Vec<f32> = (0..24).map(|o| col[(o / 4) % 3]).collect();
+        assert_close(&got, &want, dtype, "copy");
+    });
+}

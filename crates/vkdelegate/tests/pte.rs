@@ -314,18 +314,18 @@ fn unsupported_ops_are_all_named_at_once_with_where_they_are() {
     };
     // A Vulkan graph node and a CPU kernel we lack, and control flow, in one program.
     let mut graph = sample_vk_graph();
-    graph.chain[1].1 = "aten.expand_copy.default".to_owned();
+    graph.chain[1].1 = "aten.nonzero.default".to_owned();
     let mut spec = sample_program();
     spec.segments[0] = build_vulkan_payload(&graph);
-    spec.plans[0].operators = vec![("aten::cumsum".to_owned(), "out".to_owned())];
+    spec.plans[0].operators = vec![("aten::nonzero".to_owned(), "out".to_owned())];
     let e = program_builder(build_program(&spec).into(), None).unwrap_err();
     let text = e.to_string();
     let PteError::Unsupported(list) = &e else {
         panic!("{text}")
     };
     for op in [
-        "aten.expand_copy.default",
-        "aten::cumsum.out",
+        "aten.nonzero.default",
+        "aten::nonzero.out",
         "MoveCall",
         "JumpFalseCall (control flow)",
     ] {

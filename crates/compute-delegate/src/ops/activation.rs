@@ -40,6 +40,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.leaky_relu.default", "leaky_relu"], &[SELF, Param::new("negative_slope", Kind::Float, Fallback::Float(0.01))], |c| math(c, Math::LeakyRelu)),
     OpDef::new(&["aten.hardshrink.default", "hardshrink"], &[SELF, Param::new("lambd", Kind::Float, Fallback::Float(0.5))], |c| math(c, Math::Hardshrink)),
     OpDef::new(&["aten.hardsigmoid.default", "hardsigmoid"], &[SELF], |c| math(c, Math::Hardsigmoid)),
+    OpDef::new(&["aten.fmod.Scalar", "aten::fmod.Scalar_out", "fmod_scalar"], &[SELF, Param::new("other|value", Kind::Float, Fallback::Required)], |c| math(c, Math::Fmod)),
 ];
 
 /// The functions of `unary_math.comp`, by its `op` code.
@@ -81,6 +82,8 @@ pub enum Math {
     Hardshrink,
     /// `relu6(x + 3) / 6`.
     Hardsigmoid,
+    /// `x - trunc(x / p) * p` (C's `fmod`: the sign of `x`).
+    Fmod,
 }
 
 impl Math {
@@ -104,6 +107,7 @@ impl Math {
             Math::LeakyRelu => "leaky_relu",
             Math::Hardshrink => "hardshrink",
             Math::Hardsigmoid => "hardsigmoid",
+            Math::Fmod => "fmod",
         }
     }
 }

@@ -23,7 +23,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.gather.default", "gather"], &[Param::tensor("self"), Param::new("dim", Kind::Int, Fallback::Required), Param::tensor("index"), Param::new("sparse_grad", Kind::Bool, Fallback::Bool(false))], |c| index_dim(c, true)),
     OpDef::new(&["aten.arange.start_step", "arange"], &[Param::new("start", Kind::Float, Fallback::Required), Param::new("end", Kind::Float, Fallback::Required), Param::new("step", Kind::Float, Fallback::Float(1.0)), DTYPE], arange),
     OpDef::new(&["aten.full.default", "full"], &[Param::new("size", Kind::Ints, Fallback::Required), Param::new("fill_value|value", Kind::Float, Fallback::Required), DTYPE], full),
-    OpDef::new(&["aten.scalar_tensor.default", "scalar_tensor"], &[Param::new("s|value", Kind::Float, Fallback::Required), DTYPE], scalar_tensor),
+    OpDef::new(&["aten.scalar_tensor.default", "aten::scalar_tensor.out", "scalar_tensor"], &[Param::new("s|value", Kind::Float, Fallback::Required), DTYPE], scalar_tensor),
 ];
 
 /// ExecuTorch's `ScalarType` of a created tensor (none: as the values say).

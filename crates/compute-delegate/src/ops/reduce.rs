@@ -1,4 +1,5 @@
-//! Reductions over dimensions: sum, mean, any, amax, amin, argmax, argmin, var.
+//! Reductions over dimensions: sum, mean, any, amax, amin, argmax, argmin, var, and the
+//! running sum `cumsum`.
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
@@ -23,6 +24,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.argmax.default", "argmax"], &[SELF, Param::new("dim", Kind::Int, Fallback::Null), KEEPDIM], |c| arg(c, false)),
     OpDef::new(&["aten.argmin.default", "argmin"], &[SELF, Param::new("dim", Kind::Int, Fallback::Null), KEEPDIM], |c| arg(c, true)),
     OpDef::new(&["aten.var.dim", "var"], &[SELF, DIMS, Param::new("unbiased", Kind::Bool, Fallback::Bool(true)), KEEPDIM], var),
+    OpDef::new(&["aten.cumsum.default", "aten::cumsum.out", "cumsum"], &[SELF, Param::new("dim", Kind::Int, Fallback::Required), Param::new("dtype", Kind::Int, Fallback::Null)], cumsum),
     OpDef::new(&["aten.var.correction"], &[SELF, DIMS, Param::new("correction", Kind::Float, Fallback::Float(1.0)), KEEPDIM], var),
 ];
 
@@ -44,6 +46,12 @@ fn arg(c: &mut Call<'_>, min: bool) -> Result<Vec<TensorId>> {
         }
     };
     one(c.g.arg_extreme(x, dim, keepdim, min)?)
+}
+
+/// Running sums along `dim` (`cumsum.comp`), in `self`'s float dtype.
+fn cumsum(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, dim) = (c.tensor(0)?, c.dim(1)?);
+    one(c.g.cumsum(x, dim)?)
 }
 
 /// The variance over `dim`: the mean of squared deviations, times `n / (n - correction)`
@@ -110,6 +118,24 @@ fn any(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 // operands and naming the tensor and the numbers on error.
 
 impl GraphBuilder {
+    /// Running sums of float `x` along `dim`, summed in fp32.
+    pub fn cumsum(&mut self, x: TensorId, dim: isize) -> Result<TensorId> {
+        const OP: &str = "cumsum";
+        let xi = self.float_operand(OP, x)?;
+        let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
+        let s = &xi.shape;
+        let (outer, inner): (usize, usize) = (s[..d].iter().product(), s[d + 1..].iter().product());
+        let word = |v: usize| {
+            u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} elements are over 2^32")))
+        };
+        let push = push::CumsumPush {
+            lines: word(outer * inner)?,
+            d: word(s[d])?,
+            inner: word(inner)?,
+        };
+        self.kernel_node(OP, Kernel::Cumsum, &[x], (xi.dtype, s.clone()), &push)
+    }
+
     /// The maximum (`min` false) or minimum of float `x` over `dims` (every dim when empty),
     /// one dim at a time on `reduce_dim.comp`.
     pub fn extreme(

@@ -36,6 +36,9 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.flip.default", "flip"], &[SELF, Param::new("dims", Kind::Ints, Fallback::Required)], flip),
     OpDef::new(&["aten.squeeze_copy.dim"], &[SELF, Param::new("dim", Kind::Ints, Fallback::Required)], squeeze),
     OpDef::new(&["aten.squeeze_copy.default"], &[SELF, Param::new("dim", Kind::Ints, Fallback::Null)], squeeze),
+    OpDef::new(&["aten.slice_scatter.default", "aten::slice_scatter.out", "slice_scatter"], &[SELF, Param::tensor("src"), Param::new("dim", Kind::Int, Fallback::Int(0)), Param::new("start", Kind::Int, Fallback::Null), Param::new("end", Kind::Int, Fallback::Null), Param::new("step", Kind::Int, Fallback::Int(1))], slice_scatter),
+    OpDef::new(&["aten.as_strided_copy.default", "aten::as_strided_copy.out", "as_strided"], &[SELF, Param::new("size", Kind::Ints, Fallback::Required), Param::new("stride", Kind::Ints, Fallback::Required), Param::new("storage_offset", Kind::Int, Fallback::Null)], as_strided),
+    OpDef::new(&["aten.copy.default", "aten::copy.out", "copy"], &[SELF, Param::tensor("src"), Param::new("non_blocking", Kind::Bool, Fallback::Bool(false))], copy),
     OpDef::new(&["aten.constant_pad_nd.default", "pad"], &[SELF, Param::new("pad", Kind::Ints, Fallback::Required), Param::new("value", Kind::Float, Fallback::Float(0.0))], constant_pad),
 ];
 
@@ -130,6 +133,112 @@ fn flip(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         x = c.g.index_along(x, d as usize, index, false)?;
     }
     one(x)
+}
+
+/// `self` with `src` written over `self[start:end]` along `dim` (step 1): the parts of `self`
+/// before and after, and `src`, concatenated.
+fn slice_scatter(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, src, dim) = (c.tensor(0)?, c.tensor(1)?, c.dim(2)?);
+    if c.int(5)? != 1 {
+        return Err(c.err(5, "a step other than 1 is not supported"));
+    }
+    let shape = c.shape(x);
+    let rank = shape.len() as isize;
+    let d = if dim < 0 { dim + rank } else { dim };
+    if d < 0 || d >= rank {
+        return Err(c.err(2, format!("dim {dim} of {shape:?}")));
+    }
+    let n = shape[d as usize] as i64;
+    let clamp = |v: i64| (if v < 0 { v + n } else { v }).clamp(0, n);
+    let start = clamp(c.opt_int(3)?.unwrap_or(0));
+    let end = clamp(c.opt_int(4)?.unwrap_or(n)).max(start);
+    let mut parts = Vec::new();
+    if start > 0 {
+        parts.push(c.g.slice(x, d, 0, start as isize, 1)?);
+    }
+    parts.push(src);
+    if end < n {
+        parts.push(c.g.slice(x, d, end as isize, n as isize, 1)?);
+    }
+    let y = if parts.len() == 1 {
+        src
+    } else {
+        c.g.cat(&parts, d)?
+    };
+    if c.shape(y) != shape {
+        let got = c.shape(src);
+        return Err(c.err(
+            1,
+            format!("{got:?} does not fill {start}..{end} of dim {d} of {shape:?}"),
+        ));
+    }
+    one(y)
+}
+
+/// The view of `self`'s elements (row-major, from `storage_offset`) with `size` and
+/// `stride`, copied: a gather of the flattened tensor by a constant index made at build.
+fn as_strided(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, size, stride) = (c.tensor(0)?, c.counts(1)?, c.counts(2)?);
+    let offset = c.opt_int(3)?.unwrap_or(0);
+    if size.len() != stride.len() {
+        return Err(c.err(2, format!("{stride:?} for size {size:?}")));
+    }
+    let numel: usize = c.shape(x).iter().product();
+    let mut index = Vec::with_capacity(size.iter().product());
+    for o in 0..size.iter().product::<usize>() {
+        let (mut rest, mut at) = (o, offset);
+        for (&s, &st) in size.iter().zip(&stride).rev() {
+            at += ((rest % s) * st) as i64;
+            rest /= s;
+        }
+        match i32::try_from(at) {
+            Ok(v) if (0..numel as i64).contains(&at) => index.push(v),
+            _ => {
+                return Err(c.err(
+                    2,
+                    format!("element {o} falls at {at}, outside the {numel} elements"),
+                ));
+            }
+        }
+    }
+    let n = index.len();
+    let t = vk_core::HostTensor::from_i32(vec![n], &index).map_err(|e| c.err(1, e.to_string()))?;
+    let index = c.g.constant(&format!("strided{}", x.index()), t)?;
+    let flat = c.g.reshape(x, &[-1])?;
+    let y = c.g.index_along(flat, 0, index, false)?;
+    let out: Vec<isize> = size.iter().map(|&s| s as isize).collect();
+    one(c.g.reshape(y, &out)?)
+}
+
+/// `src` in `self`'s shape (broadcast) and dtype.
+fn copy(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, src) = (c.tensor(0)?, c.tensor(1)?);
+    let (shape, sshape) = (c.shape(x), c.shape(src));
+    let mut y = src;
+    if sshape != shape {
+        if sshape.len() > shape.len() {
+            return Err(c.err(1, format!("{sshape:?} does not broadcast to {shape:?}")));
+        }
+        let lead = shape.len() - sshape.len();
+        let mut repeats = Vec::with_capacity(shape.len());
+        for (i, &s) in shape.iter().enumerate() {
+            let have = if i < lead { 1 } else { sshape[i - lead] };
+            match have {
+                h if h == s => repeats.push(1),
+                1 => repeats.push(s),
+                _ => return Err(c.err(1, format!("{sshape:?} does not broadcast to {shape:?}"))),
+            }
+        }
+        y = tile(c, y, &repeats)?;
+    }
+    let (to, from) = (
+        c.g.dtype(x).unwrap_or(DType::F32),
+        c.g.dtype(y).unwrap_or(DType::F32),
+    );
+    if to != from {
+        y = c.g.cast(y, to)?;
+    }
+    one(y)
 }
 
 /// `self.t()`: a 2-D tensor transposed; fewer dims stay as they are.
