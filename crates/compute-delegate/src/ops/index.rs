@@ -157,11 +157,8 @@ fn embedding(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 
 /// A constant of `self`'s shape in the graph's float dtype.
 fn full_like(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (x, value) = (c.tensor(0)?, c.f32(1)?);
-    let shape = c.shape(x);
-    let name = format!("full_like_{}", x.index());
-    let dtype = c.g.float();
-    one(c.g.full_as(&name, &shape, value, dtype)?)
+    let value = c.f32(1)?;
+    fill_like(c, value)
 }
 
 // Shape and dtype inference: the builder's methods of this family, each checking its
