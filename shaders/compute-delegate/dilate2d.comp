@@ -34,6 +34,9 @@ void main() {
         uint si = uint(max(i, 0)) / pc.sh;
         uint sj = uint(max(j, 0)) / pc.sw;
         hit = hit && si < pc.h && sj < pc.w;
-        y[o] = hit ? x[(plane * pc.h + si) * pc.w + sj] : WORD(0);
+        // Clamped, so that a compiler that loads before it selects stays in the buffer.
+        uint at = (plane * pc.h + min(si, pc.h - 1u)) * pc.w + min(sj, pc.w - 1u);
+        WORD v = x[at];
+        y[o] = hit ? v : WORD(0);
     }
 }

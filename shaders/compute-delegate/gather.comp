@@ -23,6 +23,10 @@ void main() {
         uint row = i / pc.d;
         uint col = i - row * pc.d;
         int id = ids[row];
-        y[i] = (id >= 0 && uint(id) < pc.v) ? table[uint(id) * pc.d + col] : WORD(0);
+        bool inside = id >= 0 && uint(id) < pc.v;
+        // The row read is always in the table, so that a compiler that loads before it
+        // selects stays in the buffer.
+        WORD v = table[(inside ? uint(id) : 0u) * pc.d + col];
+        y[i] = inside ? v : WORD(0);
     }
 }

@@ -34,7 +34,9 @@ void main() {
             uint c = rest % pc.dims[k];
             rest /= pc.dims[k];
             if (uint(k) == pc.dim) {
-                int id = pc.mode == 0u ? ids[c] : ids[o];
+                // One load at a chosen position: both loads of a select could read past
+                // a 1-D index.
+                int id = ids[pc.mode == 0u ? c : o];
                 id = id < 0 ? id + int(pc.size) : id;
                 inside = inside && id >= 0 && uint(id) < pc.size;
                 c = inside ? uint(id) : 0u;
