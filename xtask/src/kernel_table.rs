@@ -434,7 +434,16 @@ fn push_structs(w: &mut String, entries: &[Entry], sources: &[Source]) -> Result
         for f in &fields {
             let _ = writeln!(w, "pub {}: {},", f.name, f.ty);
         }
-        let _ = writeln!(w, "}}\n");
+        let _ = writeln!(
+            w,
+            "}}\n\n\
+             const _: () = assert!(\n\
+                 std::mem::size_of::<{name}Push>() as u32 <= super::super::PUSH_BYTES,\n\
+                 \"{file}'s push constants exceed the pipeline layouts' range\"\n\
+             );\n",
+            name = first.name,
+            file = src.file
+        );
     }
     let _ = writeln!(w, "}}");
     Ok(())

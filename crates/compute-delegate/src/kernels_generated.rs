@@ -287,12 +287,22 @@ pub(crate) mod push {
         pub mode: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<ArgReducePush>() as u32 <= super::super::PUSH_BYTES,
+        "arg_reduce.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `binary.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
     pub(crate) struct BinaryPush {
         pub n4: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<BinaryPush>() as u32 <= super::super::PUSH_BYTES,
+        "binary.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `binary_bcast.comp`'s push constants.
     #[repr(C)]
@@ -305,12 +315,22 @@ pub(crate) mod push {
         pub sb: [u32; 6],
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<BinaryBcastPush>() as u32 <= super::super::PUSH_BYTES,
+        "binary_bcast.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `cast.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
     pub(crate) struct CastPush {
         pub quads: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<CastPush>() as u32 <= super::super::PUSH_BYTES,
+        "cast.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `conv_coop2.comp`'s push constants.
     #[repr(C)]
@@ -333,6 +353,11 @@ pub(crate) mod push {
         pub act_hi: f32,
         pub tiles_x: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<ConvCoop2Push>() as u32 <= super::super::PUSH_BYTES,
+        "conv_coop2.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `conv_dw.comp`'s push constants.
     #[repr(C)]
@@ -358,6 +383,11 @@ pub(crate) mod push {
         pub act_hi: f32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<ConvDwPush>() as u32 <= super::super::PUSH_BYTES,
+        "conv_dw.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `conv_pack.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -378,6 +408,11 @@ pub(crate) mod push {
         pub w_layout: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<ConvPackPush>() as u32 <= super::super::PUSH_BYTES,
+        "conv_pack.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `copy_strided.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -391,12 +426,22 @@ pub(crate) mod push {
         pub ds: [u32; 6],
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<CopyPush>() as u32 <= super::super::PUSH_BYTES,
+        "copy_strided.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `copy_vec4.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
     pub(crate) struct CopyVec4Push {
         pub n4: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<CopyVec4Push>() as u32 <= super::super::PUSH_BYTES,
+        "copy_vec4.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `cumsum.comp`'s push constants.
     #[repr(C)]
@@ -406,6 +451,11 @@ pub(crate) mod push {
         pub d: u32,
         pub inner: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<CumsumPush>() as u32 <= super::super::PUSH_BYTES,
+        "cumsum.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `dilate2d.comp`'s push constants.
     #[repr(C)]
@@ -422,6 +472,11 @@ pub(crate) mod push {
         pub left: i32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<Dilate2dPush>() as u32 <= super::super::PUSH_BYTES,
+        "dilate2d.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `fma_peak.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -431,6 +486,11 @@ pub(crate) mod push {
         pub b: f32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<FmaPeakPush>() as u32 <= super::super::PUSH_BYTES,
+        "fma_peak.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `gather.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -439,6 +499,11 @@ pub(crate) mod push {
         pub d: u32,
         pub v: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<GatherPush>() as u32 <= super::super::PUSH_BYTES,
+        "gather.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `gemm.comp`'s push constants.
     #[repr(C)]
@@ -477,6 +542,11 @@ pub(crate) mod push {
         pub act_hi: f32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<GemmPush>() as u32 <= super::super::PUSH_BYTES,
+        "gemm.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `gemm_coop.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -501,6 +571,11 @@ pub(crate) mod push {
         pub dw: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<GemmCoopPush>() as u32 <= super::super::PUSH_BYTES,
+        "gemm_coop.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `gemm_coop2.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -522,6 +597,11 @@ pub(crate) mod push {
         pub c_split: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<GemmCoop2Push>() as u32 <= super::super::PUSH_BYTES,
+        "gemm_coop2.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `gemv.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -541,6 +621,11 @@ pub(crate) mod push {
         pub act_lo: f32,
         pub act_hi: f32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<GemvPush>() as u32 <= super::super::PUSH_BYTES,
+        "gemv.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `im2col.comp`'s push constants.
     #[repr(C)]
@@ -562,6 +647,11 @@ pub(crate) mod push {
         pub dw: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<Im2colPush>() as u32 <= super::super::PUSH_BYTES,
+        "im2col.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `index_dim.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -575,6 +665,11 @@ pub(crate) mod push {
         pub size: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<IndexDimPush>() as u32 <= super::super::PUSH_BYTES,
+        "index_dim.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `layer_norm.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -584,6 +679,11 @@ pub(crate) mod push {
         pub eps: f32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<LayerNormPush>() as u32 <= super::super::PUSH_BYTES,
+        "layer_norm.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `layer_norm_sg.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -592,6 +692,11 @@ pub(crate) mod push {
         pub d: u32,
         pub eps: f32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<LayerNormSgPush>() as u32 <= super::super::PUSH_BYTES,
+        "layer_norm_sg.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `pixel_shuffle.comp`'s push constants.
     #[repr(C)]
@@ -603,6 +708,11 @@ pub(crate) mod push {
         pub w: u32,
         pub r: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<PixelShufflePush>() as u32 <= super::super::PUSH_BYTES,
+        "pixel_shuffle.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `pool2d.comp`'s push constants.
     #[repr(C)]
@@ -622,6 +732,11 @@ pub(crate) mod push {
         pub include_pad: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<PoolPush>() as u32 <= super::super::PUSH_BYTES,
+        "pool2d.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `pool2x2.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -630,6 +745,11 @@ pub(crate) mod push {
         pub w4: u32,
         pub oh: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<Pool2x2Push>() as u32 <= super::super::PUSH_BYTES,
+        "pool2x2.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `qadd.comp`'s push constants.
     #[repr(C)]
@@ -647,6 +767,11 @@ pub(crate) mod push {
         pub mo: i32,
         pub so: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<QAddPush>() as u32 <= super::super::PUSH_BYTES,
+        "qadd.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `qconv.comp`'s push constants.
     #[repr(C)]
@@ -674,6 +799,11 @@ pub(crate) mod push {
         pub has_bias: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<QConvPush>() as u32 <= super::super::PUSH_BYTES,
+        "qconv.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `reduce.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -683,6 +813,11 @@ pub(crate) mod push {
         pub inner: u32,
         pub scale: f32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<ReducePush>() as u32 <= super::super::PUSH_BYTES,
+        "reduce.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `reduce_dim.comp`'s push constants.
     #[repr(C)]
@@ -694,6 +829,11 @@ pub(crate) mod push {
         pub mode: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<ReduceDimPush>() as u32 <= super::super::PUSH_BYTES,
+        "reduce_dim.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `reduce_sg.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -704,6 +844,11 @@ pub(crate) mod push {
         pub scale: f32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<ReduceSgPush>() as u32 <= super::super::PUSH_BYTES,
+        "reduce_sg.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `softmax.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -713,6 +858,11 @@ pub(crate) mod push {
         pub inner: u32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<SoftmaxPush>() as u32 <= super::super::PUSH_BYTES,
+        "softmax.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `softmax_sg.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -721,6 +871,11 @@ pub(crate) mod push {
         pub d: u32,
         pub inner: u32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<SoftmaxSgPush>() as u32 <= super::super::PUSH_BYTES,
+        "softmax_sg.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `split_sum.comp`'s push constants.
     #[repr(C)]
@@ -733,6 +888,11 @@ pub(crate) mod push {
         pub act_hi: f32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<SplitSumPush>() as u32 <= super::super::PUSH_BYTES,
+        "split_sum.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `unary.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -742,6 +902,11 @@ pub(crate) mod push {
         pub p1: f32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<UnaryPush>() as u32 <= super::super::PUSH_BYTES,
+        "unary.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `unary_math.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -750,6 +915,11 @@ pub(crate) mod push {
         pub op: u32,
         pub p0: f32,
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<UnaryMathPush>() as u32 <= super::super::PUSH_BYTES,
+        "unary_math.comp's push constants exceed the pipeline layouts' range"
+    );
 
     /// `upsample.comp`'s push constants.
     #[repr(C)]
@@ -766,6 +936,11 @@ pub(crate) mod push {
         pub scale_w: f32,
     }
 
+    const _: () = assert!(
+        std::mem::size_of::<UpsamplePush>() as u32 <= super::super::PUSH_BYTES,
+        "upsample.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `where.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -777,4 +952,9 @@ pub(crate) mod push {
         pub sa: [u32; 6],
         pub sb: [u32; 6],
     }
+
+    const _: () = assert!(
+        std::mem::size_of::<WherePush>() as u32 <= super::super::PUSH_BYTES,
+        "where.comp's push constants exceed the pipeline layouts' range"
+    );
 }
