@@ -175,7 +175,8 @@ fn feature_args(features: &str) -> Vec<String> {
 }
 
 /// Runs `cargo test` and returns the test counts it printed (passed, ignored).
-/// Removes cargo's unpacked copies of this workspace's packaged crates from earlier runs.
+/// Removes cargo's unpacked copies of this workspace's packaged crates from earlier runs, and
+/// their verification builds.
 /// `cargo package --workspace` verifies each crate against the others through a local
 /// registry, and cargo unpacks that registry's crates under `$CARGO_HOME/registry/src/-<hash>/`
 /// once per name and version: without this, a later run would build against the sources of
@@ -185,6 +186,12 @@ fn clear_packaged_sources() -> Result {
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")))
         .ok_or("neither CARGO_HOME nor HOME is set")?;
+    // Cargo takes a registry crate's build as fixed by its name and version, so the
+    // verification builds of earlier packages go too.
+    let builds = target_dir().join("package");
+    if builds.exists() {
+        std::fs::remove_dir_all(&builds).map_err(|e| format!("{}: {e}", builds.display()))?;
+    }
     let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {
         return Ok(());
     };
