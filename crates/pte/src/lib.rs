@@ -57,6 +57,7 @@ pub mod plan;
 pub mod program;
 pub mod scalar;
 pub mod vulkan;
+mod vectors;
 
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]

@@ -2276,7 +2276,7 @@ pub mod executorch_flatbuffer {
             pos: usize,
         ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
             v.visit_table(pos)?
-                .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>(
+                .visit_field::<::flatbuffers::ForwardsUOffset<crate::vectors::Scalars8<'_, i64>>>(
                     "items",
                     Self::VT_ITEMS,
                     false,
@@ -2395,7 +2395,7 @@ pub mod executorch_flatbuffer {
             pos: usize,
         ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
             v.visit_table(pos)?
-                .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, f64>>>(
+                .visit_field::<::flatbuffers::ForwardsUOffset<crate::vectors::Scalars8<'_, f64>>>(
                     "items",
                     Self::VT_ITEMS,
                     false,
@@ -5591,7 +5591,7 @@ pub mod executorch_flatbuffer {
                 .visit_field::<::flatbuffers::ForwardsUOffset<
                     ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<BackendDelegate>>,
                 >>("delegates", Self::VT_DELEGATES, false)?
-                .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>(
+                .visit_field::<::flatbuffers::ForwardsUOffset<crate::vectors::Scalars8<'_, i64>>>(
                     "non_const_buffer_sizes",
                     Self::VT_NON_CONST_BUFFER_SIZES,
                     false,
@@ -6391,7 +6391,7 @@ pub mod executorch_flatbuffer {
         ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
             v.visit_table(pos)?
                 .visit_field::<u32>("segment_index", Self::VT_SEGMENT_INDEX, false)?
-                .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u64>>>(
+                .visit_field::<::flatbuffers::ForwardsUOffset<crate::vectors::Scalars8<'_, u64>>>(
                     "offsets",
                     Self::VT_OFFSETS,
                     false,

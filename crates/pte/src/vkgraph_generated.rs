@@ -1498,7 +1498,7 @@ pub mod vkgraph {
             pos: usize,
         ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
             v.visit_table(pos)?
-                .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>(
+                .visit_field::<::flatbuffers::ForwardsUOffset<crate::vectors::Scalars8<'_, i64>>>(
                     "items",
                     Self::VT_ITEMS,
                     false,
@@ -1617,7 +1617,7 @@ pub mod vkgraph {
             pos: usize,
         ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
             v.visit_table(pos)?
-                .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, f64>>>(
+                .visit_field::<::flatbuffers::ForwardsUOffset<crate::vectors::Scalars8<'_, f64>>>(
                     "items",
                     Self::VT_ITEMS,
                     false,

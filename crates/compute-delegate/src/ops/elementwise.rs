@@ -8,6 +8,7 @@ use crate::graph::{
     BinaryOp, Compare, GraphBuilder, Op, TensorId, TensorInfo, UnaryOp, broadcast_shape, shape_err,
 };
 use crate::kernels::{Kernel, push};
+use vk_core::DType;
 use crate::lower::{Lowerer, MAX_RANK, Target, collapse, contiguous_strides, rank6};
 
 const SELF: Param = Param::tensor("self");
@@ -59,7 +60,7 @@ fn alpha(c: &Call<'_>) -> Result<f64> {
 
 /// `self op other`, broadcasting; `other` scaled by `alpha` first where the op has one.
 fn binary(c: &mut Call<'_>, op: BinaryOp) -> Result<Vec<TensorId>> {
-    let (x, mut y) = (c.tensor(0)?, c.tensor(1)?);
+    let (x, mut y) = promoted(c.g, c.tensor(0)?, c.tensor(1)?)?;
     let alpha = alpha(c)? as f32;
     if alpha != 1.0 {
         y = c.g.mul_scalar(y, alpha)?;
@@ -105,8 +106,26 @@ fn logical_not(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 }
 
 fn where_(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (cond, a, b) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
+    let cond = c.tensor(0)?;
+    let (a, b) = promoted(c.g, c.tensor(1)?, c.tensor(2)?)?;
     one(c.g.where_(cond, a, b)?)
+}
+
+/// `a` and `b` in one dtype, as PyTorch promotes them: an integer operand (a 0-d constant
+/// such as hardsigmoid's `3`) takes the float operand's dtype; fp16 meets fp32 in fp32.
+fn promoted(g: &mut GraphBuilder, a: TensorId, b: TensorId) -> Result<(TensorId, TensorId)> {
+    let (da, db) = (g.info("promote", a)?.dtype, g.info("promote", b)?.dtype);
+    let float = |d| matches!(d, DType::F32 | DType::F16);
+    let to = match (float(da), float(db)) {
+        _ if da == db => return Ok((a, b)),
+        (true, false) => da,
+        (false, true) => db,
+        (true, true) => DType::F32,
+        (false, false) => return Ok((a, b)),
+    };
+    let a = if da == to { a } else { g.cast(a, to)? };
+    let b = if db == to { b } else { g.cast(b, to)? };
+    Ok((a, b))
 }
 
 // Shape and dtype inference: the builder's methods of this family, each checking its

@@ -36,9 +36,30 @@ pub enum PteError {
     /// The file is not a valid ExecuTorch program.
     #[error("not a valid ExecuTorch program: {0}")]
     Decode(#[from] DecodeError),
+    /// A delegate's payload (its VkGraph, its data) is not valid.
+    #[error("{location}: not a valid delegate payload: {source}")]
+    Payload {
+        /// Where: plan, instruction, delegate.
+        location: String,
+        /// What is wrong with it.
+        source: DecodeError,
+    },
     /// Ops or constructs this build cannot run, each with where it is.
     #[error("{} unsupported op(s): {}", .0.len(), list(.0))]
     Unsupported(Vec<Unsupported>),
+}
+
+/// Why one instruction has no step: what it needs is unsupported (collected over the whole
+/// plan), or its payload is invalid (reported at once).
+enum Refused {
+    Ops(Vec<Unsupported>),
+    Payload(PteError),
+}
+
+impl From<Vec<Unsupported>> for Refused {
+    fn from(ops: Vec<Unsupported>) -> Self {
+        Self::Ops(ops)
+    }
 }
 
 fn list(items: &[Unsupported]) -> String {
@@ -106,7 +127,8 @@ pub fn program_builder(bytes: Arc<[u8]>, method: Option<&str>) -> Result<Program
         match step_of(&pte, plan, instruction, &at, &bytes) {
             Ok(Some(step)) => steps.push(step),
             Ok(None) => {}
-            Err(mut u) => unsupported.append(&mut u),
+            Err(Refused::Ops(mut u)) => unsupported.append(&mut u),
+            Err(Refused::Payload(e)) => return Err(e),
         }
     }
     for (i, &v) in plan.inputs.iter().enumerate() {
@@ -135,12 +157,12 @@ fn step_of(
     instruction: &Instruction,
     at: &str,
     bytes: &Arc<[u8]>,
-) -> Result<Option<StepSpec>, Vec<Unsupported>> {
+) -> Result<Option<StepSpec>, Refused> {
     let unsupported = |what: String| {
-        vec![Unsupported {
+        Refused::Ops(vec![Unsupported {
             what,
             location: at.to_owned(),
-        }]
+        }])
     };
     match instruction {
         Instruction::DelegateCall {
@@ -152,7 +174,7 @@ fn step_of(
                 .operators
                 .get(*op_index as usize)
                 .map_or_else(|| format!("operator {op_index}"), |o| o.to_string());
-            kernel_step(plan, &op, args, at).map(Some)
+            Ok(Some(kernel_step(plan, &op, args, at)?))
         }
         Instruction::FreeCall { .. } => Ok(None),
         Instruction::MoveCall { .. } => Err(unsupported("MoveCall".into())),
@@ -169,12 +191,12 @@ fn delegate_step(
     args: &[u32],
     at: &str,
     bytes: &Arc<[u8]>,
-) -> Result<StepSpec, Vec<Unsupported>> {
+) -> Result<StepSpec, Refused> {
     let fail = |what: String| {
-        vec![Unsupported {
+        Refused::Ops(vec![Unsupported {
             what,
             location: format!("{at}, delegate {index}"),
-        }]
+        }])
     };
     let delegate = plan.delegates.get(index).ok_or_else(|| {
         fail(format!(
@@ -182,13 +204,17 @@ fn delegate_step(
             plan.delegates.len()
         ))
     })?;
-    let payload = pte
-        .delegate_payload(delegate)
-        .map_err(|e| fail(format!("{} payload: {e}", delegate.id)))?;
+    let invalid = |source| {
+        Refused::Payload(PteError::Payload {
+            location: format!("{at}, {} delegate {index}", delegate.id),
+            source,
+        })
+    };
+    let payload = pte.delegate_payload(delegate).map_err(invalid)?;
     let name = format!("{}_{index}", delegate.id);
     let (kind, inputs) = match delegate.id {
         VULKAN_BACKEND_ID => {
-            let graph = VkGraph::decode(payload).map_err(|e| fail(format!("VkGraph: {e}")))?;
+            let graph = VkGraph::decode(payload).map_err(invalid)?;
             let at = format!("{at}, VulkanBackend delegate {index}");
             check_vulkan_ops(&graph, &at)?;
             (
