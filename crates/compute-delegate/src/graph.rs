@@ -63,6 +63,15 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Whether the op writes a 0/1 mask (comparisons, logical ops).
+    pub(crate) fn is_mask(self) -> bool {
+        use BinaryOp as B;
+        matches!(
+            self,
+            B::Eq | B::Ne | B::Gt | B::Ge | B::Lt | B::Le | B::And | B::Or
+        )
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",

@@ -56,8 +56,8 @@ pub mod error;
 pub mod plan;
 pub mod program;
 pub mod scalar;
-pub mod vulkan;
 mod vectors;
+pub mod vulkan;
 
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]

@@ -63,7 +63,8 @@ pub enum Value<'a> {
     Tensor(Tensor<'a>),
     /// A string.
     String(&'a str),
-    /// A list of integers.
+    /// A list of integers. ExecuTorch stores it boxed, as the indices of `Int` values (so
+    /// that an element may be symbolic); the decoder resolves them to the integers.
     IntList(Vec<i64>),
     /// A list of doubles.
     DoubleList(Vec<f64>),
@@ -433,7 +434,43 @@ fn decode_values<'a>(
     for (i, v) in list.enumerate() {
         values.push(decode_value(v, &format!("{path}.values[{i}]"), n, tables)?);
     }
+    let unboxed = (0..values.len())
+        .map(|i| match &values[i] {
+            Value::IntList(boxed) => unbox_ints(boxed, &values, &format!("{path}.values[{i}]"))
+                .map(|ints| Some((i, ints))),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (i, ints) in unboxed.into_iter().flatten() {
+        values[i] = Value::IntList(ints);
+    }
     Ok(values)
+}
+
+/// The integers of an `IntList` whose items are the indices of `Int` values.
+fn unbox_ints(boxed: &[i64], values: &[Value<'_>], path: &str) -> Result<Vec<i64>> {
+    let field = format!("{path}.val.items");
+    boxed
+        .iter()
+        .map(|&index| {
+            let at = usize::try_from(index).ok().filter(|&i| i < values.len());
+            match at.map(|i| &values[i]) {
+                Some(Value::Int(n)) => Ok(*n),
+                Some(other) => Err(DecodeError::WrongValueKind {
+                    field: field.clone(),
+                    index: index as u32,
+                    expected: "Int",
+                    found: other.kind(),
+                }),
+                None => Err(DecodeError::IndexOutOfRange {
+                    field: field.clone(),
+                    index,
+                    table: "values",
+                    len: values.len(),
+                }),
+            }
+        })
+        .collect()
 }
 
 fn decode_value<'a>(

@@ -35,7 +35,7 @@ pub enum ValueSpec {
     },
     /// A string.
     String(String),
-    /// Integers.
+    /// Integers, boxed as ExecuTorch writes them: the indices of `Int` values.
     IntList(Vec<i64>),
     /// Doubles.
     DoubleList(Vec<f64>),
@@ -797,7 +797,7 @@ pub fn sample_program() -> ProgramSpec {
             V::Bool(true),
             V::Double(0.5),
             V::String("hello".to_owned()),
-            V::IntList(vec![1, 2]),
+            V::IntList(vec![2, 2]),
             V::DoubleList(vec![1.5]),
             V::BoolList(vec![true, false]),
             V::TensorList(vec![0, 1]),

@@ -87,7 +87,11 @@ fn every_value_kind() {
     assert_eq!(f.values[3], Value::Bool(true));
     assert_eq!(f.values[4], Value::Double(0.5));
     assert_eq!(f.values[5], Value::String("hello"));
-    assert_eq!(f.values[6], Value::IntList(vec![1, 2]));
+    assert_eq!(
+        f.values[6],
+        Value::IntList(vec![3, 3]),
+        "boxed: items index Int values"
+    );
     assert_eq!(f.values[7], Value::DoubleList(vec![1.5]));
     assert_eq!(f.values[8], Value::BoolList(vec![true, false]));
     assert_eq!(f.values[9], Value::TensorList(vec![0, 1]));

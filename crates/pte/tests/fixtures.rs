@@ -89,7 +89,11 @@ fn empty_long_lists_as_flatc_writes_them() {
     let forward = p.forward().expect("forward plan");
     let payload = p.delegate_payload(&forward.delegates[0]).expect("payload");
     let g = VkGraph::decode(payload).expect("the VkGraph decodes");
-    assert!(g.op_names().iter().any(|(op, _)| *op == "aten.hardswish.default"));
+    assert!(
+        g.op_names()
+            .iter()
+            .any(|(op, _)| *op == "aten.hardswish.default")
+    );
 }
 
 /// Compares the decoded program with what the exporter recorded about it.

@@ -564,3 +564,26 @@ fn mutations_never_panic() {
         }
     }
 }
+
+#[test]
+fn int_list_items_must_index_int_values() {
+    let bytes = with_forward(|p| p.values[6] = ts::ValueSpec::IntList(vec![2, 0]));
+    assert_eq!(
+        decode_err(&bytes),
+        DecodeError::WrongValueKind {
+            field: "execution_plan[0].values[6].val.items".to_owned(),
+            index: 0,
+            expected: "Int",
+            found: "Tensor",
+        }
+    );
+    let bytes = with_forward(|p| p.values[6] = ts::ValueSpec::IntList(vec![99]));
+    assert!(matches!(
+        decode_err(&bytes),
+        DecodeError::IndexOutOfRange {
+            index: 99,
+            table: "values",
+            ..
+        }
+    ));
+}

@@ -14,6 +14,8 @@ mod inspect;
 mod inspect_pte;
 mod npy;
 mod run;
+#[cfg(any(feature = "vgf", feature = "compute"))]
+mod zoo;
 
 #[derive(Parser)]
 #[command(
@@ -114,6 +116,20 @@ enum Cmd {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+    /// Run a model zoo: every folder holding `model.pte`, its `input_<i>.npy` and PyTorch's
+    /// `expected_output_<i>.npy`, loaded, run and compared; one table (model, load, run, max
+    /// error, pass). Fails when any model fails.
+    Zoo {
+        /// Zoo folders (or model folders).
+        #[arg(default_value = "fixtures/zoo")]
+        dirs: Vec<PathBuf>,
+        /// Only models whose folder name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Executions per model (the run time is their median, host to host).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+    },
 }
 
 /// `inspect` of a `.pte` program or a VGF file.
@@ -127,6 +143,20 @@ fn inspect_any(
         return inspect_pte::run(model, json);
     }
     inspect::run(model, json, verbose)
+}
+
+#[cfg(any(feature = "vgf", feature = "compute"))]
+fn zoo_run(
+    dirs: &[PathBuf],
+    filter: Option<&str>,
+    repeat: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    zoo::run(dirs, filter, repeat)
+}
+
+#[cfg(not(any(feature = "vgf", feature = "compute")))]
+fn zoo_run(_: &[PathBuf], _: Option<&str>, _: usize) -> Result<(), Box<dyn std::error::Error>> {
+    Err("running a zoo needs the `compute` feature, which this build lacks".into())
 }
 
 fn main() -> ExitCode {
@@ -180,6 +210,11 @@ fn main() -> ExitCode {
             dispatches,
         }),
         Cmd::Demo { root } => demo::run(&root),
+        Cmd::Zoo {
+            dirs,
+            filter,
+            repeat,
+        } => zoo_run(&dirs, filter.as_deref(), repeat),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -51,7 +51,7 @@ fn root() -> PathBuf {
 fn help_lists_the_commands() {
     let out = bin().arg("--help").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    for cmd in ["devices", "inspect", "run", "bench", "demo"] {
+    for cmd in ["devices", "inspect", "run", "bench", "demo", "zoo"] {
         assert!(text.contains(cmd), "{text}");
     }
 }
@@ -274,4 +274,23 @@ fn bench_profiles_every_dispatch_of_a_pte_program() {
         dispatches.iter().any(|l| l.contains("conv2d [")),
         "{stdout}"
     );
+}
+
+/// The model zoo's reduced networks (`fixtures/zoo`, exported by ExecuTorch from torchvision,
+/// Hugging Face and published architectures): every one loads, runs and matches PyTorch, in
+/// one `vkdelegate zoo` run.
+#[test]
+#[cfg(feature = "compute")]
+fn the_zoo_matches_pytorch() {
+    let out = bin()
+        .arg("zoo")
+        .arg(root().join("fixtures/zoo"))
+        .args(["--repeat", "1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert_clean(&out);
+    let rows = stdout.lines().filter(|l| l.ends_with("  pass")).count();
+    assert!(rows >= 25, "{rows} models passed:\n{stdout}");
 }

@@ -353,3 +353,20 @@ fn broken_files_give_named_errors() {
     let e = program_builder(good, Some("backward")).unwrap_err();
     assert!(e.to_string().contains("forward"), "{e}");
 }
+
+#[test]
+fn a_payload_that_does_not_decode_is_a_decode_error_not_an_unsupported_op() {
+    use executorch_pte::test_support::{
+        build_program, build_vulkan_payload, sample_program, sample_vk_graph,
+    };
+    let mut spec = sample_program();
+    let payload = build_vulkan_payload(&sample_vk_graph());
+    spec.segments[0] = payload[..payload.len() / 2].to_vec();
+    let e = program_builder(build_program(&spec).into(), None).unwrap_err();
+    let text = e.to_string();
+    let PteError::Payload { location, .. } = &e else {
+        panic!("{text}")
+    };
+    assert!(location.contains("VulkanBackend delegate 0"), "{text}");
+    assert!(!text.contains("unsupported"), "{text}");
+}

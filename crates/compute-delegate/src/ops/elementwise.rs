@@ -8,8 +8,8 @@ use crate::graph::{
     BinaryOp, Compare, GraphBuilder, Op, TensorId, TensorInfo, UnaryOp, broadcast_shape, shape_err,
 };
 use crate::kernels::{Kernel, push};
-use vk_core::DType;
 use crate::lower::{Lowerer, MAX_RANK, Target, collapse, contiguous_strides, rank6};
+use vk_core::DType;
 
 const SELF: Param = Param::tensor("self");
 const OTHER: Param = Param::tensor("other");
@@ -59,20 +59,50 @@ fn alpha(c: &Call<'_>) -> Result<f64> {
 }
 
 /// `self op other`, broadcasting; `other` scaled by `alpha` first where the op has one.
+/// Integer operands (positions, sizes) are computed in f32, exact below 2^24, and the
+/// arithmetic ops cast back to the integer dtype; true division and comparisons keep float.
 fn binary(c: &mut Call<'_>, op: BinaryOp) -> Result<Vec<TensorId>> {
-    let (x, mut y) = promoted(c.g, c.tensor(0)?, c.tensor(1)?)?;
+    let (x, y) = (c.tensor(0)?, c.tensor(1)?);
+    let int = integer_pair(c.g, x, y)?;
+    let (x, mut y) = match int {
+        Some(_) => (c.g.cast(x, DType::F32)?, c.g.cast(y, DType::F32)?),
+        None => promoted(c.g, x, y)?,
+    };
     let alpha = alpha(c)? as f32;
     if alpha != 1.0 {
         y = c.g.mul_scalar(y, alpha)?;
     }
-    one(c.g.binary(op, x, y)?)
+    let z = c.g.binary(op, x, y)?;
+    let keeps_int = !matches!(op, BinaryOp::Div) && !op.is_mask();
+    match int {
+        Some(dtype) if keeps_int => one(c.g.cast(z, dtype)?),
+        _ => one(z),
+    }
+}
+
+/// The integer dtype both operands share, if neither is float.
+fn integer_pair(g: &GraphBuilder, a: TensorId, b: TensorId) -> Result<Option<DType>> {
+    let (da, db) = (g.info("binary", a)?.dtype, g.info("binary", b)?.dtype);
+    let float = |d| matches!(d, DType::F32 | DType::F16);
+    Ok((!float(da) && !float(db)).then_some(if da == db { da } else { DType::I32 }))
 }
 
 /// A function of `self` and the scalar `other` (times `alpha` where the op has one).
 fn scalar(c: &mut Call<'_>, op: fn(f32) -> UnaryOp) -> Result<Vec<TensorId>> {
     let s = (c.float(1)? * alpha(c)?).clamp(f64::from(f32::MIN), f64::from(f32::MAX)) as f32;
     let x = c.tensor(0)?;
-    one(c.g.unary(op(s), x)?)
+    let dtype = c.g.info("scalar", x)?.dtype;
+    if matches!(dtype, DType::F32 | DType::F16) {
+        return one(c.g.unary(op(s), x)?);
+    }
+    // An integer tensor, in f32 (exact below 2^24); arithmetic back to its dtype.
+    let op = op(s);
+    let x = c.g.cast(x, DType::F32)?;
+    let y = c.g.unary(op, x)?;
+    match op {
+        UnaryOp::AddScalar(_) | UnaryOp::MulScalar(_) => one(c.g.cast(y, dtype)?),
+        _ => one(y),
+    }
 }
 
 /// `self / other` rounded as `rounding_mode` says: none, `"floor"` or `"trunc"`.

@@ -17,7 +17,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.zeros_like.default", "zeros_like"], &[Param::tensor("self")], |c| fill_like(c, 0.0)),
     OpDef::new(&["aten.ones_like.default", "ones_like"], &[Param::tensor("self")], |c| fill_like(c, 1.0)),
     OpDef::new(&["aten.index_select.default", "index_select"], &[Param::tensor("self"), Param::new("dim", Kind::Int, Fallback::Required), Param::tensor("index")], |c| index_dim(c, false)),
-    OpDef::new(&["aten.index.Tensor", "index"], &[Param::tensor("self"), Param::new("indices", Kind::OptTensors, Fallback::Required)], index_tensor),
+    OpDef::new(&["aten.index.Tensor", "aten::index.Tensor_out", "index"], &[Param::tensor("self"), Param::new("indices", Kind::OptTensors, Fallback::Required)], index_tensor),
     OpDef::new(&["aten.zeros.default", "zeros"], &[Param::new("size", Kind::Ints, Fallback::Required), DTYPE], |c| fill(c, 0.0)),
     OpDef::new(&["aten.ones.default", "ones"], &[Param::new("size", Kind::Ints, Fallback::Required), DTYPE], |c| fill(c, 1.0)),
     OpDef::new(&["aten.gather.default", "gather"], &[Param::tensor("self"), Param::new("dim", Kind::Int, Fallback::Required), Param::tensor("index"), Param::new("sparse_grad", Kind::Bool, Fallback::Bool(false))], |c| index_dim(c, true)),
@@ -122,22 +122,62 @@ fn index_tensor(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         .enumerate()
         .filter_map(|(k, t)| t.map(|t| (k, t)))
         .collect();
-    let [(k, index)] = given.as_slice() else {
-        return Err(c.err(
-            1,
-            format!("{} index tensors; one is supported", given.len()),
-        ));
+    let shape = c.shape(x);
+    let (Some(&(first, _)), Some(&(last, _))) = (given.first(), given.last()) else {
+        return Err(c.err(1, "no index tensor"));
     };
-    let (shape, ishape) = (c.shape(x), c.shape(*index));
-    if *k >= shape.len() {
-        return Err(c.err(1, format!("an index for dim {k} of {shape:?}")));
+    if last >= shape.len() || last + 1 - first != given.len() {
+        let dims: Vec<usize> = given.iter().map(|&(k, _)| k).collect();
+        let why =
+            format!("index tensors for dims {dims:?} of {shape:?}: consecutive dims are supported");
+        return Err(c.err(1, why));
     }
-    let flat = c.g.reshape(*index, &[-1])?;
-    let y = c.g.index_along(x, *k, flat, false)?;
-    let mut out: Vec<isize> = shape[..*k].iter().map(|&s| s as isize).collect();
+    // The picked dims flattened into one, indexed by the broadcast linear index.
+    let index = linear_index(c, &given, &shape[..=last])?;
+    let ishape = c.shape(index);
+    let size = |dims: &[usize]| dims.iter().product::<usize>() as isize;
+    let x3 = c.g.reshape(
+        x,
+        &[
+            size(&shape[..first]),
+            size(&shape[first..=last]),
+            size(&shape[last + 1..]),
+        ],
+    )?;
+    let flat = c.g.reshape(index, &[-1])?;
+    let y = c.g.index_along(x3, 1, flat, false)?;
+    let mut out: Vec<isize> = shape[..first].iter().map(|&s| s as isize).collect();
     out.extend(ishape.iter().map(|&s| s as isize));
-    out.extend(shape[k + 1..].iter().map(|&s| s as isize));
+    out.extend(shape[last + 1..].iter().map(|&s| s as isize));
     one(c.g.reshape(y, &out)?)
+}
+
+/// `sum_j index_j * stride_j` over the indexed dims (`shape` up to the last of them),
+/// broadcast, as i32; computed in f32, exact below 2^24 elements. One index is itself.
+fn linear_index(
+    c: &mut Call<'_>,
+    given: &[(usize, TensorId)],
+    shape: &[usize],
+) -> Result<TensorId> {
+    if let [(_, index)] = given {
+        return Ok(*index);
+    }
+    let mut sum: Option<TensorId> = None;
+    for &(k, index) in given {
+        let stride: usize = shape[k + 1..].iter().product();
+        let t = c.g.cast(index, DType::F32)?;
+        let t = if stride == 1 {
+            t
+        } else {
+            c.g.mul_scalar(t, stride as f32)?
+        };
+        sum = Some(match sum {
+            None => t,
+            Some(s) => c.g.add(s, t)?,
+        });
+    }
+    let sum = sum.ok_or_else(|| c.err(1, "no index tensor"))?;
+    c.g.cast(sum, DType::I32)
 }
 
 /// A constant of `self`'s shape in the graph's float dtype, every element `value`.

@@ -73,7 +73,8 @@ fn has_f16_tensor(vk: &VkGraph<'_>) -> bool {
         .any(|v| matches!(v, VkValue::Tensor(t) if t.datatype == VkDataType::Float16))
 }
 
-/// Which of the delegate's inputs the plan holds as int64.
+/// Which of the delegate's inputs are int64 inputs of the plan, which the caller passes as
+/// int64 (between steps, int64 values are held as i32, as every step stages them).
 fn long_inputs(plan: &ExecutionPlan<'_>, delegate: usize) -> Vec<bool> {
     let args = plan.instructions().find_map(|i| match i {
         Instruction::DelegateCall {
@@ -85,8 +86,9 @@ fn long_inputs(plan: &ExecutionPlan<'_>, delegate: usize) -> Vec<bool> {
     args.map(|args| {
         args.iter()
             .map(|&v| {
-                matches!(plan.values.get(v as usize),
-                    Some(Value::Tensor(t)) if t.scalar_type == ScalarType::Long)
+                plan.inputs.contains(&v)
+                    && matches!(plan.values.get(v as usize),
+                        Some(Value::Tensor(t)) if t.scalar_type == ScalarType::Long)
             })
             .collect()
     })

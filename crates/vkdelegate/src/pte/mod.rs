@@ -325,8 +325,9 @@ fn check_vulkan_ops(_graph: &VkGraph<'_>, at: &str) -> Result<(), Vec<Unsupporte
     }])
 }
 
-/// The dtype and shape a CPU kernel's tensor value `v` has between steps: floats and masks
-/// as f32 (as delegates stage them), 32- and 8-bit integers as they are.
+/// The dtype and shape a CPU kernel's tensor value `v` has between steps, as delegates stage
+/// them: floats and masks as f32, int64 as i32 (int64 where the plan's caller passes it), 32-
+/// and 8-bit integers as they are, a 0-d tensor as `[1]`.
 #[cfg(feature = "compute")]
 fn staged_spec(plan: &ExecutionPlan<'_>, v: u32) -> Result<vk_core::TensorSpec, String> {
     use executorch_pte::ScalarType;
@@ -335,15 +336,19 @@ fn staged_spec(plan: &ExecutionPlan<'_>, v: u32) -> Result<vk_core::TensorSpec, 
     };
     let dtype = match t.scalar_type {
         ScalarType::Float | ScalarType::Half | ScalarType::Bool => vk_core::DType::F32,
-        ScalarType::Int => vk_core::DType::I32,
+        ScalarType::Long if plan.inputs.contains(&v) => vk_core::DType::I64,
+        ScalarType::Int | ScalarType::Long => vk_core::DType::I32,
         ScalarType::Char => vk_core::DType::I8,
         other => return Err(format!("value {v} is a {other:?} tensor")),
     };
-    let shape = t
+    let mut shape = t
         .sizes
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| format!("value {v} has size {d}")))
         .collect::<Result<Vec<_>, _>>()?;
+    if shape.is_empty() {
+        shape.push(1);
+    }
     Ok(vk_core::TensorSpec::new(value_name(plan, v), dtype, shape))
 }
 
@@ -363,22 +368,44 @@ fn kernel_step(
         }]
     };
     let def = compute_delegate::ops::find(op).ok_or_else(|| fail(String::new()))?;
+    // An out-variant kernel's arguments: the schema's (the out tensor last), then the value
+    // it returns, which is the out tensor again.
     let (&out, params) = args
         .split_last()
         .ok_or_else(|| fail(": no arguments".into()))?;
+    let params = match params.split_last() {
+        Some((&o, rest)) if o == out => rest,
+        _ => params,
+    };
     let mut g = compute_delegate::GraphBuilder::new();
     let mut inputs = Vec::new();
     let mut call = Vec::new();
+    let mut input = |v: u32, g: &mut compute_delegate::GraphBuilder| {
+        let spec = staged_spec(plan, v).map_err(|e| fail(format!(": {e}")))?;
+        let name = format!("in{}", inputs.len());
+        let t = g
+            .input(&name, spec.dtype, &spec.shape)
+            .and_then(|t| match spec.dtype {
+                vk_core::DType::I64 => g.cast(t, vk_core::DType::I32),
+                _ => Ok(t),
+            })
+            .map_err(|e| fail(format!(": {e}")))?;
+        inputs.push(spec.name);
+        Ok::<_, Vec<Unsupported>>(t)
+    };
     for &v in params.iter().take(def.params.len()) {
         let arg = match plan.values.get(v as usize) {
-            Some(Value::Tensor(_)) => {
-                let spec = staged_spec(plan, v).map_err(|e| fail(format!(": {e}")))?;
-                let t = g
-                    .input(&format!("in{}", inputs.len()), spec.dtype, &spec.shape)
-                    .map_err(|e| fail(format!(": {e}")))?;
-                inputs.push(spec.name);
-                Arg::Tensor(t)
-            }
+            Some(Value::Tensor(_)) => Arg::Tensor(input(v, &mut g)?),
+            Some(Value::TensorList(l)) => Arg::Tensors(
+                l.iter()
+                    .map(|&t| input(t, &mut g))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Some(Value::OptionalTensorList(l)) => Arg::OptTensors(
+                l.iter()
+                    .map(|t| t.map(|t| input(t, &mut g)).transpose())
+                    .collect::<Result<_, _>>()?,
+            ),
             Some(Value::Null) => Arg::None,
             Some(Value::Int(n)) => Arg::Int(*n),
             Some(Value::Double(d)) => Arg::Float(*d),
@@ -389,9 +416,16 @@ fn kernel_step(
         };
         call.push(arg);
     }
+    // The output in the dtype the plan's value is staged as (an integer cumsum computes in
+    // f32, an integer out value holds i32).
+    let staged = staged_spec(plan, out).map_err(|e| fail(format!(": {e}")))?;
     let made = def
         .call(&mut g, call)
         .and_then(|outs| match outs.as_slice() {
+            [y] if g.dtype(*y).is_some_and(|d| d != staged.dtype) => {
+                let y = g.cast(*y, staged.dtype)?;
+                g.output(y)
+            }
             [y] => g.output(*y),
             _ => Err(compute_delegate::Error::Graph(format!(
                 "{} outputs for one",

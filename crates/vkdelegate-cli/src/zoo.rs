@@ -1,0 +1,255 @@
+//! `vkdelegate zoo`: every model folder of a zoo (`model.pte`, `input_<i>.npy`,
+//! `expected_output_<i>.npy`, `meta.json`), loaded, run and compared with PyTorch's outputs,
+//! as one table.
+//!
+//! Tolerances are those of `docs/testing.md`: fp32 programs element by element
+//! (`1e-4 + 1e-3 * |reference|`), `force_fp16` programs against the output's scale
+//! (`2e-2 * max |reference|`, and for a classifier of 1000 or more scores, top-5 agreement).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use vkdelegate::vk_core::HostTensor;
+use vkdelegate::vk_core::timing::{median, ms};
+
+use crate::npy;
+
+type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// One model's row.
+struct Row {
+    name: String,
+    load_ms: Option<f64>,
+    run_ms: Option<f64>,
+    /// The largest absolute error over every output.
+    max_error: Option<f32>,
+    /// The worst error as a fraction of its tolerance (pass: at most 1).
+    worst: Option<f32>,
+    /// Why the model did not load, run or match.
+    failure: Option<String>,
+}
+
+/// Runs every model folder under `roots` (folders holding `model.pte`, or their parents)
+/// whose name contains `filter`, `repeat` times each; prints the table. An error when any
+/// model fails.
+pub fn run(roots: &[PathBuf], filter: Option<&str>, repeat: usize) -> Result {
+    let models = model_dirs(roots)?;
+    let models: Vec<PathBuf> = models
+        .into_iter()
+        .filter(|d| filter.is_none_or(|f| name_of(d).contains(f)))
+        .collect();
+    if models.is_empty() {
+        return Err("no model folder (one holding model.pte) found".into());
+    }
+    println!(
+        "{:<24} {:>10} {:>10} {:>11} {:>9}  result",
+        "model", "load ms", "run ms", "max error", "of tol."
+    );
+    let mut failed = Vec::new();
+    for dir in &models {
+        let row = check(dir, repeat);
+        print_row(&row);
+        if row.failure.is_some() {
+            failed.push(row.name);
+        }
+    }
+    if failed.is_empty() {
+        println!("{} of {} models match PyTorch", models.len(), models.len());
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {} models failed: {}",
+            failed.len(),
+            models.len(),
+            failed.join(", ")
+        )
+        .into())
+    }
+}
+
+fn name_of(dir: &Path) -> String {
+    dir.file_name()
+        .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into())
+}
+
+/// The folders holding `model.pte`: each root itself, or its subfolders, sorted.
+fn model_dirs(roots: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut dirs = Vec::new();
+    for root in roots {
+        if root.join("model.pte").is_file() {
+            dirs.push(root.clone());
+            continue;
+        }
+        let entries = std::fs::read_dir(root).map_err(|e| format!("{}: {e}", root.display()))?;
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("model.pte").is_file())
+            .collect();
+        found.sort();
+        dirs.extend(found);
+    }
+    Ok(dirs)
+}
+
+fn print_row(row: &Row) {
+    let opt = |v: Option<f64>, digits: usize| {
+        v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+    };
+    let result = match &row.failure {
+        None => "pass".to_string(),
+        Some(why) => format!("FAIL: {why}"),
+    };
+    println!(
+        "{:<24} {:>10} {:>10} {:>11} {:>9}  {result}",
+        row.name,
+        opt(row.load_ms, 1),
+        opt(row.run_ms, 3),
+        row.max_error
+            .map_or_else(|| "-".to_string(), |e| format!("{e:.3e}")),
+        opt(row.worst.map(f64::from), 3),
+    );
+}
+
+/// Loads, runs and judges one model folder.
+fn check(dir: &Path, repeat: usize) -> Row {
+    let mut row = Row {
+        name: name_of(dir),
+        load_ms: None,
+        run_ms: None,
+        max_error: None,
+        worst: None,
+        failure: None,
+    };
+    if let Err(e) = check_into(dir, repeat, &mut row) {
+        let text = e.to_string();
+        let line = text.lines().next().unwrap_or_default();
+        row.failure = Some(line.chars().take(400).collect());
+    }
+    row
+}
+
+fn check_into(dir: &Path, repeat: usize, row: &mut Row) -> Result {
+    let inputs = numbered(dir, "input")?;
+    let expected = numbered(dir, "expected_output")?;
+    let fp16 =
+        std::fs::read_to_string(dir.join("meta.json")).is_ok_and(|m| m.contains("force_fp16"));
+    let bytes = std::fs::read(dir.join("model.pte"))?;
+    let t = Instant::now();
+    let builder = vkdelegate::pte::program_builder(bytes.into(), None)?;
+    #[cfg(feature = "shared")]
+    let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
+        vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
+    ));
+    let mut program = builder.build()?;
+    row.load_ms = Some(ms(t.elapsed()));
+    let mut times = Vec::new();
+    let mut outputs = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let t = Instant::now();
+        outputs = program.execute(&inputs)?;
+        times.push(t.elapsed());
+    }
+    row.run_ms = Some(ms(median(times)));
+    if outputs.len() != expected.len() {
+        return Err(format!(
+            "{} output(s), PyTorch gave {}",
+            outputs.len(),
+            expected.len()
+        )
+        .into());
+    }
+    let (mut max_error, mut worst) = (0f32, 0f32);
+    for (i, (got, want)) in outputs.iter().zip(&expected).enumerate() {
+        let (e, w) = judge(i, got, want, fp16)?;
+        max_error = max_error.max(e);
+        worst = worst.max(w);
+    }
+    row.max_error = Some(max_error);
+    row.worst = Some(worst);
+    if worst > 1.0 {
+        return Err(format!("{worst:.2} x the tolerance").into());
+    }
+    Ok(())
+}
+
+/// `<stem>_0.npy`, `<stem>_1.npy`, ... until one is missing.
+fn numbered(dir: &Path, stem: &str) -> Result<Vec<HostTensor>> {
+    let mut out = Vec::new();
+    loop {
+        let path = dir.join(format!("{stem}_{}.npy", out.len()));
+        if !path.is_file() {
+            break;
+        }
+        out.push(npy::read(&path)?);
+    }
+    if out.is_empty() {
+        return Err(format!("{}: no {stem}_0.npy", dir.display()).into());
+    }
+    Ok(out)
+}
+
+/// Output `i` against PyTorch's: the largest absolute error and the worst error as a
+/// fraction of the tolerance (over 1 when a classifier's top five disagree).
+fn judge(i: usize, got: &HostTensor, want: &HostTensor, fp16: bool) -> Result<(f32, f32)> {
+    if got.shape() != want.shape() {
+        return Err(format!(
+            "output {i}: shape {:?}, PyTorch's is {:?}",
+            got.shape(),
+            want.shape()
+        )
+        .into());
+    }
+    let values = |t: &HostTensor| {
+        t.to_f32()
+            .or_else(|| {
+                t.to_i32()
+                    .map(|v| v.into_iter().map(|x| x as f32).collect())
+            })
+            .or_else(|| int64(t))
+            .ok_or_else(|| format!("output {i}: dtype {} cannot be compared", t.dtype()))
+    };
+    let (a, b) = (values(got)?, values(want)?);
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let mut max_error = 0f32;
+    let mut worst = 0f32;
+    for (x, y) in a.iter().zip(&b) {
+        let e = (x - y).abs();
+        let tolerance = if fp16 {
+            2e-2 * scale
+        } else {
+            1e-4 + 1e-3 * y.abs()
+        };
+        max_error = max_error.max(e);
+        worst = worst.max(if e.is_nan() {
+            f32::INFINITY
+        } else {
+            e / tolerance
+        });
+    }
+    if fp16 && b.len() >= 1000 && !top5_agree(&a, &b) {
+        worst = worst.max(f32::INFINITY);
+    }
+    Ok((max_error, worst))
+}
+
+fn int64(t: &HostTensor) -> Option<Vec<f32>> {
+    (t.dtype() == vkdelegate::vk_core::DType::I64).then(|| {
+        t.bytes()
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()) as f32)
+            .collect()
+    })
+}
+
+/// Our top class is among PyTorch's top five, and PyTorch's among ours.
+fn top5_agree(a: &[f32], b: &[f32]) -> bool {
+    let top = |v: &[f32]| {
+        let mut idx: Vec<usize> = (0..v.len()).collect();
+        idx.sort_by(|&i, &j| v[j].total_cmp(&v[i]));
+        idx.truncate(5);
+        idx
+    };
+    let (ta, tb) = (top(a), top(b));
+    tb.contains(&ta[0]) && ta.contains(&tb[0])
+}
