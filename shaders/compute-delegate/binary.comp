@@ -18,36 +18,7 @@ layout(push_constant) uniform Params {
     uint n4;
 } pc;
 
-// PyTorch's pow: negative bases with whole exponents keep their sign rule.
-float power(float v, float e) {
-    if (e == 0.0) return 1.0;
-    if (e == 1.0) return v;
-    if (e == 2.0) return v * v;
-    if (v >= 0.0) return pow(v, e);
-    if (fract(e) != 0.0) return uintBitsToFloat(0x7fc00000u);
-    float m = pow(-v, e);
-    return mod(e, 2.0) == 1.0 ? -m : m;
-}
-
-float op2(float u, float v) {
-    if (OP == 0) return u + v;
-    if (OP == 1) return u - v;
-    if (OP == 2) return u * v;
-    if (OP == 3) return u / v;
-    if (OP == 4) return min(u, v);
-    if (OP == 5) return max(u, v);
-    if (OP == 6) return power(u, v);
-    if (OP == 7) return float(u == v);
-    if (OP == 8) return float(u != v);
-    if (OP == 9) return float(u > v);
-    if (OP == 10) return float(u >= v);
-    if (OP == 11) return float(u < v);
-    if (OP == 12) return float(u <= v);
-    if (OP == 13) return float(u != 0.0 && v != 0.0);
-    if (OP == 14) return float(u != 0.0 || v != 0.0);
-    if (OP == 15) return floor(u / v);
-    return trunc(u / v);
-}
+#include "binary_op.glsl"
 
 vec4 apply(vec4 u, vec4 v) {
     if (OP == 0) return u + v;

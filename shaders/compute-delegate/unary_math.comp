@@ -19,17 +19,8 @@ layout(push_constant) uniform Params {
     float p0;
 } pc;
 
-// x^e as PyTorch computes it: negative bases with whole exponents keep their sign rule.
-float power(float v, float e) {
-    if (e == 0.0) return 1.0;
-    if (e == 1.0) return v;
-    if (e == 2.0) return v * v;
-    if (e == 0.5) return sqrt(v);
-    if (v >= 0.0) return pow(v, e);
-    if (fract(e) != 0.0) return uintBitsToFloat(0x7fc00000u);
-    float m = pow(-v, e);
-    return mod(e, 2.0) == 1.0 ? -m : m;
-}
+#include "power.glsl"
+#include "quotient.glsl"
 
 float apply(float v) {
     switch (pc.op) {
@@ -51,7 +42,7 @@ float apply(float v) {
         case 15u: return v >= 0.0 ? v : v * pc.p0;
         case 16u: return abs(v) > pc.p0 ? v : 0.0;
         case 17u: return clamp(v + 3.0, 0.0, 6.0) / 6.0;
-        case 18u: return v - trunc(v / pc.p0) * pc.p0;
+        case 18u: return fma(-rounded_quotient(v, pc.p0, false), pc.p0, v);
     }
     return v;
 }

@@ -63,18 +63,23 @@ fn call(
     (out[0].to_f32().unwrap(), shape)
 }
 
-/// fp32 within `1e-5` relative; fp16 within `2e-2` of the reference's largest magnitude.
+/// fp32 within `1e-5` relative; fp16 within `2e-2` of the reference's largest finite
+/// magnitude; infinities and NaNs exactly where the reference has them.
 #[track_caller]
 fn assert_close(got: &[f32], want: &[f32], dtype: DType, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = want
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f32, |m, v| m.max(v.abs()));
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let tol = match dtype {
             DType::F16 => 2e-2 * scale.max(1e-3),
             _ => 1e-5 * (1.0 + w.abs()),
         };
+        let same = g == w || (g.is_nan() && w.is_nan());
         assert!(
-            (g - w).abs() <= tol,
+            same || (g - w).abs() <= tol,
             "{what}: element {i}: got {g}, want {w}"
         );
     }
@@ -1254,5 +1259,45 @@ fn kernels_executorch_leaves_on_the_cpu() {
         assert_eq!(shape, s);
         let want: Vec<f32> = (0..24).map(|o| col[(o / 4) % 3]).collect();
         assert_close(&got, &want, dtype, "copy");
+    });
+}
+
+/// Whole quotients are exact however the device divides (a GPU's `u / v` may be a few ulps
+/// off, and `floor(5.9999995)` is 5): floor and trunc division, and fmod's remainder.
+#[test]
+fn whole_quotients_are_exact() {
+    each_precision("whole_quotients", |dev, dtype| {
+        let b: Vec<f32> = [0.5f32, 1.5, 2.0, 3.0, 0.75, 2.5, 7.0, 0.25]
+            .iter()
+            .flat_map(|&v| [v, -v])
+            .collect();
+        let a: Vec<f32> = b
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * (i as f32 - 7.0))
+            .collect();
+        let n = [a.len()];
+        for (mode, f) in [
+            ("floor", f32::floor as fn(f32) -> f32),
+            ("trunc", f32::trunc),
+        ] {
+            let (got, _) = call(
+                dev,
+                "aten.div.Tensor_mode",
+                dtype,
+                &[(&n, &a), (&n, &b)],
+                vec![Arg::Str(mode.into())],
+            );
+            let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| f(x / y)).collect();
+            assert_eq!(got, want, "{mode} division");
+        }
+        let (got, _) = call(
+            dev,
+            "aten.fmod.Scalar",
+            dtype,
+            &[(&n, &a)],
+            vec![Arg::Float(0.25)],
+        );
+        assert!(got.iter().all(|&r| r == 0.0), "fmod by 0.25: {got:?}");
     });
 }
