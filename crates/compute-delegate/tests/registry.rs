@@ -1301,3 +1301,106 @@ fn whole_quotients_are_exact() {
         assert!(got.iter().all(|&r| r == 0.0), "fmod by 0.25: {got:?}");
     });
 }
+
+/// `quantized_decomposed`'s quantize and dequantize per tensor, channel (axis 1) and token,
+/// with ExecuTorch's argument order, against PyTorch's formulas: `q = clamp(round(x * (1 /
+/// scale)) + zp, qmin, qmax)` (halves to even), `(q - zp) * scale`. The int8 codes must be
+/// exact.
+#[test]
+fn quantize_and_dequantize_per_tensor_channel_and_token() {
+    let Some((instance, dev)) = device("quantize", false) else {
+        return;
+    };
+    let shape = [2usize, 3, 4];
+    let x: Vec<f32> = rand_vec(31, 24).iter().map(|v| v * 1.3).collect();
+    let channel = |i: usize| (i / 4) % 3;
+    let token = |i: usize| i / 4;
+    let ch_scales = [0.01f32, 0.02, 0.05];
+    let ch_zps = [0i32, 2, -1];
+    let tok_scales: Vec<f32> = (0..6).map(|t| 0.01 + 0.004 * t as f32).collect();
+    let tok_zps: Vec<i32> = (0..6).map(|t| t - 3).collect();
+    type Params = (Vec<f32>, Vec<i32>, Vec<usize>, Box<dyn Fn(usize) -> usize>);
+    let cases: Vec<(&str, &str, Option<Params>)> = vec![
+        (
+            "quantize_per_tensor.default",
+            "dequantize_per_tensor.default",
+            None,
+        ),
+        (
+            "quantize_per_channel.default",
+            "dequantize_per_channel.default",
+            Some((
+                ch_scales.to_vec(),
+                ch_zps.to_vec(),
+                vec![3],
+                Box::new(channel),
+            )),
+        ),
+        (
+            "quantize_per_token.default",
+            "dequantize_per_token.default",
+            Some((
+                tok_scales.clone(),
+                tok_zps.clone(),
+                vec![2, 3, 1],
+                Box::new(token),
+            )),
+        ),
+    ];
+    for (quant, dequant, params) in cases {
+        let mut g = GraphBuilder::new();
+        let input = g.input("x", DType::F32, &shape).unwrap();
+        let (mut qargs, scale_zp): (Vec<Arg>, Box<dyn Fn(usize) -> (f32, i32)>) = match &params {
+            None => (
+                vec![Arg::Float(0.02), Arg::Int(-3)],
+                Box::new(|_| (0.02, -3)),
+            ),
+            Some((scales, zps, dims, at)) => {
+                let s = g.constant_f32("scales", dims, scales).unwrap();
+                let z = g
+                    .constant("zps", HostTensor::from_i32(dims.clone(), zps).unwrap())
+                    .unwrap();
+                let (scales, zps) = (scales.clone(), zps.clone());
+                let at: &dyn Fn(usize) -> usize = at.as_ref();
+                let table: Vec<(f32, i32)> = (0..24).map(|i| (scales[at(i)], zps[at(i)])).collect();
+                (
+                    vec![Arg::Tensor(s), Arg::Tensor(z)],
+                    Box::new(move |i| table[i]),
+                )
+            }
+        };
+        if quant.contains("channel") {
+            qargs.push(Arg::Int(1));
+        }
+        let mut dargs = qargs.clone();
+        qargs.extend([Arg::Int(-128), Arg::Int(127), Arg::Int(1)]);
+        let mut args = vec![Arg::Tensor(input)];
+        args.extend(qargs);
+        let name = format!("quantized_decomposed.{quant}");
+        let q = ops::find(&name).unwrap().call(&mut g, args).unwrap()[0];
+        assert_eq!(g.dtype(q), Some(DType::I8), "{name}");
+        let mut args = vec![Arg::Tensor(q)];
+        dargs.extend([Arg::Int(-128), Arg::Int(127), Arg::Int(1), Arg::None]);
+        args.extend(dargs);
+        let name = format!("quantized_decomposed.{dequant}");
+        let d = ops::find(&name).unwrap().call(&mut g, args).unwrap()[0];
+        let qf = g.cast(q, DType::F32).unwrap();
+        g.output(qf).unwrap();
+        g.output(d).unwrap();
+        let xin = HostTensor::from_f32(shape.to_vec(), &x).unwrap();
+        let out = g.build(&dev).unwrap().execute(&[xin]).unwrap();
+        let (got_q, got_d) = (out[0].to_f32().unwrap(), out[1].to_f32().unwrap());
+        for i in 0..24 {
+            let (s, z) = scale_zp(i);
+            let inv = (1.0f64 / f64::from(s)) as f32;
+            let want_q = ((x[i] * inv).round_ties_even() + z as f32).clamp(-128.0, 127.0);
+            assert_eq!(got_q[i], want_q, "{quant}: element {i} of {x:?}");
+            let want_d = (want_q - z as f32) * s;
+            assert!(
+                (got_d[i] - want_d).abs() <= 1e-6 * (1.0 + want_d.abs()),
+                "{dequant}: {i}"
+            );
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
