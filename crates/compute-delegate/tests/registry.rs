@@ -1404,3 +1404,111 @@ fn quantize_and_dequantize_per_tensor_channel_and_token() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// `unfold_copy`: windows of 3 every 2 along dim 1, as a new last dim.
+#[test]
+fn unfold_makes_windows() {
+    each_precision("unfold", |dev, dtype| {
+        let x: Vec<f32> = (0..14).map(|v| v as f32 * 0.25).collect();
+        let (got, shape) = call(
+            dev,
+            "aten.unfold_copy.default",
+            dtype,
+            &[(&[2, 7], &x)],
+            vec![Arg::Int(1), Arg::Int(3), Arg::Int(2)],
+        );
+        assert_eq!(shape, [2, 3, 3]);
+        let want: Vec<f32> = (0..18)
+            .map(|o| {
+                let (b, i, j) = (o / 9, (o / 3) % 3, o % 3);
+                x[b * 7 + i * 2 + j]
+            })
+            .collect();
+        assert_eq!(got, want);
+    });
+}
+
+/// PyTorch's `grid_sample` on `[N, C, H, W]` at `[N, Ho, Wo, 2]`, in f64.
+fn grid_sample_ref(
+    x: &[f32],
+    s: [usize; 4],
+    grid: &[f32],
+    (ho, wo): (usize, usize),
+    (nearest, border, align): (bool, bool, bool),
+) -> Vec<f32> {
+    let [n, c, h, w] = s;
+    let unnormalize = |v: f32, size: usize| {
+        let (v, size) = (f64::from(v), size as f64);
+        let p = if align {
+            (v + 1.0) / 2.0 * (size - 1.0)
+        } else {
+            ((v + 1.0) * size - 1.0) / 2.0
+        };
+        if border { p.clamp(0.0, size - 1.0) } else { p }
+    };
+    let at = |b: usize, ch: usize, yy: f64, xx: f64| -> f64 {
+        if xx < 0.0 || yy < 0.0 || xx > (w - 1) as f64 || yy > (h - 1) as f64 {
+            return 0.0;
+        }
+        f64::from(x[((b * c + ch) * h + yy as usize) * w + xx as usize])
+    };
+    let mut out = vec![0f32; n * c * ho * wo];
+    for b in 0..n {
+        for i in 0..ho {
+            for j in 0..wo {
+                let g = ((b * ho + i) * wo + j) * 2;
+                let (px, py) = (unnormalize(grid[g], w), unnormalize(grid[g + 1], h));
+                for ch in 0..c {
+                    let v = if nearest {
+                        at(b, ch, py.round_ties_even(), px.round_ties_even())
+                    } else {
+                        let (x0, y0) = (px.floor(), py.floor());
+                        let (fx, fy) = (px - x0, py - y0);
+                        at(b, ch, y0, x0) * (1.0 - fx) * (1.0 - fy)
+                            + at(b, ch, y0, x0 + 1.0) * fx * (1.0 - fy)
+                            + at(b, ch, y0 + 1.0, x0) * (1.0 - fx) * fy
+                            + at(b, ch, y0 + 1.0, x0 + 1.0) * fx * fy
+                    };
+                    out[((b * c + ch) * ho + i) * wo + j] = v as f32;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `grid_sampler_2d`: bilinear and nearest, zeros and border padding, with and without
+/// `align_corners`, grid points inside and outside the image.
+#[test]
+fn grid_sampler_matches_pytorch() {
+    each_precision("grid_sampler", |dev, dtype| {
+        let s = [2, 3, 5, 6];
+        let x = rand_vec(41, s.iter().product());
+        let (ho, wo) = (4, 3);
+        let grid: Vec<f32> = rand_vec(42, 2 * ho * wo * 2)
+            .iter()
+            .map(|v| v * 0.6)
+            .collect();
+        for nearest in [false, true] {
+            for border in [false, true] {
+                for align in [false, true] {
+                    let (got, shape) = call(
+                        dev,
+                        "aten.grid_sampler_2d.default",
+                        dtype,
+                        &[(&s, &x), (&[2, ho, wo, 2], &grid)],
+                        vec![
+                            Arg::Int(i64::from(nearest)),
+                            Arg::Int(i64::from(border)),
+                            Arg::Bool(align),
+                        ],
+                    );
+                    assert_eq!(shape, [2, 3, ho, wo]);
+                    let want = grid_sample_ref(&x, s, &grid, (ho, wo), (nearest, border, align));
+                    let what = format!("nearest {nearest} border {border} align {align}");
+                    assert_close(&got, &want, dtype, &what);
+                }
+            }
+        }
+    });
+}

@@ -1,8 +1,8 @@
 //! 2-D pooling (average and max) and resampling (nearest and bilinear upsampling), NCHW.
 
-use super::{Call, Fallback, Kind, OpDef, Param, one};
+use super::{Call, Fallback, Kind, Math, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::{GraphBuilder, Op, Pool2d, TensorId, pool_out, shape_err};
+use crate::graph::{BinaryOp, Compare, GraphBuilder, Op, Pool2d, TensorId, pool_out, shape_err};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
 use vk_core::DType;
@@ -22,6 +22,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.avg_pool2d.default", "avg_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR], avg_pool2d),
     OpDef::new(&["aten.max_pool2d_with_indices.default", "aten.max_pool2d.default", "max_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, DILATION, CEIL], max_pool2d),
     OpDef::new(&["aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default", "adaptive_avg_pool2d"], &[SELF, Param::new("output_size|size", Kind::Ints, Fallback::Required)], adaptive_avg_pool2d),
+    OpDef::new(&["aten.grid_sampler_2d.default", "grid_sampler_2d"], &[Param::tensor("input"), Param::tensor("grid"), Param::new("interpolation_mode", Kind::Int, Fallback::Int(0)), Param::new("padding_mode", Kind::Int, Fallback::Int(0)), Param::new("align_corners", Kind::Bool, Fallback::Bool(false))], grid_sampler),
     OpDef::new(&["aten.upsample_nearest2d.vec", "upsample_nearest2d"], &[Param::tensor("input"), Param::new("output_size|size", Kind::Ints, Fallback::Null), Param::new("scale_factors|scale", Kind::Floats, Fallback::Null)], |c| upsample(c, false)),
     OpDef::new(&["aten.upsample_bilinear2d.vec", "upsample_bilinear2d"], &[Param::tensor("input"), Param::new("output_size|size", Kind::Ints, Fallback::Null), Param::new("align_corners", Kind::Bool, Fallback::Bool(false)), Param::new("scale_factors|scale", Kind::Floats, Fallback::Null)], |c| upsample(c, true)),
 ];
@@ -51,6 +52,135 @@ fn adaptive_avg_pool2d(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         count_include_pad: true,
     };
     one(c.g.avg_pool2d(x, p)?)
+}
+
+/// `input` `[N, C, H, W]` sampled at `grid` `[N, Ho, Wo, 2]` (x, y in -1..1), as PyTorch's
+/// `grid_sample`: bilinear (0) or nearest (1), zeros (0) or border (1) padding. Composed of
+/// elementwise ops and one gather per corner: the input, channels last and flattened, is
+/// indexed by each corner's pixel (an index past the end, for corners outside, reads 0).
+fn grid_sampler(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, grid) = (c.tensor(0)?, c.tensor(1)?);
+    let (mode, padding, align) = (c.int(2)?, c.int(3)?, c.bool(4)?);
+    if !matches!(mode, 0 | 1) {
+        return Err(c.err(
+            2,
+            format!("mode {mode}: bilinear (0) and nearest (1) are supported"),
+        ));
+    }
+    if !matches!(padding, 0 | 1) {
+        return Err(c.err(
+            3,
+            format!("mode {padding}: zeros (0) and border (1) are supported"),
+        ));
+    }
+    let (xs, gs) = (c.shape(x), c.shape(grid));
+    let [n, ch, h, w] = xs[..] else {
+        return Err(c.err(0, format!("{xs:?}: [N, C, H, W] is supported")));
+    };
+    if gs.len() != 4 || gs[0] != n || gs[3] != 2 {
+        return Err(c.err(
+            1,
+            format!("{gs:?} for input {xs:?}: [N, Ho, Wo, 2] is needed"),
+        ));
+    }
+    let (ho, wo) = (gs[1], gs[2]);
+    let dtype = c.g.info("grid_sampler_2d", x)?.dtype;
+    let g = &mut *c.g;
+    // Pixel coordinates, clamped to the border for border padding.
+    let grid = g.cast(grid, DType::F32)?;
+    let coord = |g: &mut GraphBuilder, k: isize, size: usize| -> Result<TensorId> {
+        let v = g.select(grid, 3, k)?;
+        let half = if align {
+            (size as f32 - 1.0) / 2.0
+        } else {
+            size as f32 / 2.0
+        };
+        let v = g.mul_scalar(v, half)?;
+        let v = g.add_scalar(v, (size as f32 - 1.0) / 2.0)?;
+        if padding == 1 {
+            g.clamp(v, 0.0, size as f32 - 1.0)
+        } else {
+            Ok(v)
+        }
+    };
+    let (ix, iy) = (coord(g, 0, w)?, coord(g, 1, h)?);
+    // The input channels last, [N*H*W, C]; each corner's rows, offset by its batch.
+    let table = g.cast(x, DType::F32)?;
+    let table = g.permute(table, &[0, 2, 3, 1])?;
+    let table = g.reshape(table, &[(n * h * w) as isize, ch as isize])?;
+    let offsets: Vec<f32> = (0..n).map(|b| (b * h * w) as f32).collect();
+    let offsets = g.constant_f32(&format!("grid_batch{}", x.index()), &[n, 1, 1], &offsets)?;
+    let corner = |g: &mut GraphBuilder,
+                  cx: TensorId,
+                  cy: TensorId,
+                  weight: Option<TensorId>|
+     -> Result<TensorId> {
+        let inside = [(cx, w), (cy, h)]
+            .into_iter()
+            .try_fold(None, |acc, (v, size)| {
+                let lo = g.compare_scalar(v, Compare::Ge, 0.0)?;
+                let hi = g.compare_scalar(v, Compare::Le, size as f32 - 1.0)?;
+                let both = g.binary(BinaryOp::And, lo, hi)?;
+                match acc {
+                    None => Ok::<_, crate::error::Error>(Some(both)),
+                    Some(a) => Ok(Some(g.binary(BinaryOp::And, a, both)?)),
+                }
+            })?;
+        let row = g.mul_scalar(cy, w as f32)?;
+        let at = g.add(row, cx)?;
+        let at = g.add(at, offsets)?;
+        let past = g.full_as(
+            &format!("grid_past{}", at.index()),
+            &[1],
+            (n * h * w) as f32,
+            DType::F32,
+        )?;
+        let at = match inside {
+            Some(m) => g.where_(m, at, past)?,
+            None => at,
+        };
+        let at = g.cast(at, DType::I32)?;
+        let at = g.reshape(at, &[-1])?;
+        let rows = g.index_along(table, 0, at, false)?;
+        let rows = g.reshape(rows, &[n as isize, ho as isize, wo as isize, ch as isize])?;
+        match weight {
+            Some(wt) => {
+                let wt = g.reshape(wt, &[n as isize, ho as isize, wo as isize, 1])?;
+                g.mul(rows, wt)
+            }
+            None => Ok(rows),
+        }
+    };
+    let out = if mode == 1 {
+        let (rx, ry) = (g.math(Math::Round, ix, 0.0)?, g.math(Math::Round, iy, 0.0)?);
+        corner(g, rx, ry, None)?
+    } else {
+        let (x0, y0) = (g.math(Math::Floor, ix, 0.0)?, g.math(Math::Floor, iy, 0.0)?);
+        let (x1, y1) = (g.add_scalar(x0, 1.0)?, g.add_scalar(y0, 1.0)?);
+        let (wx1, wy1) = (g.sub(ix, x0)?, g.sub(iy, y0)?);
+        let (wx0, wy0) = (g.rsub_scalar(wx1, 1.0)?, g.rsub_scalar(wy1, 1.0)?);
+        let mut sum = None;
+        for (cx, cy, wx, wy) in [
+            (x0, y0, wx0, wy0),
+            (x1, y0, wx1, wy0),
+            (x0, y1, wx0, wy1),
+            (x1, y1, wx1, wy1),
+        ] {
+            let wt = g.mul(wx, wy)?;
+            let v = corner(g, cx, cy, Some(wt))?;
+            sum = Some(match sum {
+                None => v,
+                Some(s) => g.add(s, v)?,
+            });
+        }
+        sum.ok_or_else(|| shape_err("grid_sampler_2d", "no corner".to_string()))?
+    };
+    let out = g.permute(out, &[0, 3, 1, 2])?;
+    one(if dtype == DType::F32 {
+        out
+    } else {
+        g.cast(out, dtype)?
+    })
 }
 
 /// Nearest or bilinear resampling of the last two dims to `output_size`, or by

@@ -37,6 +37,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.squeeze_copy.dim"], &[SELF, Param::new("dim", Kind::Ints, Fallback::Required)], squeeze),
     OpDef::new(&["aten.squeeze_copy.default"], &[SELF, Param::new("dim", Kind::Ints, Fallback::Null)], squeeze),
     OpDef::new(&["aten.slice_scatter.default", "aten::slice_scatter.out", "slice_scatter"], &[SELF, Param::tensor("src"), Param::new("dim", Kind::Int, Fallback::Int(0)), Param::new("start", Kind::Int, Fallback::Null), Param::new("end", Kind::Int, Fallback::Null), Param::new("step", Kind::Int, Fallback::Int(1))], slice_scatter),
+    OpDef::new(&["aten.unfold_copy.default", "aten::unfold_copy.out", "unfold"], &[SELF, Param::new("dimension|dim", Kind::Int, Fallback::Required), Param::new("size", Kind::Int, Fallback::Required), Param::new("step", Kind::Int, Fallback::Required)], unfold),
     OpDef::new(&["aten.as_strided_copy.default", "aten::as_strided_copy.out", "as_strided"], &[SELF, Param::new("size", Kind::Ints, Fallback::Required), Param::new("stride", Kind::Ints, Fallback::Required), Param::new("storage_offset", Kind::Int, Fallback::Null)], as_strided),
     OpDef::new(&["aten.copy.default", "aten::copy.out", "copy"], &[SELF, Param::tensor("src"), Param::new("non_blocking", Kind::Bool, Fallback::Bool(false))], copy),
     OpDef::new(&["aten.constant_pad_nd.default", "pad"], &[SELF, Param::new("pad", Kind::Ints, Fallback::Required), Param::new("value", Kind::Float, Fallback::Float(0.0))], constant_pad),
@@ -176,18 +177,61 @@ fn slice_scatter(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 }
 
 /// The view of `self`'s elements (row-major, from `storage_offset`) with `size` and
-/// `stride`, copied: a gather of the flattened tensor by a constant index made at build.
+/// `stride`, copied.
 fn as_strided(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (x, size, stride) = (c.tensor(0)?, c.counts(1)?, c.counts(2)?);
     let offset = c.opt_int(3)?.unwrap_or(0);
     if size.len() != stride.len() {
         return Err(c.err(2, format!("{stride:?} for size {size:?}")));
     }
+    one(strided_copy(c, x, &size, &stride, offset)?)
+}
+
+/// Windows of `size` elements every `step` along `dimension`, as a new last dim (a copy of
+/// `Tensor.unfold`'s view).
+fn unfold(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, dim, size, step) = (c.tensor(0)?, c.dim(1)?, c.count(2)?, c.count(3)?);
+    let shape = c.shape(x);
+    let rank = shape.len().max(1) as isize;
+    let d = if dim < 0 { dim + rank } else { dim };
+    if !(0..rank).contains(&d) {
+        return Err(c.err(1, format!("dim {dim} of a rank-{rank} tensor")));
+    }
+    let d = d as usize;
+    let len = shape.get(d).copied().unwrap_or(1);
+    if step == 0 || size > len {
+        let why = format!("windows of {size} every {step} along a dim of {len}");
+        return Err(c.err(2, why));
+    }
+    let mut strides = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    let (mut sizes, mut st) = (shape.clone(), strides.clone());
+    if sizes.is_empty() {
+        (sizes, st) = (vec![1], vec![1]);
+    }
+    sizes[d] = (len - size) / step + 1;
+    st[d] = strides.get(d).copied().unwrap_or(1) * step;
+    sizes.push(size);
+    st.push(strides.get(d).copied().unwrap_or(1));
+    one(strided_copy(c, x, &sizes, &st, 0)?)
+}
+
+/// `x`'s elements (row-major, from `offset`) with `size` and `stride`, copied: a gather of
+/// the flattened tensor by a constant index made at build.
+fn strided_copy(
+    c: &mut Call<'_>,
+    x: TensorId,
+    size: &[usize],
+    stride: &[usize],
+    offset: i64,
+) -> Result<TensorId> {
     let numel: usize = c.shape(x).iter().product();
     let mut index = Vec::with_capacity(size.iter().product());
     for o in 0..size.iter().product::<usize>() {
         let (mut rest, mut at) = (o, offset);
-        for (&s, &st) in size.iter().zip(&stride).rev() {
+        for (&s, &st) in size.iter().zip(stride).rev() {
             at += ((rest % s) * st) as i64;
             rest /= s;
         }
@@ -207,7 +251,7 @@ fn as_strided(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let flat = c.g.reshape(x, &[-1])?;
     let y = c.g.index_along(flat, 0, index, false)?;
     let out: Vec<isize> = size.iter().map(|&s| s as isize).collect();
-    one(c.g.reshape(y, &out)?)
+    c.g.reshape(y, &out)
 }
 
 /// `src` in `self`'s shape (broadcast) and dtype.
