@@ -1350,23 +1350,15 @@ fn quantize_and_dequantize_per_tensor_channel_and_token() {
     for (quant, dequant, params) in cases {
         let mut g = GraphBuilder::new();
         let input = g.input("x", DType::F32, &shape).unwrap();
-        let (mut qargs, scale_zp): (Vec<Arg>, Box<dyn Fn(usize) -> (f32, i32)>) = match &params {
-            None => (
-                vec![Arg::Float(0.02), Arg::Int(-3)],
-                Box::new(|_| (0.02, -3)),
-            ),
+        let (mut qargs, table): (Vec<Arg>, Vec<(f32, i32)>) = match &params {
+            None => (vec![Arg::Float(0.02), Arg::Int(-3)], vec![(0.02, -3); 24]),
             Some((scales, zps, dims, at)) => {
                 let s = g.constant_f32("scales", dims, scales).unwrap();
                 let z = g
                     .constant("zps", HostTensor::from_i32(dims.clone(), zps).unwrap())
                     .unwrap();
-                let (scales, zps) = (scales.clone(), zps.clone());
-                let at: &dyn Fn(usize) -> usize = at.as_ref();
-                let table: Vec<(f32, i32)> = (0..24).map(|i| (scales[at(i)], zps[at(i)])).collect();
-                (
-                    vec![Arg::Tensor(s), Arg::Tensor(z)],
-                    Box::new(move |i| table[i]),
-                )
+                let table = (0..24).map(|i| (scales[at(i)], zps[at(i)])).collect();
+                (vec![Arg::Tensor(s), Arg::Tensor(z)], table)
             }
         };
         if quant.contains("channel") {
@@ -1391,7 +1383,7 @@ fn quantize_and_dequantize_per_tensor_channel_and_token() {
         let out = g.build(&dev).unwrap().execute(&[xin]).unwrap();
         let (got_q, got_d) = (out[0].to_f32().unwrap(), out[1].to_f32().unwrap());
         for i in 0..24 {
-            let (s, z) = scale_zp(i);
+            let (s, z) = table[i];
             let inv = (1.0f64 / f64::from(s)) as f32;
             let want_q = ((x[i] * inv).round_ties_even() + z as f32).clamp(-128.0, 127.0);
             assert_eq!(got_q[i], want_q, "{quant}: element {i} of {x:?}");
