@@ -1504,3 +1504,289 @@ fn grid_sampler_matches_pytorch() {
         }
     });
 }
+
+/// PyTorch's per-tensor dequantize and quantize in f32, as the int8 `et_vk` ops use them.
+fn deq(q: i8, scale: f32, zero: i64) -> f32 {
+    (f32::from(q) + -(zero as f32)) * scale
+}
+
+fn quant(y: f32, scale: f64, zero: i64) -> f32 {
+    let inv = (1.0 / scale) as f32;
+    ((y * inv).round_ties_even() + zero as f32).clamp(-128.0, 127.0)
+}
+
+fn int8s(seed: u64, n: usize) -> Vec<i8> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(-100i8..100)).collect()
+}
+
+/// Runs the registry op `name` on int8 (and f32) inputs; the output as f32.
+fn call_q8(
+    dev: &Device,
+    name: &str,
+    inputs: &[HostTensor],
+    rest: Vec<Arg>,
+    consts: Vec<HostTensor>,
+) -> Vec<f32> {
+    let mut g = GraphBuilder::new();
+    let mut args: Vec<Arg> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Arg::Tensor(g.input(&format!("x{i}"), t.dtype(), t.shape()).unwrap()))
+        .collect();
+    let consts: Vec<Arg> = consts
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| Arg::Tensor(g.constant(&format!("c{i}"), t).unwrap()))
+        .collect();
+    // Constants take the places of the `Arg::None`s in `rest`, in order.
+    let mut consts = consts.into_iter();
+    args.extend(rest.into_iter().map(|a| match a {
+        Arg::None => consts.next().unwrap_or(Arg::None),
+        other => other,
+    }));
+    let y = ops::find(name).unwrap().call(&mut g, args).unwrap()[0];
+    let y = g.cast(y, DType::F32).unwrap();
+    g.output(y).unwrap();
+    let out = g.build(dev).unwrap().execute(inputs).unwrap();
+    out[0].to_f32().unwrap()
+}
+
+/// The int8 `et_vk` ops against ExecuTorch's reference definitions: dequantize, the float op,
+/// quantize. Elementwise ones are exact; products may round a code the other way (one step).
+#[test]
+fn int8_et_vk_ops_match_their_definitions() {
+    let Some((instance, dev)) = device("q8ta", false) else {
+        return;
+    };
+    let i8t = |shape: &[usize], v: &[i8]| HostTensor::from_i8(shape.to_vec(), v).unwrap();
+    let (a, b) = (int8s(51, 24), int8s(52, 24));
+    let s = [2usize, 3, 4];
+    // q8ta_add with alpha 0.5, and q8ta_relu.
+    let got = call_q8(
+        &dev,
+        "et_vk.q8ta_add.default",
+        &[i8t(&s, &a), i8t(&s, &b)],
+        [0.05, 2.0, 0.03, -1.0, 0.07, 3.0, 0.5]
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                if i % 2 == 1 && i < 6 {
+                    Arg::Int(v as i64)
+                } else {
+                    Arg::Float(v)
+                }
+            })
+            .collect(),
+        vec![],
+    );
+    for i in 0..24 {
+        let y = deq(a[i], 0.05, 2) + deq(b[i], 0.03, -1) * 0.5;
+        assert_eq!(got[i], quant(y, 0.07, 3), "q8ta_add {i}");
+    }
+    let got = call_q8(
+        &dev,
+        "et_vk.q8ta_relu.default",
+        &[i8t(&s, &a)],
+        vec![
+            Arg::Float(0.05),
+            Arg::Int(2),
+            Arg::Float(0.02),
+            Arg::Int(-5),
+        ],
+        vec![],
+    );
+    for i in 0..24 {
+        assert_eq!(
+            got[i],
+            quant(deq(a[i], 0.05, 2).max(0.0), 0.02, -5),
+            "q8ta_relu {i}"
+        );
+    }
+    // q8ta_pixel_shuffle: [1, 8, 2, 2] to [1, 2, 4, 4], requantized.
+    let x = int8s(53, 32);
+    let got = call_q8(
+        &dev,
+        "et_vk.q8ta_pixel_shuffle.default",
+        &[i8t(&[1, 8, 2, 2], &x)],
+        vec![
+            Arg::Float(0.1),
+            Arg::Int(0),
+            Arg::Float(12.5),
+            Arg::Int(1),
+            Arg::Int(2),
+        ],
+        vec![],
+    );
+    for (o, &g) in got.iter().enumerate() {
+        let (c, h, w) = (o / 16, (o / 4) % 4, o % 4);
+        let src = ((c * 4 + (h % 2) * 2 + w % 2) * 2 + h / 2) * 2 + w / 2;
+        assert_eq!(
+            g,
+            quant(deq(x[src], 0.1, 0), 1.0 / 12.5, 1),
+            "q8ta_pixel_shuffle {o}"
+        );
+    }
+    // q8ta_linear with relu: x [2, 8], weights [4, 8] with per-channel scales, bias.
+    let (x, w) = (int8s(54, 16), int8s(55, 32));
+    let scales = [0.011f32, 0.02, 0.013, 0.017];
+    let bias = [0.5f32, -0.25, 0.1, 0.0];
+    let linear = |xs: &dyn Fn(usize) -> f32, n: usize, o: usize| {
+        (0..8)
+            .map(|k| f64::from(xs(n * 8 + k)) * f64::from(f32::from(w[o * 8 + k]) * scales[o]))
+            .sum::<f64>()
+            + f64::from(bias[o])
+    };
+    let got = call_q8(
+        &dev,
+        "et_vk.q8ta_linear.default",
+        &[i8t(&[2, 8], &x)],
+        vec![
+            Arg::Float(0.04),
+            Arg::Int(-3),
+            Arg::None,
+            Arg::None,
+            Arg::None,
+            Arg::Float(0.05),
+            Arg::Int(4),
+            Arg::None,
+            Arg::Str("relu".into()),
+        ],
+        vec![
+            i8t(&[4, 8], &w),
+            HostTensor::from_f32(vec![4], &[0.0; 4]).unwrap(),
+            HostTensor::from_f32(vec![4], &scales).unwrap(),
+            HostTensor::from_f32(vec![4], &bias).unwrap(),
+        ],
+    );
+    for (i, &g) in got.iter().enumerate() {
+        let y = linear(&|j| deq(x[j], 0.04, -3), i / 4, i % 4).max(0.0) as f32;
+        assert!(
+            (g - quant(y, 0.05, 4)).abs() <= 1.0,
+            "q8ta_linear {i}: {g} {}",
+            quant(y, 0.05, 4)
+        );
+    }
+    // linear_q8ta_q8csw: a float input, the output stays float.
+    let xf: Vec<f32> = rand_vec(56, 16);
+    let got = call_q8(
+        &dev,
+        "et_vk.linear_q8ta_q8csw.default",
+        &[HostTensor::from_f32(vec![2, 8], &xf).unwrap()],
+        vec![
+            Arg::Float(0.04),
+            Arg::Int(0),
+            Arg::None,
+            Arg::None,
+            Arg::None,
+            Arg::None,
+        ],
+        vec![
+            i8t(&[4, 8], &w),
+            HostTensor::from_f32(vec![4], &[0.0; 4]).unwrap(),
+            HostTensor::from_f32(vec![4], &scales).unwrap(),
+            HostTensor::from_f32(vec![4], &bias).unwrap(),
+        ],
+    );
+    for (i, &g) in got.iter().enumerate() {
+        let y = linear(&|j| xf[j], i / 4, i % 4) as f32;
+        assert!(
+            (g - y).abs() <= 1e-5 * (1.0 + y.abs()),
+            "linear_q8ta_q8csw {i}"
+        );
+    }
+    assert_no_validation_errors(&instance);
+}
+
+/// `q8ta_conv2d` (weights `[c_out, k]` with k and the scales padded, as ExecuTorch packs
+/// them) and `q8ta_conv2d_dw` (weights `[kh, kw, c]`) against their definitions, within one
+/// quantization step.
+#[test]
+fn int8_convolutions_match_their_definitions() {
+    let Some((instance, dev)) = device("q8ta_conv", false) else {
+        return;
+    };
+    let i8t = |shape: &[usize], v: &[i8]| HostTensor::from_i8(shape.to_vec(), v).unwrap();
+    let f32t = |v: &[f32]| HostTensor::from_f32(vec![v.len()], v).unwrap();
+    let x = int8s(61, 100);
+    let xd = |c: usize, h: isize, w: isize| {
+        if (0..5).contains(&h) && (0..5).contains(&w) {
+            f64::from(deq(x[(c * 5 + h as usize) * 5 + w as usize], 0.03, 1))
+        } else {
+            0.0
+        }
+    };
+    let scales: Vec<f32> = (0..8).map(|o| 0.01 + 0.002 * o as f32).collect();
+    let bias: Vec<f32> = (0..8).map(|o| 0.1 * o as f32 - 0.3).collect();
+    let geometry = |groups: i64| {
+        vec![
+            Arg::Float(0.06),
+            Arg::Int(-2),
+            Arg::None,
+            Arg::Ints(vec![3, 3]),
+            Arg::Ints(vec![1, 1]),
+            Arg::Ints(vec![1, 1]),
+            Arg::Ints(vec![1, 1]),
+            Arg::Int(groups),
+            Arg::Str("none".into()),
+        ]
+    };
+    for depthwise in [false, true] {
+        let c_out = if depthwise { 4 } else { 6 };
+        let w = int8s(62, if depthwise { 36 } else { 6 * 40 });
+        // w[o][c][i][j] of the unpacked [c_out, c_in / groups, 3, 3] weights.
+        let weight = |o: usize, c: usize, i: usize, j: usize| {
+            let q = if depthwise {
+                w[(i * 3 + j) * 4 + o]
+            } else {
+                w[o * 40 + (c * 3 + i) * 3 + j]
+            };
+            f64::from(f32::from(q) * scales[o])
+        };
+        let mut rest = vec![
+            Arg::Float(0.03),
+            Arg::Int(1),
+            Arg::None,
+            Arg::None,
+            Arg::None,
+        ];
+        rest.extend(geometry(if depthwise { 4 } else { 1 }));
+        let weights = if depthwise {
+            i8t(&[3, 3, 4], &w)
+        } else {
+            i8t(&[6, 40], &w)
+        };
+        let name = if depthwise {
+            "et_vk.q8ta_conv2d_dw.default"
+        } else {
+            "et_vk.q8ta_conv2d.default"
+        };
+        let got = call_q8(
+            &dev,
+            name,
+            &[i8t(&[1, 4, 5, 5], &x)],
+            rest,
+            vec![weights, f32t(&[0.0; 8]), f32t(&scales), f32t(&bias)],
+        );
+        assert_eq!(got.len(), c_out * 25, "{name}");
+        for (at, &g) in got.iter().enumerate() {
+            let (o, h, wd) = (at / 25, (at / 5) % 5, at % 5);
+            let mut y = f64::from(bias[o]);
+            for c in 0..if depthwise { 1 } else { 4 } {
+                let ci = if depthwise { o } else { c };
+                for i in 0..3 {
+                    for j in 0..3 {
+                        y += xd(
+                            ci,
+                            h as isize + i as isize - 1,
+                            wd as isize + j as isize - 1,
+                        ) * weight(o, c, i, j);
+                    }
+                }
+            }
+            let want = quant(y as f32, 0.06, -2);
+            assert!((g - want).abs() <= 1.0, "{name} {at}: {g} {want}");
+        }
+    }
+    assert_no_validation_errors(&instance);
+}

@@ -2,9 +2,11 @@
 //! `expected_output_<i>.npy`, `meta.json`), loaded, run and compared with PyTorch's outputs,
 //! as one table.
 //!
-//! Tolerances are those of `docs/testing.md`: fp32 programs element by element
-//! (`1e-4 + 1e-3 * |reference|`), `force_fp16` programs against the output's scale
-//! (`2e-2 * max |reference|`, and for a classifier of 1000 or more scores, top-5 agreement).
+//! Tolerances are those of `docs/testing.md` for whole networks: fp32 element by element,
+//! `1e-4 * max(1, max |reference|) + 1e-3 * |reference|` (PyTorch's own fp32 result is that far
+//! from the exact one on deep networks); `force_fp16` against the output's scale,
+//! `5e-2 * max |reference|` (PyTorch's own fp16 run of resnet50 is 3.6% of the scale off its
+//! fp32 one), and for a classifier of 1000 or more scores, top-5 agreement.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -216,9 +218,9 @@ fn judge(i: usize, got: &HostTensor, want: &HostTensor, fp16: bool) -> Result<(f
     for (x, y) in a.iter().zip(&b) {
         let e = (x - y).abs();
         let tolerance = if fp16 {
-            2e-2 * scale
+            5e-2 * scale
         } else {
-            1e-4 + 1e-3 * y.abs()
+            1e-4 * scale.max(1.0) + 1e-3 * y.abs()
         };
         max_error = max_error.max(e);
         worst = worst.max(if e.is_nan() {

@@ -6,6 +6,7 @@ use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, TensorId, UnaryOp};
 use crate::kernels::{Kernel, push};
+use vk_core::DType;
 
 const SELF: Param = Param::tensor("self");
 const F32_MIN: f64 = f32::MIN as f64;
@@ -112,7 +113,9 @@ impl Math {
     }
 }
 
-/// A math function of `self`, its parameter (if any) the op's second argument.
+/// A math function of `self`, its parameter (if any) the op's second argument. An integer
+/// tensor is computed in f32 (exact below 2^24); the ops that keep integers whole (abs, neg,
+/// rounding, fmod) give its dtype back.
 fn math(c: &mut Call<'_>, op: Math) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let p = if c.def.params.len() > 1 {
@@ -120,7 +123,17 @@ fn math(c: &mut Call<'_>, op: Math) -> Result<Vec<TensorId>> {
     } else {
         0.0
     };
-    one(c.g.math(op, x, p)?)
+    let dtype = c.g.info("math", x)?.dtype;
+    if matches!(dtype, DType::F32 | DType::F16) {
+        return one(c.g.math(op, x, p)?);
+    }
+    let xf = c.g.cast(x, DType::F32)?;
+    let y = c.g.math(op, xf, p)?;
+    let whole = matches!(
+        op,
+        Math::Abs | Math::Neg | Math::Round | Math::Floor | Math::Ceil | Math::Fmod
+    ) && (op != Math::Fmod || p.fract() == 0.0);
+    one(if whole { c.g.cast(y, dtype)? } else { y })
 }
 
 /// A function of `self`, element by element.

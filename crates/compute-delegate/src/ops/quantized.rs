@@ -5,7 +5,7 @@
 
 use vk_core::{DType, HostTensor};
 
-use super::{Call, Fallback, Kind, Math, OpDef, Param, one};
+use super::{Arg, Call, Fallback, Kind, Math, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{
     GraphBuilder, Op, QAdd, QConv, Rescale, TensorId, check_bias, check_zero_point, conv_shape,
@@ -35,7 +35,49 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["quantized_decomposed.dequantize_per_tensor.default", "quantized_decomposed::dequantize_per_tensor.out", "dequantize_per_tensor"], &[INPUT, SCALE, ZERO_POINT, QMIN, QMAX, DTYPE, OUT_DTYPE], |c| dequantize(c, Scales::Scalar)),
     OpDef::new(&["quantized_decomposed.dequantize_per_tensor.tensor", "quantized_decomposed::dequantize_per_tensor.tensor_out"], &[INPUT, SCALES, ZERO_POINTS, QMIN, QMAX, DTYPE, OUT_DTYPE], |c| dequantize(c, Scales::Tensor)),
     OpDef::new(&["quantized_decomposed.dequantize_per_channel.default", "quantized_decomposed::dequantize_per_channel.out", "dequantize_per_channel"], &[INPUT, SCALES, Param::opt_tensor("zero_points|zero_point"), AXIS, QMIN, QMAX, DTYPE, OUT_DTYPE], |c| dequantize(c, Scales::Channel)),
+    OpDef::new(&["et_vk.q8ta_add.default", "q8ta_add"], &[Param::tensor("input_a"), Param::tensor("input_b"), real("input_a_scale"), int("input_a_zero_point"), real("input_b_scale"), int("input_b_zero_point"), real("output_scale"), int("output_zero_point"), Param::new("alpha", Kind::Float, Fallback::Float(1.0))], q8ta_add),
+    OpDef::new(&["et_vk.q8ta_relu.default", "q8ta_relu"], &[INPUT, real("input_scale"), int("input_zero_point"), real("output_scale"), int("output_zero_point")], q8ta_relu),
+    OpDef::new(&["et_vk.q8ta_pixel_shuffle.default", "q8ta_pixel_shuffle"], &[INPUT, real("input_scale"), int("input_zero_point"), real("output_inv_scale"), int("output_zero_point"), int("upscale_factor")], q8ta_pixel_shuffle),
+    OpDef::new(&["et_vk.q8ta_linear.default", "et_vk.q8ta_linear_gemv.default", "q8ta_linear"], &[Param::tensor("x"), real("input_scale"), int("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), real("output_scale"), int("output_zero_point"), Param::opt_tensor("bias"), ACTIVATION], q8ta_linear),
+    OpDef::new(&["et_vk.linear_q8ta_q8csw.default", "linear_q8ta_q8csw"], &[Param::tensor("x"), real("input_scale"), int("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), Param::opt_tensor("bias")], linear_q8ta_q8csw),
+    OpDef::new(&["et_vk.q8ta_conv2d.default", "et_vk.q8ta_conv2d_pw.default", "q8ta_conv2d"], Q8TA_CONV, |c| q8ta_conv2d(c, false)),
+    OpDef::new(&["et_vk.q8ta_conv2d_dw.default", "q8ta_conv2d_dw"], Q8TA_CONV, |c| q8ta_conv2d(c, true)),
     OpDef::new(&["quantized_decomposed.dequantize_per_token.default", "quantized_decomposed::dequantize_per_token.out", "dequantize_per_token"], &[INPUT, SCALES, ZERO_POINTS, QMIN, QMAX, DTYPE, OUT_DTYPE], |c| dequantize(c, Scales::Token)),
+];
+
+const fn real(names: &'static str) -> Param {
+    Param::new(names, Kind::Float, Fallback::Required)
+}
+
+const fn int(names: &'static str) -> Param {
+    Param::new(names, Kind::Int, Fallback::Required)
+}
+
+const fn ints(names: &'static str) -> Param {
+    Param::new(names, Kind::Ints, Fallback::Required)
+}
+
+const ACTIVATION: Param = Param::new("activation", Kind::Str, Fallback::Str("none"));
+
+/// The int8 convolutions' parameters: the quantized input, weights `[c_out, k]` (k padded up
+/// to a multiple of 4) or, depthwise, `[kh, kw, c_out]`, per-channel weight scales (padded),
+/// the output's quantization, bias, geometry and activation.
+const Q8TA_CONV: &[Param] = &[
+    Param::tensor("x"),
+    real("input_scale"),
+    int("input_zero_point"),
+    Param::tensor("weights"),
+    Param::tensor("weight_sums"),
+    Param::tensor("weight_scales"),
+    real("output_scale"),
+    int("output_zero_point"),
+    Param::opt_tensor("bias"),
+    ints("kernel_size"),
+    ints("stride"),
+    ints("padding"),
+    ints("dilation"),
+    int("groups"),
+    ACTIVATION,
 ];
 
 /// How an op's scales and zero points are given.
@@ -128,10 +170,8 @@ fn quantize(c: &mut Call<'_>, how: Scales) -> Result<Vec<TensorId>> {
     let xf = c.g.cast(x, DType::F32)?;
     let q = match broadcast_params(c, x, how, true)? {
         None => {
-            let inv = (1.0 / c.float(1)?) as f32;
-            let y = c.g.mul_scalar(xf, inv)?;
-            let y = c.g.math(Math::Round, y, 0.0)?;
-            c.g.add_scalar(y, c.int(2)? as f32)?
+            let (scale, zero) = (c.float(1)?, c.int(2)?);
+            return one(quantize_tensor(c.g, xf, scale, zero, (qmin, qmax), dtype)?);
         }
         Some((inv, zero)) => {
             let y = c.g.mul(xf, inv)?;
@@ -146,17 +186,36 @@ fn quantize(c: &mut Call<'_>, how: Scales) -> Result<Vec<TensorId>> {
     one(c.g.cast(q, dtype)?)
 }
 
+/// `x` (f32) quantized per tensor, as `quantize_per_tensor` computes it.
+fn quantize_tensor(
+    g: &mut GraphBuilder,
+    x: TensorId,
+    scale: f64,
+    zero: i64,
+    (qmin, qmax): (i64, i64),
+    dtype: DType,
+) -> Result<TensorId> {
+    let y = g.mul_scalar(x, (1.0 / scale) as f32)?;
+    let y = g.math(Math::Round, y, 0.0)?;
+    let y = g.add_scalar(y, zero as f32)?;
+    let y = g.clamp(y, qmin as f32, qmax as f32)?;
+    g.cast(y, dtype)
+}
+
+/// `q` dequantized per tensor to f32: `(q - zero) * scale`.
+fn dequantize_tensor(g: &mut GraphBuilder, q: TensorId, scale: f32, zero: i64) -> Result<TensorId> {
+    let y = g.cast(q, DType::F32)?;
+    let y = g.add_scalar(y, -(zero as f32))?;
+    g.mul_scalar(y, scale)
+}
+
 /// `(input - zero_point) * scale`, in f32 (f16 where `out_dtype` is `torch.float16`).
 fn dequantize(c: &mut Call<'_>, how: Scales) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let out = if how == Scales::Channel { 7 } else { 6 };
     let xf = c.g.cast(x, DType::F32)?;
     let y = match broadcast_params(c, x, how, false)? {
-        None => {
-            let (scale, zero) = (c.f32(1)?, c.int(2)? as f32);
-            let y = c.g.add_scalar(xf, -zero)?;
-            c.g.mul_scalar(y, scale)?
-        }
+        None => dequantize_tensor(c.g, x, c.f32(1)?, c.int(2)?)?,
         Some((scale, zero)) => {
             let y = match zero {
                 Some(z) => c.g.sub(xf, z)?,
@@ -355,4 +414,205 @@ impl Lowerer<'_> {
         }
         Ok(())
     }
+}
+
+// The int8 `et_vk` ops, as ExecuTorch defines them: dequantize (per tensor; weights per output
+// channel, symmetric), the float op, quantize the output per tensor. Composed of the ops above
+// and the float kernels.
+
+fn q8ta_add(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (a, b) = (c.tensor(0)?, c.tensor(1)?);
+    let a = dequantize_tensor(c.g, a, c.f32(2)?, c.int(3)?)?;
+    let b = dequantize_tensor(c.g, b, c.f32(4)?, c.int(5)?)?;
+    let alpha = c.f32(8)?;
+    let b = if alpha == 1.0 {
+        b
+    } else {
+        c.g.mul_scalar(b, alpha)?
+    };
+    let y = c.g.add(a, b)?;
+    one(quantize_tensor(
+        c.g,
+        y,
+        c.float(6)?,
+        c.int(7)?,
+        (-128, 127),
+        DType::I8,
+    )?)
+}
+
+fn q8ta_relu(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
+    let y = c.g.relu(x)?;
+    one(quantize_tensor(
+        c.g,
+        y,
+        c.float(3)?,
+        c.int(4)?,
+        (-128, 127),
+        DType::I8,
+    )?)
+}
+
+fn q8ta_pixel_shuffle(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
+    let shuffle =
+        super::find("aten.pixel_shuffle.default").ok_or_else(|| c.err(5, "no pixel_shuffle"))?;
+    let y = shuffle.call(c.g, vec![Arg::Tensor(x), Arg::Int(c.int(5)?)])?[0];
+    let scale = 1.0 / c.float(3)?;
+    one(quantize_tensor(
+        c.g,
+        y,
+        scale,
+        c.int(4)?,
+        (-128, 127),
+        DType::I8,
+    )?)
+}
+
+/// The first `n` entries of `x` along `dim` (ExecuTorch pads some int8 operands to a multiple
+/// of 4).
+fn first(g: &mut GraphBuilder, x: TensorId, dim: usize, n: usize) -> Result<TensorId> {
+    match g.shape(x) {
+        Some(s) if s.get(dim).is_some_and(|&len| len > n) => {
+            g.slice(x, dim as isize, 0, n as isize, 1)
+        }
+        _ => Ok(x),
+    }
+}
+
+/// Int8 weights `[c_out, ..]` times their per-channel scales (the first `c_out`), in f32.
+fn channel_weights(
+    g: &mut GraphBuilder,
+    w: TensorId,
+    scales: TensorId,
+    c_out: usize,
+    dims: usize,
+) -> Result<TensorId> {
+    let w = match g.dtype(w) {
+        Some(DType::F32) => w,
+        _ => g.cast(w, DType::F32)?,
+    };
+    let scales = g.cast(scales, DType::F32)?;
+    let scales = first(g, scales, 0, c_out)?;
+    let mut to = vec![1isize; dims];
+    to[0] = c_out as isize;
+    let scales = g.reshape(scales, &to)?;
+    g.mul(w, scales)
+}
+
+/// The activation after an int8 op's float result: `"none"` or `"relu"`.
+fn activate(c: &mut Call<'_>, i: usize, y: TensorId) -> Result<TensorId> {
+    match c.str(i)? {
+        None | Some("none") => Ok(y),
+        Some("relu") => c.g.relu(y),
+        Some(other) => Err(c.err(i, format!("{other:?}: \"none\" and \"relu\" are supported"))),
+    }
+}
+
+fn q8ta_linear(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
+    let y = q8csw_linear(c, x, 8)?;
+    let y = activate(c, 9, y)?;
+    one(quantize_tensor(
+        c.g,
+        y,
+        c.float(6)?,
+        c.int(7)?,
+        (-128, 127),
+        DType::I8,
+    )?)
+}
+
+/// A float input times int8 weights with per-channel scales (the output stays float).
+fn linear_q8ta_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let x = c.g.cast(x, DType::F32)?;
+    one(q8csw_linear(c, x, 6)?)
+}
+
+/// `x @ dequantized(weights)^T + bias[..c_out]`; the bias is argument `bias_at`.
+fn q8csw_linear(c: &mut Call<'_>, x: TensorId, bias_at: usize) -> Result<TensorId> {
+    let (w, scales) = (c.tensor(3)?, c.tensor(5)?);
+    let c_out = c.shape(w).first().copied().unwrap_or(0);
+    let dims = c.shape(w).len();
+    let w = channel_weights(c.g, w, scales, c_out, dims)?;
+    let y = c.g.linear(x, w, None)?;
+    match c.opt_tensor(bias_at)? {
+        Some(b) => {
+            let b = c.g.cast(b, DType::F32)?;
+            let b = first(c.g, b, 0, c_out)?;
+            c.g.add(y, b)
+        }
+        None => Ok(y),
+    }
+}
+
+/// An int8 convolution; `depthwise`: weights `[kh, kw, c_out]`.
+fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
+    let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
+    let (w, scales) = (c.tensor(3)?, c.tensor(5)?);
+    // Slices and permutes move words: the int8 weights, in f32 (exact) first.
+    let w = c.g.cast(w, DType::F32)?;
+    let pair = |c: &Call<'_>, i: usize| -> Result<[usize; 2]> {
+        match c.counts(i)?[..] {
+            [a] => Ok([a, a]),
+            [a, b] => Ok([a, b]),
+            ref other => Err(c.err(i, format!("{other:?}: one or two values"))),
+        }
+    };
+    let [kh, kw] = pair(c, 9)?;
+    let p = crate::graph::Conv2d {
+        stride: pair(c, 10)?,
+        padding: pair(c, 11)?,
+        dilation: pair(c, 12)?,
+        groups: c.count(13)?,
+    };
+    let (xs, ws) = (c.shape(x), c.shape(w));
+    let c_in = xs.get(1).copied().unwrap_or(0);
+    let w = if depthwise {
+        let [h, wd, c_out] = ws[..] else {
+            return Err(c.err(3, format!("{ws:?}: [kh, kw, c_out] is needed")));
+        };
+        let w = c.g.permute(w, &[2, 0, 1])?;
+        let w =
+            c.g.reshape(w, &[c_out as isize, 1, h as isize, wd as isize])?;
+        channel_weights(c.g, w, scales, c_out, 4)?
+    } else {
+        let [c_out, k] = ws[..] else {
+            return Err(c.err(3, format!("{ws:?}: [c_out, k] is needed")));
+        };
+        let per_group = c_in / p.groups.max(1);
+        let k0 = kh * kw * per_group;
+        if k0 > k || k0 == 0 {
+            return Err(c.err(
+                3,
+                format!("{ws:?} for {per_group} input channels per group and a {kh}x{kw} kernel"),
+            ));
+        }
+        let w = first(c.g, w, 1, k0)?;
+        let w = c.g.reshape(
+            w,
+            &[c_out as isize, per_group as isize, kh as isize, kw as isize],
+        )?;
+        channel_weights(c.g, w, scales, c_out, 4)?
+    };
+    let c_out = c.shape(w)[0];
+    let bias = match c.opt_tensor(8)? {
+        Some(b) => {
+            let b = c.g.cast(b, DType::F32)?;
+            Some(first(c.g, b, 0, c_out)?)
+        }
+        None => None,
+    };
+    let y = c.g.conv2d(x, w, bias, p)?;
+    let y = activate(c, 14, y)?;
+    one(quantize_tensor(
+        c.g,
+        y,
+        c.float(6)?,
+        c.int(7)?,
+        (-128, 127),
+        DType::I8,
+    )?)
 }
