@@ -1790,3 +1790,23 @@ fn int8_convolutions_match_their_definitions() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// `et_vk.grid_priors`: the anchor points of a `[1, c, 2, 3]` feature map, stride 8, offset 0.5.
+#[test]
+fn grid_priors_are_the_anchor_points() {
+    each_precision("grid_priors", |dev, dtype| {
+        let x = rand_vec(71, 12);
+        let (got, shape) = call(
+            dev,
+            "et_vk.grid_priors.default",
+            dtype,
+            &[(&[1, 2, 2, 3], &x)],
+            vec![Arg::Int(8), Arg::Float(0.5)],
+        );
+        assert_eq!(shape, [6, 2]);
+        let want = [
+            4.0, 4.0, 12.0, 4.0, 20.0, 4.0, 4.0, 12.0, 12.0, 12.0, 20.0, 12.0,
+        ];
+        assert_eq!(got, want);
+    });
+}

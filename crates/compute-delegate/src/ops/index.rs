@@ -21,6 +21,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.zeros.default", "zeros"], &[Param::new("size", Kind::Ints, Fallback::Required), DTYPE], |c| fill(c, 0.0)),
     OpDef::new(&["aten.ones.default", "ones"], &[Param::new("size", Kind::Ints, Fallback::Required), DTYPE], |c| fill(c, 1.0)),
     OpDef::new(&["aten.gather.default", "gather"], &[Param::tensor("self"), Param::new("dim", Kind::Int, Fallback::Required), Param::tensor("index"), Param::new("sparse_grad", Kind::Bool, Fallback::Bool(false))], |c| index_dim(c, true)),
+    OpDef::new(&["et_vk.grid_priors.default", "grid_priors"], &[Param::tensor("self"), Param::new("stride", Kind::Int, Fallback::Required), Param::new("offset", Kind::Float, Fallback::Required)], grid_priors),
     OpDef::new(&["aten.arange.start_step", "arange"], &[Param::new("start", Kind::Float, Fallback::Required), Param::new("end", Kind::Float, Fallback::Required), Param::new("step", Kind::Float, Fallback::Float(1.0)), DTYPE], arange),
     OpDef::new(&["aten.full.default", "full"], &[Param::new("size", Kind::Ints, Fallback::Required), Param::new("fill_value|value", Kind::Float, Fallback::Required), DTYPE], full),
     OpDef::new(&["aten.scalar_tensor.default", "aten::scalar_tensor.out", "scalar_tensor"], &[Param::new("s|value", Kind::Float, Fallback::Required), DTYPE], scalar_tensor),
@@ -178,6 +179,34 @@ fn linear_index(
     }
     let sum = sum.ok_or_else(|| c.err(1, "no index tensor"))?;
     c.g.cast(sum, DType::I32)
+}
+
+/// The anchor points of `self`'s last two dims `[.., h, w]`: `[h * w, 2]`, row `y * w + x`
+/// holding `((x + offset) * stride, (y + offset) * stride)`. They depend on the shape alone,
+/// so they are a constant.
+fn grid_priors(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let (stride, offset) = (c.int(1)? as f32, c.f32(2)?);
+    let shape = c.shape(x);
+    let [.., h, w] = shape[..] else {
+        return Err(c.err(0, format!("{shape:?}: two dims or more are needed")));
+    };
+    let values: Vec<f32> = (0..h * w)
+        .flat_map(|i| {
+            [
+                ((i % w) as f32 + offset) * stride,
+                ((i / w) as f32 + offset) * stride,
+            ]
+        })
+        .collect();
+    let name = format!("grid_priors{}", x.index());
+    let priors = c.g.constant_f32(&name, &[h * w, 2], &values)?;
+    let float = c.g.float();
+    one(if float == DType::F32 {
+        priors
+    } else {
+        c.g.cast(priors, float)?
+    })
 }
 
 /// A constant of `self`'s shape in the graph's float dtype, every element `value`.
