@@ -1810,3 +1810,52 @@ fn grid_priors_are_the_anchor_points() {
         assert_eq!(got, want);
     });
 }
+
+/// Portable CPU kernels find the graph op their out variant belongs to.
+#[test]
+fn out_variants_resolve_to_their_ops() {
+    let name = |k: &str| ops::find_kernel(k).map(|d| d.names[0]);
+    assert_eq!(name("aten::relu.out"), Some("aten.relu.default"));
+    assert_eq!(name("aten::add.out"), Some("aten.add.Tensor"));
+    assert_eq!(name("aten::sum.IntList_out"), Some("aten.sum.dim_IntList"));
+    assert_eq!(
+        name("aten::_adaptive_avg_pool2d.out"),
+        Some("aten._adaptive_avg_pool2d.default")
+    );
+    assert_eq!(name("aten::nonzero.out"), None);
+    assert_eq!(name("not a kernel"), None);
+}
+
+/// Adaptive average pooling into unequal, overlapping and repeated windows (5x5 to 3x3, 2x2
+/// to 7x7), as PyTorch places them.
+#[test]
+fn adaptive_pooling_of_any_size() {
+    each_precision("adaptive_pool", |dev, dtype| {
+        for ([h, w], [oh, ow]) in [([5usize, 5usize], [3usize, 3usize]), ([2, 2], [7, 7])] {
+            let x = rand_vec(81, 2 * h * w);
+            let (got, shape) = call(
+                dev,
+                "aten.adaptive_avg_pool2d.default",
+                dtype,
+                &[(&[1, 2, h, w], &x)],
+                vec![Arg::Ints(vec![oh as i64, ow as i64])],
+            );
+            assert_eq!(shape, [1, 2, oh, ow]);
+            let window = |i: usize, size: usize, out: usize| {
+                (i * size / out)..((i + 1) * size).div_ceil(out)
+            };
+            let want: Vec<f32> = (0..2 * oh * ow)
+                .map(|o| {
+                    let (c, i, j) = (o / (oh * ow), (o / ow) % oh, o % ow);
+                    let (rows, cols) = (window(i, h, oh), window(j, w, ow));
+                    let n = (rows.len() * cols.len()) as f32;
+                    rows.flat_map(|r| cols.clone().map(move |q| (r, q)))
+                        .map(|(r, q)| x[(c * h + r) * w + q])
+                        .sum::<f32>()
+                        / n
+                })
+                .collect();
+            assert_close(&got, &want, dtype, &format!("{h}x{w} to {oh}x{ow}"));
+        }
+    });
+}

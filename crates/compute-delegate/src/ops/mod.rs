@@ -55,6 +55,28 @@ pub fn find(name: &str) -> Option<&'static OpDef> {
     all().find(|d| d.names.contains(&name))
 }
 
+/// The op a portable CPU kernel (`aten::add.out`, `aten::mul.Scalar_out`,
+/// `dim_order_ops::_to_dim_order_copy.out`) runs: a name registered as such, else the graph
+/// op its out variant belongs to. ExecuTorch names an op's out variant after its overload:
+/// `.out` for the default, `Tensor`, `dim` or `int` overload, `<overload>_out` for the others
+/// (`sum.dim_IntList` gives `sum.IntList_out`); the out variant takes the op's arguments, then
+/// the out tensor.
+pub fn find_kernel(name: &str) -> Option<&'static OpDef> {
+    if let Some(def) = find(name) {
+        return Some(def);
+    }
+    let (space, rest) = name.split_once("::")?;
+    let (op, overload) = rest.rsplit_once('.')?;
+    let graph = |o: &str| find(&format!("{space}.{op}.{o}"));
+    match overload.strip_suffix("_out") {
+        None if overload == "out" => ["default", "Tensor", "dim", "int", "self"]
+            .into_iter()
+            .find_map(graph),
+        None => None,
+        Some(o) => graph(o).or_else(|| graph(&format!("dim_{o}"))),
+    }
+}
+
 /// Every registered op.
 pub fn all() -> impl Iterator<Item = &'static OpDef> {
     FAMILIES.iter().flat_map(|f| f.iter())

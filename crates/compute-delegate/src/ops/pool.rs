@@ -39,9 +39,11 @@ fn adaptive_avg_pool2d(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     if out == [1, 1] {
         return one(c.g.mean(x, &[-2, -1], true)?);
     }
-    if out.contains(&0) || h % out[0] != 0 || w % out[1] != 0 {
-        let why = format!("{out:?} does not divide the input's {h} x {w} into equal windows");
-        return Err(c.err(1, why));
+    if out.contains(&0) {
+        return Err(c.err(1, format!("{out:?}: sizes must be positive")));
+    }
+    if h % out[0] != 0 || w % out[1] != 0 {
+        return one(adaptive_by_matrix(c, x, [*h, *w], out)?);
     }
     let kernel = [h / out[0], w / out[1]];
     let p = Pool2d {
@@ -52,6 +54,49 @@ fn adaptive_avg_pool2d(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         count_include_pad: true,
     };
     one(c.g.avg_pool2d(x, p)?)
+}
+
+/// Adaptive average pooling with unequal (or overlapping, or repeated) windows, as PyTorch
+/// places them: output row `i` averages input rows `floor(i * h / oh)` to
+/// `ceil((i + 1) * h / oh)`. The windows form a constant `[h * w, oh * ow]` matrix that the
+/// input's planes are multiplied by.
+fn adaptive_by_matrix(
+    c: &mut Call<'_>,
+    x: TensorId,
+    [h, w]: [usize; 2],
+    [oh, ow]: [usize; 2],
+) -> Result<TensorId> {
+    let shape = c.shape(x);
+    let window =
+        |i: usize, size: usize, out: usize| (i * size / out)..(((i + 1) * size).div_ceil(out));
+    let mut m = vec![0f32; h * w * oh * ow];
+    for (o, cell) in (0..oh)
+        .flat_map(|i| (0..ow).map(move |j| (i, j)))
+        .enumerate()
+    {
+        let (rows, cols) = (window(cell.0, h, oh), window(cell.1, w, ow));
+        let weight = 1.0 / (rows.len() * cols.len()) as f32;
+        for r in rows {
+            for q in cols.clone() {
+                m[(r * w + q) * oh * ow + o] = weight;
+            }
+        }
+    }
+    let planes: usize = shape[..shape.len() - 2].iter().product();
+    let name = format!("adaptive_windows{}", x.index());
+    let mut matrix = c.g.constant_f32(&name, &[h * w, oh * ow], &m)?;
+    let float = c.g.dtype(x).unwrap_or(DType::F32);
+    if float != DType::F32 {
+        matrix = c.g.cast(matrix, float)?;
+    }
+    let flat = c.g.reshape(x, &[planes as isize, (h * w) as isize])?;
+    let y = c.g.matmul(flat, matrix)?;
+    let mut out: Vec<isize> = shape[..shape.len() - 2]
+        .iter()
+        .map(|&d| d as isize)
+        .collect();
+    out.extend([oh as isize, ow as isize]);
+    c.g.reshape(y, &out)
 }
 
 /// `input` `[N, C, H, W]` sampled at `grid` `[N, Ho, Wo, 2]` (x, y in -1..1), as PyTorch's

@@ -367,7 +367,7 @@ fn kernel_step(
             location: format!("{at} (a CPU kernel{why})"),
         }]
     };
-    let def = compute_delegate::ops::find(op).ok_or_else(|| fail(String::new()))?;
+    let def = compute_delegate::ops::find_kernel(op).ok_or_else(|| fail(String::new()))?;
     // An out-variant kernel's arguments: the schema's (the out tensor last), then the value
     // it returns, which is the out tensor again.
     let (&out, params) = args
