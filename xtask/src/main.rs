@@ -174,7 +174,14 @@ fn feature_args(features: &str) -> Vec<String> {
     v
 }
 
-/// Runs `cargo test` and returns the test counts it printed (passed, ignored).
+/// The target directory of `cargo package`, emptied before each run. Cargo takes a registry
+/// crate's build as fixed by its name and version, and the verification builds this
+/// workspace's crates from a local registry: in a shared target directory, a later run would
+/// link an earlier run's builds of them.
+fn package_target() -> PathBuf {
+    target_dir().join("package-verify")
+}
+
 /// Removes cargo's unpacked copies of this workspace's packaged crates from earlier runs, and
 /// their verification builds.
 /// `cargo package --workspace` verifies each crate against the others through a local
@@ -188,9 +195,10 @@ fn clear_packaged_sources() -> Result {
         .ok_or("neither CARGO_HOME nor HOME is set")?;
     // Cargo takes a registry crate's build as fixed by its name and version, so the
     // verification builds of earlier packages go too.
-    let builds = target_dir().join("package");
-    if builds.exists() {
-        std::fs::remove_dir_all(&builds).map_err(|e| format!("{}: {e}", builds.display()))?;
+    for builds in [target_dir().join("package"), package_target()] {
+        if builds.exists() {
+            std::fs::remove_dir_all(&builds).map_err(|e| format!("{}: {e}", builds.display()))?;
+        }
     }
     let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {
         return Ok(());
@@ -228,6 +236,7 @@ fn clear_packaged_sources() -> Result {
     Ok(())
 }
 
+/// Runs `cargo test` and returns the test counts it printed (passed, ignored).
 fn cargo_test(package: &str, features: Option<&str>) -> Result<(u64, u64)> {
     let mut cmd = cargo();
     cmd.args(["test", "--package", package]);
@@ -340,15 +349,19 @@ fn ci() -> Result {
             // dependencies from their packages); a file outside a crate's folder that it needs
             // fails here.
             clear_packaged_sources()?;
-            exec(cargo().args([
-                "package",
-                "--workspace",
-                "--exclude",
-                "xtask",
-                "--exclude",
-                "frame-loop",
-                "--allow-dirty",
-            ]))
+            exec(
+                cargo()
+                    .args([
+                        "package",
+                        "--workspace",
+                        "--exclude",
+                        "xtask",
+                        "--exclude",
+                        "frame-loop",
+                        "--allow-dirty",
+                    ])
+                    .env("CARGO_TARGET_DIR", package_target()),
+            )
         })?;
         step(&mut summary, "docs", || {
             exec(
