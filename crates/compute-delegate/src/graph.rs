@@ -792,6 +792,11 @@ impl GraphBuilder {
                 .chunks_exact(2)
                 .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
                 .collect(),
+            DType::I8 => bytes.iter().map(|&b| f32::from(b as i8)).collect(),
+            DType::I32 => bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
+                .collect(),
             _ => return None,
         };
         (v.len() >= info.numel()).then(|| v[..info.numel()].to_vec())

@@ -1859,3 +1859,77 @@ fn adaptive_pooling_of_any_size() {
         }
     });
 }
+
+/// `q8ta_conv2d_transposed`: stride 2, padding 1, output padding 1, weights `[c_out, k]`
+/// packed and padded as ExecuTorch packs them, against the definition, within one step.
+#[test]
+fn int8_transposed_convolution_matches_its_definition() {
+    let Some((instance, dev)) = device("q8ta_conv_t", false) else {
+        return;
+    };
+    let x = int8s(91, 36);
+    let w = int8s(92, 6 * 40);
+    let scales: Vec<f32> = (0..8).map(|o| 0.01 + 0.003 * o as f32).collect();
+    let bias: Vec<f32> = (0..8).map(|o| 0.05 * o as f32 - 0.2).collect();
+    let mut rest = vec![
+        Arg::Float(0.04),
+        Arg::Int(3),
+        Arg::None,
+        Arg::None,
+        Arg::None,
+    ];
+    rest.extend([
+        Arg::Float(0.05),
+        Arg::Int(-1),
+        Arg::None,
+        Arg::Ints(vec![3, 3]),
+        Arg::Ints(vec![2, 2]),
+        Arg::Ints(vec![1, 1]),
+        Arg::Ints(vec![1, 1]),
+        Arg::Ints(vec![1, 1]),
+        Arg::Int(1),
+        Arg::Str("relu".into()),
+    ]);
+    let f32t = |v: &[f32]| HostTensor::from_f32(vec![v.len()], v).unwrap();
+    let got = call_q8(
+        &dev,
+        "et_vk.q8ta_conv2d_transposed.default",
+        &[HostTensor::from_i8(vec![1, 4, 3, 3], &x).unwrap()],
+        rest,
+        vec![
+            HostTensor::from_i8(vec![6, 40], &w).unwrap(),
+            f32t(&[0.0; 8]),
+            f32t(&scales),
+            f32t(&bias),
+        ],
+    );
+    assert_eq!(got.len(), 6 * 36);
+    let mut y = vec![0f64; 6 * 36];
+    for (at, v) in y.iter_mut().enumerate() {
+        *v = f64::from(bias[at / 36]);
+    }
+    for c in 0..4 {
+        for h in 0..3 {
+            for wd in 0..3 {
+                let xin = f64::from(deq(x[(c * 3 + h) * 3 + wd], 0.04, 3));
+                for o in 0..6 {
+                    for i in 0..3 {
+                        for j in 0..3 {
+                            let (oy, ox) = (h * 2 + i, wd * 2 + j);
+                            if oy < 1 || ox < 1 || oy > 6 || ox > 6 {
+                                continue;
+                            }
+                            let q = f32::from(w[o * 40 + c * 9 + i * 3 + j]) * scales[o];
+                            y[(o * 6 + oy - 1) * 6 + ox - 1] += xin * f64::from(q);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (at, (&g, &v)) in got.iter().zip(&y).enumerate() {
+        let want = quant((v.max(0.0)) as f32, 0.05, -1);
+        assert!((g - want).abs() <= 1.0, "element {at}: {g} {want}");
+    }
+    assert_no_validation_errors(&instance);
+}

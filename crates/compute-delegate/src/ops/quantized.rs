@@ -42,6 +42,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["et_vk.linear_q8ta_q8csw.default", "linear_q8ta_q8csw"], &[Param::tensor("x"), real("input_scale"), int("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), Param::opt_tensor("bias")], linear_q8ta_q8csw),
     OpDef::new(&["et_vk.q8ta_conv2d.default", "et_vk.q8ta_conv2d_pw.default", "q8ta_conv2d"], Q8TA_CONV, |c| q8ta_conv2d(c, false)),
     OpDef::new(&["et_vk.q8ta_conv2d_dw.default", "q8ta_conv2d_dw"], Q8TA_CONV, |c| q8ta_conv2d(c, true)),
+    OpDef::new(&["et_vk.q8ta_conv2d_transposed.default", "q8ta_conv2d_transposed"], Q8TA_CONV_T, q8ta_conv2d_transposed),
     OpDef::new(&["quantized_decomposed.dequantize_per_token.default", "quantized_decomposed::dequantize_per_token.out", "dequantize_per_token"], &[INPUT, SCALES, ZERO_POINTS, QMIN, QMAX, DTYPE, OUT_DTYPE], |c| dequantize(c, Scales::Token)),
 ];
 
@@ -75,6 +76,27 @@ const Q8TA_CONV: &[Param] = &[
     ints("kernel_size"),
     ints("stride"),
     ints("padding"),
+    ints("dilation"),
+    int("groups"),
+    ACTIVATION,
+];
+
+/// `q8ta_conv2d_transposed`'s parameters: those of [`Q8TA_CONV`] with `output_padding` before
+/// `dilation`.
+const Q8TA_CONV_T: &[Param] = &[
+    Param::tensor("x"),
+    real("input_scale"),
+    int("input_zero_point"),
+    Param::tensor("weights"),
+    Param::tensor("weight_sums"),
+    Param::tensor("weight_scales"),
+    real("output_scale"),
+    int("output_zero_point"),
+    Param::opt_tensor("bias"),
+    ints("kernel_size"),
+    ints("stride"),
+    ints("padding"),
+    ints("output_padding"),
     ints("dilation"),
     int("groups"),
     ACTIVATION,
@@ -607,6 +629,77 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
     };
     let y = c.g.conv2d(x, w, bias, p)?;
     let y = activate(c, 14, y)?;
+    one(quantize_tensor(
+        c.g,
+        y,
+        c.float(6)?,
+        c.int(7)?,
+        (-128, 127),
+        DType::I8,
+    )?)
+}
+
+/// An int8 transposed convolution. Its weights `[c_out, k]` (k = `c_in / groups * kh * kw`,
+/// padded) and scales must be constants: they are dequantized and laid out as
+/// `conv_transpose2d`'s `[c_in, c_out / groups, kh, kw]` at build, each output channel `o`
+/// of a group scaled by `scales[o]` as ExecuTorch's definition does.
+fn q8ta_conv2d_transposed(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
+    let (w, scales) = (c.tensor(3)?, c.tensor(5)?);
+    let pair = |c: &Call<'_>, i: usize| -> Result<[usize; 2]> {
+        match c.counts(i)?[..] {
+            [a] => Ok([a, a]),
+            [a, b] => Ok([a, b]),
+            ref other => Err(c.err(i, format!("{other:?}: one or two values"))),
+        }
+    };
+    let [kh, kw] = pair(c, 9)?;
+    let groups = c.count(14)?.max(1);
+    let p = crate::graph::Conv2d {
+        stride: pair(c, 10)?,
+        padding: pair(c, 11)?,
+        dilation: pair(c, 13)?,
+        groups,
+    };
+    let output_padding = pair(c, 12)?;
+    let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
+        return Err(c.err(3, "the weights and their scales must be constants"));
+    };
+    let (ws, c_in) = (c.shape(w), c.shape(x).get(1).copied().unwrap_or(0));
+    let [c_out, k] = ws[..] else {
+        return Err(c.err(3, format!("{ws:?}: [c_out, k] is needed")));
+    };
+    let (in_g, out_g) = (c_in / groups, c_out / groups);
+    let k0 = in_g * kh * kw;
+    if k0 == 0 || k0 > k || out_g == 0 || sv.len() < out_g {
+        return Err(c.err(
+            3,
+            format!("{ws:?} for {in_g} input channels per group and a {kh}x{kw} kernel"),
+        ));
+    }
+    // [groups, out_g, in_g, kh, kw] to [groups * in_g, out_g, kh, kw].
+    let mut t = vec![0f32; c_in * out_g * kh * kw];
+    for (at, v) in t.iter_mut().enumerate() {
+        let (ic, o, r) = (
+            at / (out_g * kh * kw),
+            (at / (kh * kw)) % out_g,
+            at % (kh * kw),
+        );
+        let (g, i) = (ic / in_g, ic % in_g);
+        let src = (g * out_g + o) * k + i * kh * kw + r;
+        *v = wv[src] * sv[o];
+    }
+    let name = format!("q8ta_transposed_weights{}", w.index());
+    let w = c.g.constant_f32(&name, &[c_in, out_g, kh, kw], &t)?;
+    let bias = match c.opt_tensor(8)? {
+        Some(b) => {
+            let b = c.g.cast(b, DType::F32)?;
+            Some(first(c.g, b, 0, c_out)?)
+        }
+        None => None,
+    };
+    let y = c.g.conv_transpose2d(x, w, bias, p, output_padding)?;
+    let y = activate(c, 15, y)?;
     one(quantize_tensor(
         c.g,
         y,
