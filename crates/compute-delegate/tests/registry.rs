@@ -1933,3 +1933,70 @@ fn int8_transposed_convolution_matches_its_definition() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// Dynamic quantization parameters: `choose_qparams.tensor` (int8 range, eps 1e-5) and
+/// `choose_qparams_per_token_asymmetric`, against `torch.ao.quantization`'s formulas in f32.
+#[test]
+fn choose_qparams_as_pytorch() {
+    let Some((instance, dev)) = device("choose_qparams", false) else {
+        return;
+    };
+    let x: Vec<f32> = rand_vec(101, 48)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + (i % 8) as f32 * 0.1)
+        .collect();
+    let run = |name: &str, rest: Vec<Arg>| -> (Vec<f32>, Vec<f32>) {
+        let mut g = GraphBuilder::new();
+        let input = g.input("x", DType::F32, &[2, 3, 8]).unwrap();
+        let mut args = vec![Arg::Tensor(input)];
+        args.extend(rest);
+        let out = ops::find(name).unwrap().call(&mut g, args).unwrap();
+        let zp = g.cast(out[1], DType::F32).unwrap();
+        g.output(out[0]).unwrap();
+        g.output(zp).unwrap();
+        let xin = HostTensor::from_f32(vec![2, 3, 8], &x).unwrap();
+        let r = g.build(&dev).unwrap().execute(&[xin]).unwrap();
+        (r[0].to_f32().unwrap(), r[1].to_f32().unwrap())
+    };
+    let widened = |v: &[f32]| {
+        let low = v.iter().fold(f32::INFINITY, |m, &a| m.min(a)).min(0.0);
+        let high = v.iter().fold(f32::NEG_INFINITY, |m, &a| m.max(a)).max(0.0);
+        (low, high)
+    };
+    let (scale, zp) = run(
+        "quantized_decomposed.choose_qparams.tensor",
+        vec![Arg::Int(-128), Arg::Int(127), Arg::Float(1e-5), Arg::Int(1)],
+    );
+    let (low, high) = widened(&x);
+    let want_scale = ((high - low) / 255.0).max(1e-5);
+    let want_zp = (-128.0 - (low / want_scale).round_ties_even()).clamp(-128.0, 127.0);
+    assert!(
+        (scale[0] - want_scale).abs() <= 1e-6 * want_scale,
+        "{scale:?} {want_scale}"
+    );
+    assert!((zp[0] - want_zp).abs() <= 1.0, "{zp:?} {want_zp}");
+    let (scales, zps) = run(
+        "quantized_decomposed.choose_qparams_per_token_asymmetric.default",
+        vec![Arg::Int(1)],
+    );
+    assert_eq!(scales.len(), 6);
+    for t in 0..6 {
+        let (low, high) = widened(&x[t * 8..t * 8 + 8]);
+        let s = ((high - low) / 255.0).max(f32::EPSILON);
+        let (dmin, dmax) = (low / s, high / s);
+        let z = if (-128.0 + dmin) + (127.0 + dmax) > 0.0 {
+            -128.0 - dmin
+        } else {
+            127.0 - dmax
+        };
+        let z = z.clamp(-128.0, 127.0).round_ties_even();
+        assert!(
+            (scales[t] - s).abs() <= 1e-6 * s,
+            "token {t}: {} {s}",
+            scales[t]
+        );
+        assert!((zps[t] - z).abs() <= 1.0, "token {t}: {} {z}", zps[t]);
+    }
+    assert_no_validation_errors(&instance);
+}

@@ -35,6 +35,8 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["quantized_decomposed.dequantize_per_tensor.default", "quantized_decomposed::dequantize_per_tensor.out", "dequantize_per_tensor"], &[INPUT, SCALE, ZERO_POINT, QMIN, QMAX, DTYPE, OUT_DTYPE], |c| dequantize(c, Scales::Scalar)),
     OpDef::new(&["quantized_decomposed.dequantize_per_tensor.tensor", "quantized_decomposed::dequantize_per_tensor.tensor_out"], &[INPUT, SCALES, ZERO_POINTS, QMIN, QMAX, DTYPE, OUT_DTYPE], |c| dequantize(c, Scales::Tensor)),
     OpDef::new(&["quantized_decomposed.dequantize_per_channel.default", "quantized_decomposed::dequantize_per_channel.out", "dequantize_per_channel"], &[INPUT, SCALES, Param::opt_tensor("zero_points|zero_point"), AXIS, QMIN, QMAX, DTYPE, OUT_DTYPE], |c| dequantize(c, Scales::Channel)),
+    OpDef::new(&["quantized_decomposed.choose_qparams.tensor", "choose_qparams"], &[INPUT, QMIN, QMAX, real("eps"), DTYPE], choose_qparams),
+    OpDef::new(&["quantized_decomposed.choose_qparams_per_token_asymmetric.default", "choose_qparams_per_token_asymmetric"], &[INPUT, DTYPE], choose_qparams_per_token),
     OpDef::new(&["et_vk.q8ta_add.default", "q8ta_add"], &[Param::tensor("input_a"), Param::tensor("input_b"), real("input_a_scale"), int("input_a_zero_point"), real("input_b_scale"), int("input_b_zero_point"), real("output_scale"), int("output_zero_point"), Param::new("alpha", Kind::Float, Fallback::Float(1.0))], q8ta_add),
     OpDef::new(&["et_vk.q8ta_relu.default", "q8ta_relu"], &[INPUT, real("input_scale"), int("input_zero_point"), real("output_scale"), int("output_zero_point")], q8ta_relu),
     OpDef::new(&["et_vk.q8ta_pixel_shuffle.default", "q8ta_pixel_shuffle"], &[INPUT, real("input_scale"), int("input_zero_point"), real("output_inv_scale"), int("output_zero_point"), int("upscale_factor")], q8ta_pixel_shuffle),
@@ -708,4 +710,62 @@ fn q8ta_conv2d_transposed(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         (-128, 127),
         DType::I8,
     )?)
+}
+
+// Dynamic quantization: the scale and zero point chosen from a tensor's range, as
+// `torch.ao.quantization`'s `determine_qparams` and XNNPACK's per-token rule compute them.
+
+/// `(scale, zero_point)` of `input` as one `[1]` f32 and one `[1]` i32 tensor: the range
+/// widened to include 0, `scale = max(range / (qmax - qmin), eps)`, `zero_point = clamp(qmin -
+/// round(min / scale), qmin, qmax)`.
+fn choose_qparams(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let (qmin, qmax, eps) = (c.int(1)? as f32, c.int(2)? as f32, c.f32(3)?);
+    let x = c.g.cast(x, DType::F32)?;
+    let flat = c.g.reshape(x, &[-1])?;
+    let (low, _, scale) = widened_range(c.g, flat, qmax - qmin, eps)?;
+    let z = c.g.div(low, scale)?;
+    let z = c.g.math(Math::Round, z, 0.0)?;
+    let z = c.g.rsub_scalar(z, qmin)?;
+    let z = c.g.clamp(z, qmin, qmax)?;
+    Ok(vec![scale, c.g.cast(z, DType::I32)?])
+}
+
+/// Per row of the last dim: scales and zero points `[.., 1]` (XNNPACK's asymmetric rule, int8
+/// range): the zero point from whichever end of the range rounds with less error.
+fn choose_qparams_per_token(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let (qmin, qmax) = (-128f32, 127f32);
+    let x = c.g.cast(x, DType::F32)?;
+    let (low, high, scale) = widened_range(c.g, x, qmax - qmin, f32::EPSILON)?;
+    let dmin = c.g.div(low, scale)?;
+    let dmax = c.g.div(high, scale)?;
+    let from_min = c.g.add_scalar(dmin, qmin)?;
+    let from_max = c.g.add_scalar(dmax, qmax)?;
+    let both = c.g.add(from_min, from_max)?;
+    let use_min = c.g.gt_scalar(both, 0.0)?;
+    let z_min = c.g.rsub_scalar(dmin, qmin)?;
+    let z_max = c.g.rsub_scalar(dmax, qmax)?;
+    let z = c.g.where_(use_min, z_min, z_max)?;
+    let z = c.g.clamp(z, qmin, qmax)?;
+    let z = c.g.math(Math::Round, z, 0.0)?;
+    Ok(vec![scale, c.g.cast(z, DType::I32)?])
+}
+
+/// The minimum and maximum of `x` over its last dim (kept), widened to include 0, and
+/// `max((max - min) / steps, eps)`.
+fn widened_range(
+    g: &mut GraphBuilder,
+    x: TensorId,
+    steps: f32,
+    eps: f32,
+) -> Result<(TensorId, TensorId, TensorId)> {
+    let low = g.extreme(x, &[-1], true, true)?;
+    let high = g.extreme(x, &[-1], true, false)?;
+    let low = g.clamp(low, f32::MIN, 0.0)?;
+    let high = g.clamp(high, 0.0, f32::MAX)?;
+    let range = g.sub(high, low)?;
+    let scale = g.div_scalar(range, steps)?;
+    let scale = g.clamp(scale, eps, f32::MAX)?;
+    Ok((low, high, scale))
 }
