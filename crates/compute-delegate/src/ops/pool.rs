@@ -155,35 +155,29 @@ fn grid_sampler(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let table = g.reshape(table, &[(n * h * w) as isize, ch as isize])?;
     let offsets: Vec<f32> = (0..n).map(|b| (b * h * w) as f32).collect();
     let offsets = g.constant_f32(&format!("grid_batch{}", x.index()), &[n, 1, 1], &offsets)?;
+    // Where a corner falls outside, its index is past the end: the gather reads 0 there.
+    let past = g.full_as(
+        &format!("grid_past{}", x.index()),
+        &[1],
+        (n * h * w) as f32,
+        DType::F32,
+    )?;
+    let within = |g: &mut GraphBuilder, v: TensorId, size: usize| -> Result<TensorId> {
+        let lo = g.compare_scalar(v, Compare::Ge, 0.0)?;
+        let hi = g.compare_scalar(v, Compare::Le, size as f32 - 1.0)?;
+        g.binary(BinaryOp::And, lo, hi)
+    };
     let corner = |g: &mut GraphBuilder,
                   cx: TensorId,
                   cy: TensorId,
                   weight: Option<TensorId>|
      -> Result<TensorId> {
-        let inside = [(cx, w), (cy, h)]
-            .into_iter()
-            .try_fold(None, |acc, (v, size)| {
-                let lo = g.compare_scalar(v, Compare::Ge, 0.0)?;
-                let hi = g.compare_scalar(v, Compare::Le, size as f32 - 1.0)?;
-                let both = g.binary(BinaryOp::And, lo, hi)?;
-                match acc {
-                    None => Ok::<_, crate::error::Error>(Some(both)),
-                    Some(a) => Ok(Some(g.binary(BinaryOp::And, a, both)?)),
-                }
-            })?;
+        let (in_x, in_y) = (within(g, cx, w)?, within(g, cy, h)?);
+        let inside = g.binary(BinaryOp::And, in_x, in_y)?;
         let row = g.mul_scalar(cy, w as f32)?;
         let at = g.add(row, cx)?;
         let at = g.add(at, offsets)?;
-        let past = g.full_as(
-            &format!("grid_past{}", at.index()),
-            &[1],
-            (n * h * w) as f32,
-            DType::F32,
-        )?;
-        let at = match inside {
-            Some(m) => g.where_(m, at, past)?,
-            None => at,
-        };
+        let at = g.where_(inside, at, past)?;
         let at = g.cast(at, DType::I32)?;
         let at = g.reshape(at, &[-1])?;
         let rows = g.index_along(table, 0, at, false)?;

@@ -237,10 +237,10 @@ fn dequantize_tensor(g: &mut GraphBuilder, q: TensorId, scale: f32, zero: i64) -
 fn dequantize(c: &mut Call<'_>, how: Scales) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let out = if how == Scales::Channel { 7 } else { 6 };
-    let xf = c.g.cast(x, DType::F32)?;
     let y = match broadcast_params(c, x, how, false)? {
         None => dequantize_tensor(c.g, x, c.f32(1)?, c.int(2)?)?,
         Some((scale, zero)) => {
+            let xf = c.g.cast(x, DType::F32)?;
             let y = match zero {
                 Some(z) => c.g.sub(xf, z)?,
                 None => xf,
@@ -455,27 +455,13 @@ fn q8ta_add(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         c.g.mul_scalar(b, alpha)?
     };
     let y = c.g.add(a, b)?;
-    one(quantize_tensor(
-        c.g,
-        y,
-        c.float(6)?,
-        c.int(7)?,
-        (-128, 127),
-        DType::I8,
-    )?)
+    one(int8_output(c, y, 6)?)
 }
 
 fn q8ta_relu(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
     let y = c.g.relu(x)?;
-    one(quantize_tensor(
-        c.g,
-        y,
-        c.float(3)?,
-        c.int(4)?,
-        (-128, 127),
-        DType::I8,
-    )?)
+    one(int8_output(c, y, 3)?)
 }
 
 fn q8ta_pixel_shuffle(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
@@ -538,14 +524,7 @@ fn q8ta_linear(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
     let y = q8csw_linear(c, x, 8)?;
     let y = activate(c, 9, y)?;
-    one(quantize_tensor(
-        c.g,
-        y,
-        c.float(6)?,
-        c.int(7)?,
-        (-128, 127),
-        DType::I8,
-    )?)
+    one(int8_output(c, y, 6)?)
 }
 
 /// A float input times int8 weights with per-channel scales (the output stays float).
@@ -562,14 +541,24 @@ fn q8csw_linear(c: &mut Call<'_>, x: TensorId, bias_at: usize) -> Result<TensorI
     let dims = c.shape(w).len();
     let w = channel_weights(c.g, w, scales, c_out, dims)?;
     let y = c.g.linear(x, w, None)?;
-    match c.opt_tensor(bias_at)? {
-        Some(b) => {
-            let b = c.g.cast(b, DType::F32)?;
-            let b = first(c.g, b, 0, c_out)?;
-            c.g.add(y, b)
-        }
+    match padded_bias(c, bias_at, c_out)? {
+        Some(b) => c.g.add(y, b),
         None => Ok(y),
     }
+}
+
+/// Argument `i`, an optional bias, as f32 and cut to `c_out` (ExecuTorch pads it).
+fn padded_bias(c: &mut Call<'_>, i: usize, c_out: usize) -> Result<Option<TensorId>> {
+    let Some(b) = c.opt_tensor(i)? else {
+        return Ok(None);
+    };
+    let b = c.g.cast(b, DType::F32)?;
+    Ok(Some(first(c.g, b, 0, c_out)?))
+}
+
+/// `y` quantized to int8 with the scale and zero point in arguments `at` and `at + 1`.
+fn int8_output(c: &mut Call<'_>, y: TensorId, at: usize) -> Result<TensorId> {
+    quantize_tensor(c.g, y, c.float(at)?, c.int(at + 1)?, (-128, 127), DType::I8)
 }
 
 /// An int8 convolution; `depthwise`: weights `[kh, kw, c_out]`.
@@ -578,18 +567,11 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
     let (w, scales) = (c.tensor(3)?, c.tensor(5)?);
     // Slices and permutes move words: the int8 weights, in f32 (exact) first.
     let w = c.g.cast(w, DType::F32)?;
-    let pair = |c: &Call<'_>, i: usize| -> Result<[usize; 2]> {
-        match c.counts(i)?[..] {
-            [a] => Ok([a, a]),
-            [a, b] => Ok([a, b]),
-            ref other => Err(c.err(i, format!("{other:?}: one or two values"))),
-        }
-    };
-    let [kh, kw] = pair(c, 9)?;
+    let [kh, kw] = c.pair(9)?;
     let p = crate::graph::Conv2d {
-        stride: pair(c, 10)?,
-        padding: pair(c, 11)?,
-        dilation: pair(c, 12)?,
+        stride: c.pair(10)?,
+        padding: c.pair(11)?,
+        dilation: c.pair(12)?,
         groups: c.count(13)?,
     };
     let (xs, ws) = (c.shape(x), c.shape(w));
@@ -622,23 +604,10 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
         channel_weights(c.g, w, scales, c_out, 4)?
     };
     let c_out = c.shape(w)[0];
-    let bias = match c.opt_tensor(8)? {
-        Some(b) => {
-            let b = c.g.cast(b, DType::F32)?;
-            Some(first(c.g, b, 0, c_out)?)
-        }
-        None => None,
-    };
+    let bias = padded_bias(c, 8, c_out)?;
     let y = c.g.conv2d(x, w, bias, p)?;
     let y = activate(c, 14, y)?;
-    one(quantize_tensor(
-        c.g,
-        y,
-        c.float(6)?,
-        c.int(7)?,
-        (-128, 127),
-        DType::I8,
-    )?)
+    one(int8_output(c, y, 6)?)
 }
 
 /// An int8 transposed convolution. Its weights `[c_out, k]` (k = `c_in / groups * kh * kw`,
@@ -648,22 +617,15 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
 fn q8ta_conv2d_transposed(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
     let (w, scales) = (c.tensor(3)?, c.tensor(5)?);
-    let pair = |c: &Call<'_>, i: usize| -> Result<[usize; 2]> {
-        match c.counts(i)?[..] {
-            [a] => Ok([a, a]),
-            [a, b] => Ok([a, b]),
-            ref other => Err(c.err(i, format!("{other:?}: one or two values"))),
-        }
-    };
-    let [kh, kw] = pair(c, 9)?;
+    let [kh, kw] = c.pair(9)?;
     let groups = c.count(14)?.max(1);
     let p = crate::graph::Conv2d {
-        stride: pair(c, 10)?,
-        padding: pair(c, 11)?,
-        dilation: pair(c, 13)?,
+        stride: c.pair(10)?,
+        padding: c.pair(11)?,
+        dilation: c.pair(13)?,
         groups,
     };
-    let output_padding = pair(c, 12)?;
+    let output_padding = c.pair(12)?;
     let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
         return Err(c.err(3, "the weights and their scales must be constants"));
     };
@@ -693,23 +655,10 @@ fn q8ta_conv2d_transposed(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     }
     let name = format!("q8ta_transposed_weights{}", w.index());
     let w = c.g.constant_f32(&name, &[c_in, out_g, kh, kw], &t)?;
-    let bias = match c.opt_tensor(8)? {
-        Some(b) => {
-            let b = c.g.cast(b, DType::F32)?;
-            Some(first(c.g, b, 0, c_out)?)
-        }
-        None => None,
-    };
+    let bias = padded_bias(c, 8, c_out)?;
     let y = c.g.conv_transpose2d(x, w, bias, p, output_padding)?;
     let y = activate(c, 15, y)?;
-    one(quantize_tensor(
-        c.g,
-        y,
-        c.float(6)?,
-        c.int(7)?,
-        (-128, 127),
-        DType::I8,
-    )?)
+    one(int8_output(c, y, 6)?)
 }
 
 // Dynamic quantization: the scale and zero point chosen from a tensor's range, as
