@@ -40,6 +40,11 @@ impl GraphBuilder {
         }
         device.check(&self.requirements())?;
         check_work_groups(device)?;
+        let range = u64::from(device.capabilities().limits.max_storage_buffer_range);
+        let limit = options.max_binding_bytes.map_or(range, |m| m.min(range));
+        if let Some(cut) = self.with_constants_within(limit) {
+            return cut.build_with(device, options);
+        }
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
         let coop = if self.has_f16_gemm() {
             crate::coop::usable(device, options.cooperative)
@@ -47,7 +52,7 @@ impl GraphBuilder {
             None
         };
         let plan = lower(self, &device.capabilities().limits, subgroups, coop)?;
-        self.check_sizes(&plan, device.capabilities().limits.max_storage_buffer_range)?;
+        self.check_sizes(&plan, limit)?;
         for (i, x) in plan.dispatches.iter().enumerate() {
             log::debug!(
                 "dispatch {i}: {} (node {}) {:?} groups {:?}",
@@ -170,9 +175,19 @@ impl GraphBuilder {
             .collect()
     }
 
-    /// Sizes in bytes against maxStorageBufferRange, before anything is allocated.
-    fn check_sizes(&self, plan: &Plan, limit: u32) -> Result<()> {
-        match plan.storages.iter().find(|st| st.bytes > u64::from(limit)) {
+    /// Sizes in bytes of the storages the dispatches bind against the binding limit, before
+    /// anything is allocated.
+    fn check_sizes(&self, plan: &Plan, limit: u64) -> Result<()> {
+        let bound: std::collections::BTreeSet<usize> = plan
+            .dispatches
+            .iter()
+            .flat_map(|x| x.bindings.iter().map(|&(s, _)| s))
+            .collect();
+        let over = bound
+            .into_iter()
+            .map(|s| &plan.storages[s])
+            .find(|st| st.bytes > limit);
+        match over {
             Some(st) => {
                 let t = &self.tensors[st.tensor.0];
                 Err(Error::TooLarge {

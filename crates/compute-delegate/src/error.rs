@@ -38,8 +38,8 @@ pub enum Error {
     },
     /// A tensor is larger than one storage-buffer binding may be on this device.
     #[error(
-        "tensor '{tensor}' ({dtype} {shape:?}) needs {bytes} bytes, over the device's \
-         maxStorageBufferRange of {limit} bytes"
+        "tensor '{tensor}' ({dtype} {shape:?}) needs {bytes} bytes, over the {limit} bytes one \
+         buffer binding may span (maxStorageBufferRange, or BuildOptions::max_binding_bytes)"
     )]
     TooLarge {
         /// The tensor's name.
@@ -50,8 +50,9 @@ pub enum Error {
         shape: Vec<usize>,
         /// Bytes it needs (padded to whole vec4s).
         bytes: u64,
-        /// `maxStorageBufferRange`.
-        limit: u32,
+        /// The most one binding may span: `maxStorageBufferRange`, or
+        /// [`crate::BuildOptions::max_binding_bytes`] where that is lower.
+        limit: u64,
     },
     /// A dispatch needs more work groups than the device allows.
     #[error("{op}: needs {groups} work groups in dimension {dim}, the device allows {limit}")]

@@ -30,6 +30,10 @@ pub struct BuildOptions {
     /// timestamps or command buffers of its own, and its host-side calls (`execute`,
     /// `write_input`, `read_output`, `submit`) fail with a named error. Profiling still works.
     pub embedded: bool,
+    /// The most bytes one buffer binding may span, below the device's `maxStorageBufferRange`
+    /// (`None`: that limit). Products and lookups whose constant operand is larger are split
+    /// into pieces that fit; any other tensor that is larger fails the build by name.
+    pub max_binding_bytes: Option<u64>,
 }
 
 /// Graph inputs and outputs bound to buffer slices that the graph does not own (another

@@ -5,6 +5,11 @@
 //!   computed in fp32 where the device lacks the f16 features, without lowering it again.
 //! - [`GraphBuilder::without_dead_nodes`]: nodes whose results nothing reads are dropped (and
 //!   with them the constants only they read, which are then never uploaded).
+//! - [`GraphBuilder::with_constants_within`]: products and lookups whose constant operand is
+//!   larger than one buffer binding may span, split along their output's last dim into pieces
+//!   that fit, joined by a concat.
+
+use std::ops::Range;
 
 use vk_core::DType;
 
@@ -251,6 +256,160 @@ impl GraphBuilder {
             keep[k - 1]
         });
         g
+    }
+}
+
+/// How a node with an oversized constant is cut: the constant's dim that becomes the output's
+/// last dim (`0`: rows of a `linear` weight; `1`: columns of a `matmul` operand or a lookup
+/// table).
+struct Cut {
+    constant: TensorId,
+    dim: usize,
+}
+
+impl ConstBytes {
+    /// Bytes `range` of these bytes: shared where these are shared, copied otherwise.
+    fn slice(&self, range: Range<usize>) -> ConstBytes {
+        match self {
+            ConstBytes::Shared(data, r) => {
+                ConstBytes::Shared(data.clone(), r.start + range.start..r.start + range.end)
+            }
+            ConstBytes::Own(v) => ConstBytes::from(v[range].to_vec()),
+        }
+    }
+}
+
+impl GraphBuilder {
+    /// The graph with every `linear`, `matmul` and lookup whose constant operand spans more
+    /// than `limit` bytes cut along its output's last dim into pieces whose constants span at
+    /// most three quarters of `limit` (room for the layouts the lowering gives weights), the
+    /// pieces joined by a concat into the node's own output. `None` where no node needs it.
+    pub(crate) fn with_constants_within(&self, limit: u64) -> Option<GraphBuilder> {
+        let mut g = self.clone();
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for node in std::mem::take(&mut g.nodes) {
+            match g.cut_of(&node.op, limit) {
+                Some(cut) => g.cut_node(node, &cut, limit * 3 / 4, &mut nodes),
+                None => nodes.push(node),
+            }
+        }
+        g.nodes = nodes;
+        (g.nodes.len() != self.nodes.len()).then_some(g)
+    }
+
+    /// How `op` is cut, if it reads a whole 2-D constant of more than `limit` bytes in a way
+    /// that can be cut (a `linear` whose bias is absent or constant too).
+    fn cut_of(&self, op: &Op, limit: u64) -> Option<Cut> {
+        let (constant, dim) = match op {
+            Op::Matmul {
+                b,
+                linear: true,
+                bias,
+                ..
+            } if bias.is_none_or(|t| self.const_bytes(t).is_some()) => (*b, 0),
+            Op::Matmul {
+                b,
+                linear: false,
+                bias: None,
+                ..
+            } => (*b, 1),
+            Op::Gather { table, .. } => (*table, 1),
+            _ => return None,
+        };
+        let info = &self.tensors[constant.0];
+        self.const_bytes(constant)?;
+        let over = storage_bytes(info.dtype, &info.shape) > limit;
+        (info.shape.len() == 2 && over).then_some(Cut { constant, dim })
+    }
+
+    /// The bytes of `t` if it is a whole constant (not a view of part of one).
+    fn const_bytes(&self, t: TensorId) -> Option<&ConstBytes> {
+        let info = &self.tensors[t.0];
+        match &self.storages[info.storage].kind {
+            StorageKind::Const(bytes) if bytes.len() == info.numel() * info.dtype.size() => {
+                Some(bytes)
+            }
+            _ => None,
+        }
+    }
+
+    /// Appends `node`'s pieces and their concat to `nodes`.
+    fn cut_node(&mut self, node: Node, cut: &Cut, piece_bytes: u64, nodes: &mut Vec<Node>) {
+        let info = self.tensors[cut.constant.0].clone();
+        let (n, other) = match cut.dim {
+            0 => (info.shape[0], info.shape[1]),
+            _ => (info.shape[1], info.shape[0]),
+        };
+        let unit = (other * info.dtype.size()) as u64;
+        let per_max = (piece_bytes / unit).max(1) as usize;
+        let count = n.div_ceil(per_max);
+        let per = n.div_ceil(count);
+        let out = self.tensors[node.out.0].clone();
+        let mut parts = Vec::with_capacity(count);
+        for (i, start) in (0..n).step_by(per).enumerate() {
+            let end = (start + per).min(n);
+            let piece = self.const_piece(cut, start..end, i);
+            let mut op = node.op.clone();
+            match &mut op {
+                Op::Matmul { b, bias, .. } => {
+                    *b = piece;
+                    if let Some(t) = bias {
+                        let one_d = Cut {
+                            constant: *t,
+                            dim: 1,
+                        };
+                        *t = self.const_piece(&one_d, start..end, i);
+                    }
+                }
+                Op::Gather { table, .. } => *table = piece,
+                _ => unreachable!("cut_of cuts only products and lookups"),
+            }
+            let mut shape = out.shape.clone();
+            *shape.last_mut().expect("outputs have rank 1 or more") = end - start;
+            let part = self.push_temp(format!("{}.part{i}", out.name), out.dtype, shape);
+            nodes.push(Node { op, out: part });
+            parts.push(part);
+        }
+        let dim = out.shape.len() - 1;
+        nodes.push(Node {
+            op: Op::Cat { xs: parts, dim },
+            out: node.out,
+        });
+    }
+
+    /// A new constant: indices `range` of `cut.constant` along `cut.dim` (a 1-D constant is
+    /// cut along its only dim whatever `cut.dim` says).
+    fn const_piece(&mut self, cut: &Cut, range: Range<usize>, i: usize) -> TensorId {
+        let info = self.tensors[cut.constant.0].clone();
+        let bytes = self
+            .const_bytes(cut.constant)
+            .expect("cut_of checked")
+            .clone();
+        let es = info.dtype.size();
+        let len = range.end - range.start;
+        let (shape, piece) = match (info.shape.as_slice(), cut.dim) {
+            ([_], _) => (vec![len], bytes.slice(range.start * es..range.end * es)),
+            (&[_, cols], 0) => (
+                vec![len, cols],
+                bytes.slice(range.start * cols * es..range.end * cols * es),
+            ),
+            (&[rows, cols], _) => {
+                let mut v = Vec::with_capacity(rows * len * es);
+                for r in 0..rows {
+                    v.extend_from_slice(
+                        &bytes[(r * cols + range.start) * es..(r * cols + range.end) * es],
+                    );
+                }
+                (vec![rows, len], ConstBytes::from(v))
+            }
+            _ => unreachable!("cut_of cuts only 2-D constants"),
+        };
+        self.push_tensor(
+            format!("{}.part{i}", info.name),
+            info.dtype,
+            shape,
+            Some((StorageKind::Const(piece), None)),
+        )
     }
 }
 

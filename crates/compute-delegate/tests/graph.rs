@@ -695,3 +695,75 @@ fn passes_compute_what_the_graph_computes() {
     assert_no_validation_errors(&i16);
     assert_no_validation_errors(&i32_);
 }
+
+#[test]
+fn constants_over_the_binding_limit_are_cut_into_pieces_that_fit() {
+    let test = "constants_over_the_binding_limit_are_cut_into_pieces_that_fit";
+    let Some((inst, dev)) = device(test) else {
+        return;
+    };
+    // A linear with bias, a product with a constant right side and a lookup, each of whose
+    // constant is several times the binding limit below.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[3, 64]).unwrap();
+    let ids = b.input("ids", DType::I32, &[5]).unwrap();
+    let w = b.constant_f32("w", &[300, 64], &data(1, 300 * 64)).unwrap();
+    let bias = b.constant_f32("bias", &[300], &data(2, 300)).unwrap();
+    let m = b.constant_f32("m", &[64, 290], &data(3, 64 * 290)).unwrap();
+    let t = b
+        .constant_f32("table", &[50, 310], &data(4, 50 * 310))
+        .unwrap();
+    let y = b.linear(x, w, Some(bias)).unwrap();
+    let y = b.relu(y).unwrap();
+    let z = b.matmul(x, m).unwrap();
+    let e = b.embedding(t, ids).unwrap();
+    for o in [y, z, e] {
+        b.output(o).unwrap();
+    }
+    let inputs = [
+        HostTensor::from_f32(vec![3, 64], &data(5, 192)).unwrap(),
+        HostTensor::from_i32(vec![5], &[49, 0, 7, 7, 23]).unwrap(),
+    ];
+    let mut whole = b.build(&dev).unwrap();
+    let want = whole.execute(&inputs).unwrap();
+    let small = BuildOptions {
+        max_binding_bytes: Some(16 << 10),
+        ..BuildOptions::default()
+    };
+    let mut cut = b.build_with(&dev, &small).unwrap();
+    // 7 pieces of the linear (48 of its 300 rows each), 7 of the product, 5 of the table and
+    // 3 concats in place of 3 dispatches.
+    assert!(
+        cut.dispatch_count() >= whole.dispatch_count() + 19,
+        "{} dispatches cut, {} whole",
+        cut.dispatch_count(),
+        whole.dispatch_count()
+    );
+    let got = cut.execute(&inputs).unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.shape(), w.shape(), "output {i}");
+        for (k, (g, w)) in g
+            .to_f32()
+            .unwrap()
+            .iter()
+            .zip(w.to_f32().unwrap())
+            .enumerate()
+        {
+            assert!(
+                (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "output {i}[{k}]: {g} vs {w}"
+            );
+        }
+    }
+    // A tensor that is not a constant cannot be cut: named.
+    let mut g = GraphBuilder::new();
+    let x = g.input("wide", DType::F32, &[8192]).unwrap();
+    let y = g.relu(x).unwrap();
+    g.output(y).unwrap();
+    let e = g.build_with(&dev, &small).unwrap_err();
+    assert!(
+        matches!(e, Error::TooLarge { .. }) && e.to_string().contains("'wide'"),
+        "{e}"
+    );
+    assert_no_validation_errors(&inst);
+}

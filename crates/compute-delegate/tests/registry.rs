@@ -1698,8 +1698,8 @@ fn int8_et_vk_ops_match_their_definitions() {
     assert_no_validation_errors(&instance);
 }
 
-/// `q8ta_conv2d` (weights `[c_out, k]` with k and the scales padded, as ExecuTorch packs
-/// them) and `q8ta_conv2d_dw` (weights `[kh, kw, c]`) against their definitions, within one
+/// `q8ta_conv2d` (weights `[c_out, k]`, each row `[kh, kw, c_in]` with k and the scales
+/// padded, as ExecuTorch packs them) and `q8ta_conv2d_dw` (weights `[kh, kw, c]`) against their definitions, within one
 /// quantization step.
 #[test]
 fn int8_convolutions_match_their_definitions() {
@@ -1739,7 +1739,8 @@ fn int8_convolutions_match_their_definitions() {
             let q = if depthwise {
                 w[(i * 3 + j) * 4 + o]
             } else {
-                w[o * 40 + (c * 3 + i) * 3 + j]
+                // Rows packed [kh, kw, c_in] as ExecuTorch's pattern packs them.
+                w[o * 40 + (i * 3 + j) * 4 + c]
             };
             f64::from(f32::from(q) * scales[o])
         };
@@ -1919,7 +1920,8 @@ fn int8_transposed_convolution_matches_its_definition() {
                             if oy < 1 || ox < 1 || oy > 6 || ox > 6 {
                                 continue;
                             }
-                            let q = f32::from(w[o * 40 + c * 9 + i * 3 + j]) * scales[o];
+                            // Rows packed [kh, kw, c_in].
+                            let q = f32::from(w[o * 40 + (i * 3 + j) * 4 + c]) * scales[o];
                             y[(o * 6 + oy - 1) * 6 + ox - 1] += xin * f64::from(q);
                         }
                     }

@@ -22,7 +22,7 @@ const ZERO_POINTS: Param = Param::tensor("zero_points|zero_point");
 const AXIS: Param = Param::new("axis", Kind::Int, Fallback::Required);
 const QMIN: Param = Param::new("quant_min", Kind::Int, Fallback::Required);
 const QMAX: Param = Param::new("quant_max", Kind::Int, Fallback::Required);
-const DTYPE: Param = Param::new("dtype", Kind::Int, Fallback::Required);
+const DTYPE: Param = Param::new("dtype", Kind::Int, Fallback::Null);
 const OUT_DTYPE: Param = Param::new("out_dtype|output_dtype", Kind::Int, Fallback::Null);
 
 /// The ops of this family, one registration line each.
@@ -118,11 +118,18 @@ enum Scales {
 }
 
 /// The quantized dtype of ExecuTorch's `ScalarType` code (`torch.int8`: 1, `torch.int32`: 3).
-fn quantized_dtype(c: &Call<'_>, i: usize) -> Result<DType> {
-    match c.int(i)? {
-        1 => Ok(DType::I8),
-        3 => Ok(DType::I32),
-        other => Err(c.err(
+fn quantized_dtype(c: &Call<'_>, i: usize, (qmin, qmax): (i64, i64)) -> Result<DType> {
+    match c.opt_int(i)? {
+        Some(1) => Ok(DType::I8),
+        Some(3) => Ok(DType::I32),
+        // ExecuTorch's Vulkan serializer writes a dtype argument as None: the range says.
+        None if qmin >= -128 && qmax <= 127 => Ok(DType::I8),
+        None if qmin >= i64::from(i32::MIN) && qmax <= i64::from(i32::MAX) => Ok(DType::I32),
+        None => Err(c.err(
+            i,
+            format!("None, and [{qmin}, {qmax}] fits neither int8 nor int32"),
+        )),
+        Some(other) => Err(c.err(
             i,
             format!("ScalarType {other}: int8 (1) and int32 (3) are supported"),
         )),
@@ -190,7 +197,8 @@ fn broadcast_params(
 fn quantize(c: &mut Call<'_>, how: Scales) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let at = if how == Scales::Channel { 4 } else { 3 };
-    let (qmin, qmax, dtype) = (c.int(at)?, c.int(at + 1)?, quantized_dtype(c, at + 2)?);
+    let (qmin, qmax) = (c.int(at)?, c.int(at + 1)?);
+    let dtype = quantized_dtype(c, at + 2, (qmin, qmax))?;
     let xf = c.g.cast(x, DType::F32)?;
     let q = match broadcast_params(c, x, how, true)? {
         None => {
@@ -561,7 +569,8 @@ fn int8_output(c: &mut Call<'_>, y: TensorId, at: usize) -> Result<TensorId> {
     quantize_tensor(c.g, y, c.float(at)?, c.int(at + 1)?, (-128, 127), DType::I8)
 }
 
-/// An int8 convolution; `depthwise`: weights `[kh, kw, c_out]`.
+/// An int8 convolution: weights `[c_out, k]`, each row `[kh, kw, c_in / groups]` padded;
+/// `depthwise`: weights `[kh, kw, c_out]`.
 fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
     let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
     let (w, scales) = (c.tensor(3)?, c.tensor(5)?);
@@ -596,11 +605,13 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
                 format!("{ws:?} for {per_group} input channels per group and a {kh}x{kw} kernel"),
             ));
         }
+        // Rows laid out as ExecuTorch's pattern packs them: [kh, kw, c_in / groups].
         let w = first(c.g, w, 1, k0)?;
         let w = c.g.reshape(
             w,
-            &[c_out as isize, per_group as isize, kh as isize, kw as isize],
+            &[c_out as isize, kh as isize, kw as isize, per_group as isize],
         )?;
+        let w = c.g.permute(w, &[0, 3, 1, 2])?;
         channel_weights(c.g, w, scales, c_out, 4)?
     };
     let c_out = c.shape(w)[0];
@@ -610,7 +621,7 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
     one(int8_output(c, y, 6)?)
 }
 
-/// An int8 transposed convolution. Its weights `[c_out, k]` (k = `c_in / groups * kh * kw`,
+/// An int8 transposed convolution. Its weights `[c_out, k]` (k = `kh * kw * c_in / groups`,
 /// padded) and scales must be constants: they are dequantized and laid out as
 /// `conv_transpose2d`'s `[c_in, c_out / groups, kh, kw]` at build, each output channel `o`
 /// of a group scaled by `scales[o]` as ExecuTorch's definition does.
@@ -641,7 +652,8 @@ fn q8ta_conv2d_transposed(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
             format!("{ws:?} for {in_g} input channels per group and a {kh}x{kw} kernel"),
         ));
     }
-    // [groups, out_g, in_g, kh, kw] to [groups * in_g, out_g, kh, kw].
+    // [groups, out_g, kh, kw, in_g] (as ExecuTorch's pattern packs them) to
+    // [groups * in_g, out_g, kh, kw].
     let mut t = vec![0f32; c_in * out_g * kh * kw];
     for (at, v) in t.iter_mut().enumerate() {
         let (ic, o, r) = (
@@ -650,7 +662,7 @@ fn q8ta_conv2d_transposed(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
             at % (kh * kw),
         );
         let (g, i) = (ic / in_g, ic % in_g);
-        let src = (g * out_g + o) * k + i * kh * kw + r;
+        let src = (g * out_g + o) * k + r * in_g + i;
         *v = wv[src] * sv[o];
     }
     let name = format!("q8ta_transposed_weights{}", w.index());
