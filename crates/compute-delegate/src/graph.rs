@@ -793,6 +793,7 @@ impl GraphBuilder {
                 .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
                 .collect(),
             DType::I8 => bytes.iter().map(|&b| f32::from(b as i8)).collect(),
+            DType::U8 => bytes.iter().map(|&b| f32::from(b)).collect(),
             DType::I32 => bytes
                 .chunks_exact(4)
                 .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)

@@ -2002,3 +2002,140 @@ fn choose_qparams_as_pytorch() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// Weight-only quantized linears against their definitions: `_weight_int8pack_mm` (int8
+/// weights `[n, k]`) and `et_vk.linear_qcs4w` (4-bit weights two to a byte, the even column in
+/// the high nibble, each stored plus 8, k odd so the last byte is padded), each times
+/// per-channel scales.
+#[test]
+fn weight_only_quantized_linears_match_their_definitions() {
+    let Some((instance, dev)) = device("weight_only_linears", false) else {
+        return;
+    };
+    let (m, n, k) = (3, 5, 7);
+    let x = rand_vec(111, m * k);
+    let scales: Vec<f32> = (0..n).map(|o| 0.02 + 0.01 * o as f32).collect();
+    let q8 = int8s(112, n * k);
+    let q4: Vec<i8> = int8s(113, n * k)
+        .iter()
+        .map(|v| v.rem_euclid(16) - 8)
+        .collect();
+    let half = k.div_ceil(2);
+    let mut packed = vec![0u8; n * half];
+    for r in 0..n {
+        for j in 0..half {
+            let nibble = |c: usize| if c < k { (q4[r * k + c] + 8) as u8 } else { 8 };
+            packed[r * half + j] = nibble(2 * j) << 4 | nibble(2 * j + 1);
+        }
+    }
+    let xin = HostTensor::from_f32(vec![m, k], &x).unwrap();
+    let f32t = |v: &[f32]| HostTensor::from_f32(vec![v.len()], v).unwrap();
+    let cases = [
+        (
+            "aten._weight_int8pack_mm.default",
+            HostTensor::from_i8(vec![n, k], &q8).unwrap(),
+            &q8,
+        ),
+        (
+            "et_vk.linear_qcs4w.default",
+            HostTensor::new(DType::U8, vec![n, half], packed.clone()).unwrap(),
+            &q4,
+        ),
+    ];
+    for (name, weights, q) in cases {
+        let got = call_q8(
+            &dev,
+            name,
+            std::slice::from_ref(&xin),
+            vec![Arg::None, Arg::None],
+            vec![weights, f32t(&scales)],
+        );
+        assert_eq!(got.len(), m * n, "{name}");
+        for (at, g) in got.iter().enumerate() {
+            let (r, o) = (at / n, at % n);
+            let want: f64 = (0..k)
+                .map(|c| f64::from(x[r * k + c]) * f64::from(q[o * k + c]) * f64::from(scales[o]))
+                .sum();
+            assert!(
+                (f64::from(*g) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{name} [{r}, {o}]: {g} against {want}"
+            );
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
+/// `et_vk.linear_q8csw` and `et_vk.conv2d_q8csw` (float inputs, int8 weights with
+/// per-channel scales and a bias, the convolution's weights packed `[c_out, k]` with each row
+/// `[kh, kw, c_in]` and k padded to a multiple of 4) against their definitions.
+#[test]
+fn float_products_with_int8_weights_match_their_definitions() {
+    let Some((instance, dev)) = device("q8csw", false) else {
+        return;
+    };
+    let f32t = |shape: &[usize], v: &[f32]| HostTensor::from_f32(shape.to_vec(), v).unwrap();
+    let scales: Vec<f32> = (0..8).map(|o| 0.01 + 0.002 * o as f32).collect();
+    let bias: Vec<f32> = (0..8).map(|o| 0.1 * o as f32 - 0.3).collect();
+    let close = |name: &str, at: usize, g: f32, want: f64| {
+        assert!(
+            (f64::from(g) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "{name} {at}: {g} against {want}"
+        );
+    };
+    // linear: x [2, 12], weights [8, 12].
+    let (x, w) = (rand_vec(121, 24), int8s(122, 96));
+    let got = call_q8(
+        &dev,
+        "et_vk.linear_q8csw.default",
+        &[f32t(&[2, 12], &x)],
+        vec![Arg::None, Arg::None, Arg::None],
+        vec![
+            HostTensor::from_i8(vec![8, 12], &w).unwrap(),
+            f32t(&[8], &scales),
+            f32t(&[8], &bias),
+        ],
+    );
+    for (at, &g) in got.iter().enumerate() {
+        let (r, o) = (at / 8, at % 8);
+        let dot: f64 = (0..12)
+            .map(|c| f64::from(x[r * 12 + c]) * f64::from(f32::from(w[o * 12 + c]) * scales[o]))
+            .sum();
+        close("linear_q8csw", at, g, dot + f64::from(bias[o]));
+    }
+    // conv2d: x [1, 4, 5, 5], 3x3, padding 1, 6 output channels, k = 36 padded to 40.
+    let (x, w) = (rand_vec(123, 100), int8s(124, 240));
+    let geometry = [[3, 3], [1, 1], [1, 1], [1, 1]].map(|p| Arg::Ints(p.to_vec()));
+    let mut rest = vec![Arg::None, Arg::None, Arg::None];
+    rest.extend(geometry);
+    rest.push(Arg::Int(1));
+    let got = call_q8(
+        &dev,
+        "et_vk.conv2d_q8csw.default",
+        &[f32t(&[1, 4, 5, 5], &x)],
+        rest,
+        vec![
+            HostTensor::from_i8(vec![6, 40], &w).unwrap(),
+            f32t(&[8], &scales),
+            f32t(&[8], &bias),
+        ],
+    );
+    assert_eq!(got.len(), 6 * 25);
+    for (at, &g) in got.iter().enumerate() {
+        let (o, h, wd) = (at / 25, (at / 5) % 5, at % 5);
+        let mut y = f64::from(bias[o]);
+        for c in 0..4 {
+            for i in 0..3 {
+                for j in 0..3 {
+                    let (yy, xx) = (h + i, wd + j);
+                    if yy < 1 || xx < 1 || yy > 5 || xx > 5 {
+                        continue;
+                    }
+                    let q = f32::from(w[o * 40 + (i * 3 + j) * 4 + c]) * scales[o];
+                    y += f64::from(x[(c * 5 + yy - 1) * 5 + xx - 1]) * f64::from(q);
+                }
+            }
+        }
+        close("conv2d_q8csw", at, g, y);
+    }
+    assert_no_validation_errors(&instance);
+}

@@ -41,6 +41,10 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["et_vk.q8ta_relu.default", "q8ta_relu"], &[INPUT, real("input_scale"), int("input_zero_point"), real("output_scale"), int("output_zero_point")], q8ta_relu),
     OpDef::new(&["et_vk.q8ta_pixel_shuffle.default", "q8ta_pixel_shuffle"], &[INPUT, real("input_scale"), int("input_zero_point"), real("output_inv_scale"), int("output_zero_point"), int("upscale_factor")], q8ta_pixel_shuffle),
     OpDef::new(&["et_vk.q8ta_linear.default", "et_vk.q8ta_linear_gemv.default", "q8ta_linear"], &[Param::tensor("x"), real("input_scale"), int("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), real("output_scale"), int("output_zero_point"), Param::opt_tensor("bias"), ACTIVATION], q8ta_linear),
+    OpDef::new(&["aten._weight_int8pack_mm.default", "aten::_weight_int8pack_mm.out", "weight_int8pack_mm"], &[INPUT, Param::tensor("mat2|weights"), Param::tensor("scales")], weight_int8pack_mm),
+    OpDef::new(&["et_vk.linear_qcs4w.default", "linear_qcs4w"], &[INPUT, Param::tensor("weight|weights"), Param::tensor("scales")], linear_qcs4w),
+    OpDef::new(&["et_vk.linear_q8csw.default", "linear_q8csw"], &[Param::tensor("x|input"), Param::tensor("weights"), Param::tensor("weight_scales"), Param::opt_tensor("bias")], linear_q8csw),
+    OpDef::new(&["et_vk.conv2d_q8csw.default", "conv2d_q8csw"], &[Param::tensor("x|input"), Param::tensor("weights"), Param::tensor("weight_scales"), Param::opt_tensor("bias"), ints("kernel_size"), ints("stride"), ints("padding"), ints("dilation"), int("groups")], conv2d_q8csw),
     OpDef::new(&["et_vk.linear_q8ta_q8csw.default", "linear_q8ta_q8csw"], &[Param::tensor("x"), real("input_scale"), int("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), Param::opt_tensor("bias")], linear_q8ta_q8csw),
     OpDef::new(&["et_vk.q8ta_conv2d.default", "et_vk.q8ta_conv2d_pw.default", "q8ta_conv2d"], Q8TA_CONV, |c| q8ta_conv2d(c, false)),
     OpDef::new(&["et_vk.q8ta_conv2d_dw.default", "q8ta_conv2d_dw"], Q8TA_CONV, |c| q8ta_conv2d(c, true)),
@@ -530,21 +534,89 @@ fn activate(c: &mut Call<'_>, i: usize, y: TensorId) -> Result<TensorId> {
 
 fn q8ta_linear(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
-    let y = q8csw_linear(c, x, 8)?;
+    let y = q8csw_linear(c, x, [3, 5, 8])?;
     let y = activate(c, 9, y)?;
     one(int8_output(c, y, 6)?)
+}
+
+/// `x [.., k] @ (mat2 [n, k] * scales [n])^T` in `x`'s float type: int8 weights with
+/// per-channel scales, the product in f32.
+fn weight_int8pack_mm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, w, scales) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
+    let n = c.shape(w).first().copied().unwrap_or(0);
+    let w = channel_weights(c.g, w, scales, n, 2)?;
+    linear_in_f32(c.g, x, w)
+}
+
+/// `x @ w^T` for an f32 `w`, computed in f32 and given in `x`'s float type.
+fn linear_in_f32(g: &mut GraphBuilder, x: TensorId, w: TensorId) -> Result<Vec<TensorId>> {
+    let float = g.float_operand("linear", x)?.dtype;
+    let x = as_dtype(g, x, DType::F32)?;
+    let y = g.linear(x, w, None)?;
+    one(as_dtype(g, y, float)?)
+}
+
+/// `t` in `dtype`: itself, or cast.
+fn as_dtype(g: &mut GraphBuilder, t: TensorId, dtype: DType) -> Result<TensorId> {
+    match g.dtype(t) == Some(dtype) {
+        true => Ok(t),
+        false => g.cast(t, dtype),
+    }
+}
+
+/// `x [.., k] @ (weights * scales)^T` for 4-bit weights packed two to a byte (`[n, k / 2]`
+/// uint8, the even column in the high nibble, each stored plus 8, as ExecuTorch packs them)
+/// with per-channel scales. Both must be constants: they are unpacked and scaled at build.
+fn linear_qcs4w(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, w, scales) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
+    let k = c.shape(x).last().copied().unwrap_or(0);
+    let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
+        return Err(c.err(1, "the packed weights and their scales must be constants"));
+    };
+    let ws = c.shape(w);
+    let [n, half] = ws[..] else {
+        return Err(c.err(1, format!("{ws:?}: [n, k / 2] is needed")));
+    };
+    if half != k.div_ceil(2) || sv.len() < n {
+        return Err(c.err(1, format!("{ws:?} with {} scales for k = {k}", sv.len())));
+    }
+    let mut t = vec![0f32; n * k];
+    for (at, v) in t.iter_mut().enumerate() {
+        let (r, j) = (at / k, at % k);
+        let byte = wv[r * half + j / 2] as u8;
+        let q = if j % 2 == 0 { byte >> 4 } else { byte & 15 };
+        *v = (f32::from(q) - 8.0) * sv[r];
+    }
+    let name = format!("qcs4w_weights{}", w.index());
+    let w = c.g.constant_f32(&name, &[n, k], &t)?;
+    linear_in_f32(c.g, x, w)
 }
 
 /// A float input times int8 weights with per-channel scales (the output stays float).
 fn linear_q8ta_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let x = c.g.cast(x, DType::F32)?;
-    one(q8csw_linear(c, x, 6)?)
+    one(q8csw_linear(c, x, [3, 5, 6])?)
 }
 
-/// `x @ dequantized(weights)^T + bias[..c_out]`; the bias is argument `bias_at`.
-fn q8csw_linear(c: &mut Call<'_>, x: TensorId, bias_at: usize) -> Result<TensorId> {
-    let (w, scales) = (c.tensor(3)?, c.tensor(5)?);
+/// `et_vk.linear_q8csw`: a float input times int8 weights `[n, k]` with per-channel scales,
+/// computed in f32 and given in the input's float type.
+fn linear_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let float = c.g.float_operand("linear_q8csw", x)?.dtype;
+    let x = as_dtype(c.g, x, DType::F32)?;
+    let y = q8csw_linear(c, x, [1, 2, 3])?;
+    one(as_dtype(c.g, y, float)?)
+}
+
+/// `x @ dequantized(weights)^T + bias[..c_out]`; the weights, their scales and the bias are
+/// the arguments at `[w, scales, bias]`.
+fn q8csw_linear(
+    c: &mut Call<'_>,
+    x: TensorId,
+    [w_at, scales_at, bias_at]: [usize; 3],
+) -> Result<TensorId> {
+    let (w, scales) = (c.tensor(w_at)?, c.tensor(scales_at)?);
     let c_out = c.shape(w).first().copied().unwrap_or(0);
     let dims = c.shape(w).len();
     let w = channel_weights(c.g, w, scales, c_out, dims)?;
@@ -569,25 +641,64 @@ fn int8_output(c: &mut Call<'_>, y: TensorId, at: usize) -> Result<TensorId> {
     quantize_tensor(c.g, y, c.float(at)?, c.int(at + 1)?, (-128, 127), DType::I8)
 }
 
+/// Where a quantized convolution's arguments are: its weights, their scales, the bias, and
+/// the kernel size followed by stride, padding, dilation and groups.
+struct ConvAt {
+    w: usize,
+    scales: usize,
+    bias: usize,
+    kernel: usize,
+}
+
 /// An int8 convolution: weights `[c_out, k]`, each row `[kh, kw, c_in / groups]` padded;
 /// `depthwise`: weights `[kh, kw, c_out]`.
 fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
     let x = dequantize_tensor(c.g, c.tensor(0)?, c.f32(1)?, c.int(2)?)?;
-    let (w, scales) = (c.tensor(3)?, c.tensor(5)?);
+    let at = ConvAt {
+        w: 3,
+        scales: 5,
+        bias: 8,
+        kernel: 9,
+    };
+    let y = packed_conv2d(c, x, &at, depthwise)?;
+    let y = activate(c, 14, y)?;
+    one(int8_output(c, y, 6)?)
+}
+
+/// A float convolution with int8 weights packed as `q8ta_conv2d`'s and per-channel scales
+/// (`et_vk.conv2d_q8csw`), computed in f32 and given in the input's float type.
+fn conv2d_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let float = c.g.float_operand("conv2d_q8csw", x)?.dtype;
+    let x = as_dtype(c.g, x, DType::F32)?;
+    let at = ConvAt {
+        w: 1,
+        scales: 2,
+        bias: 3,
+        kernel: 4,
+    };
+    let y = packed_conv2d(c, x, &at, false)?;
+    one(as_dtype(c.g, y, float)?)
+}
+
+/// The convolution of the f32 `x` with the packed int8 weights at `at`, dequantized, plus the
+/// (padded) bias.
+fn packed_conv2d(c: &mut Call<'_>, x: TensorId, at: &ConvAt, depthwise: bool) -> Result<TensorId> {
+    let (w, scales) = (c.tensor(at.w)?, c.tensor(at.scales)?);
     // Slices and permutes move words: the int8 weights, in f32 (exact) first.
     let w = c.g.cast(w, DType::F32)?;
-    let [kh, kw] = c.pair(9)?;
+    let [kh, kw] = c.pair(at.kernel)?;
     let p = crate::graph::Conv2d {
-        stride: c.pair(10)?,
-        padding: c.pair(11)?,
-        dilation: c.pair(12)?,
-        groups: c.count(13)?,
+        stride: c.pair(at.kernel + 1)?,
+        padding: c.pair(at.kernel + 2)?,
+        dilation: c.pair(at.kernel + 3)?,
+        groups: c.count(at.kernel + 4)?,
     };
     let (xs, ws) = (c.shape(x), c.shape(w));
     let c_in = xs.get(1).copied().unwrap_or(0);
     let w = if depthwise {
         let [h, wd, c_out] = ws[..] else {
-            return Err(c.err(3, format!("{ws:?}: [kh, kw, c_out] is needed")));
+            return Err(c.err(at.w, format!("{ws:?}: [kh, kw, c_out] is needed")));
         };
         let w = c.g.permute(w, &[2, 0, 1])?;
         let w =
@@ -595,13 +706,13 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
         channel_weights(c.g, w, scales, c_out, 4)?
     } else {
         let [c_out, k] = ws[..] else {
-            return Err(c.err(3, format!("{ws:?}: [c_out, k] is needed")));
+            return Err(c.err(at.w, format!("{ws:?}: [c_out, k] is needed")));
         };
         let per_group = c_in / p.groups.max(1);
         let k0 = kh * kw * per_group;
         if k0 > k || k0 == 0 {
             return Err(c.err(
-                3,
+                at.w,
                 format!("{ws:?} for {per_group} input channels per group and a {kh}x{kw} kernel"),
             ));
         }
@@ -615,10 +726,8 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
         channel_weights(c.g, w, scales, c_out, 4)?
     };
     let c_out = c.shape(w)[0];
-    let bias = padded_bias(c, 8, c_out)?;
-    let y = c.g.conv2d(x, w, bias, p)?;
-    let y = activate(c, 14, y)?;
-    one(int8_output(c, y, 6)?)
+    let bias = padded_bias(c, at.bias, c_out)?;
+    c.g.conv2d(x, w, bias, p)
 }
 
 /// An int8 transposed convolution. Its weights `[c_out, k]` (k = `kh * kw * c_in / groups`,

@@ -123,6 +123,8 @@ fn dtype_of(t: &VkTensor, staging: bool, float: DType) -> Result<DType> {
         // int64 is held as i32, as ExecuTorch's Vulkan backend holds it.
         VkDataType::Int32 | VkDataType::Int64 => Ok(DType::I32),
         VkDataType::Int8 => Ok(DType::I8),
+        // Packed 4-bit weights.
+        VkDataType::UInt8 => Ok(DType::U8),
         other => Err(err(format!("tensor dtype {other:?} is not supported"))),
     }
 }
