@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use vk_core::pipeline_cache::header_matches;
 use vk_core::{
     Buffer, BufferSlice, Device, DeviceTensor, HostIo, HostPath, HostTransfer, MemoryLocation,
     Submission, TensorSpec, Timestamps, VkResultExt, vk,
@@ -559,11 +560,29 @@ fn create_pipelines(
     for k in &kernels {
         layout_for(objects, k.kernel.bindings())?;
     }
-    let initial = options
-        .pipeline_cache
-        .as_deref()
-        .filter(|data| cache_header_matches(data, caps.vendor_id, caps.device_id))
-        .unwrap_or(&[]);
+    // Data the caller gave, else the disk cache's.
+    let file = match options.pipeline_cache {
+        Some(_) => None,
+        None => options
+            .disk_cache
+            .file(caps, crate::kernels::shader_set_hash()),
+    };
+    let disk = file
+        .as_ref()
+        .map(vk_core::CacheFile::load)
+        .unwrap_or_default();
+    let uuid = &caps.pipeline_cache_uuid;
+    let initial = match options.pipeline_cache.as_deref() {
+        Some(data) if header_matches(data, caps.vendor_id, caps.device_id, uuid) => data,
+        Some(data) if !data.is_empty() => {
+            log::warn!(
+                "compute graph: ignoring pipeline-cache data made for another device or driver"
+            );
+            &[]
+        }
+        Some(_) => &[],
+        None => &disk[..],
+    };
     // SAFETY: valid create info; the driver ignores incompatible initial data.
     objects.cache = unsafe {
         d.create_pipeline_cache(
@@ -623,6 +642,9 @@ fn create_pipelines(
     let pipelines = unsafe { create_in_parallel(d, objects.cache, &infos) }
         .map_err(|e| vk_core::VkError::new("vkCreateComputePipelines", e))?;
     objects.pipelines = pipelines.clone();
+    if let Some(file) = &file {
+        store_cache(d, objects.cache, file, &disk);
+    }
     if !capture.is_empty() {
         for ((k, spec), &p) in keys.iter().zip(&pipelines) {
             // SAFETY: `p` was just created on this device.
@@ -805,21 +827,37 @@ fn subgroup_arithmetic(device: &Device) -> bool {
         && (min == 0 || min >= 4)
 }
 
-/// Whether pipeline-cache data starts with a version-one header of this vendor and device
-/// (other data is not passed to the driver).
-fn cache_header_matches(data: &[u8], vendor: u32, device: u32) -> bool {
-    let word = |i: usize| {
-        data.get(i * 4..i * 4 + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+/// Writes `cache`'s data to `file` when the build added pipelines to what the file held
+/// (`loaded`), merged with what another build wrote there meanwhile.
+fn store_cache(
+    d: &ash::Device,
+    cache: vk::PipelineCache,
+    file: &vk_core::CacheFile,
+    loaded: &[u8],
+) {
+    // SAFETY: `cache` is a live pipeline cache of `d`.
+    let Ok(mut data) = (unsafe { d.get_pipeline_cache_data(cache) }) else {
+        return;
     };
-    let ok = word(0).is_some_and(|len| len >= 32 && len as usize <= data.len())
-        && word(1) == Some(1)
-        && word(2) == Some(vendor)
-        && word(3) == Some(device);
-    if !ok && !data.is_empty() {
-        log::warn!("compute graph: ignoring pipeline-cache data made for another device or driver");
+    if data.len() <= loaded.len() {
+        return;
     }
-    ok
+    let now = file.load();
+    if !now.is_empty() && now != loaded {
+        // SAFETY: `now` passed the header check for this device; the temporary cache is
+        // merged into `cache` (no other thread uses either now) and destroyed.
+        unsafe {
+            let info = vk::PipelineCacheCreateInfo::default().initial_data(&now);
+            if let Ok(other) = d.create_pipeline_cache(&info, None) {
+                let merged = d.merge_pipeline_caches(cache, &[other]);
+                d.destroy_pipeline_cache(other, None);
+                if merged.is_ok() {
+                    data = d.get_pipeline_cache_data(cache).unwrap_or(data);
+                }
+            }
+        }
+    }
+    file.store(&data);
 }
 #[cfg(test)]
 mod tests {
@@ -912,19 +950,6 @@ mod tests {
         assert_eq!(plan.slot_of[1], plan.slot_of[2]);
         assert_eq!(plan.slot_of[2], plan.slot_of[3]);
         assert_eq!(plan.report.intermediates, 96);
-    }
-
-    #[test]
-    fn foreign_pipeline_cache_data_is_ignored() {
-        let mut header = vec![32u8, 0, 0, 0, 1, 0, 0, 0];
-        header.extend(0x10de_u32.to_le_bytes());
-        header.extend(0x2335_u32.to_le_bytes());
-        header.extend([0u8; 16]);
-        assert!(cache_header_matches(&header, 0x10de, 0x2335));
-        assert!(!cache_header_matches(&header, 0x10005, 0));
-        assert!(!cache_header_matches(&header[..20], 0x10de, 0x2335));
-        assert!(!cache_header_matches(b"garbage", 0x10de, 0x2335));
-        assert!(!cache_header_matches(&[], 0, 0));
     }
 
     #[test]

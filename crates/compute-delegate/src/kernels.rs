@@ -86,6 +86,21 @@ impl Kernel {
     }
 }
 
+/// A hash of every kernel's SPIR-V, both precisions: what names a disk pipeline cache's file,
+/// so that another build's shaders start a file of their own.
+pub(crate) fn shader_set_hash() -> u64 {
+    use std::hash::{Hash, Hasher};
+    static HASH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HASH.get_or_init(|| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for k in Kernel::ALL {
+            k.spirv().hash(&mut h);
+            k.spirv_f16().hash(&mut h);
+        }
+        h.finish()
+    })
+}
+
 /// The most push-constant bytes any kernel declares.
 pub(crate) const PUSH_BYTES: u32 = 128;
 

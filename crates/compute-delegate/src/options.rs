@@ -11,6 +11,10 @@ pub struct BuildOptions {
     /// Data from [`crate::Graph::pipeline_cache_data`] of an earlier build on the same driver;
     /// incompatible data is ignored by the driver.
     pub pipeline_cache: Option<Vec<u8>>,
+    /// Where pipeline caches are kept between runs when [`BuildOptions::pipeline_cache`] is
+    /// `None` (default: the user's cache folder, or `VKDELEGATE_PIPELINE_CACHE`; see
+    /// [`vk_core::DiskCache`]). A build that compiles pipelines the file lacks writes them back.
+    pub disk_cache: vk_core::DiskCache,
     /// Copy inputs, outputs and weights through host staging buffers even where device memory
     /// is host-visible (the discrete-GPU path, for tests on unified-memory devices).
     pub force_staging: bool,

@@ -294,6 +294,86 @@ fn pipeline_cache_round_trips() {
     assert_no_validation_errors(&instance);
 }
 
+/// The disk cache: the first build writes the device's file, a second build of the same
+/// graph finds every pipeline there and leaves the file as it was, a build with new pipelines
+/// adds them, a damaged file is a cold cache, and `DiskCache::Off` writes nothing.
+#[test]
+fn pipeline_caches_persist_on_disk() {
+    let Some((instance, dev)) = device("pipeline_caches_persist_on_disk") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("vkdelegate-disk-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let at = |dir: &std::path::Path| BuildOptions {
+        disk_cache: vk_core::DiskCache::At(dir.to_path_buf()),
+        ..BuildOptions::default()
+    };
+    let graph = |softmax: bool| {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, &[2, 8]).unwrap();
+        let y = match softmax {
+            true => g.softmax(x, -1).unwrap(),
+            false => g.sigmoid(x).unwrap(),
+        };
+        g.output(y).unwrap();
+        g
+    };
+    let files = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    drop(graph(true).build_with(&dev, &at(&dir)).unwrap());
+    let [file] = &files(&dir)[..] else {
+        panic!("one file expected in {}: {:?}", dir.display(), files(&dir));
+    };
+    let first = std::fs::read(file).unwrap();
+    assert!(
+        first.len() >= 32,
+        "{} bytes: not even a header",
+        first.len()
+    );
+    drop(graph(true).build_with(&dev, &at(&dir)).unwrap());
+    assert_eq!(
+        std::fs::read(file).unwrap(),
+        first,
+        "nothing new: the file stays"
+    );
+    drop(graph(false).build_with(&dev, &at(&dir)).unwrap());
+    let grown = std::fs::read(file).unwrap();
+    if first.len() > 32 {
+        assert!(
+            grown.len() > first.len(),
+            "{} then {} bytes",
+            first.len(),
+            grown.len()
+        );
+    } else {
+        // Lavapipe keeps no pipelines in a VkPipelineCache (its data is the header alone).
+        eprintln!(
+            "note: {} keeps no pipelines in its pipeline cache",
+            dev.capabilities().name
+        );
+    }
+    std::fs::write(file, b"damaged").unwrap();
+    let mut g = graph(true).build_with(&dev, &at(&dir)).unwrap();
+    let out = g
+        .execute(&[HostTensor::from_f32(vec![2, 8], &[0.0; 16]).unwrap()])
+        .unwrap();
+    assert_eq!(out[0].to_f32().unwrap(), vec![0.125; 16]);
+    assert!(std::fs::read(file).unwrap().len() >= 32, "rewritten");
+    let off = dir.join("off");
+    let opts = BuildOptions {
+        disk_cache: vk_core::DiskCache::Off,
+        ..BuildOptions::default()
+    };
+    drop(graph(true).build_with(&dev, &opts).unwrap());
+    assert!(files(&off).is_empty());
+    drop(g);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_no_validation_errors(&instance);
+}
+
 /// Two graphs chained on the device: the second reads the first's output buffer, ordered by
 /// a semaphore, with one host copy at each end.
 #[test]

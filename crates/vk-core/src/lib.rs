@@ -43,7 +43,10 @@ pub mod testing;
 pub use device::{
     adapter, arm, caps, conv, emulation, fault, features, instance, nv, queue, requirements,
 };
-pub use gpu::{barrier, command, host, memory, pipeline_stats, query, selftest, timing, transfer};
+pub use gpu::{
+    barrier, command, host, memory, pipeline_cache, pipeline_stats, query, selftest, timing,
+    transfer,
+};
 pub use io::{image_io, tensor};
 
 pub use adapter::{Adapter, DeviceSummary, rank, select_index};
@@ -66,6 +69,7 @@ pub use image_io::{
 };
 pub use instance::{Instance, InstanceDesc, ValidationLog};
 pub use memory::{Buffer, COPY_THREADS_ENV, HostIo, MemoryBlock, MemoryLocation};
+pub use pipeline_cache::{CacheFile, DiskCache, PIPELINE_CACHE_ENV};
 pub use query::Timestamps;
 pub use queue::{DefaultQueueLock, Queue, QueueGuard, QueueLock, QueueStats};
 pub use requirements::{Enabled, Missing, Requirements};

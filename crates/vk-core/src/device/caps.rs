@@ -162,6 +162,8 @@ pub struct Capabilities {
     pub vendor_id: u32,
     /// PCI device id.
     pub device_id: u32,
+    /// `pipelineCacheUUID`: pipeline-cache data from another driver build is not this one's.
+    pub pipeline_cache_uuid: [u8; 16],
     /// Limits.
     pub limits: Limits,
     /// Memory heaps and types.
@@ -445,6 +447,7 @@ impl Capabilities {
             driver_info,
             vendor_id: props.vendor_id,
             device_id: props.device_id,
+            pipeline_cache_uuid: props.pipeline_cache_uuid,
             limits,
             memory,
             extensions,

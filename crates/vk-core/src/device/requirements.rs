@@ -237,6 +237,7 @@ mod tests {
             driver_info: String::new(),
             vendor_id: 0,
             device_id: 0,
+            pipeline_cache_uuid: [0; 16],
             limits: Limits {
                 max_storage_buffer_range: 1 << 30,
                 max_compute_work_group_count: [65535; 3],
