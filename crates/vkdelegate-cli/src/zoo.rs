@@ -7,8 +7,10 @@
 //! from the exact one on deep networks); `force_fp16` against the output's scale,
 //! `5e-2 * max |reference|` (PyTorch's own fp16 run of resnet50 is 3.6% of the scale off its
 //! fp32 one), and for a classifier of 1000 or more scores, top-5 agreement. Statically
-//! quantized int8 networks are judged as fp16 ones: one intermediate value rounded to the other
-//! int8 level moves the output by whole quantization steps. Weight-only quantized networks
+//! quantized int8 networks: `2.5e-1 * max |reference|` and top-5 agreement (each intermediate
+//! value rounded to the other int8 level moves the output by whole steps, and deep networks
+//! compound them: ExecuTorch's own XNNPACK run of the zoo's full-size int8 resnet50 and
+//! mobilenet_v2 is 15% and 19% of the scale off PyTorch's). Weight-only quantized networks
 //! compute in float and are judged as fp32.
 
 use std::path::{Path, PathBuf};
@@ -137,9 +139,14 @@ fn check(dir: &Path, repeat: usize) -> Row {
 fn check_into(dir: &Path, repeat: usize, row: &mut Row) -> Result {
     let inputs = numbered(dir, "input")?;
     let expected = numbered(dir, "expected_output")?;
-    // Judged against the output's scale: fp16 and static int8 networks.
-    let fp16 = std::fs::read_to_string(dir.join("meta.json"))
-        .is_ok_and(|m| m.contains("force_fp16") || m.contains("quantized int8"));
+    let meta = std::fs::read_to_string(dir.join("meta.json")).unwrap_or_default();
+    let judged = if meta.contains("quantized int8") {
+        Judged::Int8
+    } else if meta.contains("force_fp16") {
+        Judged::Fp16
+    } else {
+        Judged::Fp32
+    };
     let bytes = std::fs::read(dir.join("model.pte"))?;
     let t = Instant::now();
     let builder = vkdelegate::pte::program_builder(bytes.into(), None)?;
@@ -167,7 +174,7 @@ fn check_into(dir: &Path, repeat: usize, row: &mut Row) -> Result {
     }
     let (mut max_error, mut worst) = (0f32, 0f32);
     for (i, (got, want)) in outputs.iter().zip(&expected).enumerate() {
-        let (e, w) = judge(i, got, want, fp16)?;
+        let (e, w) = judge(i, got, want, judged)?;
         max_error = max_error.max(e);
         worst = worst.max(w);
     }
@@ -197,7 +204,15 @@ fn numbered(dir: &Path, stem: &str) -> Result<Vec<HostTensor>> {
 
 /// Output `i` against PyTorch's: the largest absolute error and the worst error as a
 /// fraction of the tolerance (over 1 when a classifier's top five disagree).
-fn judge(i: usize, got: &HostTensor, want: &HostTensor, fp16: bool) -> Result<(f32, f32)> {
+/// How a network's outputs are judged (the module's documentation gives the bounds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Judged {
+    Fp32,
+    Fp16,
+    Int8,
+}
+
+fn judge(i: usize, got: &HostTensor, want: &HostTensor, judged: Judged) -> Result<(f32, f32)> {
     if got.shape() != want.shape() {
         return Err(format!(
             "output {i}: shape {:?}, PyTorch's is {:?}",
@@ -221,10 +236,10 @@ fn judge(i: usize, got: &HostTensor, want: &HostTensor, fp16: bool) -> Result<(f
     let mut worst = 0f32;
     for (x, y) in a.iter().zip(&b) {
         let e = (x - y).abs();
-        let tolerance = if fp16 {
-            5e-2 * scale
-        } else {
-            1e-4 * scale.max(1.0) + 1e-3 * y.abs()
+        let tolerance = match judged {
+            Judged::Fp32 => 1e-4 * scale.max(1.0) + 1e-3 * y.abs(),
+            Judged::Fp16 => 5e-2 * scale,
+            Judged::Int8 => 2.5e-1 * scale,
         };
         max_error = max_error.max(e);
         worst = worst.max(if e.is_nan() {
@@ -233,7 +248,7 @@ fn judge(i: usize, got: &HostTensor, want: &HostTensor, fp16: bool) -> Result<(f
             e / tolerance
         });
     }
-    if fp16 && b.len() >= 1000 && !top5_agree(&a, &b) {
+    if judged != Judged::Fp32 && b.len() >= 1000 && !top5_agree(&a, &b) {
         worst = worst.max(f32::INFINITY);
     }
     Ok((max_error, worst))
