@@ -2139,3 +2139,263 @@ fn float_products_with_int8_weights_match_their_definitions() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// The language-model ops of the attention and norm families, in fp32 and fp16, against
+/// ExecuTorch's definitions: `rms_norm`, the three rotary embeddings (both outputs of
+/// `apply_rotary_emb`, with fewer key heads than query heads; the Hugging Face form from a
+/// start position, with dims past the rotary ones passing through) and `sdpa` with a mask.
+#[test]
+fn language_model_ops_match_their_definitions() {
+    each_precision("language_model_ops", |dev, dtype| {
+        // rms_norm: x [2, 3, 8], weight [8].
+        let (x, w) = (rand_vec(131, 48), rand_vec(132, 8));
+        let (got, _) = call(
+            dev,
+            "et_vk.rms_norm.default",
+            dtype,
+            &[(&[2, 3, 8], &x), (&[8], &w)],
+            vec![Arg::Float(1e-5)],
+        );
+        let want: Vec<f32> = x
+            .chunks(8)
+            .flat_map(|row| {
+                let ms = row.iter().map(|v| v * v).sum::<f32>() / 8.0;
+                let r = 1.0 / (ms + 1e-5).sqrt();
+                row.iter()
+                    .zip(&w)
+                    .map(move |(v, w)| v * r * w)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_close(&got, &want, dtype, "rms_norm");
+
+        // apply_rotary_emb: q [1, 3, 2, 4] and k [1, 3, 1, 4], cos and sin [3, 2].
+        let (q, k) = (rand_vec(133, 24), rand_vec(134, 12));
+        let (cos, sin) = (rand_vec(135, 6), rand_vec(136, 6));
+        let rotate = |x: &[f32], heads: usize| -> Vec<f32> {
+            let mut y = x.to_vec();
+            for s in 0..3 {
+                for h in 0..heads {
+                    for p in 0..2 {
+                        let at = ((s * heads + h) * 4) + 2 * p;
+                        let (re, im, c, sn) = (x[at], x[at + 1], cos[s * 2 + p], sin[s * 2 + p]);
+                        y[at] = re * c - im * sn;
+                        y[at + 1] = re * sn + im * c;
+                    }
+                }
+            }
+            y
+        };
+        for (a, b, heads) in [(&q, &k, 2), (&k, &q, 1)] {
+            let (sa, sb): (&[usize], &[usize]) = match heads {
+                2 => (&[1, 3, 2, 4], &[1, 3, 1, 4]),
+                _ => (&[1, 3, 1, 4], &[1, 3, 2, 4]),
+            };
+            let (got, shape) = call(
+                dev,
+                "et_vk.apply_rotary_emb.default",
+                dtype,
+                &[(sa, a), (sb, b), (&[3, 2], &cos), (&[3, 2], &sin)],
+                vec![],
+            );
+            assert_eq!(shape, sa);
+            assert_close(&got, &rotate(a, heads), dtype, "apply_rotary_emb");
+        }
+
+        // apply_rotary_emb_hf: q [1, 2, 1, 6], cos and sin [4, 4] from position 1.
+        let q = rand_vec(137, 12);
+        let (cos, sin) = (rand_vec(138, 16), rand_vec(139, 16));
+        let (got, _) = call(
+            dev,
+            "et_vk.apply_rotary_emb_hf.default",
+            dtype,
+            &[
+                (&[1, 2, 1, 6], &q),
+                (&[1, 2, 1, 6], &q),
+                (&[4, 4], &cos),
+                (&[4, 4], &sin),
+            ],
+            vec![Arg::Int(1)],
+        );
+        let mut want = q.clone();
+        for s in 0..2 {
+            let (x, p) = (&q[s * 6..s * 6 + 6], s + 1);
+            for j in 0..4 {
+                let half = if j < 2 { -x[j + 2] } else { x[j - 2] };
+                want[s * 6 + j] = x[j] * cos[p * 4 + j] + half * sin[p * 4 + j];
+            }
+        }
+        assert_close(&got, &want, dtype, "apply_rotary_emb_hf");
+
+        // apply_rotary_emb_interleaved: x [1, 3, 4], freqs_cis [3, 4] of (cos, sin) pairs.
+        let (x, f) = (rand_vec(140, 12), rand_vec(141, 12));
+        let (got, _) = call(
+            dev,
+            "et_vk.apply_rotary_emb_interleaved.default",
+            dtype,
+            &[(&[1, 3, 4], &x), (&[3, 4], &f)],
+            vec![],
+        );
+        let mut want = x.clone();
+        for at in (0..12).step_by(2) {
+            let (re, im, c, s) = (x[at], x[at + 1], f[at], f[at + 1]);
+            want[at] = re * c - im * s;
+            want[at + 1] = re * s + im * c;
+        }
+        assert_close(&got, &want, dtype, "apply_rotary_emb_interleaved");
+
+        // sdpa: q [1, 2, 3, 4], k [1, 2, 5, 4], v [1, 2, 5, 3], an additive mask [3, 5].
+        let (q, k, v) = (rand_vec(142, 24), rand_vec(143, 40), rand_vec(144, 30));
+        let mask: Vec<f32> = (0..15)
+            .map(|i| if i % 5 > 2 + i / 5 { -1e4 } else { 0.0 })
+            .collect();
+        let (got, shape) = call(
+            dev,
+            "et_vk.sdpa.default",
+            dtype,
+            &[
+                (&[1, 2, 3, 4], &q),
+                (&[1, 2, 5, 4], &k),
+                (&[1, 2, 5, 3], &v),
+                (&[3, 5], &mask),
+            ],
+            vec![Arg::None],
+        );
+        assert_eq!(shape, [1, 2, 3, 3]);
+        let mut want = Vec::new();
+        for h in 0..2 {
+            for i in 0..3 {
+                let s: Vec<f32> = (0..5)
+                    .map(|j| {
+                        let dot: f32 = (0..4)
+                            .map(|d| q[(h * 3 + i) * 4 + d] * k[(h * 5 + j) * 4 + d])
+                            .sum();
+                        dot / 2.0 + mask[i * 5 + j]
+                    })
+                    .collect();
+                let m = s.iter().fold(f32::MIN, |a, &b| a.max(b));
+                let e: Vec<f32> = s.iter().map(|v| (v - m).exp()).collect();
+                let z: f32 = e.iter().sum();
+                for c in 0..3 {
+                    want.push((0..5).map(|j| e[j] / z * v[(h * 5 + j) * 3 + c]).sum());
+                }
+            }
+        }
+        assert_close(&got, &want, dtype, "sdpa");
+    });
+}
+
+/// Group-wise 4-bit weights as ExecuTorch packs them, against their definitions:
+/// `linear_q4gsw` and `linear_dq8ca_q4gsw` (weights `[n, k / 2]`, the even column in the low
+/// nibble, scales `[groups, n]`, a bias) and `embedding_q4gsw` (table `[v, d / 2]`, the even
+/// column in the high nibble unless `is_linear_weight`, scales `[v, groups]`).
+#[test]
+fn group_wise_four_bit_ops_match_their_definitions() {
+    let Some((instance, dev)) = device("q4gsw", false) else {
+        return;
+    };
+    let (n, k, group) = (3, 16, 8);
+    let q: Vec<i8> = int8s(151, n * k)
+        .iter()
+        .map(|v| v.rem_euclid(16) - 8)
+        .collect();
+    let pack = |rows: usize, cols: usize, low_first: bool| -> Vec<u8> {
+        (0..rows * cols / 2)
+            .map(|b| {
+                let (even, odd) = ((q[2 * b] + 8) as u8, (q[2 * b + 1] + 8) as u8);
+                if low_first {
+                    odd << 4 | even
+                } else {
+                    even << 4 | odd
+                }
+            })
+            .collect()
+    };
+    let scales: Vec<f32> = (0..2 * n).map(|i| 0.01 + 0.005 * i as f32).collect();
+    let bias = rand_vec(152, n);
+    let x = rand_vec(153, 2 * k);
+    let f32t = |shape: &[usize], v: &[f32]| HostTensor::from_f32(shape.to_vec(), v).unwrap();
+    let u8t = |shape: &[usize], v: Vec<u8>| HostTensor::new(DType::U8, shape.to_vec(), v).unwrap();
+    let xin = f32t(&[2, k], &x);
+    let linear_want: Vec<f32> = (0..2 * n)
+        .map(|at| {
+            let (r, o) = (at / n, at % n);
+            bias[o]
+                + (0..k)
+                    .map(|c| x[r * k + c] * f32::from(q[o * k + c]) * scales[(c / group) * n + o])
+                    .sum::<f32>()
+        })
+        .collect();
+    let (weights, sc, b) = (
+        u8t(&[n, k / 2], pack(n, k, true)),
+        f32t(&[2, n], &scales),
+        f32t(&[n], &bias),
+    );
+    let got = call_q8(
+        &dev,
+        "et_vk.linear_q4gsw.default",
+        std::slice::from_ref(&xin),
+        vec![Arg::None, Arg::None, Arg::Int(group as i64), Arg::None],
+        vec![weights.clone(), sc.clone(), b.clone()],
+    );
+    assert_close(&got, &linear_want, DType::F32, "linear_q4gsw");
+    let got = call_q8(
+        &dev,
+        "et_vk.linear_dq8ca_q4gsw.default",
+        std::slice::from_ref(&xin),
+        vec![
+            Arg::None,
+            Arg::None,
+            Arg::None,
+            Arg::None,
+            Arg::None,
+            Arg::Int(group as i64),
+            Arg::None,
+        ],
+        vec![
+            f32t(&[1], &[0.1]),
+            f32t(&[1], &[0.0]),
+            weights,
+            f32t(&[n], &[0.0; 3]),
+            sc,
+            b,
+        ],
+    );
+    assert_close(&got, &linear_want, DType::F32, "linear_dq8ca_q4gsw");
+    // The table: the same values as [v = 3, d = 16], scales [3, 2].
+    let ids = HostTensor::from_i32(vec![4], &[2, 0, 1, 2]).unwrap();
+    let table_scales: Vec<f32> = (0..6).map(|i| 0.02 + 0.01 * i as f32).collect();
+    for linear_weight in [false, true] {
+        let mut g = GraphBuilder::new();
+        let table = g
+            .constant("t", u8t(&[n, k / 2], pack(n, k, linear_weight)))
+            .unwrap();
+        let ts = g.constant("s", f32t(&[n, 2], &table_scales)).unwrap();
+        let i = g.input("ids", DType::I32, &[4]).unwrap();
+        let args = vec![
+            Arg::Tensor(table),
+            Arg::Tensor(ts),
+            Arg::Int(group as i64),
+            Arg::Tensor(i),
+            Arg::Bool(linear_weight),
+        ];
+        let y = ops::find("et_vk.embedding_q4gsw.default")
+            .unwrap()
+            .call(&mut g, args)
+            .unwrap()[0];
+        g.output(y).unwrap();
+        let out = g
+            .build(&dev)
+            .unwrap()
+            .execute(std::slice::from_ref(&ids))
+            .unwrap();
+        let got = out[0].to_f32().unwrap();
+        let want: Vec<f32> = [2usize, 0, 1, 2]
+            .iter()
+            .flat_map(|&r| (0..k).map(move |c| (r, c)))
+            .map(|(r, c)| f32::from(q[r * k + c]) * table_scales[r * 2 + c / group])
+            .collect();
+        assert_close(&got, &want, DType::F32, "embedding_q4gsw");
+    }
+    assert_no_validation_errors(&instance);
+}

@@ -20,6 +20,7 @@
 //! every kind before the op runs.
 
 mod activation;
+mod attention;
 pub use activation::Math;
 mod conv;
 mod elementwise;
@@ -48,6 +49,7 @@ const FAMILIES: &[&[OpDef]] = &[
     shape::OPS,
     index::OPS,
     quantized::OPS,
+    attention::OPS,
 ];
 
 /// The op answering to `name`, if any.
@@ -457,6 +459,14 @@ impl Call<'_> {
         match self.get(i) {
             Arg::Float(v) => Ok(*v),
             other => Err(self.err(i, format!("must be a number, found {}", other.describe()))),
+        }
+    }
+
+    /// Argument `i`, a number or None.
+    pub(crate) fn opt_float(&self, i: usize) -> Result<Option<f64>> {
+        match self.get(i) {
+            Arg::None => Ok(None),
+            _ => self.float(i).map(Some),
         }
     }
 

@@ -1,7 +1,8 @@
-//! Normalisations: layer norm, group norm and batch norm (inference: no running statistics
+//! Normalisations: layer norm, RMS norm, group norm and batch norm (inference: no running statistics
 //! are updated, and the mean and reciprocal deviation outputs are not computed). Batch norm
 //! with constant statistics folds into one scale and shift per channel at build.
 
+use super::activation::Math;
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
@@ -16,6 +17,7 @@ const EPS: Param = Param::new("eps", Kind::Float, Fallback::Float(1e-5));
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.native_layer_norm.default", "layer_norm"], &[Param::tensor("input"), Param::new("normalized_shape", Kind::Ints, Fallback::Required), Param::opt_tensor("weight"), Param::opt_tensor("bias"), EPS], layer_norm),
     OpDef::new(&["aten._native_batch_norm_legit_no_training.default", "batch_norm"], &[Param::tensor("input"), Param::opt_tensor("weight"), Param::opt_tensor("bias"), Param::tensor("running_mean"), Param::tensor("running_var"), Param::new("momentum", Kind::Float, Fallback::Float(0.1)), EPS], batch_norm),
+    OpDef::new(&["et_vk.rms_norm.default", "rms_norm"], &[Param::tensor("x|input"), Param::tensor("weight"), EPS], rms_norm),
     OpDef::new(&["aten.native_group_norm.default"], &[Param::tensor("input"), Param::opt_tensor("weight"), Param::opt_tensor("bias"), Param::new("N", Kind::Int, Fallback::Null), Param::new("C", Kind::Int, Fallback::Null), Param::new("HxW", Kind::Int, Fallback::Null), Param::new("group", Kind::Int, Fallback::Required), EPS], group_norm),
 ];
 
@@ -31,6 +33,11 @@ fn batch_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     one(c.g.batch_norm(x, [w, b], [mean, var], eps)?)
 }
 
+fn rms_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (x, w, eps) = (c.tensor(0)?, c.tensor(1)?, c.f32(2)?);
+    one(c.g.rms_norm(x, w, eps)?)
+}
+
 fn group_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (x, w, b) = (c.tensor(0)?, c.opt_tensor(1)?, c.opt_tensor(2)?);
     let (groups, eps) = (c.count(6)?, c.f32(7)?);
@@ -41,6 +48,21 @@ fn group_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 // operands and naming the tensor and the numbers on error.
 
 impl GraphBuilder {
+    /// `x / sqrt(mean(x^2 over the last dim) + eps) * weight`, in f32, given in `x`'s dtype
+    /// (ExecuTorch's `et_vk.rms_norm`).
+    pub fn rms_norm(&mut self, x: TensorId, weight: TensorId, eps: f32) -> Result<TensorId> {
+        let dtype = self.float_operand("rms_norm", x)?.dtype;
+        let xf = self.cast(x, DType::F32)?;
+        let sq = self.mul(xf, xf)?;
+        let var = self.mean(sq, &[-1], true)?;
+        let var = self.add_scalar(var, eps)?;
+        let r = self.math(Math::Rsqrt, var, 0.0)?;
+        let y = self.mul(xf, r)?;
+        let w = self.cast(weight, DType::F32)?;
+        let y = self.mul(y, w)?;
+        self.cast(y, dtype)
+    }
+
     /// Batch norm over dim 1 of `x` (`[n, c, ..]`) with constant running statistics `[mean,
     /// var]` and optional constant `[weight, bias]`, all of `c` elements: folded at build into
     /// `x * scale + shift` per channel, `scale = weight / sqrt(var + eps)`,

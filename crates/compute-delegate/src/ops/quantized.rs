@@ -45,6 +45,9 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["et_vk.linear_qcs4w.default", "linear_qcs4w"], &[INPUT, Param::tensor("weight|weights"), Param::tensor("scales")], linear_qcs4w),
     OpDef::new(&["et_vk.linear_q8csw.default", "linear_q8csw"], &[Param::tensor("x|input"), Param::tensor("weights"), Param::tensor("weight_scales"), Param::opt_tensor("bias")], linear_q8csw),
     OpDef::new(&["et_vk.conv2d_q8csw.default", "conv2d_q8csw"], &[Param::tensor("x|input"), Param::tensor("weights"), Param::tensor("weight_scales"), Param::opt_tensor("bias"), ints("kernel_size"), ints("stride"), ints("padding"), ints("dilation"), int("groups")], conv2d_q8csw),
+    OpDef::new(&["et_vk.linear_q4gsw.default", "linear_q4gsw"], &[INPUT, Param::tensor("weights"), Param::tensor("weight_scales"), int("group_size"), Param::opt_tensor("bias")], |c| linear_q4gsw(c, [1, 2, 3, 4])),
+    OpDef::new(&["et_vk.linear_dq8ca_q4gsw.default", "linear_dq8ca_q4gsw"], &[INPUT, Param::tensor("input_scale"), Param::tensor("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), int("group_size"), Param::opt_tensor("bias")], |c| linear_q4gsw(c, [3, 5, 6, 7])),
+    OpDef::new(&["et_vk.embedding_q4gsw.default", "embedding_q4gsw"], &[Param::tensor("weight"), Param::tensor("weight_scales"), int("group_size"), Param::tensor("indices"), Param::new("is_linear_weight", Kind::Bool, Fallback::Bool(false))], embedding_q4gsw),
     OpDef::new(&["et_vk.linear_q8ta_q8csw.default", "linear_q8ta_q8csw"], &[Param::tensor("x"), real("input_scale"), int("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), Param::opt_tensor("bias")], linear_q8ta_q8csw),
     OpDef::new(&["et_vk.q8ta_conv2d.default", "et_vk.q8ta_conv2d_pw.default", "q8ta_conv2d"], Q8TA_CONV, |c| q8ta_conv2d(c, false)),
     OpDef::new(&["et_vk.q8ta_conv2d_dw.default", "q8ta_conv2d_dw"], Q8TA_CONV, |c| q8ta_conv2d(c, true)),
@@ -590,6 +593,114 @@ fn linear_qcs4w(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let name = format!("qcs4w_weights{}", w.index());
     let w = c.g.constant_f32(&name, &[n, k], &t)?;
     linear_in_f32(c.g, x, w)
+}
+
+/// 4-bit values packed two to a byte (each stored plus 8), `rows` rows of `half` bytes, as
+/// signed values: the even column from the high nibble (`high_first`) or the low one.
+fn unpack4(bytes: &[f32], rows: usize, half: usize, high_first: bool) -> Vec<f32> {
+    let mut out = vec![0f32; rows * half * 2];
+    for (at, v) in out.iter_mut().enumerate() {
+        let byte = bytes[at / 2] as u8;
+        let high = (at % 2 == 0) == high_first;
+        let q = if high { byte >> 4 } else { byte & 15 };
+        *v = f32::from(q) - 8.0;
+    }
+    out
+}
+
+/// Group-wise 4-bit weights as f32 `[n, k]`: packed `[n, k / 2]` (k padded; the even column
+/// in the low nibble, as ExecuTorch's q4gsw pattern packs them) times `scales[k / group][n]` (ExecuTorch
+/// stores the scales transposed, `[groups, n]`). Both must be constants; the weights, scales
+/// and group size are the arguments at `[w_at, scales_at, group_at]`.
+fn group_weights(
+    c: &mut Call<'_>,
+    [w_at, scales_at, group_at]: [usize; 3],
+    k: usize,
+) -> Result<TensorId> {
+    let (w, scales) = (c.tensor(w_at)?, c.tensor(scales_at)?);
+    let group = c.count(group_at)?.max(1);
+    let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
+        return Err(c.err(
+            w_at,
+            "the packed weights and their scales must be constants",
+        ));
+    };
+    let (ws, ss) = (c.shape(w), c.shape(scales));
+    let (&[n, half], &[groups, sn]) = (&ws[..], &ss[..]) else {
+        return Err(c.err(
+            w_at,
+            format!("{ws:?} and scales {ss:?}: [n, k / 2] and [groups, n]"),
+        ));
+    };
+    if half * 2 < k || sn != n || groups * group < k {
+        return Err(c.err(
+            w_at,
+            format!("{ws:?} and scales {ss:?} for k = {k} in groups of {group}"),
+        ));
+    }
+    let q = unpack4(&wv, n, half, false);
+    let mut t = vec![0f32; n * k];
+    for (at, v) in t.iter_mut().enumerate() {
+        let (r, j) = (at / k, at % k);
+        *v = q[r * half * 2 + j] * sv[(j / group) * n + r];
+    }
+    let name = format!("q4gsw_weights{}", w.index());
+    c.g.constant_f32(&name, &[n, k], &t)
+}
+
+/// `x @ dequantized(weights)^T + bias` for group-wise 4-bit weights; `at`: where the
+/// weights, their scales, the group size and the bias are. `linear_dq8ca_q4gsw` is defined on
+/// the float input as `linear_q4gsw` is: its input scale and zero point are not applied.
+fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let k = c.shape(x).last().copied().unwrap_or(0);
+    let w = group_weights(c, [w, scales, group], k)?;
+    let y = linear_in_f32(c.g, x, w)?[0];
+    match c.opt_tensor(bias)? {
+        Some(b) => {
+            let dtype = c.g.dtype(y).unwrap_or(DType::F32);
+            let b = as_dtype(c.g, b, dtype)?;
+            one(c.g.add(y, b)?)
+        }
+        None => one(y),
+    }
+}
+
+/// Rows of a group-wise 4-bit table `[v, d / 2]` with scales `[v, groups]`, picked by
+/// `indices`; `is_linear_weight`: the even column in the low nibble. The table and scales
+/// must be constants: dequantized at build.
+fn embedding_q4gsw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (w, scales, ids) = (c.tensor(0)?, c.tensor(1)?, c.tensor(3)?);
+    let group = c.count(2)?.max(1);
+    let high_first = !c.bool(4)?;
+    let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
+        return Err(c.err(0, "the packed table and its scales must be constants"));
+    };
+    let ws = c.shape(w);
+    let [v, half] = ws[..] else {
+        return Err(c.err(0, format!("{ws:?}: [v, d / 2] is needed")));
+    };
+    let d = half * 2;
+    let groups = sv.len() / v.max(1);
+    if groups * group != d || sv.len() != v * groups {
+        return Err(c.err(
+            1,
+            format!(
+                "{:?} for a [{v}, {d}] table in groups of {group}",
+                c.shape(scales)
+            ),
+        ));
+    }
+    let q = unpack4(&wv, v, half, high_first);
+    let t: Vec<f32> = q
+        .iter()
+        .enumerate()
+        .map(|(at, q)| q * sv[(at / d) * groups + (at % d) / group])
+        .collect();
+    let name = format!("q4gsw_table{}", w.index());
+    let table = c.g.constant_f32(&name, &[v, d], &t)?;
+    let ids = c.g.cast(ids, DType::I32)?;
+    one(c.g.embedding(table, ids)?)
 }
 
 /// A float input times int8 weights with per-channel scales (the output stays float).
