@@ -15,6 +15,10 @@ fn tensor_json(plan: &ExecutionPlan<'_>, v: u32) -> Json {
         Some(Value::Tensor(t)) => {
             json!({"value": v, "dtype": t.scalar_type.as_str(), "sizes": t.sizes})
         }
+        Some(Value::Int(n)) => json!({"value": v, "kind": "Int", "constant": n}),
+        Some(Value::Double(x)) => json!({"value": v, "kind": "Double", "constant": x}),
+        Some(Value::Bool(b)) => json!({"value": v, "kind": "Bool", "constant": b}),
+        Some(Value::IntList(l)) => json!({"value": v, "kind": "IntList", "constant": l}),
         Some(other) => json!({"value": v, "kind": other.kind()}),
         None => json!({"value": v, "kind": "missing"}),
     }
@@ -128,10 +132,13 @@ fn print_text(model: &Path, d: &Json) {
         println!("plan '{name}': {} values", plan["values"]);
         for (what, key) in [("input", "inputs"), ("output", "outputs")] {
             for (i, t) in plan[key].as_array().into_iter().flatten().enumerate() {
-                println!(
-                    "  {what} {i}: value {} {} {}",
-                    t["value"], t["dtype"], t["sizes"]
-                );
+                match (&t["dtype"], &t["constant"]) {
+                    (Json::String(dtype), _) => {
+                        println!("  {what} {i}: value {} {dtype} {}", t["value"], t["sizes"])
+                    }
+                    (_, Json::Null) => println!("  {what} {i}: value {} {}", t["value"], kind(t)),
+                    (_, c) => println!("  {what} {i}: value {} {} {c}", t["value"], kind(t)),
+                }
             }
         }
         for (k, i) in plan["instructions"]
@@ -193,4 +200,9 @@ pub fn run(model: &Path, json: bool) -> Result {
         print_text(model, &d);
     }
     Ok(())
+}
+
+/// A non-tensor value's kind (`Int`, `Bool`, ...).
+fn kind(t: &Json) -> &str {
+    t["kind"].as_str().unwrap_or("?")
 }

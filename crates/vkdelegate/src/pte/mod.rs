@@ -131,6 +131,11 @@ pub fn program_builder(bytes: Arc<[u8]>, method: Option<&str>) -> Result<Program
             Err(Refused::Payload(e)) => return Err(e),
         }
     }
+    match constant_step(plan) {
+        Ok(Some(step)) => steps.push(step),
+        Ok(None) => {}
+        Err(mut u) => unsupported.append(&mut u),
+    }
     for (i, &v) in plan.inputs.iter().enumerate() {
         if !matches!(plan.values.get(v as usize), Some(Value::Tensor(_))) {
             unsupported.push(Unsupported {
@@ -350,6 +355,79 @@ fn staged_spec(plan: &ExecutionPlan<'_>, v: u32) -> Result<vk_core::TensorSpec, 
         shape.push(1);
     }
     Ok(vk_core::TensorSpec::new(value_name(plan, v), dtype, shape))
+}
+
+/// The plan's outputs that are constants (the metadata methods of a language-model export:
+/// `get_max_seq_len` returns an int, `use_kv_cache` a bool), as one step that writes them: an
+/// int or a list of ints as i32 (`[1]` or `[n]`, as the program holds int64 values), a bool
+/// as f32 1.0 or 0.0 (as it holds masks), a double as f32. `None` when every output is a
+/// tensor.
+#[cfg(feature = "compute")]
+fn constant_step(plan: &ExecutionPlan<'_>) -> Result<Option<StepSpec>, Vec<Unsupported>> {
+    let mut g = compute_delegate::GraphBuilder::new();
+    let mut outputs = Vec::new();
+    for (i, &v) in plan.outputs.iter().enumerate() {
+        let host = match plan.values.get(v as usize) {
+            Some(Value::Int(n)) => i32::try_from(*n)
+                .ok()
+                .map(|n| vk_core::HostTensor::from_i32(vec![1], &[n])),
+            Some(Value::IntList(l)) if !l.is_empty() => l
+                .iter()
+                .map(|&n| i32::try_from(n).ok())
+                .collect::<Option<Vec<i32>>>()
+                .map(|l| vk_core::HostTensor::from_i32(vec![l.len()], &l)),
+            Some(Value::Bool(b)) => Some(vk_core::HostTensor::from_f32(
+                vec![1],
+                &[f32::from(u8::from(*b))],
+            )),
+            Some(Value::Double(x)) => Some(vk_core::HostTensor::from_f32(vec![1], &[*x as f32])),
+            _ => continue,
+        };
+        let made = host
+            .ok_or_else(|| "an int beyond i32".to_owned())
+            .and_then(|t| t.map_err(|e| e.to_string()))
+            .and_then(|t| {
+                let dtype = t.dtype();
+                let c = g.constant(&format!("c{i}"), t).map_err(|e| e.to_string())?;
+                // A copy: a program's outputs are written by a step.
+                let y = g.cast(c, dtype).map_err(|e| e.to_string())?;
+                g.output(y).map_err(|e| e.to_string())
+            });
+        made.map_err(|e| {
+            vec![Unsupported {
+                what: format!("a constant output: {e}"),
+                location: format!("plan '{}', output {i} (value {v})", plan.name),
+            }]
+        })?;
+        outputs.push(value_name(plan, v));
+    }
+    if outputs.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(StepSpec {
+        name: "constants".into(),
+        kind: StepKind::Graph(crate::program::GraphStep {
+            graph: Arc::new(g),
+            f16: false,
+        }),
+        inputs: Vec::new(),
+        outputs,
+    }))
+}
+
+#[cfg(not(feature = "compute"))]
+fn constant_step(plan: &ExecutionPlan<'_>) -> Result<Option<StepSpec>, Vec<Unsupported>> {
+    let constant = plan
+        .outputs
+        .iter()
+        .position(|&v| !matches!(plan.values.get(v as usize), Some(Value::Tensor(_))));
+    match constant {
+        None => Ok(None),
+        Some(i) => Err(vec![Unsupported {
+            what: "a constant output; this build lacks the `compute` feature".into(),
+            location: format!("plan '{}', output {i}", plan.name),
+        }]),
+    }
 }
 
 /// A CPU kernel the op registry implements (`aten::mul.Scalar_out`), as a one-op compute
