@@ -1,8 +1,15 @@
 //! Attention: rotary position embeddings (`et_vk.apply_rotary_emb`, its Hugging Face and
-//! pair-interleaved forms) and scaled dot-product attention (`et_vk.sdpa`), composed of the
-//! other families' ops as ExecuTorch defines them.
+//! pair-interleaved forms), scaled dot-product attention (`et_vk.sdpa`) and attention over a
+//! KV cache (`llama::sdpa_with_kv_cache`, `llama::update_cache`, `llama::custom_sdpa`),
+//! composed of the other families' ops as ExecuTorch defines them.
+//!
+//! A KV cache is a constant of the graph (zeros in the program file) that the graph writes in
+//! place ([`GraphBuilder::assign`]), so it lives on the device for as long as the built graph
+//! does and carries over from one execution to the next. Positions may be known only on the
+//! device (a program's `input_pos`): the rows written and the causal mask are computed from
+//! them there, so one built graph serves every position.
 
-use super::{Call, Fallback, Kind, OpDef, Param, one};
+use super::{Call, Fallback, Kind, OpDef, Param, Position, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, TensorId, shape_err};
 use vk_core::DType;
@@ -13,6 +20,9 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["et_vk.apply_rotary_emb.default", "apply_rotary_emb"], &[Param::tensor("xq"), Param::tensor("xk"), Param::tensor("freqs_cos"), Param::tensor("freqs_sin")], rotary),
     OpDef::new(&["et_vk.apply_rotary_emb_hf.default", "apply_rotary_emb_hf"], &[Param::tensor("xq"), Param::tensor("xk"), Param::tensor("freqs_cos"), Param::tensor("freqs_sin"), Param::new("start_pos", Kind::Int, Fallback::Int(0))], rotary_hf),
     OpDef::new(&["et_vk.apply_rotary_emb_interleaved.default", "apply_rotary_emb_interleaved"], &[Param::tensor("x"), Param::tensor("freqs_cis")], rotary_interleaved),
+    OpDef::new(&["llama::sdpa_with_kv_cache", "llama.sdpa_with_kv_cache.default", "sdpa_with_kv_cache.default", "sdpa_with_kv_cache"], &[Param::tensor("query"), Param::tensor("key"), Param::tensor("value"), Param::tensor("key_cache"), Param::tensor("value_cache"), Param::new("start_pos", Kind::Int, Fallback::Required), Param::new("seq_len", Kind::Int, Fallback::Null), Param::opt_tensor("attn_mask"), Param::new("drpout_p|dropout_p", Kind::Float, Fallback::Float(0.0)), Param::new("is_causal", Kind::Bool, Fallback::Bool(false)), Param::new("scale", Kind::Float, Fallback::Null)], sdpa_with_kv_cache),
+    OpDef::new(&["llama::update_cache", "llama.update_cache.default", "update_cache.default", "update_cache"], &[Param::tensor("value"), Param::tensor("cache"), Param::new("start_pos", Kind::Int, Fallback::Required)], update_cache),
+    OpDef::new(&["llama::custom_sdpa", "llama.custom_sdpa.default", "custom_sdpa.default", "custom_sdpa"], &[Param::tensor("query"), Param::tensor("key_cache"), Param::tensor("value_cache"), Param::new("start_pos", Kind::Int, Fallback::Required), Param::opt_tensor("attn_mask"), Param::new("drpout_p|dropout_p", Kind::Float, Fallback::Float(0.0)), Param::new("is_causal", Kind::Bool, Fallback::Bool(false)), Param::new("scale", Kind::Float, Fallback::Null)], custom_sdpa),
     OpDef::new(&["et_vk.sdpa.default", "et_vk::sdpa", "sdpa"], &[Param::tensor("q"), Param::tensor("k"), Param::tensor("v"), Param::opt_tensor("attn_mask"), Param::new("scale", Kind::Float, Fallback::Null)], sdpa),
 ];
 
@@ -156,7 +166,173 @@ fn sdpa(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     one(c.g.attention(q, k, v, mask, scale)?)
 }
 
+/// Writes `key` and `value` (`[b, s, kv_heads, d]`) into the caches (`[b, max, kv_heads, d]`)
+/// at rows `start_pos ..`, then attends `query` (`[b, s, heads, d]`) over the caches' rows up
+/// to each query's own position (`start_pos + i`). ExecuTorch's Vulkan backend takes no
+/// attention mask here; neither does this.
+fn sdpa_with_kv_cache(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (q, k, v) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
+    let (kc, vc, start) = (c.tensor(3)?, c.tensor(4)?, c.position(5)?);
+    if c.opt_tensor(7)?.is_some() {
+        return Err(c.err(7, "an attention mask with a KV cache is not supported"));
+    }
+    let scale = c.opt_float(10)?;
+    let kc = c.g.cache_write(kc, k, start)?;
+    let vc = c.g.cache_write(vc, v, start)?;
+    one(c.g.cached_attention(q, kc, vc, start, scale)?)
+}
+
+/// Writes `value` into `cache` at rows `start_pos ..`; the op's own output is the cache as
+/// written.
+fn update_cache(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (value, cache, start) = (c.tensor(0)?, c.tensor(1)?, c.position(2)?);
+    one(c.g.cache_write(cache, value, start)?)
+}
+
+/// `query` attending over the caches' rows up to each query's position (`start_pos + i`);
+/// with `attn_mask`, over every row with the mask added instead.
+fn custom_sdpa(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (q, kc, vc, start) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?, c.position(3)?);
+    let scale = c.opt_float(7)?;
+    match c.opt_tensor(4)? {
+        None => one(c.g.cached_attention(q, kc, vc, start, scale)?),
+        Some(mask) => {
+            let d = c.shape(q).last().copied().unwrap_or(1);
+            let scale = scale.map_or(1.0 / (d as f32).sqrt(), |s| s as f32);
+            let (qp, kp, vp) = c.g.heads_first(q, kc, vc)?;
+            let y = c.g.attention(qp, kp, vp, Some(mask), scale)?;
+            one(c.g.permute(y, &[0, 2, 1, 3])?)
+        }
+    }
+}
+
 impl GraphBuilder {
+    /// `cache` (`[b, max, h, d]`) with rows `start .. start + s` replaced by `new`
+    /// (`[b, s, h, d]`), written in place; rows past the cache are dropped.
+    pub(crate) fn cache_write(
+        &mut self,
+        cache: TensorId,
+        new: TensorId,
+        start: Position,
+    ) -> Result<TensorId> {
+        const OP: &str = "update_cache";
+        let ci = self.info(OP, cache)?.clone();
+        let ni = self.info(OP, new)?.clone();
+        let (&[b, max, h, d], &[nb, s, nh, nd]) = (&ci.shape[..], &ni.shape[..]) else {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "cache '{}' {:?} and '{}' {:?}: both [batch, positions, heads, head_dim]",
+                    ci.name, ci.shape, ni.name, ni.shape
+                ),
+            ));
+        };
+        if (b, h, d) != (nb, nh, nd) || s > max {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "'{}' {:?} into cache '{}' {:?}",
+                    ni.name, ni.shape, ci.name, ci.shape
+                ),
+            ));
+        }
+        // Row j takes new[j - start] where 0 <= j - start < s, else keeps cache[j].
+        let rows = self.positions(Position::Static(0), max)?;
+        let from = self.positions(start, 1)?;
+        let (rows, from) = (self.cast(rows, DType::F32)?, self.cast(from, DType::F32)?);
+        let rel = self.sub(rows, from)?;
+        let after = self.compare_scalar(rel, crate::graph::Compare::Ge, 0.0)?;
+        let before = self.compare_scalar(rel, crate::graph::Compare::Lt, s as f32)?;
+        let inside = self.mul(after, before)?;
+        let inside = self.reshape(inside, &[1, max as isize, 1, 1])?;
+        let idx = self.clamp(rel, 0.0, (s - 1) as f32)?;
+        let idx = self.cast(idx, DType::I32)?;
+        let rows_new = self.index_along(new, 1, idx, false)?;
+        let float = ci.dtype;
+        let (inside, rows_new, old) = (
+            self.cast(inside, float)?,
+            self.cast(rows_new, float)?,
+            self.cast(cache, float)?,
+        );
+        let merged = self.where_(inside, rows_new, old)?;
+        self.assign(cache, merged)
+    }
+
+    /// `[b, s, heads, d]` query and `[b, t, kv_heads, d]` keys and values as `[b, heads, s, d]`
+    /// and `[b, heads, t, d]`, each key and value head serving `heads / kv_heads` query heads.
+    pub(crate) fn heads_first(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+    ) -> Result<(TensorId, TensorId, TensorId)> {
+        const OP: &str = "sdpa";
+        let (qs, ks) = (
+            self.info(OP, q)?.shape.clone(),
+            self.info(OP, k)?.shape.clone(),
+        );
+        let (&[_, _, hq, _], &[b, t, hk, d]) = (&qs[..], &ks[..]) else {
+            return Err(shape_err(
+                OP,
+                format!("query {qs:?} and keys {ks:?}: both rank 4"),
+            ));
+        };
+        if hk == 0 || hq % hk != 0 {
+            return Err(shape_err(
+                OP,
+                format!("{hq} query heads over {hk} key heads"),
+            ));
+        }
+        let qp = self.permute(q, &[0, 2, 1, 3])?;
+        let mut kv = [
+            self.permute(k, &[0, 2, 1, 3])?,
+            self.permute(v, &[0, 2, 1, 3])?,
+        ];
+        if hq != hk {
+            for x in &mut kv {
+                let five =
+                    self.reshape(*x, &[b as isize, hk as isize, 1, t as isize, d as isize])?;
+                let grouped = self.cat(&vec![five; hq / hk], 2)?;
+                *x = self.reshape(grouped, &[b as isize, hq as isize, t as isize, d as isize])?;
+            }
+        }
+        Ok((qp, kv[0], kv[1]))
+    }
+
+    /// `query` (`[b, s, heads, d]`) attending over the cache rows `j <= start + i` for query
+    /// `i` (`[b, max, kv_heads, d]` keys and values), as `[b, s, heads, d]`.
+    pub(crate) fn cached_attention(
+        &mut self,
+        q: TensorId,
+        kc: TensorId,
+        vc: TensorId,
+        start: Position,
+        scale: Option<f64>,
+    ) -> Result<TensorId> {
+        let qs = self.info("sdpa", q)?.shape.clone();
+        let max = self.info("sdpa", kc)?.shape.get(1).copied().unwrap_or(0);
+        let (s, d) = (
+            qs.get(1).copied().unwrap_or(0),
+            qs.last().copied().unwrap_or(1),
+        );
+        let scale = scale.map_or(1.0 / (d as f32).sqrt(), |v| v as f32);
+        // allowed(i, j) = j - i <= start: 0.0 where allowed, a large negative number not.
+        let gap: Vec<f32> = (0..s * max)
+            .map(|at| (at % max) as f32 - (at / max) as f32)
+            .collect();
+        let name = format!("causal_gap{}", self.node_count());
+        let gap = self.constant_f32(&name, &[s, max], &gap)?;
+        let from = self.positions(start, 1)?;
+        let from = self.cast(from, DType::F32)?;
+        let allowed = self.binary(crate::graph::BinaryOp::Le, gap, from)?;
+        let allowed = self.cast(allowed, DType::F32)?;
+        let mask = self.add_scalar(allowed, -1.0)?;
+        let mask = self.mul_scalar(mask, 1e30)?;
+        let (qp, kp, vp) = self.heads_first(q, kc, vc)?;
+        let y = self.attention(qp, kp, vp, Some(mask), scale)?;
+        self.permute(y, &[0, 2, 1, 3])
+    }
+
     /// `softmax(q @ k^T * scale + mask) @ v` over the last two dims of `q` `[.., s, d]`, `k`
     /// `[.., t, d]` and `v` `[.., t, e]`, computed in f32 and given in `q`'s dtype.
     pub fn attention(

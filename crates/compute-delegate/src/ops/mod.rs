@@ -216,6 +216,24 @@ pub enum Arg {
     Floats(Vec<f64>),
     /// A string.
     Str(String),
+    /// An integer known only on the device: the one element of the i32 tensor `value`, plus
+    /// `plus` (ExecuTorch's SymInt read from a tensor, `et_vk.select_as_symint`, and sums of
+    /// it). Parameters that take positions read it ([`Call::position`]); others refuse it.
+    DeviceInt {
+        /// A one-element i32 tensor.
+        value: TensorId,
+        /// Added to it.
+        plus: i64,
+    },
+}
+
+/// An integer argument that may be known only on the device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Position {
+    /// Known at build.
+    Static(i64),
+    /// The one element of an i32 tensor `[1]`, plus a constant.
+    Device(TensorId, i64),
 }
 
 impl Arg {
@@ -231,6 +249,12 @@ impl Arg {
             Arg::Ints(v) => format!("{v:?}"),
             Arg::Floats(v) => format!("{v:?}"),
             Arg::Str(v) => format!("{v:?}"),
+            Arg::DeviceInt { value, plus } => {
+                format!(
+                    "an integer known only on the device (tensor {} + {plus})",
+                    value.index()
+                )
+            }
         }
     }
 
@@ -247,6 +271,7 @@ impl Arg {
             }
             (Kind::OptTensors, Arg::Tensor(t)) => Arg::OptTensors(vec![Some(t)]),
             (Kind::Int, a @ Arg::Int(_)) => a,
+            (Kind::Int, a @ Arg::DeviceInt { .. }) => a,
             (Kind::Int, Arg::Bool(b)) => Arg::Int(i64::from(b)),
             (Kind::Int, Arg::Float(v)) if v.fract() == 0.0 && v.abs() < 9e15 => Arg::Int(v as i64),
             (Kind::Float, a @ Arg::Float(_)) => a,
@@ -432,6 +457,15 @@ impl Call<'_> {
         match self.get(i) {
             Arg::Int(v) => Ok(Some(*v)),
             Arg::None => Ok(None),
+            other => Err(self.err(i, format!("must be an integer, found {}", other.describe()))),
+        }
+    }
+
+    /// Argument `i`, a position: an integer, or one known only on the device.
+    pub(crate) fn position(&self, i: usize) -> Result<Position> {
+        match self.get(i) {
+            Arg::Int(v) => Ok(Position::Static(*v)),
+            Arg::DeviceInt { value, plus } => Ok(Position::Device(*value, *plus)),
             other => Err(self.err(i, format!("must be an integer, found {}", other.describe()))),
         }
     }

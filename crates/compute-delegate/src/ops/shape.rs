@@ -2,7 +2,7 @@
 
 use vk_core::DType;
 
-use super::{Call, Fallback, Kind, OpDef, Param, one};
+use super::{Call, Fallback, Kind, OpDef, Param, Position, one};
 use crate::error::{Error, Result};
 use crate::graph::{
     Compare, GraphBuilder, Op, StorageKind, TensorId, cast_code, norm_dim, shape_err,
@@ -442,6 +442,30 @@ fn select(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 /// `x[start:end:step]` along `dim`; an absent start or end is the dim's start or end.
 fn slice(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (x, dim) = (c.tensor(0)?, c.dim(1)?);
+    // A window whose start is known only on the device (a language model's rotary tables
+    // from its position): `end` must be the same device value plus a constant, the length.
+    if let Position::Device(at, from) = c.position(2).unwrap_or(Position::Static(0)) {
+        let to = match c.position(3)? {
+            Position::Device(t, to) if t == at && to >= from => to,
+            other => {
+                return Err(c.err(
+                    3,
+                    format!("{other:?}: the start's device value plus a length"),
+                ));
+            }
+        };
+        if c.count(4)? != 1 {
+            return Err(c.err(
+                4,
+                "a step other than 1 with a start known only on the device",
+            ));
+        }
+        let rank = c.shape(x).len();
+        let d = crate::graph::norm_dim("slice", "input", dim, rank)?;
+        let index =
+            c.g.positions(Position::Device(at, from), (to - from) as usize)?;
+        return one(c.g.index_along(x, d, index, false)?);
+    }
     let clamp = |v: i64| v.clamp(isize::MIN as i64, isize::MAX as i64) as isize;
     let start = clamp(c.opt_int(2)?.unwrap_or(0));
     let end = clamp(c.opt_int(3)?.unwrap_or(i64::MAX));
@@ -491,6 +515,63 @@ fn pixel_shuffle(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 // operands and naming the tensor and the numbers on error.
 
 impl GraphBuilder {
+    /// Writes `value` into `target`'s storage in place (the same dtype and element count):
+    /// state the graph keeps between executions, as a language model's KV cache held by a
+    /// constant. Returns `target` as written; every later read must go through that tensor
+    /// or another view of the same storage, which the write is ordered before.
+    pub fn assign(&mut self, target: TensorId, value: TensorId) -> Result<TensorId> {
+        const OP: &str = "assign";
+        let ti = self.info(OP, target)?.clone();
+        let vi = self.info(OP, value)?.clone();
+        if ti.dtype != vi.dtype || ti.numel() != vi.numel() {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "'{}' {} {:?} into '{}' {} {:?}: the same dtype and element count",
+                    vi.name, vi.dtype, vi.shape, ti.name, ti.dtype, ti.shape
+                ),
+            ));
+        }
+        let out = self.push_tensor(
+            format!("{}'", ti.name),
+            ti.dtype,
+            ti.shape.clone(),
+            Some((crate::graph::StorageKind::Temp, Some(ti.storage))),
+        );
+        let x = if vi.shape == ti.shape {
+            value
+        } else {
+            let to: Vec<isize> = ti.shape.iter().map(|&d| d as isize).collect();
+            self.reshape(value, &to)?
+        };
+        self.nodes.push(crate::graph::Node {
+            op: Op::Cast { x, to: ti.dtype },
+            out,
+        });
+        Ok(out)
+    }
+
+    /// `start + [0, 1, .., len)` as i32 `[len]`, `start` known at build or on the device.
+    pub(crate) fn positions(&mut self, start: Position, len: usize) -> Result<TensorId> {
+        let (base, plus) = match start {
+            Position::Static(s) => (None, s),
+            Position::Device(t, plus) => (Some(t), plus),
+        };
+        let steps: Vec<i32> = (0..len as i64).map(|i| (i + plus) as i32).collect();
+        let host = vk_core::HostTensor::from_i32(vec![len], &steps)
+            .map_err(|e| shape_err("positions", e.to_string()))?;
+        let steps = self.constant(&format!("positions{}", self.node_count()), host)?;
+        match base {
+            None => Ok(steps),
+            // In f32, exact for positions below 2^24.
+            Some(t) => {
+                let (steps, t) = (self.cast(steps, DType::F32)?, self.cast(t, DType::F32)?);
+                let sum = self.add(steps, t)?;
+                self.cast(sum, DType::I32)
+            }
+        }
+    }
+
     /// Converts between f32, f16, i32, i8 and i64 (float to integer truncates toward zero and
     /// saturates; i64 to a narrower type keeps the low 32 bits, as ExecuTorch's Vulkan backend
     /// narrows int64 inputs).

@@ -26,6 +26,17 @@ use executorch_pte::{
 };
 use vk_core::{DType, HostTensor};
 
+/// The ops that compute a SymInt, evaluated by the lowering itself (`Lowering::symint`).
+pub(crate) const SYMINT_OPS: &[&str] = &[
+    "sym_size.int",
+    "aten.sym_size.int",
+    "et_vk.select_as_symint.default",
+    "et_vk::select_as_symint",
+    "add",
+    "sub",
+    "mul",
+];
+
 /// Why a graph cannot be lowered.
 #[derive(Debug)]
 pub(crate) struct LowerError(String);
@@ -60,10 +71,11 @@ pub(crate) fn lower(
     index: usize,
     vk: &VkGraph<'_>,
     file: &Arc<[u8]>,
+    shapes: &[Option<Vec<usize>>],
 ) -> Result<Lowered> {
     let f16 = has_f16_tensor(vk);
     let float = if f16 { DType::F16 } else { DType::F32 };
-    let graph = Lowering::new(pte, vk, float, file).run(&long_inputs(plan, index))?;
+    let graph = Lowering::new(pte, vk, float, file).run(&long_inputs(plan, index), shapes)?;
     Ok(Lowered { graph, f16 })
 }
 
@@ -106,6 +118,8 @@ struct Lowering<'p, 'a> {
     float: DType,
     /// The program file's bytes, which constants that need no conversion are ranges of.
     file: &'p Arc<[u8]>,
+    /// The SymInt values the graph's nodes computed, by value id.
+    syms: Vec<Option<Arg>>,
 }
 
 /// A tensor's dtype in a graph computing floats in `float`; with `staging`, its dtype at the
@@ -153,6 +167,7 @@ impl<'p, 'a> Lowering<'p, 'a> {
             tensors: vec![None; vk.values.len()],
             float,
             file,
+            syms: vec![None; vk.values.len()],
         }
     }
 
@@ -164,7 +179,7 @@ impl<'p, 'a> Lowering<'p, 'a> {
         (end <= self.file.len()).then_some(start..end)
     }
 
-    fn run(mut self, long: &[bool]) -> Result<GraphBuilder> {
+    fn run(mut self, long: &[bool], shapes: &[Option<Vec<usize>>]) -> Result<GraphBuilder> {
         super::count_lowering();
         let ge = |e: compute_delegate::Error| err(e.to_string());
         for (i, &id) in self.vk.input_ids.iter().enumerate() {
@@ -172,11 +187,15 @@ impl<'p, 'a> Lowering<'p, 'a> {
             let dtype = dtype_of(t, true, self.float)?;
             let inner = dtype_of(t, false, self.float)?;
             let name = format!("in{i}");
+            let shape = match shapes.get(i) {
+                Some(Some(s)) => s.clone(),
+                _ => dims(t),
+            };
             let x = if dtype == DType::I32 && long.get(i) == Some(&true) {
-                let wide = self.g.input(&name, DType::I64, &dims(t)).map_err(ge)?;
+                let wide = self.g.input(&name, DType::I64, &shape).map_err(ge)?;
                 self.g.cast(wide, DType::I32).map_err(ge)?
             } else {
-                let x = self.g.input(&name, dtype, &dims(t)).map_err(ge)?;
+                let x = self.g.input(&name, dtype, &shape).map_err(ge)?;
                 if inner == dtype {
                     x
                 } else {
@@ -309,7 +328,11 @@ impl<'p, 'a> Lowering<'p, 'a> {
         Ok(match self.value(id)? {
             VkValue::Null => Arg::None,
             VkValue::Int(v) => Arg::Int(*v),
-            VkValue::SymInt(v) => Arg::Int(i64::from(*v)),
+            // Evaluated by the node that computes it; else the value exported.
+            VkValue::SymInt(v) => match self.syms.get(id as usize).cloned().flatten() {
+                Some(a) => a,
+                None => Arg::Int(i64::from(*v)),
+            },
             VkValue::Double(v) => Arg::Float(*v),
             VkValue::Bool(v) => Arg::Bool(*v),
             VkValue::IntList(v) => Arg::Ints(v.clone()),
@@ -320,6 +343,9 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 ids.iter()
                     .map(|&v| match self.scalar_arg(v)? {
                         Arg::Int(i) => Ok(i),
+                        Arg::DeviceInt { .. } => Err(err(format!(
+                            "value {id}: list entry {v} is known only on the device"
+                        ))),
                         _ => Err(err(format!("value {id}: list entry {v} is not an int"))),
                     })
                     .collect::<Result<_>>()?,
@@ -356,6 +382,13 @@ impl<'p, 'a> Lowering<'p, 'a> {
     /// One node through the op registry: its arguments in the op's parameter order, its last
     /// argument the output (a tensor, or a list of them).
     fn node(&mut self, name: &str, args: &[u32]) -> Result<()> {
+        if let Some(&out) = args.last() {
+            if matches!(self.value(out)?, VkValue::SymInt(_)) {
+                let value = self.symint(name, &args[..args.len() - 1])?;
+                self.syms[out as usize] = Some(value);
+                return Ok(());
+            }
+        }
         let def = ops::find(name).ok_or_else(|| err(format!("op {name} is not registered")))?;
         let (&out, inputs) = args
             .split_last()
@@ -368,6 +401,77 @@ impl<'p, 'a> Lowering<'p, 'a> {
             .call(&mut self.g, call)
             .map_err(|e| err(e.to_string()))?;
         self.set_outputs(out, &results)
+    }
+
+    /// A node that computes a SymInt: a tensor's size (`sym_size.int`), an element of a tensor
+    /// (`et_vk.select_as_symint`: known only on the device, as an i32 `[1]`), or the sum,
+    /// difference or product of two (one of them known at build when the other is not).
+    fn symint(&mut self, name: &str, args: &[u32]) -> Result<Arg> {
+        let ge = |e: compute_delegate::Error| err(e.to_string());
+        let int = |this: &Self, i: usize| -> Result<Arg> {
+            let id = *args
+                .get(i)
+                .ok_or_else(|| err(format!("argument {i} is missing")))?;
+            this.scalar_arg(id)
+        };
+        let static_int = |a: Arg| match a {
+            Arg::Int(v) => Ok(v),
+            other => Err(err(format!("{other:?} where an integer is needed"))),
+        };
+        match name {
+            _ if !SYMINT_OPS.contains(&name) => Err(err(format!(
+                "op {name} computing a SymInt is not supported"
+            ))),
+            "sym_size.int" | "aten.sym_size.int" => {
+                let t = self.tensor(args.first().copied().unwrap_or(u32::MAX))?;
+                let shape = self.g.shape(t).map(<[usize]>::to_vec).unwrap_or_default();
+                let d = static_int(int(self, 1)?)?;
+                let d = if d < 0 { d + shape.len() as i64 } else { d };
+                let size = shape
+                    .get(d as usize)
+                    .ok_or_else(|| err(format!("dim {d} of {shape:?}")))?;
+                Ok(Arg::Int(*size as i64))
+            }
+            "et_vk.select_as_symint.default" | "et_vk::select_as_symint" => {
+                let t = self.tensor(args.first().copied().unwrap_or(u32::MAX))?;
+                let (d, i) = (static_int(int(self, 1)?)?, static_int(int(self, 2)?)?);
+                let shape = self.g.shape(t).map(<[usize]>::to_vec).unwrap_or_default();
+                let d = if d < 0 { d + shape.len() as i64 } else { d };
+                let n = shape.get(d as usize).copied().unwrap_or(0) as i64;
+                let i = if i < 0 { i + n } else { i };
+                let one = self
+                    .g
+                    .slice(t, d as isize, i as isize, i as isize + 1, 1)
+                    .map_err(ge)?;
+                let one = self.g.reshape(one, &[1]).map_err(ge)?;
+                let value = self.g.cast(one, DType::I32).map_err(ge)?;
+                Ok(Arg::DeviceInt { value, plus: 0 })
+            }
+            "add" | "sub" | "mul" => {
+                let (a, b) = (int(self, 0)?, int(self, 1)?);
+                match (name, a, b) {
+                    ("add", Arg::Int(x), Arg::Int(y)) => Ok(Arg::Int(x + y)),
+                    ("sub", Arg::Int(x), Arg::Int(y)) => Ok(Arg::Int(x - y)),
+                    ("mul", Arg::Int(x), Arg::Int(y)) => Ok(Arg::Int(x * y)),
+                    ("add", Arg::DeviceInt { value, plus }, Arg::Int(y))
+                    | ("add", Arg::Int(y), Arg::DeviceInt { value, plus }) => Ok(Arg::DeviceInt {
+                        value,
+                        plus: plus + y,
+                    }),
+                    ("sub", Arg::DeviceInt { value, plus }, Arg::Int(y)) => Ok(Arg::DeviceInt {
+                        value,
+                        plus: plus - y,
+                    }),
+                    (_, a, b) => Err(err(format!(
+                        "SymInt {name} of {a:?} and {b:?}: one side known only on the device \
+                         is supported for add and sub with an integer"
+                    ))),
+                }
+            }
+            other => Err(err(format!(
+                "op {other} computing a SymInt is not supported"
+            ))),
+        }
     }
 
     /// Binds the op's results to the node's output value(s); outputs the op does not compute

@@ -115,16 +115,38 @@ fn count_lowering() {
 /// Builds the program of plan `method` (default `forward`) of the `.pte` file `bytes`: the
 /// program is decoded once, and each `VulkanBackend` graph decoded and lowered once.
 pub fn program_builder(bytes: Arc<[u8]>, method: Option<&str>) -> Result<ProgramBuilder, PteError> {
+    program_builder_with_input_shapes(bytes, method, &[])
+}
+
+/// [`program_builder`] for inputs of other shapes than the program declares: `shapes`, one
+/// per plan input in order (or none: the declared ones). A program exported with dynamic
+/// shapes declares each input at its upper bound (a language model's tokens `[1, max]`); its
+/// graphs are lowered for the given shapes, their symbolic sizes evaluated from them.
+pub fn program_builder_with_input_shapes(
+    bytes: Arc<[u8]>,
+    method: Option<&str>,
+    shapes: &[Vec<usize>],
+) -> Result<ProgramBuilder, PteError> {
     let pte = Pte::decode(&bytes)?;
     let plan = match method {
         Some(m) => pte.plan(m)?,
         None => pte.forward()?,
     };
+    if !shapes.is_empty() && shapes.len() != plan.inputs.len() {
+        return Err(PteError::Unsupported(vec![Unsupported {
+            what: format!(
+                "{} input shapes for {} inputs",
+                shapes.len(),
+                plan.inputs.len()
+            ),
+            location: format!("plan '{}'", plan.name),
+        }]));
+    }
     let mut unsupported = Vec::new();
     let mut steps = Vec::new();
     for (k, instruction) in plan.instructions().enumerate() {
         let at = format!("plan '{}', instruction {k}", plan.name);
-        match step_of(&pte, plan, instruction, &at, &bytes) {
+        match step_of(&pte, plan, instruction, &at, &bytes, shapes) {
             Ok(Some(step)) => steps.push(step),
             Ok(None) => {}
             Err(Refused::Ops(mut u)) => unsupported.append(&mut u),
@@ -162,6 +184,7 @@ fn step_of(
     instruction: &Instruction,
     at: &str,
     bytes: &Arc<[u8]>,
+    shapes: &[Vec<usize>],
 ) -> Result<Option<StepSpec>, Refused> {
     let unsupported = |what: String| {
         Refused::Ops(vec![Unsupported {
@@ -173,7 +196,7 @@ fn step_of(
         Instruction::DelegateCall {
             delegate_index,
             args,
-        } => delegate_step(pte, plan, *delegate_index as usize, args, at, bytes).map(Some),
+        } => delegate_step(pte, plan, *delegate_index as usize, args, at, bytes, shapes).map(Some),
         Instruction::KernelCall { op_index, args } => {
             let op = plan
                 .operators
@@ -196,6 +219,7 @@ fn delegate_step(
     args: &[u32],
     at: &str,
     bytes: &Arc<[u8]>,
+    shapes: &[Vec<usize>],
 ) -> Result<StepSpec, Refused> {
     let fail = |what: String| {
         Refused::Ops(vec![Unsupported {
@@ -223,7 +247,15 @@ fn delegate_step(
             let at = format!("{at}, VulkanBackend delegate {index}");
             check_vulkan_ops(&graph, &at)?;
             (
-                graph_step(pte, plan, index, &graph, bytes, &at)?,
+                graph_step(
+                    pte,
+                    plan,
+                    index,
+                    &graph,
+                    bytes,
+                    &at,
+                    &delegate_shapes(plan, args, shapes),
+                )?,
                 graph.input_ids.len(),
             )
         }
@@ -262,8 +294,9 @@ fn graph_step(
     graph: &VkGraph<'_>,
     bytes: &Arc<[u8]>,
     at: &str,
+    shapes: &[Option<Vec<usize>>],
 ) -> Result<StepKind, Vec<Unsupported>> {
-    let lowered = lower::lower(pte, plan, index, graph, bytes).map_err(|e| {
+    let lowered = lower::lower(pte, plan, index, graph, bytes, shapes).map_err(|e| {
         vec![Unsupported {
             what: format!("a graph that cannot be lowered: {e}"),
             location: at.to_owned(),
@@ -283,11 +316,26 @@ fn graph_step(
     _graph: &VkGraph<'_>,
     _bytes: &Arc<[u8]>,
     at: &str,
+    _shapes: &[Option<Vec<usize>>],
 ) -> Result<StepKind, Vec<Unsupported>> {
     Err(vec![Unsupported {
         what: "a VulkanBackend delegate, but this build lacks the `compute` feature".into(),
         location: at.to_owned(),
     }])
+}
+
+/// For each argument of a delegate call, the shape given for it when it is a plan input.
+fn delegate_shapes(
+    plan: &ExecutionPlan<'_>,
+    args: &[u32],
+    shapes: &[Vec<usize>],
+) -> Vec<Option<Vec<usize>>> {
+    args.iter()
+        .map(|v| {
+            let i = plan.inputs.iter().position(|p| p == v)?;
+            shapes.get(i).cloned()
+        })
+        .collect()
 }
 
 /// A VGF payload as a step, decoded once, and its number of inputs.
@@ -309,7 +357,9 @@ fn check_vulkan_ops(graph: &VkGraph<'_>, at: &str) -> Result<(), Vec<Unsupported
     let missing: Vec<Unsupported> = graph
         .op_names()
         .into_iter()
-        .filter(|(name, _)| compute_delegate::ops::find(name).is_none())
+        .filter(|(name, _)| {
+            compute_delegate::ops::find(name).is_none() && !lower::SYMINT_OPS.contains(name)
+        })
         .map(|(name, nodes)| Unsupported {
             what: name.to_owned(),
             location: format!("{at}, node(s) {nodes:?}"),
