@@ -1,8 +1,9 @@
-//! A language model exported by ExecuTorch's own export path (`fixtures/llm/tiny_llama`:
-//! `export_llama --vulkan -kv --use_sdpa_with_kv_cache`, random weights) runs one token at a
-//! time with its KV cache on the device: the logits after each of 16 tokens (an 8-token
-//! prompt, then 8 decode steps) match PyTorch eager with its own KV cache, and greedy decoding
-//! picks PyTorch's tokens (`docs/testing.md`, "Tolerances").
+//! A language model exported by ExecuTorch's own export path (`fixtures/llm/tiny_llama*`:
+//! `export_llama --vulkan -kv --use_sdpa_with_kv_cache`, random weights; fp32, `-qmode 4w`
+//! and `-qmode 8da4w`) runs one token at a time with its KV cache on the device: the logits
+//! after each of 16 tokens (an 8-token prompt, then 8 decode steps) match PyTorch eager with
+//! its own KV cache (quantized as the export quantizes), and greedy decoding picks PyTorch's
+//! tokens (`docs/testing.md`, "Tolerances").
 
 #![cfg(feature = "compute")]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
@@ -13,12 +14,12 @@ use vk_core::testing::{self, assert_no_validation_errors_of_ours};
 use vk_core::{DType, HostTensor};
 use vkdelegate::pte::program_builder_with_input_shapes;
 
-fn dir() -> PathBuf {
-    testing::fixture("llm").join("tiny_llama")
+fn dir(model: &str) -> PathBuf {
+    testing::fixture("llm").join(model)
 }
 
-fn npy<T: npyz::Deserialize>(name: &str) -> (Vec<usize>, Vec<T>) {
-    let path = dir().join(name);
+fn npy<T: npyz::Deserialize>(model: &str, name: &str) -> (Vec<usize>, Vec<T>) {
+    let path = dir(model).join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
     let shape = npy.shape().iter().map(|&d| d as usize).collect();
@@ -31,17 +32,33 @@ fn long(v: i64) -> HostTensor {
 
 #[test]
 fn a_tiny_llama_decodes_token_by_token_with_its_cache_on_the_device() {
+    decodes_as_pytorch("tiny_llama");
+}
+
+#[test]
+fn a_tiny_llama_with_4_bit_weights_decodes_as_pytorch() {
+    decodes_as_pytorch("tiny_llama_4w");
+}
+
+#[test]
+fn a_tiny_llama_with_4_bit_weights_and_8_bit_activations_decodes_as_pytorch() {
+    decodes_as_pytorch("tiny_llama_8da4w");
+}
+
+/// Feeds `model` its reference tokens one at a time from position 0 and checks every step's
+/// logits and greedy choice against PyTorch's.
+fn decodes_as_pytorch(model: &str) {
     testing::validate_every_instance();
-    let bytes = std::fs::read(dir().join("model.pte")).unwrap();
+    let bytes = std::fs::read(dir(model).join("model.pte")).unwrap();
     let built = program_builder_with_input_shapes(bytes.into(), None, &[vec![1, 1], vec![1]])
         .unwrap()
         .build();
     let mut program = match built {
         Ok(p) => p,
-        Err(e) => return testing::skip("tiny_llama", &e.to_string()),
+        Err(e) => return testing::skip(model, &e.to_string()),
     };
-    let (_, tokens) = npy::<i64>("tokens.npy");
-    let (shape, logits) = npy::<f32>("logits.npy");
+    let (_, tokens) = npy::<i64>(model, "tokens.npy");
+    let (shape, logits) = npy::<f32>(model, "logits.npy");
     let vocab = shape[1];
     let mut chosen = Vec::new();
     for (pos, &token) in tokens.iter().enumerate() {
@@ -49,26 +66,32 @@ fn a_tiny_llama_decodes_token_by_token_with_its_cache_on_the_device() {
         let out = program.execute(&[ids, long(pos as i64)]).unwrap();
         let got = out[0].to_f32().unwrap();
         let want = &logits[pos * vocab..(pos + 1) * vocab];
-        assert_eq!(got.len(), vocab, "position {pos}");
+        assert_eq!(got.len(), vocab, "{model} position {pos}");
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        for (j, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (g - w).abs() <= 1e-4 * scale.max(1.0) + 1e-3 * w.abs(),
-                "position {pos}, logit {j}: {g} against PyTorch's {w}"
-            );
-        }
         let worst = got
             .iter()
             .zip(want)
             .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-        eprintln!("position {pos}: token {token}, largest error {worst:.2e} (scale {scale:.2})");
+        eprintln!(
+            "{model} position {pos}: token {token}, largest error {worst:.2e} (scale {scale:.2})"
+        );
+        for (j, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-4 * scale.max(1.0) + 1e-3 * w.abs(),
+                "{model} position {pos}, logit {j}: {g} against PyTorch's {w}"
+            );
+        }
         let best = (0..vocab)
             .max_by(|&a, &b| got[a].total_cmp(&got[b]))
             .unwrap();
         chosen.push(best as i64);
     }
     // From the prompt's last token on, PyTorch's greedy choice is the next token.
-    assert_eq!(&chosen[7..15], &tokens[8..16], "greedy continuation");
+    assert_eq!(
+        &chosen[7..15],
+        &tokens[8..16],
+        "{model}: greedy continuation"
+    );
     let instance = program.device().instance().clone();
     drop(program);
     assert_no_validation_errors_of_ours(&instance);

@@ -48,6 +48,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["et_vk.linear_q4gsw.default", "linear_q4gsw"], &[INPUT, Param::tensor("weights"), Param::tensor("weight_scales"), int("group_size"), Param::opt_tensor("bias")], |c| linear_q4gsw(c, [1, 2, 3, 4])),
     OpDef::new(&["et_vk.linear_dq8ca_q4gsw.default", "linear_dq8ca_q4gsw"], &[INPUT, Param::tensor("input_scale"), Param::tensor("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), int("group_size"), Param::opt_tensor("bias")], |c| linear_q4gsw(c, [3, 5, 6, 7])),
     OpDef::new(&["et_vk.embedding_q4gsw.default", "embedding_q4gsw"], &[Param::tensor("weight"), Param::tensor("weight_scales"), int("group_size"), Param::tensor("indices"), Param::new("is_linear_weight", Kind::Bool, Fallback::Bool(false))], embedding_q4gsw),
+    OpDef::new(&["torchao.choose_qparams_affine.default", "choose_qparams_affine"], &[INPUT, Param::new("mapping_type", Kind::Str, Fallback::Str("ASYMMETRIC")), ints("block_size"), Param::new("target_dtype", Kind::Int, Fallback::Null), Param::new("quant_min", Kind::Int, Fallback::Null), Param::new("quant_max", Kind::Int, Fallback::Null), Param::new("eps", Kind::Float, Fallback::Null), Param::new("scale_dtype", Kind::Int, Fallback::Null), Param::new("zero_point_dtype", Kind::Int, Fallback::Null), Param::new("keepdim", Kind::Bool, Fallback::Bool(false))], choose_qparams_affine),
     OpDef::new(&["et_vk.linear_q8ta_q8csw.default", "linear_q8ta_q8csw"], &[Param::tensor("x"), real("input_scale"), int("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), Param::opt_tensor("bias")], linear_q8ta_q8csw),
     OpDef::new(&["et_vk.q8ta_conv2d.default", "et_vk.q8ta_conv2d_pw.default", "q8ta_conv2d"], Q8TA_CONV, |c| q8ta_conv2d(c, false)),
     OpDef::new(&["et_vk.q8ta_conv2d_dw.default", "q8ta_conv2d_dw"], Q8TA_CONV, |c| q8ta_conv2d(c, true)),
@@ -649,10 +650,14 @@ fn group_weights(
 }
 
 /// `x @ dequantized(weights)^T + bias` for group-wise 4-bit weights; `at`: where the
-/// weights, their scales, the group size and the bias are. `linear_dq8ca_q4gsw` is defined on
-/// the float input as `linear_q4gsw` is: its input scale and zero point are not applied.
+/// weights, their scales, the group size and the bias are. `linear_dq8ca_q4gsw` (weights at
+/// 3) first rounds `x` to int8 with its per-token `input_scale` and `input_zero_point`
+/// (arguments 1 and 2), as the dynamically quantized model computes.
 fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Result<Vec<TensorId>> {
-    let x = c.tensor(0)?;
+    let mut x = c.tensor(0)?;
+    if w == 3 {
+        x = per_token_fake_quant(c, x)?;
+    }
     let k = c.shape(x).last().copied().unwrap_or(0);
     let w = group_weights(c, [w, scales, group], k)?;
     let y = linear_in_f32(c.g, x, w)?[0];
@@ -664,6 +669,115 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
         }
         None => one(y),
     }
+}
+
+/// `x` rounded to int8 and back with the per-token scale and zero point of arguments 1 and 2
+/// (one per row of `x`'s last dim, of any shape holding that many).
+fn per_token_fake_quant(c: &mut Call<'_>, x: TensorId) -> Result<TensorId> {
+    let (scale, zero) = (c.tensor(1)?, c.tensor(2)?);
+    let shape = c.shape(x);
+    let mut rows: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+    if let Some(last) = rows.last_mut() {
+        *last = 1;
+    }
+    let g = &mut *c.g;
+    let xf = g.cast(x, DType::F32)?;
+    let scale = g.cast(scale, DType::F32)?;
+    let scale = g.reshape(scale, &rows)?;
+    let zero = g.cast(zero, DType::F32)?;
+    let zero = g.reshape(zero, &rows)?;
+    let q = g.div(xf, scale)?;
+    let q = g.math(Math::Round, q, 0.0)?;
+    let q = g.add(q, zero)?;
+    let q = g.clamp(q, -128.0, 127.0)?;
+    let q = g.sub(q, zero)?;
+    let y = g.mul(q, scale)?;
+    let dtype = g.dtype(x).unwrap_or(DType::F32);
+    as_dtype(g, y, dtype)
+}
+
+/// torchao's `choose_qparams_affine`: per block of `block_size` (each entry 1 or the whole
+/// dim), `(scale f32, zero_point i32)` from the block's range widened to include 0:
+/// `ASYMMETRIC`, `scale = max(range / (qmax - qmin), eps)` and `zero_point = clamp(qmin -
+/// round(min / scale))`; `SYMMETRIC`, `scale = max(max(-min, max) / ((qmax - qmin) / 2), eps)`
+/// and the range's middle as zero point. Reduced dims are dropped unless `keepdim`.
+fn choose_qparams_affine(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let shape = c.shape(x);
+    let block = c.counts(2)?;
+    if block.len() != shape.len() {
+        return Err(c.err(2, format!("{block:?} for {shape:?}: one entry per dim")));
+    }
+    let mut dims = Vec::new();
+    for (i, (&b, &n)) in block.iter().zip(&shape).enumerate() {
+        match (b, n) {
+            (1, _) => {}
+            (b, n) if b == n => dims.push(i as isize),
+            _ => {
+                return Err(c.err(
+                    2,
+                    format!("{block:?} for {shape:?}: each 1 or the whole dim"),
+                ));
+            }
+        }
+    }
+    let (qmin, qmax) = (
+        c.opt_int(4)?.unwrap_or(-128) as f32,
+        c.opt_int(5)?.unwrap_or(127) as f32,
+    );
+    let eps = c.opt_float(6)?.map_or(f32::MIN_POSITIVE, |e| e as f32);
+    let keepdim = c.bool(9)?;
+    let symmetric = match c.str(1)? {
+        Some("SYMMETRIC" | "SYMMETRIC_NO_CLIPPING_ERR") => true,
+        None | Some("ASYMMETRIC") => false,
+        Some(other) => {
+            return Err(c.err(
+                1,
+                format!("{other:?}: SYMMETRIC and ASYMMETRIC are supported"),
+            ));
+        }
+    };
+    let g = &mut *c.g;
+    let xf = g.cast(x, DType::F32)?;
+    let (low, high) = if dims.is_empty() {
+        (xf, xf)
+    } else {
+        (
+            g.extreme(xf, &dims, true, true)?,
+            g.extreme(xf, &dims, true, false)?,
+        )
+    };
+    let low = g.clamp(low, f32::MIN, 0.0)?;
+    let high = g.clamp(high, 0.0, f32::MAX)?;
+    let (scale, zero) = if symmetric {
+        let neg = g.mul_scalar(low, -1.0)?;
+        let m = g.binary(crate::graph::BinaryOp::Maximum, neg, high)?;
+        let scale = g.div_scalar(m, (qmax - qmin) / 2.0)?;
+        let scale = g.clamp(scale, eps, f32::MAX)?;
+        let zero = g.mul_scalar(scale, 0.0)?;
+        let zero = g.add_scalar(zero, ((qmax + qmin + 1.0) / 2.0).trunc())?;
+        (scale, zero)
+    } else {
+        let range = g.sub(high, low)?;
+        let scale = g.div_scalar(range, qmax - qmin)?;
+        let scale = g.clamp(scale, eps, f32::MAX)?;
+        let z = g.div(low, scale)?;
+        let z = g.math(Math::Round, z, 0.0)?;
+        let z = g.rsub_scalar(z, qmin)?;
+        (scale, g.clamp(z, qmin, qmax)?)
+    };
+    let zero = g.cast(zero, DType::I32)?;
+    if keepdim || dims.is_empty() {
+        return Ok(vec![scale, zero]);
+    }
+    let kept: Vec<isize> = shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !dims.contains(&(*i as isize)))
+        .map(|(_, &d)| d as isize)
+        .collect();
+    let kept = if kept.is_empty() { vec![1] } else { kept };
+    Ok(vec![g.reshape(scale, &kept)?, g.reshape(zero, &kept)?])
 }
 
 /// Rows of a group-wise 4-bit table `[v, d / 2]` with scales `[v, groups]`, picked by
