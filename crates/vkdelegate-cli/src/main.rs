@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod devices;
+#[cfg(feature = "compute")]
+mod generate;
 mod hostio;
 mod inspect;
 #[cfg(any(feature = "vgf", feature = "compute"))]
@@ -119,6 +121,32 @@ enum Cmd {
     /// Run a model zoo: every folder holding `model.pte`, its `input_<i>.npy` and PyTorch's
     /// `expected_output_<i>.npy`, loaded, run and compared; one table (model, load, run, max
     /// error, pass). Fails when any model fails.
+    /// Continue a prompt with a language model exported by ExecuTorch (`export_llama --vulkan
+    /// -kv --use_sdpa_with_kv_cache`): tokenize it (`tokenizer.json`), feed it, sample and
+    /// stream the text, and print the prefill and decode rates.
+    Generate {
+        /// The `.pte` program.
+        model: PathBuf,
+        /// A Hugging Face `tokenizer.json`.
+        #[arg(long)]
+        tokenizer: PathBuf,
+        /// The text to continue.
+        #[arg(long)]
+        prompt: String,
+        /// Tokens to generate at most.
+        #[arg(short = 'n', long = "tokens", default_value_t = 32)]
+        tokens: usize,
+        /// 0 picks the likeliest token; above 0, tokens are drawn from the softmax at this
+        /// temperature.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Draw only from the likeliest tokens whose probabilities add up to this.
+        #[arg(long = "top-p", default_value_t = 1.0)]
+        top_p: f32,
+        /// The seed of the draws.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     Zoo {
         /// Zoo folders (or model folders).
         #[arg(default_value = "fixtures/zoo")]
@@ -152,6 +180,38 @@ fn zoo_run(
     repeat: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
     zoo::run(dirs, filter, repeat)
+}
+
+#[cfg(feature = "compute")]
+fn generate_run(
+    model: &std::path::Path,
+    tokenizer: &std::path::Path,
+    prompt: &str,
+    tokens: usize,
+    [temperature, top_p]: [f32; 2],
+    seed: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    generate::run(&generate::Request {
+        model,
+        tokenizer,
+        prompt,
+        tokens,
+        temperature,
+        top_p,
+        seed,
+    })
+}
+
+#[cfg(not(feature = "compute"))]
+fn generate_run(
+    _: &std::path::Path,
+    _: &std::path::Path,
+    _: &str,
+    _: usize,
+    _: [f32; 2],
+    _: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    Err("generating text needs the `compute` feature, which this build lacks".into())
 }
 
 #[cfg(not(any(feature = "vgf", feature = "compute")))]
@@ -215,6 +275,22 @@ fn main() -> ExitCode {
             filter,
             repeat,
         } => zoo_run(&dirs, filter.as_deref(), repeat),
+        Cmd::Generate {
+            model,
+            tokenizer,
+            prompt,
+            tokens,
+            temperature,
+            top_p,
+            seed,
+        } => generate_run(
+            &model,
+            &tokenizer,
+            &prompt,
+            tokens,
+            [temperature, top_p],
+            seed,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -294,3 +294,46 @@ fn the_zoo_matches_pytorch() {
     let rows = stdout.lines().filter(|l| l.ends_with("  pass")).count();
     assert!(rows >= 36, "{rows} models passed:\n{stdout}");
 }
+
+/// `generate` at temperature 0 continues the prompt with PyTorch's greedy tokens (the tiny
+/// Llama of `fixtures/llm`, whose tokenizer has one token per byte), streams the text and
+/// prints both rates; a seeded draw at a temperature repeats itself.
+#[test]
+#[cfg(feature = "compute")]
+fn generate_continues_a_prompt_as_pytorch_greedily_and_repeats_seeded_draws() {
+    let dir = root().join("fixtures/llm/tiny_llama");
+    let bytes = std::fs::read(dir.join("tokens.npy")).unwrap();
+    let reference: Vec<i64> = npyz::NpyFile::new(&bytes[..]).unwrap().into_vec().unwrap();
+    let generate = |extra: &[&str]| {
+        let out = bin()
+            .arg("generate")
+            .arg(dir.join("model.pte"))
+            .arg("--tokenizer")
+            .arg(dir.join("tokenizer.json"))
+            .args(["--prompt", "Hello, w", "-n", "8"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_clean(&out);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let ids = err
+            .lines()
+            .find_map(|l| l.strip_prefix("generated token ids: "))
+            .unwrap_or_else(|| panic!("no token ids in:\n{err}"))
+            .to_owned();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), err, ids)
+    };
+    let (text, err, ids) = generate(&[]);
+    assert!(text.starts_with("Hello, w"), "{text}");
+    assert!(
+        err.contains("prefill: 8 tokens") && err.contains("decode: 8 tokens"),
+        "{err}"
+    );
+    assert_eq!(
+        ids,
+        format!("{:?}", &reference[8..16]),
+        "PyTorch's greedy continuation"
+    );
+    let seeded = ["--temperature", "0.8", "--top-p", "0.9", "--seed", "3"];
+    assert_eq!(generate(&seeded).2, generate(&seeded).2);
+}

@@ -28,6 +28,8 @@ pub use shared_runtime as shared;
 #[cfg(feature = "vgf")]
 pub use vgf_delegate as vgf;
 
+#[cfg(feature = "compute")]
+pub mod llm;
 #[cfg(any(feature = "vgf", feature = "compute"))]
 pub mod program;
 #[cfg(any(feature = "vgf", feature = "compute"))]

@@ -96,3 +96,43 @@ fn decodes_as_pytorch(model: &str) {
     drop(program);
     assert_no_validation_errors_of_ours(&instance);
 }
+
+/// The background model: submit returns at once, poll never waits, and the logits are those
+/// of the same steps run in place.
+#[test]
+fn a_background_model_is_driven_by_submit_and_poll() {
+    testing::validate_every_instance();
+    let bytes: std::sync::Arc<[u8]> = std::fs::read(dir("tiny_llama").join("model.pte"))
+        .unwrap()
+        .into();
+    let load = || {
+        let choice = vkdelegate::program::DeviceChoice::Standalone;
+        vkdelegate::llm::LanguageModel::load(bytes.clone(), choice)
+    };
+    let (mut inline, model) = match (load(), load()) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return testing::skip("tiny_llama", &e.to_string()),
+    };
+    assert_eq!(inline.metadata().max_context_len, 128);
+    assert_eq!(inline.metadata().vocab_size, 256);
+    let mut background = model.into_background();
+    assert!(background.poll().is_none(), "nothing submitted");
+    for &token in &[72i64, 101, 108] {
+        let want = inline.step(token).unwrap();
+        background.submit(token).unwrap();
+        assert!(matches!(
+            background.submit(token),
+            Err(vkdelegate::llm::LlmError::Busy)
+        ));
+        let got = loop {
+            if let Some(r) = background.poll() {
+                break r.unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        assert_eq!(got, want);
+    }
+    assert_eq!(inline.position(), 3);
+    inline.reset();
+    assert_eq!(inline.position(), 0);
+}

@@ -1,0 +1,350 @@
+//! Language models: ExecuTorch's Llama programs (`export_llama --vulkan -kv
+//! --use_sdpa_with_kv_cache`, fp32 or quantized) driven one token at a time, their KV cache on
+//! the device for as long as the model is loaded.
+//!
+//! [`LanguageModel::step`] feeds one token at the next position and returns the logits after
+//! it; a prompt is fed token by token (prefill), then each sampled token (decode). The program
+//! is built once, for one token, and every step runs the same recorded work: the position
+//! reaches the device as an input, where the rows of the cache written and the causal mask are
+//! computed. [`LanguageModel::reset`] starts a new sequence (rows past the position are never
+//! read, so nothing is cleared). [`BackgroundModel`] runs the steps on a thread of its own,
+//! so that an engine submits a token in one frame and polls for the logits in a later one
+//! without blocking. [`Sampler`] picks tokens: greedy at temperature 0, else from the
+//! softmax at a temperature, within the top-p mass, from a seeded generator.
+
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use executorch_pte::{Program as Pte, Value};
+use rand::SeedableRng;
+use rand::distributions::{Distribution, WeightedIndex};
+use vk_core::{DType, HostTensor};
+
+use crate::program::{DeviceChoice, Program};
+use crate::pte::{PteError, program_builder_with_input_shapes};
+
+/// Why a language model cannot load or step.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The program cannot be decoded or built.
+    #[error(transparent)]
+    Pte(#[from] PteError),
+    /// Building or running the program failed.
+    #[error(transparent)]
+    Program(#[from] crate::program::ProgramError),
+    /// The program is not a language model this runs.
+    #[error("not a language model this runs: {0}")]
+    NotALanguageModel(String),
+    /// Every position of the cache is used.
+    #[error("the context is full: {0} positions; reset to start a new sequence")]
+    ContextFull(usize),
+    /// A step was asked of a background model still running one.
+    #[error("a step is still running; poll for it first")]
+    Busy,
+    /// The background thread stopped.
+    #[error("the background thread stopped")]
+    Stopped,
+}
+
+/// What the program's metadata methods return (ExecuTorch's Llama export writes them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metadata {
+    /// Positions of the KV cache (`get_max_context_len`).
+    pub max_context_len: usize,
+    /// Logits per step (`get_vocab_size`, else the output's size).
+    pub vocab_size: usize,
+    /// The token a sequence starts with (`get_bos_id`), if the program says.
+    pub bos: Option<i64>,
+    /// Tokens that end a sequence (`get_eos_ids`, `get_eos_id`).
+    pub eos: Vec<i64>,
+}
+
+/// A loaded language model and the position of its next token.
+#[derive(Debug)]
+pub struct LanguageModel {
+    program: Program,
+    metadata: Metadata,
+    position: usize,
+}
+
+impl LanguageModel {
+    /// Loads the `.pte` program `bytes` on the device `choice` names.
+    pub fn load(bytes: Arc<[u8]>, choice: DeviceChoice) -> Result<Self, LlmError> {
+        let metadata = metadata(&bytes)?;
+        let program = program_builder_with_input_shapes(bytes, None, &[vec![1, 1], vec![1]])?
+            .device(choice)
+            .build()?;
+        let (inputs, outputs) = (program.inputs(), program.outputs());
+        if inputs.len() != 2 || outputs.len() != 1 {
+            return Err(LlmError::NotALanguageModel(format!(
+                "{} inputs and {} outputs; tokens and input_pos in, logits out are needed",
+                inputs.len(),
+                outputs.len()
+            )));
+        }
+        let vocab = outputs[0].shape.iter().product();
+        let metadata = Metadata {
+            vocab_size: if metadata.vocab_size == 0 {
+                vocab
+            } else {
+                metadata.vocab_size
+            },
+            ..metadata
+        };
+        Ok(LanguageModel {
+            program,
+            metadata,
+            position: 0,
+        })
+    }
+
+    /// The program's metadata.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// The position the next token goes to.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+
+    /// The program (its device, timings and profile).
+    pub fn program(&mut self) -> &mut Program {
+        &mut self.program
+    }
+
+    /// Feeds `token` at the next position; the logits after it.
+    pub fn step(&mut self, token: i64) -> Result<Vec<f32>, LlmError> {
+        if self.position >= self.metadata.max_context_len {
+            return Err(LlmError::ContextFull(self.metadata.max_context_len));
+        }
+        let ids = HostTensor::new(DType::I64, vec![1, 1], token.to_le_bytes().to_vec())
+            .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
+        let pos = (self.position as i64).to_le_bytes().to_vec();
+        let pos = HostTensor::new(DType::I64, vec![1], pos)
+            .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
+        let out = self.program.execute(&[ids, pos])?;
+        self.position += 1;
+        out[0]
+            .to_f32()
+            .ok_or_else(|| LlmError::NotALanguageModel("the logits are not f32".into()))
+    }
+
+    /// Starts a new sequence at position 0.
+    pub fn reset(&mut self) {
+        self.position = 0;
+    }
+
+    /// The model on a thread of its own, driven by submit and poll.
+    pub fn into_background(self) -> BackgroundModel {
+        let (requests, work) = mpsc::channel::<Request>();
+        let (done, results) = mpsc::channel();
+        let metadata = self.metadata.clone();
+        let thread = std::thread::spawn(move || {
+            let mut model = self;
+            for request in work {
+                let result = match request {
+                    Request::Step(token) => model.step(token),
+                    Request::Reset => {
+                        model.reset();
+                        continue;
+                    }
+                };
+                if done.send(result).is_err() {
+                    break;
+                }
+            }
+        });
+        BackgroundModel {
+            requests: Some(requests),
+            results,
+            pending: false,
+            metadata,
+            thread: Some(thread),
+        }
+    }
+}
+
+enum Request {
+    Step(i64),
+    Reset,
+}
+
+/// A [`LanguageModel`] stepping on a thread of its own: [`BackgroundModel::submit`] returns at
+/// once, [`BackgroundModel::poll`] gives the logits when they are ready, never waiting.
+#[derive(Debug)]
+pub struct BackgroundModel {
+    requests: Option<mpsc::Sender<Request>>,
+    results: mpsc::Receiver<Result<Vec<f32>, LlmError>>,
+    pending: bool,
+    metadata: Metadata,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BackgroundModel {
+    /// The program's metadata.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// Starts a step feeding `token`; one at a time.
+    pub fn submit(&mut self, token: i64) -> Result<(), LlmError> {
+        if self.pending {
+            return Err(LlmError::Busy);
+        }
+        self.send(Request::Step(token))?;
+        self.pending = true;
+        Ok(())
+    }
+
+    /// The logits of the submitted step, once ready (`None`: not yet, or none submitted).
+    pub fn poll(&mut self) -> Option<Result<Vec<f32>, LlmError>> {
+        if !self.pending {
+            return None;
+        }
+        match self.results.try_recv() {
+            Ok(r) => {
+                self.pending = false;
+                Some(r)
+            }
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                self.pending = false;
+                Some(Err(LlmError::Stopped))
+            }
+        }
+    }
+
+    /// Starts a new sequence once the running step, if any, is done.
+    pub fn reset(&mut self) -> Result<(), LlmError> {
+        self.send(Request::Reset)
+    }
+
+    fn send(&self, r: Request) -> Result<(), LlmError> {
+        self.requests
+            .as_ref()
+            .and_then(|s| s.send(r).ok())
+            .ok_or(LlmError::Stopped)
+    }
+}
+
+impl Drop for BackgroundModel {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread after its running step.
+        self.requests = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The metadata methods' constants, read from the program without running it.
+fn metadata(bytes: &[u8]) -> Result<Metadata, LlmError> {
+    let pte = Pte::decode(bytes).map_err(PteError::from)?;
+    let ints = |method: &str| -> Vec<i64> {
+        let Ok(plan) = pte.plan(method) else {
+            return Vec::new();
+        };
+        plan.outputs
+            .iter()
+            .flat_map(|&v| match plan.values.get(v as usize) {
+                Some(Value::Int(n)) => vec![*n],
+                Some(Value::IntList(l)) => l.clone(),
+                _ => Vec::new(),
+            })
+            .collect()
+    };
+    let first = |method: &str| ints(method).first().copied();
+    let max_context_len = first("get_max_context_len")
+        .or_else(|| first("get_max_seq_len"))
+        .ok_or_else(|| {
+            LlmError::NotALanguageModel("no get_max_context_len or get_max_seq_len method".into())
+        })?;
+    let mut eos = ints("get_eos_ids");
+    eos.extend(ints("get_eos_id"));
+    Ok(Metadata {
+        max_context_len: usize::try_from(max_context_len).unwrap_or(0),
+        vocab_size: first("get_vocab_size").map_or(0, |v| usize::try_from(v).unwrap_or(0)),
+        bos: first("get_bos_id"),
+        eos,
+    })
+}
+
+/// Picks tokens from logits: greedy at temperature 0, else from `softmax(logits /
+/// temperature)` restricted to the smallest set of most likely tokens whose mass reaches
+/// `top_p`, drawn from a generator seeded once.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    temperature: f32,
+    top_p: f32,
+    rng: rand::rngs::StdRng,
+}
+
+impl Sampler {
+    /// A sampler; `temperature <= 0` is greedy, `top_p` is clamped to `(0, 1]`.
+    pub fn new(temperature: f32, top_p: f32, seed: u64) -> Self {
+        Sampler {
+            temperature,
+            top_p: top_p.clamp(f32::MIN_POSITIVE, 1.0),
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+        }
+    }
+
+    /// The greedy sampler.
+    pub fn greedy() -> Self {
+        Sampler::new(0.0, 1.0, 0)
+    }
+
+    /// The next token.
+    pub fn pick(&mut self, logits: &[f32]) -> i64 {
+        let best = || {
+            (0..logits.len())
+                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                .unwrap_or(0) as i64
+        };
+        if self.temperature <= 0.0 || logits.is_empty() {
+            return best();
+        }
+        let top = logits.iter().fold(f32::MIN, |m, &v| m.max(v));
+        let mut p: Vec<(usize, f32)> = logits
+            .iter()
+            .map(|&v| ((v - top) / self.temperature).exp())
+            .enumerate()
+            .collect();
+        let total: f32 = p.iter().map(|x| x.1).sum();
+        p.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut mass = 0.0;
+        let keep = p
+            .iter()
+            .position(|x| {
+                mass += x.1 / total;
+                mass >= self.top_p
+            })
+            .map_or(p.len(), |i| i + 1);
+        p.truncate(keep);
+        match WeightedIndex::new(p.iter().map(|x| x.1)) {
+            Ok(w) => p[w.sample(&mut self.rng)].0 as i64,
+            Err(_) => best(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sampler;
+
+    #[test]
+    fn greedy_takes_the_largest_and_top_p_keeps_the_likeliest() {
+        let logits = [0.1, 3.0, -1.0, 2.9];
+        assert_eq!(Sampler::greedy().pick(&logits), 1);
+        // A tiny top-p leaves the likeliest token alone, whatever the draw.
+        let mut s = Sampler::new(1.0, 1e-6, 7);
+        assert!((0..20).all(|_| s.pick(&logits) == 1));
+        // The same seed draws the same tokens.
+        let (mut a, mut b) = (Sampler::new(0.8, 0.9, 3), Sampler::new(0.8, 0.9, 3));
+        let (x, y): (Vec<i64>, Vec<i64>) =
+            (0..16).map(|_| (a.pick(&logits), b.pick(&logits))).unzip();
+        assert_eq!(x, y);
+        assert!(x.iter().all(|&t| t == 1 || t == 3), "{x:?}");
+    }
+}
