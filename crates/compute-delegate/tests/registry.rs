@@ -2399,3 +2399,94 @@ fn group_wise_four_bit_ops_match_their_definitions() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// torchao's `quantize_affine` and `dequantize_affine` in groups of 4 along the last dim, and
+/// `quantized_decomposed.embedding_4bit` with per-group scales and zero points, against their
+/// definitions.
+#[test]
+fn affine_quantization_and_four_bit_embeddings_match_their_definitions() {
+    let Some((instance, dev)) = device("affine", false) else {
+        return;
+    };
+    let f32t = |shape: &[usize], v: &[f32]| HostTensor::from_f32(shape.to_vec(), v).unwrap();
+    let x: Vec<f32> = rand_vec(161, 16).iter().map(|v| v * 3.0).collect();
+    let scales = [0.05f32, 0.02, 0.04, 0.03];
+    let zeros = [1f32, -2.0, 0.0, 3.0];
+    let quant: Vec<f32> = x
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            ((v * (1.0 / scales[i / 4])).round_ties_even() + zeros[i / 4]).clamp(-128.0, 127.0)
+        })
+        .collect();
+    let rest = |extra: Vec<Arg>| {
+        let mut r = vec![Arg::Ints(vec![1, 4]), Arg::None, Arg::None];
+        r.extend(extra);
+        r
+    };
+    let got = call_q8(
+        &dev,
+        "torchao.quantize_affine.default",
+        &[f32t(&[2, 8], &x)],
+        rest(vec![Arg::None, Arg::Int(-128), Arg::Int(127)]),
+        vec![f32t(&[2, 2], &scales), f32t(&[2, 2], &zeros)],
+    );
+    assert_eq!(got, quant, "quantize_affine");
+    let q8: Vec<i8> = quant.iter().map(|&v| v as i8).collect();
+    let got = call_q8(
+        &dev,
+        "torchao.dequantize_affine.default",
+        &[HostTensor::from_i8(vec![2, 8], &q8).unwrap()],
+        rest(vec![Arg::None, Arg::Int(-128), Arg::Int(127), Arg::None]),
+        vec![f32t(&[2, 2], &scales), f32t(&[2, 2], &zeros)],
+    );
+    let want: Vec<f32> = quant
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q - zeros[i / 4]) * scales[i / 4])
+        .collect();
+    assert_close(&got, &want, DType::F32, "dequantize_affine");
+    // embedding_4bit: a [3, 8] table packed [3, 4], scales and zero points [3, 2].
+    let q: Vec<i8> = int8s(162, 24)
+        .iter()
+        .map(|v| v.rem_euclid(16) - 8)
+        .collect();
+    let packed: Vec<u8> = (0..12)
+        .map(|b| ((q[2 * b] + 8) as u8) << 4 | (q[2 * b + 1] + 8) as u8)
+        .collect();
+    let ts: Vec<f32> = (0..6).map(|i| 0.02 + 0.01 * i as f32).collect();
+    let tz: Vec<f32> = (0..6).map(|i| (i % 3) as f32 - 1.0).collect();
+    let mut g = GraphBuilder::new();
+    let table = g
+        .constant("t", HostTensor::new(DType::U8, vec![3, 4], packed).unwrap())
+        .unwrap();
+    let s = g.constant("s", f32t(&[3, 2], &ts)).unwrap();
+    let z = g.constant("z", f32t(&[3, 2], &tz)).unwrap();
+    let i = g.input("ids", DType::I32, &[2]).unwrap();
+    let args = vec![
+        Arg::Tensor(table),
+        Arg::Tensor(s),
+        Arg::Tensor(z),
+        Arg::Int(-8),
+        Arg::Int(7),
+        Arg::Tensor(i),
+        Arg::None,
+    ];
+    let def = ops::find("quantized_decomposed.embedding_4bit.dtype").unwrap();
+    let y = def.call(&mut g, args).unwrap()[0];
+    g.output(y).unwrap();
+    let ids = HostTensor::from_i32(vec![2], &[2, 0]).unwrap();
+    let out = g.build(&dev).unwrap().execute(&[ids]).unwrap();
+    let want: Vec<f32> = [2usize, 0]
+        .iter()
+        .flat_map(|&r| (0..8).map(move |c| (r, c)))
+        .map(|(r, c)| (f32::from(q[r * 8 + c]) - tz[r * 2 + c / 4]) * ts[r * 2 + c / 4])
+        .collect();
+    assert_close(
+        &out[0].to_f32().unwrap(),
+        &want,
+        DType::F32,
+        "embedding_4bit",
+    );
+    assert_no_validation_errors(&instance);
+}

@@ -49,6 +49,9 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["et_vk.linear_dq8ca_q4gsw.default", "linear_dq8ca_q4gsw"], &[INPUT, Param::tensor("input_scale"), Param::tensor("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), int("group_size"), Param::opt_tensor("bias")], |c| linear_q4gsw(c, [3, 5, 6, 7])),
     OpDef::new(&["et_vk.embedding_q4gsw.default", "embedding_q4gsw"], &[Param::tensor("weight"), Param::tensor("weight_scales"), int("group_size"), Param::tensor("indices"), Param::new("is_linear_weight", Kind::Bool, Fallback::Bool(false))], embedding_q4gsw),
     OpDef::new(&["torchao.choose_qparams_affine.default", "choose_qparams_affine"], &[INPUT, Param::new("mapping_type", Kind::Str, Fallback::Str("ASYMMETRIC")), ints("block_size"), Param::new("target_dtype", Kind::Int, Fallback::Null), Param::new("quant_min", Kind::Int, Fallback::Null), Param::new("quant_max", Kind::Int, Fallback::Null), Param::new("eps", Kind::Float, Fallback::Null), Param::new("scale_dtype", Kind::Int, Fallback::Null), Param::new("zero_point_dtype", Kind::Int, Fallback::Null), Param::new("keepdim", Kind::Bool, Fallback::Bool(false))], choose_qparams_affine),
+    OpDef::new(&["torchao.quantize_affine.default", "quantize_affine"], &[INPUT, ints("block_size"), Param::tensor("scale"), Param::opt_tensor("zero_point"), Param::new("output_dtype", Kind::Int, Fallback::Null), Param::new("quant_min", Kind::Int, Fallback::Null), Param::new("quant_max", Kind::Int, Fallback::Null)], |c| affine(c, true)),
+    OpDef::new(&["torchao.dequantize_affine.default", "dequantize_affine"], &[INPUT, ints("block_size"), Param::tensor("scale"), Param::opt_tensor("zero_point"), Param::new("input_dtype", Kind::Int, Fallback::Null), Param::new("quant_min", Kind::Int, Fallback::Null), Param::new("quant_max", Kind::Int, Fallback::Null), Param::new("output_dtype", Kind::Int, Fallback::Null)], |c| affine(c, false)),
+    OpDef::new(&["quantized_decomposed.embedding_4bit.dtype", "quantized_decomposed.embedding_4bit.default", "quantized_decomposed::embedding_4bit.dtype_out", "quantized_decomposed::embedding_4bit.out", "embedding_4bit"], &[Param::tensor("weight"), Param::tensor("weight_scales"), Param::opt_tensor("weight_zero_points"), int("weight_quant_min"), int("weight_quant_max"), Param::tensor("indices"), Param::new("dtype", Kind::Int, Fallback::Null)], embedding_4bit),
     OpDef::new(&["et_vk.linear_q8ta_q8csw.default", "linear_q8ta_q8csw"], &[Param::tensor("x"), real("input_scale"), int("input_zero_point"), Param::tensor("weights"), Param::tensor("weight_sums"), Param::tensor("weight_scales"), Param::opt_tensor("bias")], linear_q8ta_q8csw),
     OpDef::new(&["et_vk.q8ta_conv2d.default", "et_vk.q8ta_conv2d_pw.default", "q8ta_conv2d"], Q8TA_CONV, |c| q8ta_conv2d(c, false)),
     OpDef::new(&["et_vk.q8ta_conv2d_dw.default", "q8ta_conv2d_dw"], Q8TA_CONV, |c| q8ta_conv2d(c, true)),
@@ -778,6 +781,115 @@ fn choose_qparams_affine(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         .collect();
     let kept = if kept.is_empty() { vec![1] } else { kept };
     Ok(vec![g.reshape(scale, &kept)?, g.reshape(zero, &kept)?])
+}
+
+/// torchao's `quantize_affine` (`quantize`) and `dequantize_affine`: per block of
+/// `block_size` (1 keeps a dim, the whole dim or a divisor of it groups along it), `q =
+/// clamp(round(x * (1 / scale)) + zero_point, qmin, qmax)` as int8 (int32 beyond int8's
+/// range), or `(q - zero_point) * scale` as f32.
+fn affine(c: &mut Call<'_>, quantize: bool) -> Result<Vec<TensorId>> {
+    let (x, scale, zero) = (c.tensor(0)?, c.tensor(2)?, c.opt_tensor(3)?);
+    let (shape, block) = (c.shape(x), c.counts(1)?);
+    if block.len() != shape.len()
+        || block
+            .iter()
+            .zip(&shape)
+            .any(|(&b, &n)| b == 0 || n % b != 0)
+    {
+        return Err(c.err(1, format!("{block:?} for {shape:?}: one divisor per dim")));
+    }
+    // The input as [.., n / b, b, ..] per grouped dim; scale and zero point broadcast over b.
+    let (mut grouped, mut per_block) = (Vec::new(), Vec::new());
+    for (&b, &n) in block.iter().zip(&shape) {
+        if b == 1 {
+            grouped.push(n as isize);
+            per_block.push(n as isize);
+        } else {
+            grouped.extend([(n / b) as isize, b as isize]);
+            per_block.extend([(n / b) as isize, 1]);
+        }
+    }
+    let back: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+    let (qmin, qmax) = (c.opt_int(5)?.unwrap_or(-128), c.opt_int(6)?.unwrap_or(127));
+    let g = &mut *c.g;
+    let xf = g.cast(x, DType::F32)?;
+    let xv = g.reshape(xf, &grouped)?;
+    let s = g.cast(scale, DType::F32)?;
+    let s = g.reshape(s, &per_block)?;
+    let z = match zero {
+        Some(z) => {
+            let z = g.cast(z, DType::F32)?;
+            Some(g.reshape(z, &per_block)?)
+        }
+        None => None,
+    };
+    let y = if quantize {
+        let one = g.full_as("one", &[1], 1.0, DType::F32)?;
+        let inv = g.div(one, s)?;
+        let q = g.mul(xv, inv)?;
+        let q = g.math(Math::Round, q, 0.0)?;
+        let q = match z {
+            Some(z) => g.add(q, z)?,
+            None => q,
+        };
+        let q = g.clamp(q, qmin as f32, qmax as f32)?;
+        let q = g.reshape(q, &back)?;
+        let dtype = if qmin >= -128 && qmax <= 127 {
+            DType::I8
+        } else {
+            DType::I32
+        };
+        g.cast(q, dtype)?
+    } else {
+        let v = match z {
+            Some(z) => g.sub(xv, z)?,
+            None => xv,
+        };
+        let v = g.mul(v, s)?;
+        g.reshape(v, &back)?
+    };
+    one(y)
+}
+
+/// `quantized_decomposed.embedding_4bit`: rows of a 4-bit table packed `[v, d / 2]` (the even
+/// column in the high nibble, each stored plus 8) with per-group scales `[v, groups]` (or
+/// `[v]`) and optional zero points, picked by `indices`. The table, scales and zero points
+/// must be constants: dequantized at build, `(q - zero_point) * scale`.
+fn embedding_4bit(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
+    let (w, scales, zeros, ids) = (c.tensor(0)?, c.tensor(1)?, c.opt_tensor(2)?, c.tensor(5)?);
+    let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
+        return Err(c.err(0, "the packed table and its scales must be constants"));
+    };
+    let zv = match zeros {
+        Some(z) => Some(
+            c.g.constant_values(z)
+                .ok_or_else(|| c.err(2, "the zero points must be constants"))?,
+        ),
+        None => None,
+    };
+    let ws = c.shape(w);
+    let [v, half] = ws[..] else {
+        return Err(c.err(0, format!("{ws:?}: [v, d / 2] is needed")));
+    };
+    let d = half * 2;
+    let groups = sv.len() / v.max(1);
+    if groups == 0 || d % groups != 0 || sv.len() != v * groups {
+        return Err(c.err(1, format!("{:?} for a [{v}, {d}] table", c.shape(scales))));
+    }
+    let group = d / groups;
+    let q = unpack4(&wv, v, half, true);
+    let t: Vec<f32> = q
+        .iter()
+        .enumerate()
+        .map(|(at, q)| {
+            let k = (at / d) * groups + (at % d) / group;
+            (q - zv.as_ref().map_or(0.0, |z| z[k])) * sv[k]
+        })
+        .collect();
+    let name = format!("embedding_4bit_table{}", w.index());
+    let table = c.g.constant_f32(&name, &[v, d], &t)?;
+    let ids = c.g.cast(ids, DType::I32)?;
+    one(c.g.embedding(table, ids)?)
 }
 
 /// Rows of a group-wise 4-bit table `[v, d / 2]` with scales `[v, groups]`, picked by
