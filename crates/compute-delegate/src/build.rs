@@ -110,6 +110,11 @@ impl GraphBuilder {
                     push: x.push.iter().flat_map(|v| v.to_ne_bytes()).collect(),
                     groups: x.groups,
                     barrier_before,
+                    shape: self
+                        .nodes
+                        .get(x.node)
+                        .map(|n| self.tensors[n.out.0].shape.clone())
+                        .unwrap_or_default(),
                 },
             )
             .collect();

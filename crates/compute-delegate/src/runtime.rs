@@ -75,6 +75,8 @@ pub struct DispatchTime {
     pub float_type: vk_core::DType,
     /// Work groups dispatched.
     pub groups: [u32; 3],
+    /// The shape of the tensor its node writes.
+    pub shape: Vec<usize>,
     /// Time from the previous timestamp to the one after this dispatch.
     pub time: Duration,
 }
@@ -170,6 +172,8 @@ pub(crate) struct Recorded {
     pub push: Vec<u8>,
     pub groups: [u32; 3],
     pub barrier_before: bool,
+    /// The shape of the tensor the dispatch's node writes.
+    pub shape: Vec<usize>,
 }
 
 /// An executable compute graph on one device.
@@ -833,6 +837,7 @@ impl Graph {
                 kernel: r.kernel.to_string(),
                 float_type: r.kernel.float_type(),
                 groups: r.groups,
+                shape: r.shape.clone(),
                 time: Duration::from_nanos(
                     (ticks[i + 1].saturating_sub(ticks[i]) as f64 * period) as u64,
                 ),

@@ -74,6 +74,10 @@ enum Cmd {
         /// Programs: pass tensors between steps through host memory instead of on the device.
         #[arg(long)]
         host_hand_off: bool,
+        /// Write the device timeline of one execution (every dispatch: op, kernel, shape, GPU
+        /// time) to this file as Chrome trace JSON, which Perfetto opens.
+        #[arg(long)]
+        trace: Option<PathBuf>,
     },
     /// Benchmarks, as ratios to baselines measured in the same run on the same device.
     Bench {
@@ -236,11 +240,12 @@ fn main() -> ExitCode {
             output_dir,
             repeat,
             host_hand_off,
+            trace,
         } => run::run(
             &model,
             method.as_deref(),
             &inputs,
-            output_dir.as_deref(),
+            [output_dir.as_deref(), trace.as_deref()],
             repeat,
             host_hand_off,
         ),

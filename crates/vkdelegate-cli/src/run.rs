@@ -43,7 +43,7 @@ pub fn run(
     model: &Path,
     method: Option<&str>,
     inputs: &[String],
-    output_dir: Option<&Path>,
+    [output_dir, trace]: [Option<&Path>; 2],
     repeat: usize,
     hand_off_host: bool,
 ) -> Result {
@@ -80,6 +80,15 @@ pub fn run(
         let names: Vec<String> = program.outputs().iter().map(|s| s.name.clone()).collect();
         write_outputs(dir, &outputs, Some(&names))?;
     }
+    if let Some(path) = trace {
+        let timeline = program.trace()?;
+        let n = timeline["traceEvents"]
+            .as_array()
+            .map_or(0, |e| e.iter().filter(|e| e["ph"] == "X").count());
+        std::fs::write(path, serde_json::to_vec(&timeline)?)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("wrote {} ({n} dispatches)", path.display());
+    }
     Ok(())
 }
 
@@ -88,7 +97,7 @@ pub fn run(
     model: &Path,
     _: Option<&str>,
     _: &[String],
-    _: Option<&Path>,
+    _: [Option<&Path>; 2],
     _: usize,
     _: bool,
 ) -> Result {

@@ -337,3 +337,45 @@ fn generate_continues_a_prompt_as_pytorch_greedily_and_repeats_seeded_draws() {
     let seeded = ["--temperature", "0.8", "--top-p", "0.9", "--seed", "3"];
     assert_eq!(generate(&seeded).2, generate(&seeded).2);
 }
+
+/// `run --trace FILE` writes one execution's device timeline as Chrome trace JSON: a complete
+/// event per dispatch, end to end, with its op, kernel, output shape and work groups, and the
+/// step's track named.
+#[test]
+#[cfg(feature = "compute")]
+fn run_writes_a_chrome_trace_of_every_dispatch() {
+    let dir = root().join("fixtures/zoo/resnet");
+    let trace = std::env::temp_dir().join(format!("vkdelegate-trace-{}.json", std::process::id()));
+    let out = bin()
+        .arg("run")
+        .arg(dir.join("model.pte"))
+        .arg("-i")
+        .arg(dir.join("input_0.npy"))
+        .arg("--trace")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_clean(&out);
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&trace);
+    let events = json["traceEvents"].as_array().unwrap();
+    let dispatches: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(dispatches.len() >= 20, "{} dispatches", dispatches.len());
+    let mut end = 0.0;
+    for d in &dispatches {
+        let (ts, dur) = (d["ts"].as_f64().unwrap(), d["dur"].as_f64().unwrap());
+        assert!((ts - end).abs() < 1e-3 && dur >= 0.0, "{d}");
+        end = ts + dur;
+        assert!(
+            d["name"].is_string() && d["args"]["kernel"].is_string(),
+            "{d}"
+        );
+        assert!(!d["args"]["shape"].as_array().unwrap().is_empty(), "{d}");
+    }
+    assert!(dispatches.iter().any(|d| d["name"] == "conv2d"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["ph"] == "M" && e["name"] == "thread_name")
+    );
+}

@@ -343,6 +343,7 @@ impl Runner for ComputeRunner {
                 op: format!("{} [{}]", d.op, d.kernel),
                 float_type: d.float_type,
                 groups: d.groups,
+                shape: d.shape,
                 time: d.time,
             })
             .collect())

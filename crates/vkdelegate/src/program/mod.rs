@@ -38,6 +38,7 @@ mod plan;
 mod runner;
 mod spec;
 mod step;
+mod trace;
 #[cfg(feature = "vgf")]
 mod vgf_step;
 mod wiring;
@@ -56,6 +57,7 @@ pub use file::ProgramFile;
 #[cfg(feature = "compute")]
 pub use spec::GraphStep;
 pub use spec::{ComputeStep, DeviceChoice, HandOff, StepKind, StepSpec, Timings};
+pub use trace::chrome_trace;
 pub use vk_core::{AppImage, ColourMap, ImageProblem, ImageToTensor, TensorLayout, TensorToImage};
 
 use bind::Bound;
@@ -389,6 +391,8 @@ pub struct DispatchProfile {
     pub float_type: vk_core::DType,
     /// Work groups dispatched.
     pub groups: [u32; 3],
+    /// The shape of the tensor it writes.
+    pub shape: Vec<usize>,
     /// Device time from the previous dispatch's end to its own.
     pub time: std::time::Duration,
 }
