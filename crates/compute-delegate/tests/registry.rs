@@ -2287,7 +2287,7 @@ fn language_model_ops_match_their_definitions() {
 
 /// Group-wise 4-bit weights as ExecuTorch packs them, against their definitions:
 /// `linear_q4gsw` and `linear_dq8ca_q4gsw` (weights `[n, k / 2]`, the even column in the low
-/// nibble, scales `[groups, n]`, a bias) and `embedding_q4gsw` (table `[v, d / 2]`, the even
+/// nibble, scales `[groups, n]`, a bias; the latter rounds its input to int8 first) and `embedding_q4gsw` (table `[v, d / 2]`, the even
 /// column in the high nibble unless `is_linear_weight`, scales `[v, groups]`).
 #[test]
 fn group_wise_four_bit_ops_match_their_definitions() {
@@ -2339,6 +2339,20 @@ fn group_wise_four_bit_ops_match_their_definitions() {
         vec![weights.clone(), sc.clone(), b.clone()],
     );
     assert_close(&got, &linear_want, DType::F32, "linear_q4gsw");
+    // linear_dq8ca_q4gsw rounds its input to int8 first (scale 0.1, zero point 0 here).
+    let xq: Vec<f32> = x
+        .iter()
+        .map(|v| (v / 0.1).round_ties_even().clamp(-128.0, 127.0) * 0.1)
+        .collect();
+    let dq_want: Vec<f32> = (0..2 * n)
+        .map(|at| {
+            let (r, o) = (at / n, at % n);
+            bias[o]
+                + (0..k)
+                    .map(|c| xq[r * k + c] * f32::from(q[o * k + c]) * scales[(c / group) * n + o])
+                    .sum::<f32>()
+        })
+        .collect();
     let got = call_q8(
         &dev,
         "et_vk.linear_dq8ca_q4gsw.default",
@@ -2361,7 +2375,7 @@ fn group_wise_four_bit_ops_match_their_definitions() {
             b,
         ],
     );
-    assert_close(&got, &linear_want, DType::F32, "linear_dq8ca_q4gsw");
+    assert_close(&got, &dq_want, DType::F32, "linear_dq8ca_q4gsw");
     // The table: the same values as [v = 3, d = 16], scales [3, 2].
     let ids = HostTensor::from_i32(vec![4], &[2, 0, 1, 2]).unwrap();
     let table_scales: Vec<f32> = (0..6).map(|i| 0.02 + 0.01 * i as f32).collect();

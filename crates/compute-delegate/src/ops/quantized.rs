@@ -674,8 +674,8 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
     }
 }
 
-/// `x` rounded to int8 and back with the per-token scale and zero point of arguments 1 and 2
-/// (one per row of `x`'s last dim, of any shape holding that many).
+/// `x` rounded to int8 and back with the scale and zero point of arguments 1 and 2: one per
+/// row of `x`'s last dim (of any shape holding that many), or one for all.
 fn per_token_fake_quant(c: &mut Call<'_>, x: TensorId) -> Result<TensorId> {
     let (scale, zero) = (c.tensor(1)?, c.tensor(2)?);
     let shape = c.shape(x);
@@ -683,12 +683,17 @@ fn per_token_fake_quant(c: &mut Call<'_>, x: TensorId) -> Result<TensorId> {
     if let Some(last) = rows.last_mut() {
         *last = 1;
     }
+    let per_row = |c: &Call<'_>, t: TensorId| match c.shape(t).iter().product::<usize>() {
+        1 => vec![1],
+        _ => rows.clone(),
+    };
+    let (scale_shape, zero_shape) = (per_row(c, scale), per_row(c, zero));
     let g = &mut *c.g;
     let xf = g.cast(x, DType::F32)?;
     let scale = g.cast(scale, DType::F32)?;
-    let scale = g.reshape(scale, &rows)?;
+    let scale = g.reshape(scale, &scale_shape)?;
     let zero = g.cast(zero, DType::F32)?;
-    let zero = g.reshape(zero, &rows)?;
+    let zero = g.reshape(zero, &zero_shape)?;
     let q = g.div(xf, scale)?;
     let q = g.math(Math::Round, q, 0.0)?;
     let q = g.add(q, zero)?;
