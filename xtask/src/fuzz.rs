@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 const TARGETS: &[(&str, &[&str])] = &[
     ("vgf_decode", &["fixtures/vgf/*/model.vgf", "fixtures/malformed/vgf/*.vgf"]),
     ("program_file", &["examples/*.toml", "fixtures/malformed/program/*.toml"]),
-    ("pte_decode", &["fixtures/pte/*/*.pte", "fixtures/zoo/*/model.pte"]),
+    ("pte_decode", &["fixtures/pte/*/*.pte", "fixtures/zoo/*/model.pte", "fixtures/llm/*/model.pte"]),
 ];
 
 /// Seeds larger than this are left out: libFuzzer's default input length follows the largest
