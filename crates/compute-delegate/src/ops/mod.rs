@@ -218,7 +218,7 @@ pub enum Arg {
     Str(String),
     /// An integer known only on the device: the one element of the i32 tensor `value`, plus
     /// `plus` (ExecuTorch's SymInt read from a tensor, `et_vk.select_as_symint`, and sums of
-    /// it). Parameters that take positions read it ([`Call::position`]); others refuse it.
+    /// it). Parameters that take positions (a start, a cache position) read it; others refuse it.
     DeviceInt {
         /// A one-element i32 tensor.
         value: TensorId,
