@@ -161,6 +161,11 @@ enum Cmd {
         /// Executions per model (the run time is their median, host to host).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// Also time the same networks with PyTorch on this machine's CUDA GPU (eager and
+        /// CUDA-graph replay, host to host), in the same run: the Python to run
+        /// `fixtures/tools/torch_zoo.py` with (found beside the zoo folder).
+        #[arg(long, value_name = "PYTHON")]
+        torch: Option<String>,
     },
 }
 
@@ -182,8 +187,9 @@ fn zoo_run(
     dirs: &[PathBuf],
     filter: Option<&str>,
     repeat: usize,
+    torch: Option<&str>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    zoo::run(dirs, filter, repeat)
+    zoo::run(dirs, filter, repeat, torch)
 }
 
 #[cfg(feature = "compute")]
@@ -219,7 +225,12 @@ fn generate_run(
 }
 
 #[cfg(not(any(feature = "vgf", feature = "compute")))]
-fn zoo_run(_: &[PathBuf], _: Option<&str>, _: usize) -> Result<(), Box<dyn std::error::Error>> {
+fn zoo_run(
+    _: &[PathBuf],
+    _: Option<&str>,
+    _: usize,
+    _: Option<&str>,
+) -> Result<(), Box<dyn std::error::Error>> {
     Err("running a zoo needs the `compute` feature, which this build lacks".into())
 }
 
@@ -279,7 +290,8 @@ fn main() -> ExitCode {
             dirs,
             filter,
             repeat,
-        } => zoo_run(&dirs, filter.as_deref(), repeat),
+            torch,
+        } => zoo_run(&dirs, filter.as_deref(), repeat, torch.as_deref()),
         Cmd::Generate {
             model,
             tokenizer,

@@ -38,8 +38,10 @@ struct Row {
 
 /// Runs every model folder under `roots` (folders holding `model.pte`, or their parents)
 /// whose name contains `filter`, `repeat` times each; prints the table. An error when any
-/// model fails.
-pub fn run(roots: &[PathBuf], filter: Option<&str>, repeat: usize) -> Result {
+/// model fails. With `torch` (a Python with PyTorch), PyTorch's host-to-host times of the
+/// same networks on this machine's CUDA GPU follow, from the same run
+/// (`fixtures/tools/torch_zoo.py`, found beside the zoo folder).
+pub fn run(roots: &[PathBuf], filter: Option<&str>, repeat: usize, torch: Option<&str>) -> Result {
     let models = model_dirs(roots)?;
     let models: Vec<PathBuf> = models
         .into_iter()
@@ -53,11 +55,19 @@ pub fn run(roots: &[PathBuf], filter: Option<&str>, repeat: usize) -> Result {
         "model", "load ms", "run ms", "max error", "of tol."
     );
     let mut failed = Vec::new();
+    let mut ours = Vec::new();
     for dir in &models {
         let row = check(dir, repeat);
         print_row(&row);
         if row.failure.is_some() {
-            failed.push(row.name);
+            failed.push(row.name.clone());
+        }
+        ours.push((row.name, row.run_ms));
+    }
+    if let Some(python) = torch {
+        match peer::times(python, &models, repeat) {
+            Ok(theirs) => peer::print(&ours, &theirs),
+            Err(e) => println!("PyTorch: no times ({e})"),
         }
     }
     if failed.is_empty() {
@@ -273,4 +283,90 @@ fn top5_agree(a: &[f32], b: &[f32]) -> bool {
     };
     let (ta, tb) = (top(a), top(b));
     tb.contains(&ta[0]) && ta.contains(&tb[0])
+}
+
+/// PyTorch's times of the zoo's networks, from `torch_zoo.py` run by the given Python.
+mod peer {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    use super::{Result, name_of};
+
+    /// `(eager ms, CUDA-graph ms)` per model name, as `torch_zoo.py` prints them (`None`:
+    /// the network would not build or capture there).
+    pub fn times(
+        python: &str,
+        models: &[PathBuf],
+        repeat: usize,
+    ) -> Result<BTreeMap<String, Option<(f64, f64)>>> {
+        let script = script(models)?;
+        let full = models.iter().any(|d| {
+            std::fs::read_to_string(d.join("meta.json")).is_ok_and(|m| m.contains("(full)"))
+        });
+        let mut cmd = std::process::Command::new(python);
+        cmd.arg(&script)
+            .args(["--iters", &repeat.max(5).to_string()]);
+        if full {
+            cmd.arg("--full");
+        }
+        cmd.args(models.iter().map(|d| name_of(d)));
+        let out = cmd.output().map_err(|e| format!("{python}: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err.lines().last().unwrap_or("").to_owned();
+            return Err(format!("{} failed: {last}", script.display()).into());
+        }
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut times = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if let [name, eager, graph, ..] = f[..] {
+                let parsed = eager.parse::<f64>().ok().zip(graph.parse::<f64>().ok());
+                if name != "model" {
+                    times.insert(name.to_owned(), parsed);
+                }
+            }
+        }
+        if let Some(header) = text.lines().find(|l| l.starts_with('#')) {
+            println!("{header}");
+        }
+        Ok(times)
+    }
+
+    /// `fixtures/tools/torch_zoo.py` beside the zoo: `<zoo>/../tools/torch_zoo.py` for the
+    /// first model's zoo folder or for the folder itself.
+    fn script(models: &[PathBuf]) -> Result<PathBuf> {
+        let first = models.first().ok_or("no models")?;
+        let candidates: Vec<PathBuf> = [first.parent(), first.parent().and_then(Path::parent)]
+            .into_iter()
+            .flatten()
+            .map(|p| p.join("tools").join("torch_zoo.py"))
+            .collect();
+        candidates
+            .iter()
+            .find(|p| p.is_file())
+            .cloned()
+            .ok_or_else(|| format!("torch_zoo.py not found at {}", candidates[0].display()).into())
+    }
+
+    /// Our run times beside PyTorch's, with the ratio to its CUDA-graph replay.
+    pub fn print(ours: &[(String, Option<f64>)], theirs: &BTreeMap<String, Option<(f64, f64)>>) {
+        println!(
+            "{:<24} {:>10} {:>14} {:>14} {:>12}",
+            "model", "ours ms", "PyTorch eager", "PyTorch graph", "ours / graph"
+        );
+        for (name, run) in ours {
+            let peer = theirs.get(name).copied().flatten();
+            let cell = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
+            let ratio = run.zip(peer).map(|(a, (_, g))| a / g);
+            println!(
+                "{:<24} {:>10} {:>14} {:>14} {:>12}",
+                name,
+                cell(*run),
+                cell(peer.map(|p| p.0)),
+                cell(peer.map(|p| p.1)),
+                ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}")),
+            );
+        }
+    }
 }

@@ -379,3 +379,23 @@ fn run_writes_a_chrome_trace_of_every_dispatch() {
             .any(|e| e["ph"] == "M" && e["name"] == "thread_name")
     );
 }
+
+/// `zoo --torch PYTHON` times the networks with PyTorch too where it can; where the Python
+/// cannot (no such program, no PyTorch, no CUDA GPU), it says why and the zoo still judges.
+#[test]
+#[cfg(feature = "compute")]
+fn zoo_names_why_it_has_no_pytorch_times() {
+    let out = bin()
+        .arg("zoo")
+        .arg(root().join("fixtures/zoo"))
+        .args(["--filter", "squeezenet", "--repeat", "1"])
+        .args(["--torch", "/nonexistent/python3"])
+        .output()
+        .unwrap();
+    assert_clean(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("PyTorch: no times (/nonexistent/python3:") && stdout.contains("  pass"),
+        "{stdout}"
+    );
+}
