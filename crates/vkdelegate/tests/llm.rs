@@ -136,3 +136,17 @@ fn a_background_model_is_driven_by_submit_and_poll() {
     inline.reset();
     assert_eq!(inline.position(), 0);
 }
+
+/// Input shapes past the exported bounds (tokens `[1, 63]` at most) are refused by name.
+#[test]
+fn shapes_beyond_the_exported_bound_are_named() {
+    let bytes = std::fs::read(dir("tiny_llama").join("model.pte")).unwrap();
+    let e = program_builder_with_input_shapes(bytes.into(), None, &[vec![1, 64], vec![1]])
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("input 0") && e.contains("[1, 64]") && e.contains("[1, 63]"),
+        "{e}"
+    );
+}

@@ -188,7 +188,16 @@ impl<'p, 'a> Lowering<'p, 'a> {
             let inner = dtype_of(t, false, self.float)?;
             let name = format!("in{i}");
             let shape = match shapes.get(i) {
-                Some(Some(s)) => s.clone(),
+                Some(Some(s)) => {
+                    // The declared sizes are the exported upper bounds of dynamic dims.
+                    let bound = dims(t);
+                    if s.len() != bound.len() || s.iter().zip(&bound).any(|(a, b)| a > b) {
+                        return Err(err(format!(
+                            "input {i}: shape {s:?} is beyond the exported bound {bound:?}"
+                        )));
+                    }
+                    s.clone()
+                }
                 _ => dims(t),
             };
             let x = if dtype == DType::I32 && long.get(i) == Some(&true) {
