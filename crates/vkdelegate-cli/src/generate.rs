@@ -5,32 +5,22 @@
 //! rates follow.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use vkdelegate::llm::{LanguageModel, Sampler};
 use vkdelegate::program::DeviceChoice;
 
+use crate::GenerateArgs;
+
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// What to generate.
-pub struct Request<'a> {
-    pub model: &'a Path,
-    pub tokenizer: &'a Path,
-    pub prompt: &'a str,
-    pub tokens: usize,
-    pub temperature: f32,
-    pub top_p: f32,
-    pub seed: u64,
-}
-
-pub fn run(r: &Request<'_>) -> Result {
-    let tokenizer = tokenizers::Tokenizer::from_file(r.tokenizer)
+pub fn run(r: &GenerateArgs) -> Result {
+    let tokenizer = tokenizers::Tokenizer::from_file(&r.tokenizer)
         .map_err(|e| format!("{}: {e}", r.tokenizer.display()))?;
     let encoding = tokenizer
-        .encode(r.prompt, true)
+        .encode(r.prompt.as_str(), true)
         .map_err(|e| format!("tokenizing the prompt: {e}"))?;
-    let bytes = std::fs::read(r.model).map_err(|e| format!("{}: {e}", r.model.display()))?;
+    let bytes = std::fs::read(&r.model).map_err(|e| format!("{}: {e}", r.model.display()))?;
     let t = Instant::now();
     let mut model = LanguageModel::load(bytes.into(), DeviceChoice::Standalone)?;
     let load = t.elapsed();

@@ -122,35 +122,13 @@ enum Cmd {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
-    /// Run a model zoo: every folder holding `model.pte`, its `input_<i>.npy` and PyTorch's
-    /// `expected_output_<i>.npy`, loaded, run and compared; one table (model, load, run, max
-    /// error, pass). Fails when any model fails.
     /// Continue a prompt with a language model exported by ExecuTorch (`export_llama --vulkan
     /// -kv --use_sdpa_with_kv_cache`): tokenize it (`tokenizer.json`), feed it, sample and
     /// stream the text, and print the prefill and decode rates.
-    Generate {
-        /// The `.pte` program.
-        model: PathBuf,
-        /// A Hugging Face `tokenizer.json`.
-        #[arg(long)]
-        tokenizer: PathBuf,
-        /// The text to continue.
-        #[arg(long)]
-        prompt: String,
-        /// Tokens to generate at most.
-        #[arg(short = 'n', long = "tokens", default_value_t = 32)]
-        tokens: usize,
-        /// 0 picks the likeliest token; above 0, tokens are drawn from the softmax at this
-        /// temperature.
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        /// Draw only from the likeliest tokens whose probabilities add up to this.
-        #[arg(long = "top-p", default_value_t = 1.0)]
-        top_p: f32,
-        /// The seed of the draws.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-    },
+    Generate(GenerateArgs),
+    /// Run a model zoo: every folder holding `model.pte`, its `input_<i>.npy` and PyTorch's
+    /// `expected_output_<i>.npy`, loaded, run and compared; one table (model, load, run, max
+    /// error, pass). Fails when any model fails.
     Zoo {
         /// Zoo folders (or model folders).
         #[arg(default_value = "fixtures/zoo")]
@@ -167,6 +145,32 @@ enum Cmd {
         #[arg(long, value_name = "PYTHON")]
         torch: Option<String>,
     },
+}
+
+/// `generate`'s arguments.
+#[derive(clap::Args)]
+struct GenerateArgs {
+    /// The `.pte` program.
+    model: PathBuf,
+    /// A Hugging Face `tokenizer.json`.
+    #[arg(long)]
+    tokenizer: PathBuf,
+    /// The text to continue.
+    #[arg(long)]
+    prompt: String,
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long = "tokens", default_value_t = 32)]
+    tokens: usize,
+    /// 0 picks the likeliest token; above 0, tokens are drawn from the softmax at this
+    /// temperature.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Draw only from the likeliest tokens whose probabilities add up to this.
+    #[arg(long = "top-p", default_value_t = 1.0)]
+    top_p: f32,
+    /// The seed of the draws.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 /// `inspect` of a `.pte` program or a VGF file.
@@ -193,34 +197,12 @@ fn zoo_run(
 }
 
 #[cfg(feature = "compute")]
-fn generate_run(
-    model: &std::path::Path,
-    tokenizer: &std::path::Path,
-    prompt: &str,
-    tokens: usize,
-    [temperature, top_p]: [f32; 2],
-    seed: u64,
-) -> Result<(), Box<dyn std::error::Error>> {
-    generate::run(&generate::Request {
-        model,
-        tokenizer,
-        prompt,
-        tokens,
-        temperature,
-        top_p,
-        seed,
-    })
+fn generate_run(args: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
+    generate::run(args)
 }
 
 #[cfg(not(feature = "compute"))]
-fn generate_run(
-    _: &std::path::Path,
-    _: &std::path::Path,
-    _: &str,
-    _: usize,
-    _: [f32; 2],
-    _: u64,
-) -> Result<(), Box<dyn std::error::Error>> {
+fn generate_run(_: &GenerateArgs) -> Result<(), Box<dyn std::error::Error>> {
     Err("generating text needs the `compute` feature, which this build lacks".into())
 }
 
@@ -292,22 +274,7 @@ fn main() -> ExitCode {
             repeat,
             torch,
         } => zoo_run(&dirs, filter.as_deref(), repeat, torch.as_deref()),
-        Cmd::Generate {
-            model,
-            tokenizer,
-            prompt,
-            tokens,
-            temperature,
-            top_p,
-            seed,
-        } => generate_run(
-            &model,
-            &tokenizer,
-            &prompt,
-            tokens,
-            [temperature, top_p],
-            seed,
-        ),
+        Cmd::Generate(args) => generate_run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -64,8 +64,8 @@ fn rotate_pairs(
     sin: TensorId,
 ) -> Result<TensorId> {
     let (shape, dtype) = (g.shape(x).unwrap_or_default().to_vec(), g.dtype(x));
-    let xf = g.cast(x, DType::F32)?;
-    let (cos, sin) = (g.cast(cos, DType::F32)?, g.cast(sin, DType::F32)?);
+    let xf = g.as_dtype(x, DType::F32)?;
+    let (cos, sin) = (g.as_dtype(cos, DType::F32)?, g.as_dtype(sin, DType::F32)?);
     let v = g.reshape(xf, pairs)?;
     let (re, im) = (g.select(v, -1, 0)?, g.select(v, -1, 1)?);
     let (rc, is) = (g.mul(re, cos)?, g.mul(im, sin)?);
@@ -77,7 +77,7 @@ fn rotate_pairs(
     let y = g.cat(&[out_re, out_im], -1)?;
     let to: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
     let y = g.reshape(y, &to)?;
-    g.cast(y, dtype.unwrap_or(DType::F32))
+    g.as_dtype(y, dtype.unwrap_or(DType::F32))
 }
 
 /// Hugging Face's rotation (`rotate_half`) of `[batch, seq, heads, d]` by rows `start_pos ..
@@ -110,12 +110,12 @@ fn rotary_hf(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         let g = &mut *c.g;
         let window = |g: &mut GraphBuilder, f: TensorId| -> Result<TensorId> {
             let f = g.slice(f, 0, start as isize, (start + s) as isize, 1)?;
-            let f = g.cast(f, DType::F32)?;
+            let f = g.as_dtype(f, DType::F32)?;
             g.reshape(f, &[s as isize, 1, rot as isize])
         };
         let (fc, fs) = (window(g, cos)?, window(g, sin)?);
         let dtype = g.dtype(x).unwrap_or(DType::F32);
-        let xf = g.cast(x, DType::F32)?;
+        let xf = g.as_dtype(x, DType::F32)?;
         let head = g.slice(xf, -1, 0, rot as isize, 1)?;
         let x1 = g.slice(head, -1, 0, (rot / 2) as isize, 1)?;
         let x2 = g.slice(head, -1, (rot / 2) as isize, rot as isize, 1)?;
@@ -127,7 +127,7 @@ fn rotary_hf(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
             let pass = g.slice(xf, -1, rot as isize, d as isize, 1)?;
             y = g.cat(&[y, pass], -1)?;
         }
-        out.push(g.cast(y, dtype)?);
+        out.push(g.as_dtype(y, dtype)?);
     }
     Ok(out)
 }
@@ -177,8 +177,9 @@ fn sdpa_with_kv_cache(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         return Err(c.err(7, "an attention mask with a KV cache is not supported"));
     }
     let scale = c.opt_float(10)?;
-    let kc = c.g.cache_write(kc, k, start)?;
-    let vc = c.g.cache_write(vc, v, start)?;
+    let rows = c.g.cache_rows(kc, k, start)?;
+    let kc = c.g.cache_write_rows(kc, k, rows)?;
+    let vc = c.g.cache_write_rows(vc, v, rows)?;
     one(c.g.cached_attention(q, kc, vc, start, scale)?)
 }
 
@@ -206,6 +207,14 @@ fn custom_sdpa(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     }
 }
 
+/// The rows a cache write replaces ([`GraphBuilder::cache_rows`]): a mask `[1, max, 1, 1]`
+/// (1.0 where replaced) and, per cache row, the row of the new values it takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CacheRows {
+    inside: TensorId,
+    idx: TensorId,
+}
+
 impl GraphBuilder {
     /// `cache` (`[b, max, h, d]`) with rows `start .. start + s` replaced by `new`
     /// (`[b, s, h, d]`), written in place; rows past the cache are dropped.
@@ -215,6 +224,19 @@ impl GraphBuilder {
         new: TensorId,
         start: Position,
     ) -> Result<TensorId> {
+        let rows = self.cache_rows(cache, new, start)?;
+        self.cache_write_rows(cache, new, rows)
+    }
+
+    /// Which rows of `cache` a write of `new` at `start` replaces, and from which row of
+    /// `new`: the same for every cache of a layer's step, so computed once for its keys and
+    /// values.
+    pub(crate) fn cache_rows(
+        &mut self,
+        cache: TensorId,
+        new: TensorId,
+        start: Position,
+    ) -> Result<CacheRows> {
         const OP: &str = "update_cache";
         let ci = self.info(OP, cache)?.clone();
         let ni = self.info(OP, new)?.clone();
@@ -239,22 +261,34 @@ impl GraphBuilder {
         // Row j takes new[j - start] where 0 <= j - start < s, else keeps cache[j].
         let rows = self.positions(Position::Static(0), max)?;
         let from = self.positions(start, 1)?;
-        let (rows, from) = (self.cast(rows, DType::F32)?, self.cast(from, DType::F32)?);
+        let (rows, from) = (
+            self.as_dtype(rows, DType::F32)?,
+            self.as_dtype(from, DType::F32)?,
+        );
         let rel = self.sub(rows, from)?;
         let after = self.compare_scalar(rel, crate::graph::Compare::Ge, 0.0)?;
         let before = self.compare_scalar(rel, crate::graph::Compare::Lt, s as f32)?;
         let inside = self.mul(after, before)?;
         let inside = self.reshape(inside, &[1, max as isize, 1, 1])?;
         let idx = self.clamp(rel, 0.0, (s - 1) as f32)?;
-        let idx = self.cast(idx, DType::I32)?;
-        let rows_new = self.index_along(new, 1, idx, false)?;
-        let float = ci.dtype;
-        let (inside, rows_new, old) = (
-            self.cast(inside, float)?,
-            self.cast(rows_new, float)?,
-            self.cast(cache, float)?,
+        let idx = self.as_dtype(idx, DType::I32)?;
+        Ok(CacheRows { inside, idx })
+    }
+
+    /// `cache` with the rows of `rows` replaced by rows of `new`, written in place.
+    fn cache_write_rows(
+        &mut self,
+        cache: TensorId,
+        new: TensorId,
+        rows: CacheRows,
+    ) -> Result<TensorId> {
+        let float = self.info("update_cache", cache)?.dtype;
+        let rows_new = self.index_along(new, 1, rows.idx, false)?;
+        let (inside, rows_new) = (
+            self.as_dtype(rows.inside, float)?,
+            self.as_dtype(rows_new, float)?,
         );
-        let merged = self.where_(inside, rows_new, old)?;
+        let merged = self.where_(inside, rows_new, cache)?;
         self.assign(cache, merged)
     }
 
@@ -323,9 +357,9 @@ impl GraphBuilder {
         let name = format!("causal_gap{}", self.node_count());
         let gap = self.constant_f32(&name, &[s, max], &gap)?;
         let from = self.positions(start, 1)?;
-        let from = self.cast(from, DType::F32)?;
+        let from = self.as_dtype(from, DType::F32)?;
         let allowed = self.binary(crate::graph::BinaryOp::Le, gap, from)?;
-        let allowed = self.cast(allowed, DType::F32)?;
+        let allowed = self.as_dtype(allowed, DType::F32)?;
         let mask = self.add_scalar(allowed, -1.0)?;
         let mask = self.mul_scalar(mask, 1e30)?;
         let (qp, kp, vp) = self.heads_first(q, kc, vc)?;
@@ -356,7 +390,7 @@ impl GraphBuilder {
                 ),
             ));
         }
-        let f32 = |g: &mut GraphBuilder, t: TensorId| g.cast(t, DType::F32);
+        let f32 = |g: &mut GraphBuilder, t: TensorId| g.as_dtype(t, DType::F32);
         let (qf, kf, vf) = (f32(self, q)?, f32(self, k)?, f32(self, v)?);
         let mut perm: Vec<isize> = (0..r as isize).collect();
         perm.swap(r - 2, r - 1);
@@ -369,6 +403,6 @@ impl GraphBuilder {
         }
         let p = self.softmax(scores, -1)?;
         let y = self.matmul(p, vf)?;
-        self.cast(y, qi.dtype)
+        self.as_dtype(y, qi.dtype)
     }
 }

@@ -52,15 +52,15 @@ impl GraphBuilder {
     /// (ExecuTorch's `et_vk.rms_norm`).
     pub fn rms_norm(&mut self, x: TensorId, weight: TensorId, eps: f32) -> Result<TensorId> {
         let dtype = self.float_operand("rms_norm", x)?.dtype;
-        let xf = self.cast(x, DType::F32)?;
+        let xf = self.as_dtype(x, DType::F32)?;
         let sq = self.mul(xf, xf)?;
         let var = self.mean(sq, &[-1], true)?;
         let var = self.add_scalar(var, eps)?;
         let r = self.math(Math::Rsqrt, var, 0.0)?;
         let y = self.mul(xf, r)?;
-        let w = self.cast(weight, DType::F32)?;
+        let w = self.as_dtype(weight, DType::F32)?;
         let y = self.mul(y, w)?;
-        self.cast(y, dtype)
+        self.as_dtype(y, dtype)
     }
 
     /// Batch norm over dim 1 of `x` (`[n, c, ..]`) with constant running statistics `[mean,

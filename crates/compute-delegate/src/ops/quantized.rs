@@ -558,17 +558,9 @@ fn weight_int8pack_mm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 /// `x @ w^T` for an f32 `w`, computed in f32 and given in `x`'s float type.
 fn linear_in_f32(g: &mut GraphBuilder, x: TensorId, w: TensorId) -> Result<Vec<TensorId>> {
     let float = g.float_operand("linear", x)?.dtype;
-    let x = as_dtype(g, x, DType::F32)?;
+    let x = g.as_dtype(x, DType::F32)?;
     let y = g.linear(x, w, None)?;
-    one(as_dtype(g, y, float)?)
-}
-
-/// `t` in `dtype`: itself, or cast.
-fn as_dtype(g: &mut GraphBuilder, t: TensorId, dtype: DType) -> Result<TensorId> {
-    match g.dtype(t) == Some(dtype) {
-        true => Ok(t),
-        false => g.cast(t, dtype),
-    }
+    one(g.as_dtype(y, float)?)
 }
 
 /// `x [.., k] @ (weights * scales)^T` for 4-bit weights packed two to a byte (`[n, k / 2]`
@@ -587,12 +579,11 @@ fn linear_qcs4w(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     if half != k.div_ceil(2) || sv.len() < n {
         return Err(c.err(1, format!("{ws:?} with {} scales for k = {k}", sv.len())));
     }
+    let q = unpack4(&wv, n, half, true);
     let mut t = vec![0f32; n * k];
     for (at, v) in t.iter_mut().enumerate() {
         let (r, j) = (at / k, at % k);
-        let byte = wv[r * half + j / 2] as u8;
-        let q = if j % 2 == 0 { byte >> 4 } else { byte & 15 };
-        *v = (f32::from(q) - 8.0) * sv[r];
+        *v = q[r * half * 2 + j] * sv[r];
     }
     let name = format!("qcs4w_weights{}", w.index());
     let w = c.g.constant_f32(&name, &[n, k], &t)?;
@@ -667,7 +658,7 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
     match c.opt_tensor(bias)? {
         Some(b) => {
             let dtype = c.g.dtype(y).unwrap_or(DType::F32);
-            let b = as_dtype(c.g, b, dtype)?;
+            let b = c.g.as_dtype(b, dtype)?;
             one(c.g.add(y, b)?)
         }
         None => one(y),
@@ -689,10 +680,10 @@ fn per_token_fake_quant(c: &mut Call<'_>, x: TensorId) -> Result<TensorId> {
     };
     let (scale_shape, zero_shape) = (per_row(c, scale), per_row(c, zero));
     let g = &mut *c.g;
-    let xf = g.cast(x, DType::F32)?;
-    let scale = g.cast(scale, DType::F32)?;
+    let xf = g.as_dtype(x, DType::F32)?;
+    let scale = g.as_dtype(scale, DType::F32)?;
     let scale = g.reshape(scale, &scale_shape)?;
-    let zero = g.cast(zero, DType::F32)?;
+    let zero = g.as_dtype(zero, DType::F32)?;
     let zero = g.reshape(zero, &zero_shape)?;
     let q = g.div(xf, scale)?;
     let q = g.math(Math::Round, q, 0.0)?;
@@ -701,7 +692,7 @@ fn per_token_fake_quant(c: &mut Call<'_>, x: TensorId) -> Result<TensorId> {
     let q = g.sub(q, zero)?;
     let y = g.mul(q, scale)?;
     let dtype = g.dtype(x).unwrap_or(DType::F32);
-    as_dtype(g, y, dtype)
+    g.as_dtype(y, dtype)
 }
 
 /// torchao's `choose_qparams_affine`: per block of `block_size` (each entry 1 or the whole
@@ -746,7 +737,7 @@ fn choose_qparams_affine(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         }
     };
     let g = &mut *c.g;
-    let xf = g.cast(x, DType::F32)?;
+    let xf = g.as_dtype(x, DType::F32)?;
     let (low, high) = if dims.is_empty() {
         (xf, xf)
     } else {
@@ -774,7 +765,7 @@ fn choose_qparams_affine(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         let z = g.rsub_scalar(z, qmin)?;
         (scale, g.clamp(z, qmin, qmax)?)
     };
-    let zero = g.cast(zero, DType::I32)?;
+    let zero = g.as_dtype(zero, DType::I32)?;
     if keepdim || dims.is_empty() {
         return Ok(vec![scale, zero]);
     }
@@ -817,13 +808,13 @@ fn affine(c: &mut Call<'_>, quantize: bool) -> Result<Vec<TensorId>> {
     let back: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
     let (qmin, qmax) = (c.opt_int(5)?.unwrap_or(-128), c.opt_int(6)?.unwrap_or(127));
     let g = &mut *c.g;
-    let xf = g.cast(x, DType::F32)?;
+    let xf = g.as_dtype(x, DType::F32)?;
     let xv = g.reshape(xf, &grouped)?;
-    let s = g.cast(scale, DType::F32)?;
+    let s = g.as_dtype(scale, DType::F32)?;
     let s = g.reshape(s, &per_block)?;
     let z = match zero {
         Some(z) => {
-            let z = g.cast(z, DType::F32)?;
+            let z = g.as_dtype(z, DType::F32)?;
             Some(g.reshape(z, &per_block)?)
         }
         None => None,
@@ -844,7 +835,7 @@ fn affine(c: &mut Call<'_>, quantize: bool) -> Result<Vec<TensorId>> {
         } else {
             DType::I32
         };
-        g.cast(q, dtype)?
+        g.as_dtype(q, dtype)?
     } else {
         let v = match z {
             Some(z) => g.sub(xv, z)?,
@@ -861,39 +852,16 @@ fn affine(c: &mut Call<'_>, quantize: bool) -> Result<Vec<TensorId>> {
 /// `[v]`) and optional zero points, picked by `indices`. The table, scales and zero points
 /// must be constants: dequantized at build, `(q - zero_point) * scale`.
 fn embedding_4bit(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (w, scales, zeros, ids) = (c.tensor(0)?, c.tensor(1)?, c.opt_tensor(2)?, c.tensor(5)?);
-    let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
-        return Err(c.err(0, "the packed table and its scales must be constants"));
-    };
-    let zv = match zeros {
+    let zeros = match c.opt_tensor(2)? {
         Some(z) => Some(
             c.g.constant_values(z)
                 .ok_or_else(|| c.err(2, "the zero points must be constants"))?,
         ),
         None => None,
     };
-    let ws = c.shape(w);
-    let [v, half] = ws[..] else {
-        return Err(c.err(0, format!("{ws:?}: [v, d / 2] is needed")));
-    };
-    let d = half * 2;
-    let groups = sv.len() / v.max(1);
-    if groups == 0 || d % groups != 0 || sv.len() != v * groups {
-        return Err(c.err(1, format!("{:?} for a [{v}, {d}] table", c.shape(scales))));
-    }
-    let group = d / groups;
-    let q = unpack4(&wv, v, half, true);
-    let t: Vec<f32> = q
-        .iter()
-        .enumerate()
-        .map(|(at, q)| {
-            let k = (at / d) * groups + (at % d) / group;
-            (q - zv.as_ref().map_or(0.0, |z| z[k])) * sv[k]
-        })
-        .collect();
-    let name = format!("embedding_4bit_table{}", w.index());
-    let table = c.g.constant_f32(&name, &[v, d], &t)?;
-    let ids = c.g.cast(ids, DType::I32)?;
+    let table = four_bit_table(c, zeros, None, true)?;
+    let ids = c.tensor(5)?;
+    let ids = c.g.as_dtype(ids, DType::I32)?;
     one(c.g.embedding(table, ids)?)
 }
 
@@ -901,9 +869,24 @@ fn embedding_4bit(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 /// `indices`; `is_linear_weight`: the even column in the low nibble. The table and scales
 /// must be constants: dequantized at build.
 fn embedding_q4gsw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (w, scales, ids) = (c.tensor(0)?, c.tensor(1)?, c.tensor(3)?);
     let group = c.count(2)?.max(1);
-    let high_first = !c.bool(4)?;
+    let table = four_bit_table(c, None, Some(group), !c.bool(4)?)?;
+    let ids = c.tensor(3)?;
+    let ids = c.g.as_dtype(ids, DType::I32)?;
+    one(c.g.embedding(table, ids)?)
+}
+
+/// The 4-bit table of arguments 0 and 1 (packed `[v, d / 2]`, each value stored plus 8, the
+/// even column in the high nibble where `high_first`; scales `[v, groups]` or `[v]`),
+/// dequantized at build as an f32 `[v, d]`: `(q - zero_point) * scale` per group of a row.
+/// `group`: the group size the op names, checked against the scales.
+fn four_bit_table(
+    c: &mut Call<'_>,
+    zeros: Option<Vec<f32>>,
+    group: Option<usize>,
+    high_first: bool,
+) -> Result<TensorId> {
+    let (w, scales) = (c.tensor(0)?, c.tensor(1)?);
     let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
         return Err(c.err(0, "the packed table and its scales must be constants"));
     };
@@ -913,25 +896,30 @@ fn embedding_q4gsw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     };
     let d = half * 2;
     let groups = sv.len() / v.max(1);
-    if groups * group != d || sv.len() != v * groups {
+    let size = group.unwrap_or(d.checked_div(groups).unwrap_or(0));
+    if groups * size != d || sv.len() != v * groups {
         return Err(c.err(
             1,
             format!(
-                "{:?} for a [{v}, {d}] table in groups of {group}",
+                "{:?} for a [{v}, {d}] table in groups of {size}",
                 c.shape(scales)
             ),
         ));
+    }
+    if zeros.as_ref().is_some_and(|z| z.len() != sv.len()) {
+        return Err(c.err(2, format!("zero points for {} scales", sv.len())));
     }
     let q = unpack4(&wv, v, half, high_first);
     let t: Vec<f32> = q
         .iter()
         .enumerate()
-        .map(|(at, q)| q * sv[(at / d) * groups + (at % d) / group])
+        .map(|(at, q)| {
+            let k = (at / d) * groups + (at % d) / size;
+            (q - zeros.as_ref().map_or(0.0, |z| z[k])) * sv[k]
+        })
         .collect();
-    let name = format!("q4gsw_table{}", w.index());
-    let table = c.g.constant_f32(&name, &[v, d], &t)?;
-    let ids = c.g.cast(ids, DType::I32)?;
-    one(c.g.embedding(table, ids)?)
+    let name = format!("four_bit_table{}", w.index());
+    c.g.constant_f32(&name, &[v, d], &t)
 }
 
 /// A float input times int8 weights with per-channel scales (the output stays float).
@@ -946,9 +934,9 @@ fn linear_q8ta_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 fn linear_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let float = c.g.float_operand("linear_q8csw", x)?.dtype;
-    let x = as_dtype(c.g, x, DType::F32)?;
+    let x = c.g.as_dtype(x, DType::F32)?;
     let y = q8csw_linear(c, x, [1, 2, 3])?;
-    one(as_dtype(c.g, y, float)?)
+    one(c.g.as_dtype(y, float)?)
 }
 
 /// `x @ dequantized(weights)^T + bias[..c_out]`; the weights, their scales and the bias are
@@ -1012,7 +1000,7 @@ fn q8ta_conv2d(c: &mut Call<'_>, depthwise: bool) -> Result<Vec<TensorId>> {
 fn conv2d_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let float = c.g.float_operand("conv2d_q8csw", x)?.dtype;
-    let x = as_dtype(c.g, x, DType::F32)?;
+    let x = c.g.as_dtype(x, DType::F32)?;
     let at = ConvAt {
         w: 1,
         scales: 2,
@@ -1020,7 +1008,7 @@ fn conv2d_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         kernel: 4,
     };
     let y = packed_conv2d(c, x, &at, false)?;
-    one(as_dtype(c.g, y, float)?)
+    one(c.g.as_dtype(y, float)?)
 }
 
 /// The convolution of the f32 `x` with the packed int8 weights at `at`, dequantized, plus the

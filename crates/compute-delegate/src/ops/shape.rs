@@ -565,10 +565,19 @@ impl GraphBuilder {
             None => Ok(steps),
             // In f32, exact for positions below 2^24.
             Some(t) => {
-                let (steps, t) = (self.cast(steps, DType::F32)?, self.cast(t, DType::F32)?);
+                let (steps, t) = (self.cast(steps, DType::F32)?, self.as_dtype(t, DType::F32)?);
                 let sum = self.add(steps, t)?;
                 self.cast(sum, DType::I32)
             }
+        }
+    }
+
+    /// `x` in `to`: `x` itself where it already is, else [`GraphBuilder::cast`] (which always
+    /// writes a new tensor).
+    pub(crate) fn as_dtype(&mut self, x: TensorId, to: DType) -> Result<TensorId> {
+        match self.info("cast", x)?.dtype == to {
+            true => Ok(x),
+            false => self.cast(x, to),
         }
     }
 
