@@ -21,7 +21,7 @@ use rand::distributions::{Distribution, WeightedIndex};
 use vk_core::{DType, HostTensor};
 
 use crate::program::{DeviceChoice, Program};
-use crate::pte::{PteError, program_builder_with_input_shapes};
+use crate::pte::{PteError, builder_of};
 
 /// Why a language model cannot load or step.
 #[derive(Debug, thiserror::Error)]
@@ -70,8 +70,9 @@ pub struct LanguageModel {
 impl LanguageModel {
     /// Loads the `.pte` program `bytes` on the device `choice` names.
     pub fn load(bytes: Arc<[u8]>, choice: DeviceChoice) -> Result<Self, LlmError> {
-        let metadata = metadata(&bytes)?;
-        let program = program_builder_with_input_shapes(bytes, None, &[vec![1, 1], vec![1]])?
+        let pte = Pte::decode(&bytes).map_err(PteError::from)?;
+        let metadata = metadata(&pte)?;
+        let program = builder_of(&pte, &bytes, None, &[vec![1, 1], vec![1]])?
             .device(choice)
             .build()?;
         let (inputs, outputs) = (program.inputs(), program.outputs());
@@ -239,8 +240,7 @@ impl Drop for BackgroundModel {
 }
 
 /// The metadata methods' constants, read from the program without running it.
-fn metadata(bytes: &[u8]) -> Result<Metadata, LlmError> {
-    let pte = Pte::decode(bytes).map_err(PteError::from)?;
+fn metadata(pte: &Pte<'_>) -> Result<Metadata, LlmError> {
     let ints = |method: &str| -> Vec<i64> {
         let Ok(plan) = pte.plan(method) else {
             return Vec::new();

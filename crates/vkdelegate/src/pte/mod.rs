@@ -128,6 +128,16 @@ pub fn program_builder_with_input_shapes(
     shapes: &[Vec<usize>],
 ) -> Result<ProgramBuilder, PteError> {
     let pte = Pte::decode(&bytes)?;
+    builder_of(&pte, &bytes, method, shapes)
+}
+
+/// [`program_builder_with_input_shapes`] of a program already decoded from `bytes`.
+pub(crate) fn builder_of(
+    pte: &Pte<'_>,
+    bytes: &Arc<[u8]>,
+    method: Option<&str>,
+    shapes: &[Vec<usize>],
+) -> Result<ProgramBuilder, PteError> {
     let plan = match method {
         Some(m) => pte.plan(m)?,
         None => pte.forward()?,
@@ -146,7 +156,7 @@ pub fn program_builder_with_input_shapes(
     let mut steps = Vec::new();
     for (k, instruction) in plan.instructions().enumerate() {
         let at = format!("plan '{}', instruction {k}", plan.name);
-        match step_of(&pte, plan, instruction, &at, &bytes, shapes) {
+        match step_of(pte, plan, instruction, &at, bytes, shapes) {
             Ok(Some(step)) => steps.push(step),
             Ok(None) => {}
             Err(Refused::Ops(mut u)) => unsupported.append(&mut u),
