@@ -10,6 +10,7 @@ use vk_core::{
     Submission, TensorSpec, Timestamps, VkResultExt, vk,
 };
 
+use crate::constants::Pooled;
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Storage, StorageKind, TensorId};
 use crate::kernels::{PUSH_BYTES, Shader};
@@ -20,7 +21,7 @@ use crate::runtime::{
 };
 
 /// Usage of every graph buffer.
-const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+pub(crate) const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
     vk::BufferUsageFlags::STORAGE_BUFFER.as_raw()
         | vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
         | vk::BufferUsageFlags::TRANSFER_DST.as_raw(),
@@ -74,12 +75,34 @@ impl GraphBuilder {
             p => p,
         };
         let direct = path.io() == HostIo::Direct;
-        let mut res = allocate(device, &mem, &external, direct)?;
+        let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
+        let mut transfer = HostTransfer::new(device, path);
+        let pooled = match &options.constants {
+            Some(pool) => {
+                let names: Vec<&str> = plan
+                    .storages
+                    .iter()
+                    .map(|st| {
+                        self.tensors
+                            .get(st.tensor.0)
+                            .map_or("", |t| t.name.as_str())
+                    })
+                    .collect();
+                pool.bind(
+                    device,
+                    (&mut submission, &mut transfer),
+                    (&plan.storages, &names, &mem),
+                    direct,
+                )?
+            }
+            None => Pooled::default(),
+        };
+        let mut bound = external.clone();
+        bound.extend(pooled.slices.iter().map(|(&k, &v)| (k, v)));
+        let mut res = allocate(device, &mem, &bound, direct)?;
         let host = (!options.embedded).then_some(path);
         let inputs = self.io(device, &self.inputs, &mem, &mut res, host)?;
         let outputs = self.io(device, &self.outputs, &mem, &mut res, host)?;
-        let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
-        let mut transfer = HostTransfer::new(device, path);
         upload_weights(
             device,
             (&mut submission, &mut transfer),
@@ -141,6 +164,7 @@ impl GraphBuilder {
             },
             objects,
             buffers: res.buffers,
+            _pooled: pooled.keep,
             slots: res.slots,
             recorded,
             inputs,
@@ -462,17 +486,15 @@ fn allocate(
     };
     for (i, &(bytes, kind)) in mem.buffers.iter().enumerate() {
         if let Some(slice) = external.get(&i) {
-            res.report.io -= bytes;
+            match kind {
+                BufKind::Const => res.report.weights -= bytes,
+                _ => res.report.io -= bytes,
+            }
             res.slots.push(*slice);
             res.own.push(None);
             continue;
         }
-        let location = match kind {
-            BufKind::Input | BufKind::Output | BufKind::Const if direct => {
-                HostIo::Direct.io_location()
-            }
-            _ => MemoryLocation::Device,
-        };
+        let location = location(kind, direct);
         let what = format!("compute graph buffer {i} ({kind:?}, {bytes} bytes)");
         let b = Buffer::new(device, bytes, location, USAGE, &what)?;
         res.slots.push(b.slice(None));
@@ -482,27 +504,51 @@ fn allocate(
     Ok(res)
 }
 
-/// Weights: written directly where mapped, large ones through the graph's host transfer, the
-/// others through staging and one copy submission.
+/// Where a planned buffer of `kind` lives: inputs, outputs and constants in mapped device
+/// memory on the direct host path.
+pub(crate) fn location(kind: BufKind, direct: bool) -> MemoryLocation {
+    match kind {
+        BufKind::Input | BufKind::Output | BufKind::Const if direct => HostIo::Direct.io_location(),
+        _ => MemoryLocation::Device,
+    }
+}
+
+/// The graph's own constant buffers get their weights (pooled ones were filled by the pool).
 fn upload_weights(
     device: &Device,
-    (submission, transfer): (&mut Submission, &mut HostTransfer),
+    io: (&mut Submission, &mut HostTransfer),
     res: &mut Resources,
     plan: &Plan,
     mem: &MemoryPlan,
 ) -> Result<()> {
-    let mut uploads: Vec<(Buffer, vk::Buffer, u64)> = Vec::new();
+    let mut items: Vec<(usize, &[u8])> = Vec::new();
     for (s, st) in plan.storages.iter().enumerate() {
         let (StorageKind::Const(data), Some(slot)) = (&st.kind, mem.slot_of[s]) else {
             continue;
         };
-        let b = res.own[slot].ok_or_else(|| internal("constant without a buffer"))?;
-        if res.buffers[b].is_mapped() {
-            res.buffers[b].write(0, data)?;
+        if let Some(b) = res.own[slot] {
+            items.push((b, data));
+        }
+    }
+    upload(device, io, &mut res.buffers, &items)
+}
+
+/// Writes each `(buffer index, bytes)` into `buffers` from offset 0: directly where mapped,
+/// large ones through the host transfer, the others through staging and one copy submission.
+pub(crate) fn upload(
+    device: &Device,
+    (submission, transfer): (&mut Submission, &mut HostTransfer),
+    buffers: &mut [Buffer],
+    items: &[(usize, &[u8])],
+) -> Result<()> {
+    let mut uploads: Vec<(Buffer, vk::Buffer, u64)> = Vec::new();
+    for &(b, data) in items {
+        if buffers[b].is_mapped() {
+            buffers[b].write(0, data)?;
         } else if transfer.path().transfers(data.len() as u64) {
-            // SAFETY: the graph's own buffer (TRANSFER_DST usage) holds the constant; nothing
-            // else uses it yet.
-            unsafe { transfer.upload(data, res.buffers[b].raw(), 0) }?;
+            // SAFETY: a buffer of the graph or its pool (TRANSFER_DST usage) holds the
+            // constant; nothing else uses it yet.
+            unsafe { transfer.upload(data, buffers[b].raw(), 0) }?;
         } else {
             let mut staging = Buffer::new(
                 device,
@@ -512,7 +558,7 @@ fn upload_weights(
                 "weight staging",
             )?;
             staging.write(0, data)?;
-            uploads.push((staging, res.buffers[b].raw(), data.len() as u64));
+            uploads.push((staging, buffers[b].raw(), data.len() as u64));
         }
     }
     if uploads.is_empty() {

@@ -80,6 +80,7 @@
 #[cfg(feature = "bench")]
 pub mod bench;
 mod build;
+mod constants;
 mod coop;
 mod error;
 mod graph;
@@ -94,6 +95,7 @@ mod threads;
 
 #[cfg(feature = "bench")]
 pub use bench::{BenchRow, bench, bench_requirements};
+pub use constants::ConstantPool;
 pub use coop::{
     COOPERATIVE_FEATURES, CoopPolicy, cooperative_conv_kernel, cooperative_gemm_kernel,
 };

@@ -195,6 +195,8 @@ pub struct Graph {
     pub(crate) embedded: bool,
     pub(crate) objects: Objects,
     pub(crate) buffers: Vec<Buffer>,
+    /// Constant buffers of a [`crate::ConstantPool`] the graph binds, kept alive with it.
+    pub(crate) _pooled: Vec<std::sync::Arc<Buffer>>,
     /// What each planned buffer is: a slice of one of `buffers`, or an external slice.
     pub(crate) slots: Vec<BufferSlice>,
     pub(crate) recorded: Vec<Recorded>,

@@ -1,8 +1,8 @@
 //! `vkdelegate generate`: a language model exported by ExecuTorch (`export_llama --vulkan
 //! -kv --use_sdpa_with_kv_cache`) continues a prompt. The prompt is tokenized with Hugging
-//! Face's `tokenizers` (a `tokenizer.json`), fed one token at a time (prefill), then tokens are
-//! sampled and fed back (decode); the text streams as it is made, and the prefill and decode
-//! rates follow.
+//! Face's `tokenizers` (a `tokenizer.json`), fed in chunks (prefill), then tokens are sampled
+//! and fed back one at a time (decode); the text streams as it is made, and the prefill and
+//! decode rates follow.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -45,10 +45,7 @@ pub fn run(r: &GenerateArgs) -> Result {
     print!("{}", r.prompt);
     std::io::stdout().flush()?;
     let t = Instant::now();
-    let mut logits = Vec::new();
-    for &token in &prompt {
-        logits = model.step(token)?;
-    }
+    let mut logits = model.prefill(&prompt)?;
     let prefill = t.elapsed();
     let mut sampler = Sampler::new(r.temperature, r.top_p, r.seed);
     let mut made: Vec<i64> = Vec::new();

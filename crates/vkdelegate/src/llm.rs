@@ -1,24 +1,29 @@
 //! Language models: ExecuTorch's Llama programs (`export_llama --vulkan -kv
-//! --use_sdpa_with_kv_cache`, fp32 or quantized) driven one token at a time, their KV cache on
-//! the device for as long as the model is loaded.
+//! --use_sdpa_with_kv_cache`, fp32 or quantized) driven a chunk of tokens or one token at a
+//! time, their KV cache on the device for as long as the model is loaded.
 //!
-//! [`LanguageModel::step`] feeds one token at the next position and returns the logits after
-//! it; a prompt is fed token by token (prefill), then each sampled token (decode). The program
-//! is built once, for one token, and every step runs the same recorded work: the position
-//! reaches the device as an input, where the rows of the cache written and the causal mask are
-//! computed. [`LanguageModel::reset`] starts a new sequence (rows past the position are never
-//! read, so nothing is cleared). [`BackgroundModel`] runs the steps on a thread of its own,
-//! so that an engine submits a token in one frame and polls for the logits in a later one
-//! without blocking. [`Sampler`] picks tokens: greedy at temperature 0, else from the
-//! softmax at a temperature, within the top-p mass, from a seeded generator.
+//! [`LanguageModel::prefill`] feeds a prompt and [`LanguageModel::step`] one token, each at the
+//! next positions, and return the logits after the last. The program is built for each length
+//! it is fed once, lazily: one token for decoding, and prompt chunks whose lengths are powers
+//! of two up to the exported bound (a 13-token prompt runs as chunks of 8, 4 and 1). Every
+//! build shares one [`ConstantPool`]: the weights are uploaded once, and the KV cache one
+//! length writes is the one the others read. The position reaches the device as an input,
+//! where the cache rows written and the causal mask are computed, so a length's recorded work
+//! serves every position. [`LanguageModel::reset`] starts a new sequence (rows past the
+//! position are never read, so nothing is cleared). [`BackgroundModel`] runs the steps on a
+//! thread of its own, so that an engine submits work in one frame and polls for the logits in
+//! a later one without blocking. [`Sampler`] picks tokens: greedy at temperature 0, else from
+//! the softmax at a temperature, within the top-p mass, from a seeded generator.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc;
 
+use compute_delegate::ConstantPool;
 use executorch_pte::{Program as Pte, Value};
 use rand::SeedableRng;
 use rand::distributions::{Distribution, WeightedIndex};
-use vk_core::{DType, HostTensor};
+use vk_core::{DType, Device, HostTensor};
 
 use crate::program::{DeviceChoice, Program};
 use crate::pte::{PteError, builder_of};
@@ -35,9 +40,22 @@ pub enum LlmError {
     /// The program is not a language model this runs.
     #[error("not a language model this runs: {0}")]
     NotALanguageModel(String),
-    /// Every position of the cache is used.
-    #[error("the context is full: {0} positions; reset to start a new sequence")]
-    ContextFull(usize),
+    /// The tokens fed do not fit in the positions left.
+    #[error(
+        "the context is full: {needed} positions asked at position {position} of {max}; reset \
+         to start a new sequence"
+    )]
+    ContextFull {
+        /// Tokens fed.
+        needed: usize,
+        /// The position they start at.
+        position: usize,
+        /// Positions of the cache.
+        max: usize,
+    },
+    /// A prompt of no tokens.
+    #[error("a prompt needs at least one token")]
+    EmptyPrompt,
     /// A step was asked of a background model still running one.
     #[error("a step is still running; poll for it first")]
     Busy,
@@ -57,23 +75,32 @@ pub struct Metadata {
     pub bos: Option<i64>,
     /// Tokens that end a sequence (`get_eos_ids`, `get_eos_id`).
     pub eos: Vec<i64>,
+    /// The most tokens one forward call takes (the exported bound of the tokens' length).
+    pub max_chunk: usize,
 }
 
 /// A loaded language model and the position of its next token.
 #[derive(Debug)]
 pub struct LanguageModel {
-    program: Program,
+    bytes: Arc<[u8]>,
+    device: Device,
+    pool: ConstantPool,
+    /// The program per token count fed at once (1: decoding).
+    programs: BTreeMap<usize, Program>,
     metadata: Metadata,
     position: usize,
 }
 
 impl LanguageModel {
-    /// Loads the `.pte` program `bytes` on the device `choice` names.
+    /// Loads the `.pte` program `bytes` on the device `choice` names, built for one token;
+    /// other lengths are built when first fed.
     pub fn load(bytes: Arc<[u8]>, choice: DeviceChoice) -> Result<Self, LlmError> {
         let pte = Pte::decode(&bytes).map_err(PteError::from)?;
         let metadata = metadata(&pte)?;
+        let pool = ConstantPool::new();
         let program = builder_of(&pte, &bytes, None, &[vec![1, 1], vec![1]])?
             .device(choice)
+            .constants(pool.clone())
             .build()?;
         let (inputs, outputs) = (program.inputs(), program.outputs());
         if inputs.len() != 2 || outputs.len() != 1 {
@@ -93,7 +120,10 @@ impl LanguageModel {
             ..metadata
         };
         Ok(LanguageModel {
-            program,
+            device: program.device().clone(),
+            bytes,
+            pool,
+            programs: BTreeMap::from([(1, program)]),
             metadata,
             position: 0,
         })
@@ -109,31 +139,94 @@ impl LanguageModel {
         self.position
     }
 
-    /// The program (its device, timings and profile).
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The one-token program (its device, timings and profile).
     pub fn program(&mut self) -> &mut Program {
-        &mut self.program
+        self.program_for(1)
+            .expect("the one-token program is built at load")
+    }
+
+    /// The token counts built so far, and the constants they share (count, bytes).
+    pub fn built(&self) -> (Vec<usize>, (usize, u64)) {
+        (self.programs.keys().copied().collect(), self.pool.usage())
     }
 
     /// Feeds `token` at the next position; the logits after it.
     pub fn step(&mut self, token: i64) -> Result<Vec<f32>, LlmError> {
-        if self.position >= self.metadata.max_context_len {
-            return Err(LlmError::ContextFull(self.metadata.max_context_len));
+        self.feed(&[token])
+    }
+
+    /// Feeds `tokens` at the next positions, in chunks of powers of two; the logits after the
+    /// last.
+    pub fn prefill(&mut self, tokens: &[i64]) -> Result<Vec<f32>, LlmError> {
+        if tokens.is_empty() {
+            return Err(LlmError::EmptyPrompt);
         }
-        let ids = HostTensor::new(DType::I64, vec![1, 1], token.to_le_bytes().to_vec())
-            .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
-        let pos = (self.position as i64).to_le_bytes().to_vec();
-        let pos = HostTensor::new(DType::I64, vec![1], pos)
-            .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
-        let out = self.program.execute(&[ids, pos])?;
-        self.position += 1;
-        out[0]
-            .to_f32()
-            .ok_or_else(|| LlmError::NotALanguageModel("the logits are not f32".into()))
+        self.room(tokens.len())?;
+        let mut logits = Vec::new();
+        let mut rest = tokens;
+        while !rest.is_empty() {
+            let n = chunk_len(rest.len(), self.metadata.max_chunk);
+            logits = self.feed(&rest[..n])?;
+            rest = &rest[n..];
+        }
+        Ok(logits)
     }
 
     /// Starts a new sequence at position 0.
     pub fn reset(&mut self) {
         self.position = 0;
+    }
+
+    fn room(&self, n: usize) -> Result<(), LlmError> {
+        if self.position + n > self.metadata.max_context_len {
+            return Err(LlmError::ContextFull {
+                needed: n,
+                position: self.position,
+                max: self.metadata.max_context_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs the program of `tokens.len()` tokens at the current position.
+    fn feed(&mut self, tokens: &[i64]) -> Result<Vec<f32>, LlmError> {
+        self.room(tokens.len())?;
+        let n = tokens.len();
+        let bytes = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        let ids = HostTensor::new(DType::I64, vec![1, n], bytes)
+            .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
+        let pos = (self.position as i64).to_le_bytes().to_vec();
+        let pos = HostTensor::new(DType::I64, vec![1], pos)
+            .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
+        let out = self.program_for(n)?.execute(&[ids, pos])?;
+        self.position += n;
+        let logits = out[0]
+            .to_f32()
+            .ok_or_else(|| LlmError::NotALanguageModel("the logits are not f32".into()))?;
+        // A program returning every position's logits: the last row.
+        let vocab = self.metadata.vocab_size;
+        Ok(match logits.len() {
+            l if l > vocab && vocab > 0 => logits[l - vocab..].to_vec(),
+            _ => logits,
+        })
+    }
+
+    /// The program for `n` tokens at once, built on first use with the shared constants.
+    fn program_for(&mut self, n: usize) -> Result<&mut Program, LlmError> {
+        if !self.programs.contains_key(&n) {
+            let pte = Pte::decode(&self.bytes).map_err(PteError::from)?;
+            let program = builder_of(&pte, &self.bytes, None, &[vec![1, n], vec![1]])?
+                .device(DeviceChoice::Device(self.device.clone()))
+                .constants(self.pool.clone())
+                .build()?;
+            self.programs.insert(n, program);
+        }
+        Ok(self.programs.get_mut(&n).expect("inserted above"))
     }
 
     /// The model on a thread of its own, driven by submit and poll.
@@ -146,6 +239,7 @@ impl LanguageModel {
             for request in work {
                 let result = match request {
                     Request::Step(token) => model.step(token),
+                    Request::Prefill(tokens) => model.prefill(&tokens),
                     Request::Reset => {
                         model.reset();
                         continue;
@@ -166,8 +260,15 @@ impl LanguageModel {
     }
 }
 
+/// The largest power of two at most `left` and `max` (at least 1).
+fn chunk_len(left: usize, max: usize) -> usize {
+    let cap = left.min(max.max(1));
+    1 << (usize::BITS - 1 - cap.leading_zeros())
+}
+
 enum Request {
     Step(i64),
+    Prefill(Vec<i64>),
     Reset,
 }
 
@@ -188,12 +289,21 @@ impl BackgroundModel {
         &self.metadata
     }
 
-    /// Starts a step feeding `token`; one at a time.
+    /// Starts a step feeding `token`; one step at a time.
     pub fn submit(&mut self, token: i64) -> Result<(), LlmError> {
+        self.start(Request::Step(token))
+    }
+
+    /// Starts feeding a prompt ([`LanguageModel::prefill`]); one step at a time.
+    pub fn submit_prompt(&mut self, tokens: &[i64]) -> Result<(), LlmError> {
+        self.start(Request::Prefill(tokens.to_vec()))
+    }
+
+    fn start(&mut self, r: Request) -> Result<(), LlmError> {
         if self.pending {
             return Err(LlmError::Busy);
         }
-        self.send(Request::Step(token))?;
+        self.send(r)?;
         self.pending = true;
         Ok(())
     }
@@ -262,7 +372,19 @@ fn metadata(pte: &Pte<'_>) -> Result<Metadata, LlmError> {
         })?;
     let mut eos = ints("get_eos_ids");
     eos.extend(ints("get_eos_id"));
+    // The tokens input is declared at its upper bound, `[1, max]`.
+    let max_chunk = pte
+        .forward()
+        .ok()
+        .and_then(
+            |plan| match plan.values.get(*plan.inputs.first()? as usize) {
+                Some(Value::Tensor(t)) => t.sizes.last().map(|&d| usize::try_from(d).unwrap_or(1)),
+                _ => None,
+            },
+        )
+        .unwrap_or(1);
     Ok(Metadata {
+        max_chunk,
         max_context_len: usize::try_from(max_context_len).unwrap_or(0),
         vocab_size: first("get_vocab_size").map_or(0, |v| usize::try_from(v).unwrap_or(0)),
         bos: first("get_bos_id"),
@@ -331,7 +453,23 @@ impl Sampler {
 
 #[cfg(test)]
 mod tests {
-    use super::Sampler;
+    use super::{Sampler, chunk_len};
+
+    #[test]
+    fn prompts_are_cut_into_powers_of_two_up_to_the_bound() {
+        let cut = |mut n: usize, max: usize| {
+            let mut v = Vec::new();
+            while n > 0 {
+                v.push(chunk_len(n, max));
+                n -= v[v.len() - 1];
+            }
+            v
+        };
+        assert_eq!(cut(13, 63), [8, 4, 1]);
+        assert_eq!(cut(128, 1023), [128]);
+        assert_eq!(cut(100, 32), [32, 32, 32, 4]);
+        assert_eq!(cut(1, 0), [1]);
+    }
 
     #[test]
     fn greedy_takes_the_largest_and_top_p_keeps_the_likeliest() {

@@ -150,3 +150,60 @@ fn shapes_beyond_the_exported_bound_are_named() {
         "{e}"
     );
 }
+
+/// A prompt fed in chunks (the 8-token prompt as one chunk; then, after a reset, as 4 + 2 + 1
+/// + 1 after a first token alone) gives PyTorch's logits after its last token, and decoding
+/// goes on from the cache the chunks wrote: the one-token program reads what the chunk
+/// programs wrote, through the constants they share.
+#[test]
+fn a_prompt_prefilled_in_chunks_continues_as_pytorch() {
+    testing::validate_every_instance();
+    for model in ["tiny_llama", "tiny_llama_4w"] {
+        let bytes: std::sync::Arc<[u8]> =
+            std::fs::read(dir(model).join("model.pte")).unwrap().into();
+        let choice = vkdelegate::program::DeviceChoice::Standalone;
+        let mut lm = match vkdelegate::llm::LanguageModel::load(bytes, choice) {
+            Ok(m) => m,
+            Err(e) => return testing::skip(model, &e.to_string()),
+        };
+        assert_eq!(lm.metadata().max_chunk, 63, "{model}: the exported bound");
+        let (_, tokens) = npy::<i64>(model, "tokens.npy");
+        let (shape, logits) = npy::<f32>(model, "logits.npy");
+        let vocab = shape[1];
+        let row = |p: usize| &logits[p * vocab..(p + 1) * vocab];
+        let (_, (_, weights_once)) = lm.built();
+        for split in [&tokens[..8], &tokens[..1]] {
+            lm.reset();
+            let mut got = lm.prefill(split).unwrap();
+            if split.len() == 1 {
+                got = lm.prefill(&tokens[1..8]).unwrap();
+            }
+            close(model, 7, &got, row(7));
+            for pos in 8..12 {
+                let got = lm.step(tokens[pos]).unwrap();
+                close(model, pos, &got, row(pos));
+            }
+        }
+        let (lengths, (_, pooled)) = lm.built();
+        assert_eq!(lengths, [1, 2, 4, 8], "{model}: the programs built");
+        // The weights are uploaded once: only what depends on the length is added.
+        assert!(
+            pooled < weights_once + weights_once / 2,
+            "{model}: {pooled} bytes of constants against {weights_once} for one length"
+        );
+        let instance = lm.device().instance().clone();
+        drop(lm);
+        assert_no_validation_errors_of_ours(&instance);
+    }
+}
+
+fn close(model: &str, pos: usize, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{model} position {pos}");
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (j, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * scale.max(1.0) + 1e-3 * w.abs(),
+            "{model} position {pos}, logit {j}: {g} against PyTorch's {w}"
+        );
+    }
+}

@@ -255,6 +255,7 @@ pub(super) fn graph_load(
 fn options(external: &StepBindings) -> BuildOptions {
     let mut options = BuildOptions {
         embedded: external.embedded,
+        constants: external.constants.clone(),
         ..BuildOptions::default()
     };
     for (i, slice) in external.inputs.iter().enumerate() {

@@ -79,6 +79,8 @@ pub struct ProgramBuilder {
     bound_outputs: BTreeMap<String, AppBuffer>,
     image_inputs: BTreeMap<String, (AppImage, ImageToTensor)>,
     image_outputs: BTreeMap<String, (AppImage, TensorToImage)>,
+    #[cfg(feature = "compute")]
+    constants: Option<compute_delegate::ConstantPool>,
 }
 
 impl Default for ProgramBuilder {
@@ -92,6 +94,8 @@ impl Default for ProgramBuilder {
             bound_outputs: BTreeMap::new(),
             image_inputs: BTreeMap::new(),
             image_outputs: BTreeMap::new(),
+            #[cfg(feature = "compute")]
+            constants: None,
         }
     }
 }
@@ -175,6 +179,15 @@ impl ProgramBuilder {
     /// Chooses the device.
     pub fn device(mut self, choice: DeviceChoice) -> Self {
         self.device = choice;
+        self
+    }
+
+    /// Shares the compute steps' constants with every program built with a clone of `pool`
+    /// on the same device: weights are uploaded once, and state a step writes in place (a
+    /// language model's KV cache) is seen by the others.
+    #[cfg(feature = "compute")]
+    pub fn constants(mut self, pool: compute_delegate::ConstantPool) -> Self {
+        self.constants = Some(pool);
         self
     }
 
@@ -282,6 +295,8 @@ impl ProgramBuilder {
                 inputs: self.external_inputs(&steps, &wiring, &bound, k),
                 outputs: bound.step_outputs(&wiring, k),
                 embedded: self.hand_off == HandOff::Device,
+                #[cfg(feature = "compute")]
+                constants: self.constants.clone(),
             };
             let runner = step::load(
                 &spec.name,

@@ -40,4 +40,7 @@ pub(super) struct StepBindings {
     /// The step runs only inside the program's recorded plan (device hand-off): it needs no
     /// host path of its own.
     pub embedded: bool,
+    /// Constants shared with other programs (compute steps).
+    #[cfg(feature = "compute")]
+    pub constants: Option<compute_delegate::ConstantPool>,
 }
