@@ -1,8 +1,8 @@
 //! `vkdelegate generate`: a language model exported by ExecuTorch (`export_llama --vulkan
-//! -kv --use_sdpa_with_kv_cache`) continues a prompt. The prompt is tokenized with Hugging
-//! Face's `tokenizers` (a `tokenizer.json`), fed in chunks (prefill), then tokens are sampled
-//! and fed back one at a time (decode); the text streams as it is made, and the prefill and
-//! decode rates follow.
+//! -kv --use_sdpa_with_kv_cache`) continues a prompt. The prompt is tokenized (`tokenizer.rs`),
+//! fed in chunks (prefill), then tokens are sampled and fed back one at a time (decode); the
+//! text streams as it is made, and the prefill and decode rates follow. With `--bench`, it
+//! measures prefill and decode at given prompt lengths instead.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -11,21 +11,21 @@ use vkdelegate::llm::{LanguageModel, Sampler};
 use vkdelegate::program::DeviceChoice;
 
 use crate::GenerateArgs;
+use crate::tokenizer::Tokenizer;
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 pub fn run(r: &GenerateArgs) -> Result {
-    let tokenizer = tokenizers::Tokenizer::from_file(&r.tokenizer)
-        .map_err(|e| format!("{}: {e}", r.tokenizer.display()))?;
-    let encoding = tokenizer
-        .encode(r.prompt.as_str(), true)
-        .map_err(|e| format!("tokenizing the prompt: {e}"))?;
-    let bytes = std::fs::read(&r.model).map_err(|e| format!("{}: {e}", r.model.display()))?;
-    let t = Instant::now();
-    let mut model = LanguageModel::load(bytes.into(), DeviceChoice::Standalone)?;
-    let load = t.elapsed();
+    let (Some(path), Some(text)) = (&r.tokenizer, &r.prompt) else {
+        return bench(r);
+    };
+    if !r.bench.is_empty() {
+        return bench(r);
+    }
+    let tokenizer = Tokenizer::from_file(path)?;
+    let mut model = load(r)?;
     let meta = model.metadata().clone();
-    let mut prompt: Vec<i64> = encoding.get_ids().iter().map(|&i| i64::from(i)).collect();
+    let mut prompt = tokenizer.encode(text)?;
     if let Some(bos) = meta.bos {
         if prompt.first() != Some(&bos) {
             prompt.insert(0, bos);
@@ -34,15 +34,7 @@ pub fn run(r: &GenerateArgs) -> Result {
     if prompt.is_empty() {
         return Err("the prompt has no tokens".into());
     }
-    eprintln!(
-        "{}: loaded in {:.1} ms on '{}'; context {} positions, vocabulary {}",
-        r.model.display(),
-        load.as_secs_f64() * 1e3,
-        model.program().device().capabilities().name,
-        meta.max_context_len,
-        meta.vocab_size
-    );
-    print!("{}", r.prompt);
+    print!("{text}");
     std::io::stdout().flush()?;
     let t = Instant::now();
     let mut logits = model.prefill(&prompt)?;
@@ -54,8 +46,7 @@ pub fn run(r: &GenerateArgs) -> Result {
     while made.len() < r.tokens {
         let next = sampler.pick(&logits);
         made.push(next);
-        let ids: Vec<u32> = made.iter().map(|&i| i as u32).collect();
-        let text = tokenizer.decode(&ids, true).unwrap_or_default();
+        let text = tokenizer.decode(&made);
         if let Some(new) = text.get(shown.len()..) {
             print!("{new}");
             std::io::stdout().flush()?;
@@ -68,17 +59,104 @@ pub fn run(r: &GenerateArgs) -> Result {
     }
     let decode = t.elapsed();
     println!();
-    let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
     eprintln!(
-        "prefill: {} tokens in {:.1} ms ({:.1} tok/s); decode: {} tokens in {:.1} ms ({:.1} tok/s)",
+        "prefill: {} tokens in {:.1} ms ({:.1} tok/s, programs built on first use \
+         included); decode: {} tokens in {:.1} ms ({:.1} tok/s)",
         prompt.len(),
-        prefill.as_secs_f64() * 1e3,
+        ms(prefill),
         rate(prompt.len(), prefill),
         made.len(),
-        decode.as_secs_f64() * 1e3,
+        ms(decode),
         rate(made.len(), decode)
     );
     eprintln!("prompt token ids: {prompt:?}");
     eprintln!("generated token ids: {made:?}");
     Ok(())
+}
+
+fn load(r: &GenerateArgs) -> Result<LanguageModel> {
+    let bytes = std::fs::read(&r.model).map_err(|e| format!("{}: {e}", r.model.display()))?;
+    let t = Instant::now();
+    let model = LanguageModel::load(bytes.into(), DeviceChoice::Standalone)?;
+    let meta = model.metadata();
+    eprintln!(
+        "{}: loaded in {:.1} ms on '{}'; context {} positions, chunks up to {} tokens, \
+         vocabulary {}",
+        r.model.display(),
+        ms(t.elapsed()),
+        model.device().capabilities().name,
+        meta.max_context_len,
+        meta.max_chunk,
+        meta.vocab_size
+    );
+    Ok(model)
+}
+
+/// Prefill of each length, then `-n` decode steps after it: one warm-up (which builds the
+/// programs), then `--repeat` timed runs, each from position 0.
+fn bench(r: &GenerateArgs) -> Result {
+    if r.bench.is_empty() {
+        return Err("give --tokenizer and --prompt, or --bench LENGTHS".into());
+    }
+    let mut model = load(r)?;
+    let vocab = model.metadata().vocab_size.max(1) as u64;
+    let mut state = r.seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let mut draw = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) % vocab) as i64
+    };
+    println!("prompt  measure   tokens       min    median       max  (tok/s; ms)");
+    for &n in &r.bench {
+        let prompt: Vec<i64> = (0..n.max(1)).map(|_| draw()).collect();
+        let (mut pre, mut dec) = (Vec::new(), Vec::new());
+        for k in 0..=r.repeat.max(1) {
+            model.reset();
+            let t = Instant::now();
+            let mut logits = model.prefill(&prompt)?;
+            let p = t.elapsed();
+            let t = Instant::now();
+            for _ in 0..r.tokens {
+                let next = Sampler::greedy().pick(&logits);
+                logits = model.step(next)?;
+            }
+            if k > 0 {
+                pre.push(p);
+                dec.push(t.elapsed());
+            }
+        }
+        row(n, "prefill", prompt.len(), &mut pre);
+        row(n, "decode", r.tokens, &mut dec);
+    }
+    let (lengths, (count, bytes)) = model.built();
+    eprintln!(
+        "programs built for {lengths:?} tokens at once; {count} constants, {:.1} MiB, shared",
+        bytes as f64 / (1 << 20) as f64
+    );
+    Ok(())
+}
+
+/// One line: rates of the fastest, median and slowest run (and the median in ms).
+fn row(n: usize, what: &str, tokens: usize, times: &mut [Duration]) {
+    times.sort();
+    let Some(&median) = times.get(times.len() / 2) else {
+        return;
+    };
+    let (fast, slow) = (times[0], times[times.len() - 1]);
+    println!(
+        "{n:6}  {what:8} {tokens:7} {:9.1} {:9.1} {:9.1}  ({:.2} ms)",
+        rate(tokens, slow),
+        rate(tokens, median),
+        rate(tokens, fast),
+        ms(median)
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn rate(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64().max(1e-9)
 }

@@ -16,6 +16,8 @@ mod inspect;
 mod inspect_pte;
 mod npy;
 mod run;
+#[cfg(feature = "compute")]
+mod tokenizer;
 #[cfg(any(feature = "vgf", feature = "compute"))]
 mod zoo;
 
@@ -152,12 +154,20 @@ enum Cmd {
 struct GenerateArgs {
     /// The `.pte` program.
     model: PathBuf,
-    /// A Hugging Face `tokenizer.json`.
-    #[arg(long)]
-    tokenizer: PathBuf,
+    /// A Hugging Face `tokenizer.json`, or a Llama 3 tiktoken-style `tokenizer.model`.
+    #[arg(long, required_unless_present = "bench")]
+    tokenizer: Option<PathBuf>,
     /// The text to continue.
-    #[arg(long)]
-    prompt: String,
+    #[arg(long, required_unless_present = "bench")]
+    prompt: Option<String>,
+    /// Measures instead: for each prompt length given (e.g. `128,512`), the prefill of that
+    /// many tokens and the decode of `-n` tokens after it, min/median/max of `--repeat` runs
+    /// after one warm-up (token ids drawn from the seed; no tokenizer needed).
+    #[arg(long, value_delimiter = ',', value_name = "LENGTHS")]
+    bench: Vec<usize>,
+    /// Runs per bench measure.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
     /// Tokens to generate at most.
     #[arg(short = 'n', long = "tokens", default_value_t = 32)]
     tokens: usize,

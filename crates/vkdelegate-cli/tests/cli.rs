@@ -308,8 +308,6 @@ fn generate_continues_a_prompt_as_pytorch_greedily_and_repeats_seeded_draws() {
         let out = bin()
             .arg("generate")
             .arg(dir.join("model.pte"))
-            .arg("--tokenizer")
-            .arg(dir.join("tokenizer.json"))
             .args(["--prompt", "Hello, w", "-n", "8"])
             .args(extra)
             .output()
@@ -323,7 +321,13 @@ fn generate_continues_a_prompt_as_pytorch_greedily_and_repeats_seeded_draws() {
             .to_owned();
         (String::from_utf8_lossy(&out.stdout).into_owned(), err, ids)
     };
-    let (text, err, ids) = generate(&[]);
+    let json = dir.join("tokenizer.json");
+    let tiktoken = dir.join("tokenizer.model");
+    let with = |t: &std::path::Path| ["--tokenizer".to_owned(), t.display().to_string()];
+    let (json, tiktoken) = (with(&json), with(&tiktoken));
+    let json: Vec<&str> = json.iter().map(String::as_str).collect();
+    let tiktoken: Vec<&str> = tiktoken.iter().map(String::as_str).collect();
+    let (text, err, ids) = generate(&json);
     assert!(text.starts_with("Hello, w"), "{text}");
     assert!(
         err.contains("prefill: 8 tokens") && err.contains("decode: 8 tokens"),
@@ -334,8 +338,46 @@ fn generate_continues_a_prompt_as_pytorch_greedily_and_repeats_seeded_draws() {
         format!("{:?}", &reference[8..16]),
         "PyTorch's greedy continuation"
     );
-    let seeded = ["--temperature", "0.8", "--top-p", "0.9", "--seed", "3"];
+    // Llama 3's tiktoken-style file of the same vocabulary tokenizes and decodes the same.
+    let (text2, _, ids2) = generate(&tiktoken);
+    assert_eq!(
+        (text2, ids2),
+        (text, ids),
+        "tokenizer.model against tokenizer.json"
+    );
+    let seeded = [
+        &json[..],
+        &["--temperature", "0.8", "--top-p", "0.9", "--seed", "3"],
+    ]
+    .concat();
     assert_eq!(generate(&seeded).2, generate(&seeded).2);
+}
+
+/// `generate --bench` measures prefill at each length and decode after it, with no tokenizer.
+#[test]
+#[cfg(feature = "compute")]
+fn generate_bench_measures_prefill_and_decode_at_each_length() {
+    let dir = root().join("fixtures/llm/tiny_llama_4w");
+    let out = bin()
+        .arg("generate")
+        .arg(dir.join("model.pte"))
+        .args(["--bench", "5,16", "-n", "4", "--repeat", "2"])
+        .output()
+        .unwrap();
+    assert_clean(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    for row in [
+        "     5  prefill        5",
+        "    16  prefill       16",
+        "decode         4",
+    ] {
+        assert!(stdout.contains(row), "no '{row}' in:\n{stdout}");
+    }
+    assert!(
+        err.contains("programs built for [1, 4, 16] tokens"),
+        "{err}"
+    );
 }
 
 /// `run --trace FILE` writes one execution's device timeline as Chrome trace JSON: a complete
