@@ -56,6 +56,9 @@ impl std::fmt::Debug for ConstantPool {
     }
 }
 
+/// A constant the pool lacks: its key, planned buffer and owner.
+type Fresh = (Key, usize, Option<Arc<[u8]>>);
+
 /// What a build takes from the pool: slices by planned buffer, and the buffers to keep alive.
 #[derive(Default)]
 pub(crate) struct Pooled {
@@ -93,7 +96,7 @@ impl ConstantPool {
             ));
         }
         let mut out = Pooled::default();
-        let mut fresh: Vec<(Key, usize, Option<Arc<[u8]>>)> = Vec::new();
+        let mut fresh: Vec<Fresh> = Vec::new();
         let mut new_buffers = Vec::new();
         for (s, st) in storages.iter().enumerate() {
             let (StorageKind::Const(data), Some(slot)) = (&st.kind, mem.slot_of[s]) else {

@@ -151,10 +151,10 @@ fn shapes_beyond_the_exported_bound_are_named() {
     );
 }
 
-/// A prompt fed in chunks (the 8-token prompt as one chunk; then, after a reset, as 4 + 2 + 1
-/// + 1 after a first token alone) gives PyTorch's logits after its last token, and decoding
-/// goes on from the cache the chunks wrote: the one-token program reads what the chunk
-/// programs wrote, through the constants they share.
+/// A prompt fed in chunks (the 8-token prompt as one chunk; then, after a reset, its first
+/// token alone and the other 7 as chunks of 4, 2 and 1) gives PyTorch's logits after its last
+/// token, and decoding goes on from the cache the chunks wrote: the one-token program reads
+/// what the chunk programs wrote, through the constants they share.
 #[test]
 fn a_prompt_prefilled_in_chunks_continues_as_pytorch() {
     testing::validate_every_instance();
@@ -179,8 +179,8 @@ fn a_prompt_prefilled_in_chunks_continues_as_pytorch() {
                 got = lm.prefill(&tokens[1..8]).unwrap();
             }
             close(model, 7, &got, row(7));
-            for pos in 8..12 {
-                let got = lm.step(tokens[pos]).unwrap();
+            for (pos, &token) in tokens.iter().enumerate().take(12).skip(8) {
+                let got = lm.step(token).unwrap();
                 close(model, pos, &got, row(pos));
             }
         }

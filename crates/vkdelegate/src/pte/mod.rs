@@ -20,6 +20,7 @@ use compute_delegate::ops::Arg;
 /// The decoder of `.pte` files and their Vulkan payloads.
 pub use executorch_pte as format;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -154,9 +155,16 @@ pub(crate) fn builder_of(
     }
     let mut unsupported = Vec::new();
     let mut steps = Vec::new();
+    // The shapes values take at these input shapes, as the steps make them.
+    let mut known: Known = plan
+        .inputs
+        .iter()
+        .copied()
+        .zip(shapes.iter().cloned())
+        .collect();
     for (k, instruction) in plan.instructions().enumerate() {
         let at = format!("plan '{}', instruction {k}", plan.name);
-        match step_of(pte, plan, instruction, &at, bytes, shapes) {
+        match step_of(pte, plan, instruction, &at, bytes, &mut known) {
             Ok(Some(step)) => steps.push(step),
             Ok(None) => {}
             Err(Refused::Ops(mut u)) => unsupported.append(&mut u),
@@ -187,6 +195,10 @@ pub(crate) fn builder_of(
         .outputs(&names))
 }
 
+/// The shape of each plan value known so far (a value declared at its upper bound takes the
+/// shape its producer makes from the given inputs).
+type Known = BTreeMap<u32, Vec<usize>>;
+
 /// The step of one instruction (`None`: nothing to run, e.g. `FreeCall`).
 fn step_of(
     pte: &Pte<'_>,
@@ -194,7 +206,7 @@ fn step_of(
     instruction: &Instruction,
     at: &str,
     bytes: &Arc<[u8]>,
-    shapes: &[Vec<usize>],
+    known: &mut Known,
 ) -> Result<Option<StepSpec>, Refused> {
     let unsupported = |what: String| {
         Refused::Ops(vec![Unsupported {
@@ -206,13 +218,13 @@ fn step_of(
         Instruction::DelegateCall {
             delegate_index,
             args,
-        } => delegate_step(pte, plan, *delegate_index as usize, args, at, bytes, shapes).map(Some),
+        } => delegate_step(pte, plan, *delegate_index as usize, args, at, bytes, known).map(Some),
         Instruction::KernelCall { op_index, args } => {
             let op = plan
                 .operators
                 .get(*op_index as usize)
                 .map_or_else(|| format!("operator {op_index}"), |o| o.to_string());
-            Ok(Some(kernel_step(plan, &op, args, at)?))
+            Ok(Some(kernel_step(plan, &op, args, at, known)?))
         }
         Instruction::FreeCall { .. } => Ok(None),
         Instruction::MoveCall { .. } => Err(unsupported("MoveCall".into())),
@@ -229,7 +241,7 @@ fn delegate_step(
     args: &[u32],
     at: &str,
     bytes: &Arc<[u8]>,
-    shapes: &[Vec<usize>],
+    known: &mut Known,
 ) -> Result<StepSpec, Refused> {
     let fail = |what: String| {
         Refused::Ops(vec![Unsupported {
@@ -264,7 +276,10 @@ fn delegate_step(
                     &graph,
                     bytes,
                     &at,
-                    &delegate_shapes(plan, args, shapes),
+                    &args
+                        .iter()
+                        .map(|v| known.get(v).cloned())
+                        .collect::<Vec<_>>(),
                 )?,
                 graph.input_ids.len(),
             )
@@ -279,6 +294,7 @@ fn delegate_step(
             args.len()
         )));
     }
+    learn_outputs(&kind, &args[inputs..], known);
     Ok(StepSpec {
         name,
         kind,
@@ -334,19 +350,18 @@ fn graph_step(
     }])
 }
 
-/// For each argument of a delegate call, the shape given for it when it is a plan input.
-fn delegate_shapes(
-    plan: &ExecutionPlan<'_>,
-    args: &[u32],
-    shapes: &[Vec<usize>],
-) -> Vec<Option<Vec<usize>>> {
-    args.iter()
-        .map(|v| {
-            let i = plan.inputs.iter().position(|p| p == v)?;
-            shapes.get(i).cloned()
-        })
-        .collect()
+/// Records the shapes a compute step's outputs take (`outputs`: their plan values).
+#[cfg(feature = "compute")]
+fn learn_outputs(kind: &StepKind, outputs: &[u32], known: &mut Known) {
+    if let StepKind::Graph(g) = kind {
+        for (&v, spec) in outputs.iter().zip(g.graph.output_specs()) {
+            known.insert(v, spec.shape);
+        }
+    }
 }
+
+#[cfg(not(feature = "compute"))]
+fn learn_outputs(_kind: &StepKind, _outputs: &[u32], _known: &mut Known) {}
 
 /// A VGF payload as a step, decoded once, and its number of inputs.
 #[cfg(feature = "vgf")]
@@ -498,6 +513,7 @@ fn kernel_step(
     op: &str,
     args: &[u32],
     at: &str,
+    known: &mut Known,
 ) -> Result<StepSpec, Vec<Unsupported>> {
     let fail = |why: String| {
         vec![Unsupported {
@@ -519,7 +535,10 @@ fn kernel_step(
     let mut inputs = Vec::new();
     let mut call = Vec::new();
     let mut input = |v: u32, g: &mut compute_delegate::GraphBuilder| {
-        let spec = staged_spec(plan, v).map_err(|e| fail(format!(": {e}")))?;
+        let mut spec = staged_spec(plan, v).map_err(|e| fail(format!(": {e}")))?;
+        if let Some(shape) = known.get(&v) {
+            spec.shape.clone_from(shape);
+        }
         let name = format!("in{}", inputs.len());
         let t = g
             .input(&name, spec.dtype, &spec.shape)
@@ -571,6 +590,9 @@ fn kernel_step(
             ))),
         });
     made.map_err(|e| fail(format!(": {e}")))?;
+    if let Some(spec) = g.output_specs().into_iter().next() {
+        known.insert(out, spec.shape);
+    }
     Ok(StepSpec {
         name: format!("{op}@{}", at.rsplit(' ').next().unwrap_or("")),
         kind: StepKind::Graph(crate::program::GraphStep {
@@ -588,6 +610,7 @@ fn kernel_step(
     op: &str,
     _args: &[u32],
     at: &str,
+    _known: &mut Known,
 ) -> Result<StepSpec, Vec<Unsupported>> {
     Err(vec![Unsupported {
         what: op.to_owned(),
