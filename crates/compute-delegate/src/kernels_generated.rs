@@ -40,6 +40,8 @@ pub(crate) enum Kernel {
     GemmCoop2,
     /// `gemv.comp`.
     Gemv,
+    /// `gemv_t.comp`.
+    GemvT,
     /// `im2col.comp`.
     Im2col,
     /// `index_dim.comp`.
@@ -83,7 +85,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 37] = [
+    pub(crate) const ALL: [Kernel; 38] = [
         Kernel::ArgReduce,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -102,6 +104,7 @@ impl Kernel {
         Kernel::GemmCoop,
         Kernel::GemmCoop2,
         Kernel::Gemv,
+        Kernel::GemvT,
         Kernel::Im2col,
         Kernel::IndexDim,
         Kernel::LayerNorm,
@@ -144,6 +147,7 @@ impl Kernel {
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
+            Kernel::GemvT => include_bytes!("../spirv/gemv_t.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::IndexDim => include_bytes!("../spirv/index_dim.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
@@ -188,6 +192,7 @@ impl Kernel {
             Kernel::GemmCoop => Some(include_bytes!("../spirv/gemm_coop.spv")),
             Kernel::GemmCoop2 => Some(include_bytes!("../spirv/gemm_coop2.spv")),
             Kernel::Gemv => Some(include_bytes!("../spirv/gemv_f16.spv")),
+            Kernel::GemvT => Some(include_bytes!("../spirv/gemv_t_f16.spv")),
             Kernel::Im2col => Some(include_bytes!("../spirv/im2col_f16.spv")),
             Kernel::IndexDim => Some(include_bytes!("../spirv/index_dim_f16.spv")),
             Kernel::LayerNorm => Some(include_bytes!("../spirv/layer_norm_f16.spv")),
@@ -231,6 +236,7 @@ impl Kernel {
             Kernel::GemmCoop => 4,
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
+            Kernel::GemvT => 4,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
             Kernel::LayerNorm => 4,
@@ -625,6 +631,29 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<GemvPush>() as u32 <= super::super::PUSH_BYTES,
         "gemv.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `gemv_t.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GemvTPush {
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub sa_b: u32,
+        pub sa_m: u32,
+        pub sb_b: u32,
+        pub sb_n: u32,
+        pub sc_b: u32,
+        pub sc_m: u32,
+        pub has_bias: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<GemvTPush>() as u32 <= super::super::PUSH_BYTES,
+        "gemv_t.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `im2col.comp`'s push constants.

@@ -8,7 +8,10 @@
 //! - [`GraphBuilder::with_constants_within`]: products and lookups whose constant operand is
 //!   larger than one buffer binding may span, split along their output's last dim into pieces
 //!   that fit, joined by a concat.
+//! - [`GraphBuilder::with_common_nodes_merged`]: a node repeating an earlier one is dropped, its readers
+//!   reading the earlier result.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use vk_core::DType;
@@ -256,6 +259,81 @@ impl GraphBuilder {
             keep[k - 1]
         });
         g
+    }
+}
+
+impl GraphBuilder {
+    /// The graph with each node that repeats an earlier one (the same op on the same operands,
+    /// giving the same dtype and shape) dropped, its readers reading the earlier result: a
+    /// language model computes the positions and the mask of its cache once rather than per
+    /// layer. Small constants of equal bytes count as the same operand. Only nodes that alone
+    /// write a storage of their own are merged, and a graph output is never the one dropped.
+    /// `None` where none repeats.
+    pub(crate) fn with_common_nodes_merged(&self) -> Option<GraphBuilder> {
+        const SMALL: usize = 1 << 16;
+        let mut writers = vec![0usize; self.storages.len()];
+        for n in &self.nodes {
+            writers[self.tensors[n.out.0].storage] += 1;
+        }
+        let outputs: Vec<usize> = self
+            .outputs
+            .iter()
+            .map(|t| self.tensors[t.0].storage)
+            .collect();
+        // Canonical tensor of each tensor: itself, or the earlier equal one.
+        let mut canon: Vec<TensorId> = (0..self.tensors.len()).map(TensorId).collect();
+        let mut small: HashMap<(DType, Vec<usize>, u64), TensorId> = HashMap::new();
+        for (t, info) in self.tensors.iter().enumerate() {
+            let st = &self.storages[info.storage];
+            if let StorageKind::Const(bytes) = &st.kind {
+                if st.tensor.0 == t && bytes.len() <= SMALL {
+                    let key = (
+                        info.dtype,
+                        info.shape.clone(),
+                        xxhash_rust::xxh3::xxh3_64(bytes),
+                    );
+                    canon[t] = *small.entry(key).or_insert(TensorId(t));
+                }
+            }
+        }
+        let mut seen: HashMap<String, TensorId> = HashMap::new();
+        let mut storage_of: Vec<usize> = (0..self.storages.len()).collect();
+        let mut keep = vec![true; self.nodes.len()];
+        for (k, n) in self.nodes.iter().enumerate() {
+            let info = &self.tensors[n.out.0];
+            // A result only its node writes; an output's is kept, and serves later repeats.
+            let own = self.storages[info.storage].tensor == n.out && writers[info.storage] == 1;
+            if !own {
+                continue;
+            }
+            let mut op = n.op.clone();
+            op.map_inputs(&|t| canon[t.0]);
+            let key = format!("{op:?} -> {:?} {:?}", info.dtype, info.shape);
+            match seen.get(&key) {
+                Some(&first) if !outputs.contains(&info.storage) => {
+                    canon[n.out.0] = first;
+                    storage_of[info.storage] = self.tensors[first.0].storage;
+                    keep[k] = false;
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(key, n.out);
+                }
+            }
+        }
+        if keep.iter().all(|&k| k) {
+            return None;
+        }
+        let mut g = self.clone();
+        for t in &mut g.tensors {
+            t.storage = storage_of[t.storage];
+        }
+        let mut k = 0;
+        g.nodes.retain(|_| {
+            k += 1;
+            keep[k - 1]
+        });
+        Some(g)
     }
 }
 

@@ -847,3 +847,53 @@ fn constants_over_the_binding_limit_are_cut_into_pieces_that_fit() {
     );
     assert_no_validation_errors(&inst);
 }
+
+/// A node repeating an earlier one runs once: the same op on the same operand (or on a small
+/// constant of the same bytes), read directly or through a view; results are those of the
+/// graph as written.
+#[test]
+fn repeated_nodes_run_once() {
+    let test = "repeated_nodes_run_once";
+    let Some((inst, dev)) = device(test) else {
+        return;
+    };
+    let xs = data(7, 32);
+    let ms = data(8, 8);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[4, 8]).unwrap();
+    let m1 = b.constant_f32("m1", &[8], &ms).unwrap();
+    let m2 = b.constant_f32("m2", &[8], &ms).unwrap();
+    let s1 = b.sigmoid(x).unwrap();
+    let s2 = b.sigmoid(x).unwrap();
+    let a1 = b.add(s1, m1).unwrap();
+    let a2 = b.add(s2, m2).unwrap();
+    let v2 = b.reshape(a2, &[32]).unwrap();
+    let y = b.mul_scalar(v2, 2.0).unwrap();
+    let z = b.add(a1, s2).unwrap();
+    for o in [s1, y, z] {
+        b.output(o).unwrap();
+    }
+    assert_eq!(b.node_count(), 6);
+    let mut g = b.build(&dev).unwrap();
+    // sigmoid, add, mul_scalar, add: the second sigmoid and the second add are merged.
+    assert_eq!(g.dispatch_count(), 4, "{:?}", g.kernels());
+    let out = g
+        .execute(&[HostTensor::from_f32(vec![4, 8], &xs).unwrap()])
+        .unwrap();
+    let sig: Vec<f32> = xs.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect();
+    let add: Vec<f32> = sig.iter().enumerate().map(|(i, s)| s + ms[i % 8]).collect();
+    let want = [
+        sig.clone(),
+        add.iter().map(|v| v * 2.0).collect(),
+        add.iter()
+            .zip(&sig)
+            .map(|(a, s)| a + s)
+            .collect::<Vec<f32>>(),
+    ];
+    for (i, (o, w)) in out.iter().zip(&want).enumerate() {
+        for (k, (g, w)) in o.to_f32().unwrap().iter().zip(w).enumerate() {
+            assert!((g - w).abs() <= 1e-6, "output {i}[{k}]: {g} vs {w}");
+        }
+    }
+    assert_no_validation_errors(&inst);
+}

@@ -128,6 +128,9 @@ impl Lowerer<'_> {
         if mode == 0 && self.gemv(m, n, k, batch, &params, &bindings, out, act)? {
             return Ok(());
         }
+        if mode == 0 && self.gemv_t(m, n, k, batch, &params, &bindings, act)? {
+            return Ok(());
+        }
         // fp16 products on cooperative matrices where the device runs them (`coop.rs`).
         if mode == 0 && self.coop_gemm(m, n, k, batch, &params, &bindings, out, act)? {
             return Ok(());
@@ -271,6 +274,47 @@ impl Lowerer<'_> {
         if let Some(p) = partial {
             self.sum_partials(p, splits as u32, out_numel, final_out, act)?;
         }
+        Ok(true)
+    }
+
+    /// A GEMM of at most [`GEMV_MAX_ROWS`] rows with B stored transposed (`[N][K]`, a linear
+    /// layer's weights) in vec4s, as `gemv_t.comp`: one dot product per output column, four
+    /// columns per work group; `false` when it does not apply.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_t(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        batch: usize,
+        params: &[usize; 26],
+        bindings: &[(usize, bool)],
+        act: Option<(f32, f32)>,
+    ) -> Result<bool> {
+        let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] = gemm_layout(params);
+        let vec4s = [k, sa_m, sa_b, sb_n, sb_b].iter().all(|v| v % 4 == 0);
+        if m == 0 || m > GEMV_MAX_ROWS || k == 0 || sa_k != 1 || sb_k != 1 || !vec4s {
+            return Ok(false);
+        }
+        let groups = self.check_groups([(n as u64).div_ceil(4), 1, batch as u64])?;
+        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+        let w = |v: usize| v as u32;
+        let push = &push::GemvTPush {
+            m: w(m),
+            n: w(n),
+            k: w(k),
+            sa_b: w(sa_b),
+            sa_m: w(sa_m),
+            sb_b: w(sb_b),
+            sb_n: w(sb_n),
+            sc_b: w(sc_b),
+            sc_m: w(sc_m),
+            has_bias: w(has_bias),
+            act_lo,
+            act_hi,
+        };
+        let spec = vec![m as u32, u32::from(act.is_some())];
+        self.push(Kernel::GemvT, spec, bindings.to_vec(), push, groups);
         Ok(true)
     }
 

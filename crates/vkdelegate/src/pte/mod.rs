@@ -224,7 +224,7 @@ fn step_of(
                 .operators
                 .get(*op_index as usize)
                 .map_or_else(|| format!("operator {op_index}"), |o| o.to_string());
-            Ok(Some(kernel_step(plan, &op, args, at, known)?))
+            Ok(Some(kernel_step((pte, plan, bytes), &op, args, at, known)?))
         }
         Instruction::FreeCall { .. } => Ok(None),
         Instruction::MoveCall { .. } => Err(unsupported("MoveCall".into())),
@@ -348,6 +348,63 @@ fn graph_step(
         what: "a VulkanBackend delegate, but this build lacks the `compute` feature".into(),
         location: at.to_owned(),
     }])
+}
+
+/// A constant argument of a CPU kernel as a constant of its graph, its bytes used where they
+/// lie in the program file (`None`: the value is not a constant). Integers become i32 and
+/// fp16 f32, as staged values are.
+#[cfg(feature = "compute")]
+fn kernel_constant(
+    (pte, plan, bytes): (&Pte<'_>, &ExecutionPlan<'_>, &Arc<[u8]>),
+    v: u32,
+    g: &mut compute_delegate::GraphBuilder,
+) -> Result<Option<compute_delegate::TensorId>, String> {
+    use executorch_pte::ScalarType;
+    use vk_core::DType;
+    let Some(Value::Tensor(t)) = plan.values.get(v as usize) else {
+        return Ok(None);
+    };
+    let Some(data) = pte.constant_data(t).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let dtype = match t.scalar_type {
+        ScalarType::Float => DType::F32,
+        ScalarType::Half => DType::F16,
+        ScalarType::Int => DType::I32,
+        ScalarType::Long => DType::I64,
+        ScalarType::Char => DType::I8,
+        other => return Err(format!("constant value {v} is a {other:?} tensor")),
+    };
+    let start = (data.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
+    if start
+        .checked_add(data.len())
+        .is_none_or(|end| end > bytes.len())
+    {
+        return Err(format!("constant value {v} lies outside the program"));
+    }
+    let mut shape: Vec<usize> = t.sizes.iter().map(|&d| d.max(0) as usize).collect();
+    if shape.is_empty() {
+        shape.push(1);
+    }
+    let name = value_name(plan, v);
+    let c = g
+        .constant_shared(
+            &name,
+            dtype,
+            &shape,
+            bytes.clone(),
+            start..start + data.len(),
+        )
+        .map_err(|e| e.to_string())?;
+    let staged = match dtype {
+        DType::F16 => Some(DType::F32),
+        DType::I64 => Some(DType::I32),
+        _ => None,
+    };
+    match staged {
+        Some(to) => g.cast(c, to).map(Some).map_err(|e| e.to_string()),
+        None => Ok(Some(c)),
+    }
 }
 
 /// Records the shapes a compute step's outputs take (`outputs`: their plan values).
@@ -509,7 +566,7 @@ fn constant_step(plan: &ExecutionPlan<'_>) -> Result<Option<StepSpec>, Vec<Unsup
 /// graph: its tensor arguments are the step's inputs, its last argument the output.
 #[cfg(feature = "compute")]
 fn kernel_step(
-    plan: &ExecutionPlan<'_>,
+    (pte, plan, bytes): (&Pte<'_>, &ExecutionPlan<'_>, &Arc<[u8]>),
     op: &str,
     args: &[u32],
     at: &str,
@@ -535,6 +592,11 @@ fn kernel_step(
     let mut inputs = Vec::new();
     let mut call = Vec::new();
     let mut input = |v: u32, g: &mut compute_delegate::GraphBuilder| {
+        if let Some(t) =
+            kernel_constant((pte, plan, bytes), v, g).map_err(|e| fail(format!(": {e}")))?
+        {
+            return Ok(t);
+        }
         let mut spec = staged_spec(plan, v).map_err(|e| fail(format!(": {e}")))?;
         if let Some(shape) = known.get(&v) {
             spec.shape.clone_from(shape);
@@ -606,7 +668,7 @@ fn kernel_step(
 
 #[cfg(not(feature = "compute"))]
 fn kernel_step(
-    _plan: &ExecutionPlan<'_>,
+    _program: (&Pte<'_>, &ExecutionPlan<'_>, &Arc<[u8]>),
     op: &str,
     _args: &[u32],
     at: &str,
