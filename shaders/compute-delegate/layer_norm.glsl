@@ -6,6 +6,8 @@ layout(constant_id = 0) const uint HAS_WEIGHT = 0;
 layout(constant_id = 1) const uint HAS_BIAS = 0;
 // Short rows (PER_THREAD = 1): one thread per row, grid-stride, instead of a work group.
 layout(constant_id = 2) const uint PER_THREAD = 0;
+// RMS norm (`rms_norm`): no mean is subtracted; the variance is the mean square.
+layout(constant_id = 3) const uint RMS = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { T w[]; };
@@ -26,7 +28,7 @@ void main() {
         for (uint row = gl_GlobalInvocationID.x; row < pc.rows; row += stride) {
             uint base = row * pc.d;
             ACC acc = 0.0;
-            for (uint j = 0; j < pc.d; ++j) {
+            for (uint j = 0; RMS == 0 && j < pc.d; ++j) {
                 acc += float(x[base + j]);
             }
             float mean = acc / float(pc.d);
@@ -50,10 +52,10 @@ void main() {
          row += gl_NumWorkGroups.x * gl_NumWorkGroups.y) {
         uint base = row * pc.d;
         ACC acc = 0.0;
-        for (uint j = t; j < pc.d; j += 256) {
+        for (uint j = t; RMS == 0 && j < pc.d; j += 256) {
             acc += float(x[base + j]);
         }
-        float mean = block_sum(acc) / float(pc.d);
+        float mean = RMS == 1 ? 0.0 : block_sum(acc) / float(pc.d);
         acc = 0.0;
         for (uint j = t; j < pc.d; j += 256) {
             float c = float(x[base + j]) - mean;

@@ -372,6 +372,8 @@ pub(crate) enum Op {
         bias: Option<TensorId>,
         d: usize,
         eps: f32,
+        /// RMS norm: no mean is subtracted, the variance is the mean square.
+        rms: bool,
     },
     Permute {
         x: TensorId,

@@ -66,6 +66,8 @@ pub(crate) enum Kernel {
     ReduceDim,
     /// `reduce_sg.comp`.
     ReduceSg,
+    /// `rope.comp`.
+    Rope,
     /// `softmax.comp`.
     Softmax,
     /// `softmax_sg.comp`.
@@ -85,7 +87,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 38] = [
+    pub(crate) const ALL: [Kernel; 39] = [
         Kernel::ArgReduce,
         Kernel::Binary,
         Kernel::BinaryBcast,
@@ -117,6 +119,7 @@ impl Kernel {
         Kernel::Reduce,
         Kernel::ReduceDim,
         Kernel::ReduceSg,
+        Kernel::Rope,
         Kernel::Softmax,
         Kernel::SoftmaxSg,
         Kernel::SplitSum,
@@ -160,6 +163,7 @@ impl Kernel {
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::ReduceDim => include_bytes!("../spirv/reduce_dim.spv"),
             Kernel::ReduceSg => include_bytes!("../spirv/reduce_sg.spv"),
+            Kernel::Rope => include_bytes!("../spirv/rope.spv"),
             Kernel::Softmax => include_bytes!("../spirv/softmax.spv"),
             Kernel::SoftmaxSg => include_bytes!("../spirv/softmax_sg.spv"),
             Kernel::SplitSum => include_bytes!("../spirv/split_sum.spv"),
@@ -205,6 +209,7 @@ impl Kernel {
             Kernel::Reduce => Some(include_bytes!("../spirv/reduce_f16.spv")),
             Kernel::ReduceDim => Some(include_bytes!("../spirv/reduce_dim_f16.spv")),
             Kernel::ReduceSg => Some(include_bytes!("../spirv/reduce_sg_f16.spv")),
+            Kernel::Rope => Some(include_bytes!("../spirv/rope_f16.spv")),
             Kernel::Softmax => Some(include_bytes!("../spirv/softmax_f16.spv")),
             Kernel::SoftmaxSg => Some(include_bytes!("../spirv/softmax_sg_f16.spv")),
             Kernel::SplitSum => Some(include_bytes!("../spirv/split_sum_f16.spv")),
@@ -249,6 +254,7 @@ impl Kernel {
             Kernel::Reduce => 2,
             Kernel::ReduceDim => 2,
             Kernel::ReduceSg => 2,
+            Kernel::Rope => 4,
             Kernel::Softmax => 2,
             Kernel::SoftmaxSg => 2,
             Kernel::SplitSum => 2,
@@ -876,6 +882,22 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<ReduceSgPush>() as u32 <= super::super::PUSH_BYTES,
         "reduce_sg.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `rope.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct RopePush {
+        pub total: u32,
+        pub s: u32,
+        pub h: u32,
+        pub d: u32,
+        pub per_head: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<RopePush>() as u32 <= super::super::PUSH_BYTES,
+        "rope.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `softmax.comp`'s push constants.

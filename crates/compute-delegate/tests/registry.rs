@@ -2147,27 +2147,29 @@ fn float_products_with_int8_weights_match_their_definitions() {
 #[test]
 fn language_model_ops_match_their_definitions() {
     each_precision("language_model_ops", |dev, dtype| {
-        // rms_norm: x [2, 3, 8], weight [8].
-        let (x, w) = (rand_vec(131, 48), rand_vec(132, 8));
-        let (got, _) = call(
-            dev,
-            "et_vk.rms_norm.default",
-            dtype,
-            &[(&[2, 3, 8], &x), (&[8], &w)],
-            vec![Arg::Float(1e-5)],
-        );
-        let want: Vec<f32> = x
-            .chunks(8)
-            .flat_map(|row| {
-                let ms = row.iter().map(|v| v * v).sum::<f32>() / 8.0;
-                let r = 1.0 / (ms + 1e-5).sqrt();
-                row.iter()
-                    .zip(&w)
-                    .map(move |(v, w)| v * r * w)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        assert_close(&got, &want, dtype, "rms_norm");
+        // rms_norm: x [2, 3, d], weight [d]; short rows a thread each, long ones a group.
+        for d in [8usize, 600] {
+            let (x, w) = (rand_vec(131, 6 * d), rand_vec(132, d));
+            let (got, _) = call(
+                dev,
+                "et_vk.rms_norm.default",
+                dtype,
+                &[(&[2, 3, d], &x), (&[d], &w)],
+                vec![Arg::Float(1e-5)],
+            );
+            let want: Vec<f32> = x
+                .chunks(d)
+                .flat_map(|row| {
+                    let ms = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+                    let r = 1.0 / (ms + 1e-5).sqrt();
+                    row.iter()
+                        .zip(&w)
+                        .map(move |(v, w)| v * r * w)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            assert_close(&got, &want, dtype, &format!("rms_norm of {d}"));
+        }
 
         // apply_rotary_emb: q [1, 3, 2, 4] and k [1, 3, 1, 4], cos and sin [3, 2].
         let (q, k) = (rand_vec(133, 24), rand_vec(134, 12));

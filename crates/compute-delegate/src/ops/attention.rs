@@ -12,6 +12,7 @@
 use super::{Call, Fallback, Kind, OpDef, Param, Position, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, TensorId, shape_err};
+use crate::kernels::{Kernel, push};
 use vk_core::DType;
 
 /// The ops of this family, one registration line each.
@@ -27,29 +28,55 @@ pub(super) const OPS: &[OpDef] = &[
 ];
 
 /// `(xq, xk)` rotated by `freqs_cos` and `freqs_sin` (`[seq, d / 2]`, or `[seq, heads, d / 2]`)
-/// in consecutive (real, imaginary) pairs of the last dim of `[batch, seq, heads, d]`.
+/// in consecutive (real, imaginary) pairs of the last dim of `[batch, seq, heads, d]`: one
+/// dispatch each (`rope.comp`).
 fn rotary(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (q, k, cos, sin) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?, c.tensor(3)?);
     let mut out = Vec::with_capacity(2);
-    for x in [q, k] {
+    for (at, x) in [(0, q), (1, k)] {
         let shape = c.shape(x);
-        let [b, s, h, d] = shape[..] else {
+        let [_, s, h, d] = shape[..] else {
             return Err(c.err(
-                0,
+                at,
                 format!("{shape:?}: [batch, seq, heads, head_dim] is needed"),
             ));
         };
-        let freq = |c: &mut Call<'_>, f: TensorId| -> Result<TensorId> {
-            let to = match c.shape(f).len() {
-                3 => [1, s, h, d / 2],
-                _ => [1, s, 1, d / 2],
-            };
-            let to = to.map(|v| v as isize);
-            c.g.reshape(f, &to)
+        let per_head = c.shape(cos).len() == 3;
+        let want = if per_head {
+            s * h * (d / 2)
+        } else {
+            s * (d / 2)
         };
-        let (fc, fs) = (freq(c, cos)?, freq(c, sin)?);
-        let pairs = [b, s, h, d / 2, 2].map(|v| v as isize);
-        out.push(rotate_pairs(c.g, x, &pairs, fc, fs)?);
+        for (f, fat) in [(cos, 2), (sin, 3)] {
+            let n: usize = c.shape(f).iter().product();
+            if d % 2 != 0 || n != want {
+                return Err(c.err(
+                    fat,
+                    format!(
+                        "{:?} for {shape:?}: [seq, head_dim / 2] or [seq, heads, head_dim / 2] \
+                         of an even head_dim is needed",
+                        c.shape(f)
+                    ),
+                ));
+            }
+        }
+        let dtype = c.g.float_operand("apply_rotary_emb", x)?.dtype;
+        let (fc, fs) = (c.g.as_dtype(cos, dtype)?, c.g.as_dtype(sin, dtype)?);
+        let word = |v: usize| u32::try_from(v).map_err(|_| c.err(at, format!("{v} is over 2^32")));
+        let push = push::RopePush {
+            total: word(shape.iter().product())?,
+            s: word(s)?,
+            h: word(h)?,
+            d: word(d)?,
+            per_head: u32::from(per_head),
+        };
+        out.push(c.g.kernel_node(
+            "apply_rotary_emb",
+            Kernel::Rope,
+            &[x, fc, fs],
+            (dtype, shape.clone()),
+            &push,
+        )?);
     }
     Ok(out)
 }

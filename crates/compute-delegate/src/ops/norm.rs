@@ -2,7 +2,6 @@
 //! are updated, and the mean and reciprocal deviation outputs are not computed). Batch norm
 //! with constant statistics folds into one scale and shift per channel at build.
 
-use super::activation::Math;
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{GraphBuilder, Op, TensorId, shape_err};
@@ -49,18 +48,31 @@ fn group_norm(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 
 impl GraphBuilder {
     /// `x / sqrt(mean(x^2 over the last dim) + eps) * weight`, in f32, given in `x`'s dtype
-    /// (ExecuTorch's `et_vk.rms_norm`).
+    /// (ExecuTorch's `et_vk.rms_norm`): one dispatch (`layer_norm.comp` without the mean).
     pub fn rms_norm(&mut self, x: TensorId, weight: TensorId, eps: f32) -> Result<TensorId> {
-        let dtype = self.float_operand("rms_norm", x)?.dtype;
-        let xf = self.as_dtype(x, DType::F32)?;
-        let sq = self.mul(xf, xf)?;
-        let var = self.mean(sq, &[-1], true)?;
-        let var = self.add_scalar(var, eps)?;
-        let r = self.math(Math::Rsqrt, var, 0.0)?;
-        let y = self.mul(xf, r)?;
-        let w = self.as_dtype(weight, DType::F32)?;
-        let y = self.mul(y, w)?;
-        self.as_dtype(y, dtype)
+        const OP: &str = "rms_norm";
+        let xi = self.float_operand(OP, x)?;
+        let d = xi.shape.last().copied().unwrap_or(1);
+        let wi = self.info(OP, weight)?.clone();
+        if wi.numel() != d {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "weight '{}' {:?} for '{}' {:?}: one per element of the last dim",
+                    wi.name, wi.shape, xi.name, xi.shape
+                ),
+            ));
+        }
+        let w = self.as_dtype(weight, xi.dtype)?;
+        let op = Op::LayerNorm {
+            x,
+            weight: Some(w),
+            bias: None,
+            d,
+            eps,
+            rms: true,
+        };
+        Ok(self.node(op, OP, xi.dtype, xi.shape))
     }
 
     /// Batch norm over dim 1 of `x` (`[n, c, ..]`) with constant running statistics `[mean,
@@ -172,6 +184,7 @@ impl GraphBuilder {
                 bias,
                 d,
                 eps,
+                rms: false,
             },
             OP,
             xi.dtype,
@@ -244,6 +257,7 @@ impl Lowerer<'_> {
                 bias,
                 d,
                 eps,
+                rms,
             } => {
                 let x = self.st(*x);
                 let w = weight.map(|w| self.st(w));
@@ -266,6 +280,7 @@ impl Lowerer<'_> {
                         u32::from(w.is_some()),
                         u32::from(b.is_some()),
                         u32::from(per_thread),
+                        u32::from(*rms),
                     ],
                     vec![
                         (x, false),
