@@ -874,6 +874,20 @@ impl GraphBuilder {
         (dtype, shape): (DType, Vec<usize>),
         push: &P,
     ) -> Result<TensorId> {
+        self.kernel_node_into(name, kernel, inputs, (dtype, shape, None), push)
+    }
+
+    /// [`GraphBuilder::kernel_node`] writing into `storage` where given (state written in
+    /// place, as a KV cache's rows): the output is then a view of that storage, of `shape`,
+    /// and one invocation runs per element of `shape`.
+    pub(crate) fn kernel_node_into<P: bytemuck::NoUninit>(
+        &mut self,
+        name: &'static str,
+        kernel: Kernel,
+        inputs: &[TensorId],
+        (dtype, shape, storage): (DType, Vec<usize>, Option<usize>),
+        push: &P,
+    ) -> Result<TensorId> {
         for &t in inputs {
             self.info(name, t)?;
         }
@@ -894,7 +908,18 @@ impl GraphBuilder {
             inputs: inputs.to_vec(),
             push,
         };
-        Ok(self.node(op, name, dtype, shape))
+        let Some(storage) = storage else {
+            return Ok(self.node(op, name, dtype, shape));
+        };
+        let label = format!("{name}_{}", self.tensors.len());
+        let out = self.push_tensor(
+            label,
+            dtype,
+            shape,
+            Some((StorageKind::Temp, Some(storage))),
+        );
+        self.nodes.push(Node { op, out });
+        Ok(out)
     }
 
     pub(crate) fn node(&mut self, op: Op, name: &str, dtype: DType, shape: Vec<usize>) -> TensorId {

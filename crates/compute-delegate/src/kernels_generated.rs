@@ -10,6 +10,8 @@ pub(crate) enum Kernel {
     Binary,
     /// `binary_bcast.comp`.
     BinaryBcast,
+    /// `cache_write.comp`.
+    CacheWrite,
     /// `cast.comp`.
     Cast,
     /// `conv_coop2.comp`.
@@ -87,10 +89,11 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 39] = [
+    pub(crate) const ALL: [Kernel; 40] = [
         Kernel::ArgReduce,
         Kernel::Binary,
         Kernel::BinaryBcast,
+        Kernel::CacheWrite,
         Kernel::Cast,
         Kernel::ConvCoop2,
         Kernel::ConvDw,
@@ -135,6 +138,7 @@ impl Kernel {
             Kernel::ArgReduce => include_bytes!("../spirv/arg_reduce.spv"),
             Kernel::Binary => include_bytes!("../spirv/binary.spv"),
             Kernel::BinaryBcast => include_bytes!("../spirv/binary_bcast.spv"),
+            Kernel::CacheWrite => include_bytes!("../spirv/cache_write.spv"),
             Kernel::Cast => include_bytes!("../spirv/cast.spv"),
             Kernel::ConvCoop2 => include_bytes!("../spirv/conv_coop2.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
@@ -181,6 +185,7 @@ impl Kernel {
             Kernel::ArgReduce => None,
             Kernel::Binary => Some(include_bytes!("../spirv/binary_f16.spv")),
             Kernel::BinaryBcast => Some(include_bytes!("../spirv/binary_bcast_f16.spv")),
+            Kernel::CacheWrite => Some(include_bytes!("../spirv/cache_write_f16.spv")),
             Kernel::Cast => None,
             Kernel::ConvCoop2 => Some(include_bytes!("../spirv/conv_coop2.spv")),
             Kernel::ConvDw => Some(include_bytes!("../spirv/conv_dw_f16.spv")),
@@ -226,6 +231,7 @@ impl Kernel {
             Kernel::ArgReduce => 2,
             Kernel::Binary => 3,
             Kernel::BinaryBcast => 3,
+            Kernel::CacheWrite => 3,
             Kernel::Cast => 2,
             Kernel::ConvCoop2 => 4,
             Kernel::ConvDw => 4,
@@ -330,6 +336,23 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<BinaryBcastPush>() as u32 <= super::super::PUSH_BYTES,
         "binary_bcast.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `cache_write.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct CacheWritePush {
+        pub total: u32,
+        pub s: u32,
+        pub max_rows: u32,
+        pub hd: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<CacheWritePush>() as u32 <= super::super::PUSH_BYTES,
+        "cache_write.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `cast.comp`'s push constants.

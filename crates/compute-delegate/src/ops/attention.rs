@@ -204,9 +204,8 @@ fn sdpa_with_kv_cache(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         return Err(c.err(7, "an attention mask with a KV cache is not supported"));
     }
     let scale = c.opt_float(10)?;
-    let rows = c.g.cache_rows(kc, k, start)?;
-    let kc = c.g.cache_write_rows(kc, k, rows)?;
-    let vc = c.g.cache_write_rows(vc, v, rows)?;
+    let kc = c.g.cache_write(kc, k, start)?;
+    let vc = c.g.cache_write(vc, v, start)?;
     one(c.g.cached_attention(q, kc, vc, start, scale)?)
 }
 
@@ -234,36 +233,17 @@ fn custom_sdpa(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     }
 }
 
-/// The rows a cache write replaces ([`GraphBuilder::cache_rows`]): a mask `[1, max, 1, 1]`
-/// (1.0 where replaced) and, per cache row, the row of the new values it takes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CacheRows {
-    inside: TensorId,
-    idx: TensorId,
-}
-
 impl GraphBuilder {
     /// `cache` (`[b, max, h, d]`) with rows `start .. start + s` replaced by `new`
-    /// (`[b, s, h, d]`), written in place; rows past the cache are dropped.
+    /// (`[b, s, h, d]`), written in place by one dispatch over the new rows
+    /// (`cache_write.comp`); rows past the cache are dropped. Returns the cache as written:
+    /// every later read goes through it.
     pub(crate) fn cache_write(
         &mut self,
         cache: TensorId,
         new: TensorId,
         start: Position,
     ) -> Result<TensorId> {
-        let rows = self.cache_rows(cache, new, start)?;
-        self.cache_write_rows(cache, new, rows)
-    }
-
-    /// Which rows of `cache` a write of `new` at `start` replaces, and from which row of
-    /// `new`: the same for every cache of a layer's step, so computed once for its keys and
-    /// values.
-    pub(crate) fn cache_rows(
-        &mut self,
-        cache: TensorId,
-        new: TensorId,
-        start: Position,
-    ) -> Result<CacheRows> {
         const OP: &str = "update_cache";
         let ci = self.info(OP, cache)?.clone();
         let ni = self.info(OP, new)?.clone();
@@ -285,38 +265,31 @@ impl GraphBuilder {
                 ),
             ));
         }
-        // Row j takes new[j - start] where 0 <= j - start < s, else keeps cache[j].
-        let rows = self.positions(Position::Static(0), max)?;
-        let from = self.positions(start, 1)?;
-        let (rows, from) = (
-            self.as_dtype(rows, DType::F32)?,
-            self.as_dtype(from, DType::F32)?,
-        );
-        let rel = self.sub(rows, from)?;
-        let after = self.compare_scalar(rel, crate::graph::Compare::Ge, 0.0)?;
-        let before = self.compare_scalar(rel, crate::graph::Compare::Lt, s as f32)?;
-        let inside = self.mul(after, before)?;
-        let inside = self.reshape(inside, &[1, max as isize, 1, 1])?;
-        let idx = self.clamp(rel, 0.0, (s - 1) as f32)?;
-        let idx = self.as_dtype(idx, DType::I32)?;
-        Ok(CacheRows { inside, idx })
-    }
-
-    /// `cache` with the rows of `rows` replaced by rows of `new`, written in place.
-    fn cache_write_rows(
-        &mut self,
-        cache: TensorId,
-        new: TensorId,
-        rows: CacheRows,
-    ) -> Result<TensorId> {
-        let float = self.info("update_cache", cache)?.dtype;
-        let rows_new = self.index_along(new, 1, rows.idx, false)?;
-        let (inside, rows_new) = (
-            self.as_dtype(rows.inside, float)?,
-            self.as_dtype(rows_new, float)?,
-        );
-        let merged = self.where_(inside, rows_new, cache)?;
-        self.assign(cache, merged)
+        let new = self.as_dtype(new, ci.dtype)?;
+        let (pos, plus, has_pos) = match start {
+            Position::Static(at) => (new, at, 0),
+            Position::Device(t, plus) => (self.as_dtype(t, DType::I32)?, plus, 1),
+        };
+        let word = |v: usize| {
+            u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} elements are over 2^32")))
+        };
+        let push = push::CacheWritePush {
+            total: word(ni.numel())?,
+            s: word(s)?,
+            max_rows: word(max)?,
+            hd: word(h * d)?,
+            plus: i32::try_from(plus).map_err(|_| shape_err(OP, format!("position {plus}")))?,
+            has_pos,
+        };
+        let shape = (ci.dtype, ni.shape.clone(), Some(ci.storage));
+        self.kernel_node_into(OP, Kernel::CacheWrite, &[new, pos], shape, &push)?;
+        let written = format!("{}'", ci.name);
+        Ok(self.push_tensor(
+            written,
+            ci.dtype,
+            ci.shape.clone(),
+            Some((crate::graph::StorageKind::Temp, Some(ci.storage))),
+        ))
     }
 
     /// `[b, s, heads, d]` query and `[b, t, kv_heads, d]` keys and values as `[b, heads, s, d]`
