@@ -418,13 +418,15 @@ pub(crate) enum Op {
         q: QConv,
     },
     /// An op family's own kernel (`GraphBuilder::kernel_node`): its operands bound in order,
-    /// then the output; one invocation per output element in a grid-stride loop; push
-    /// constants from a `#[repr(C)]` struct.
+    /// then the output; one invocation per output element in a grid-stride loop (or, with
+    /// `groups`, that many work groups, each looping over its share); push constants from a
+    /// `#[repr(C)]` struct.
     Kernel {
         name: &'static str,
         kernel: Kernel,
         inputs: Vec<TensorId>,
         push: Vec<u32>,
+        groups: Option<u64>,
     },
     /// Benchmark probe: arithmetic peak (see `fma_peak.comp`).
     #[cfg(feature = "bench")]
@@ -543,6 +545,18 @@ impl fmt::Debug for GraphBuilder {
             .field("outputs", &self.outputs.len())
             .finish()
     }
+}
+
+/// The output of a kernel node ([`GraphBuilder::kernel_node_into`]) and its dispatch.
+#[derive(Debug, Clone)]
+pub(crate) struct KernelOut {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// A storage written in place (state, as a KV cache's rows): the output is then a view of
+    /// it, of `shape`.
+    pub storage: Option<usize>,
+    /// Work groups to dispatch (else one invocation per element of `shape`).
+    pub groups: Option<u64>,
 }
 
 /// Bytes of a tensor's storage: whole vec4s, so vectorised shaders stay in bounds.
@@ -874,20 +888,25 @@ impl GraphBuilder {
         (dtype, shape): (DType, Vec<usize>),
         push: &P,
     ) -> Result<TensorId> {
-        self.kernel_node_into(name, kernel, inputs, (dtype, shape, None), push)
+        let out = KernelOut {
+            dtype,
+            shape,
+            storage: None,
+            groups: None,
+        };
+        self.kernel_node_into(name, kernel, inputs, out, push)
     }
 
-    /// [`GraphBuilder::kernel_node`] writing into `storage` where given (state written in
-    /// place, as a KV cache's rows): the output is then a view of that storage, of `shape`,
-    /// and one invocation runs per element of `shape`.
+    /// [`GraphBuilder::kernel_node`] with the output and the dispatch of `out`.
     pub(crate) fn kernel_node_into<P: bytemuck::NoUninit>(
         &mut self,
         name: &'static str,
         kernel: Kernel,
         inputs: &[TensorId],
-        (dtype, shape, storage): (DType, Vec<usize>, Option<usize>),
+        out: KernelOut,
         push: &P,
     ) -> Result<TensorId> {
+        let (dtype, shape, storage) = (out.dtype, out.shape.clone(), out.storage);
         for &t in inputs {
             self.info(name, t)?;
         }
@@ -907,6 +926,7 @@ impl GraphBuilder {
             kernel,
             inputs: inputs.to_vec(),
             push,
+            groups: out.groups,
         };
         let Some(storage) = storage else {
             return Ok(self.node(op, name, dtype, shape));

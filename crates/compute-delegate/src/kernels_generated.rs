@@ -6,6 +6,8 @@
 pub(crate) enum Kernel {
     /// `arg_reduce.comp`.
     ArgReduce,
+    /// `attend_cache.comp`.
+    AttendCache,
     /// `binary.comp`.
     Binary,
     /// `binary_bcast.comp`.
@@ -89,8 +91,9 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 40] = [
+    pub(crate) const ALL: [Kernel; 41] = [
         Kernel::ArgReduce,
+        Kernel::AttendCache,
         Kernel::Binary,
         Kernel::BinaryBcast,
         Kernel::CacheWrite,
@@ -136,6 +139,7 @@ impl Kernel {
     pub(crate) fn spirv(self) -> &'static [u8] {
         match self {
             Kernel::ArgReduce => include_bytes!("../spirv/arg_reduce.spv"),
+            Kernel::AttendCache => include_bytes!("../spirv/attend_cache.spv"),
             Kernel::Binary => include_bytes!("../spirv/binary.spv"),
             Kernel::BinaryBcast => include_bytes!("../spirv/binary_bcast.spv"),
             Kernel::CacheWrite => include_bytes!("../spirv/cache_write.spv"),
@@ -183,6 +187,7 @@ impl Kernel {
     pub(crate) fn spirv_f16(self) -> Option<&'static [u8]> {
         match self {
             Kernel::ArgReduce => None,
+            Kernel::AttendCache => Some(include_bytes!("../spirv/attend_cache_f16.spv")),
             Kernel::Binary => Some(include_bytes!("../spirv/binary_f16.spv")),
             Kernel::BinaryBcast => Some(include_bytes!("../spirv/binary_bcast_f16.spv")),
             Kernel::CacheWrite => Some(include_bytes!("../spirv/cache_write_f16.spv")),
@@ -229,6 +234,7 @@ impl Kernel {
     pub(crate) fn bindings(self) -> usize {
         match self {
             Kernel::ArgReduce => 2,
+            Kernel::AttendCache => 5,
             Kernel::Binary => 3,
             Kernel::BinaryBcast => 3,
             Kernel::CacheWrite => 3,
@@ -308,6 +314,26 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<ArgReducePush>() as u32 <= super::super::PUSH_BYTES,
         "arg_reduce.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `attend_cache.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct AttendCachePush {
+        pub groups: u32,
+        pub s: u32,
+        pub hq: u32,
+        pub hk: u32,
+        pub d: u32,
+        pub max_rows: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub scale: f32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<AttendCachePush>() as u32 <= super::super::PUSH_BYTES,
+        "attend_cache.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `binary.comp`'s push constants.

@@ -2506,3 +2506,65 @@ fn affine_quantization_and_four_bit_embeddings_match_their_definitions() {
     );
     assert_no_validation_errors(&instance);
 }
+
+/// `sdpa_with_kv_cache` against its definition, in fp32 and fp16: three new keys and values
+/// written into caches at position 2, then three queries of four heads over two key heads,
+/// each over the cache rows up to its own position. Head sizes dividing 128 with at most 4096
+/// rows run as one dispatch; the others (a head of 12, a cache of 4100 rows) as products and
+/// a softmax: both must agree with the definition.
+#[test]
+fn attention_over_a_kv_cache_matches_its_definition() {
+    each_precision("attention_over_a_kv_cache", |dev, dtype| {
+        let (s, hq, hk, start) = (3usize, 4usize, 2usize, 2usize);
+        for (max, d) in [(8usize, 8usize), (8, 12), (4100, 8)] {
+            let q = rand_vec(141, s * hq * d);
+            let (k, v) = (rand_vec(142, s * hk * d), rand_vec(143, s * hk * d));
+            let (kc, vc) = (rand_vec(144, max * hk * d), rand_vec(145, max * hk * d));
+            let (got, shape) = call(
+                dev,
+                "llama::sdpa_with_kv_cache",
+                dtype,
+                &[
+                    (&[1, s, hq, d], &q),
+                    (&[1, s, hk, d], &k),
+                    (&[1, s, hk, d], &v),
+                    (&[1, max, hk, d], &kc),
+                    (&[1, max, hk, d], &vc),
+                ],
+                vec![Arg::Int(start as i64)],
+            );
+            assert_eq!(shape, [1, s, hq, d]);
+            let write = |cache: &[f32], new: &[f32]| {
+                let mut c = cache.to_vec();
+                c[start * hk * d..(start + s) * hk * d].copy_from_slice(new);
+                c
+            };
+            let (kc, vc) = (write(&kc, &k), write(&vc, &v));
+            let mut want = vec![0f32; s * hq * d];
+            for i in 0..s {
+                for h in 0..hq {
+                    let kv = h / (hq / hk);
+                    let qrow = &q[(i * hq + h) * d..][..d];
+                    let rows = start + i + 1;
+                    let scores: Vec<f32> = (0..rows)
+                        .map(|t| {
+                            let krow = &kc[(t * hk + kv) * d..][..d];
+                            qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f32>()
+                                / (d as f32).sqrt()
+                        })
+                        .collect();
+                    let top = scores.iter().fold(f32::MIN, |m, &v| m.max(v));
+                    let p: Vec<f32> = scores.iter().map(|v| (v - top).exp()).collect();
+                    let sum: f32 = p.iter().sum();
+                    for e in 0..d {
+                        want[(i * hq + h) * d + e] = (0..rows)
+                            .map(|t| p[t] * vc[(t * hk + kv) * d + e])
+                            .sum::<f32>()
+                            / sum;
+                    }
+                }
+            }
+            assert_close(&got, &want, dtype, &format!("{max} rows of {d}"));
+        }
+    });
+}

@@ -294,13 +294,18 @@ impl Lowerer<'_> {
                 kernel,
                 inputs,
                 push,
+                groups,
                 ..
             } => {
-                // One invocation per output element, the operands then the output bound.
+                // One invocation per output element (or the node's work groups), the operands
+                // then the output bound.
                 let mut bindings: Vec<(usize, bool)> =
                     inputs.iter().map(|&x| (self.st(x), false)).collect();
                 bindings.push((t.o, true));
-                let g = self.linear_groups(t.info.numel() as u64);
+                let g = match groups {
+                    Some(n) => (*n).clamp(1, 65535) as u32,
+                    None => self.linear_groups(t.info.numel() as u64),
+                };
                 self.push_words(*kernel, vec![], bindings, push.clone(), [g, 1, 1]);
                 Ok(())
             }

@@ -11,7 +11,7 @@
 
 use super::{Call, Fallback, Kind, OpDef, Param, Position, one};
 use crate::error::Result;
-use crate::graph::{GraphBuilder, TensorId, shape_err};
+use crate::graph::{GraphBuilder, KernelOut, TensorId, shape_err};
 use crate::kernels::{Kernel, push};
 use vk_core::DType;
 
@@ -281,8 +281,13 @@ impl GraphBuilder {
             plus: i32::try_from(plus).map_err(|_| shape_err(OP, format!("position {plus}")))?,
             has_pos,
         };
-        let shape = (ci.dtype, ni.shape.clone(), Some(ci.storage));
-        self.kernel_node_into(OP, Kernel::CacheWrite, &[new, pos], shape, &push)?;
+        let out = KernelOut {
+            dtype: ci.dtype,
+            shape: ni.shape.clone(),
+            storage: Some(ci.storage),
+            groups: None,
+        };
+        self.kernel_node_into(OP, Kernel::CacheWrite, &[new, pos], out, &push)?;
         let written = format!("{}'", ci.name);
         Ok(self.push_tensor(
             written,
@@ -350,6 +355,9 @@ impl GraphBuilder {
             qs.last().copied().unwrap_or(1),
         );
         let scale = scale.map_or(1.0 / (d as f32).sqrt(), |v| v as f32);
+        if let Some(y) = self.attend_cache(q, [kc, vc], start, scale)? {
+            return Ok(y);
+        }
         // allowed(i, j) = j - i <= start: 0.0 where allowed, a large negative number not.
         let gap: Vec<f32> = (0..s * max)
             .map(|at| (at % max) as f32 - (at / max) as f32)
@@ -365,6 +373,58 @@ impl GraphBuilder {
         let (qp, kp, vp) = self.heads_first(q, kc, vc)?;
         let y = self.attention(qp, kp, vp, Some(mask), scale)?;
         self.permute(y, &[0, 2, 1, 3])
+    }
+
+    /// [`GraphBuilder::cached_attention`] in one dispatch (`attend_cache.comp`) where its
+    /// scores fit in shared memory (at most 4096 cache rows) and the head size divides 128;
+    /// `None` elsewhere.
+    fn attend_cache(
+        &mut self,
+        q: TensorId,
+        [kc, vc]: [TensorId; 2],
+        start: Position,
+        scale: f32,
+    ) -> Result<Option<TensorId>> {
+        const OP: &str = "sdpa";
+        let qi = self.float_operand(OP, q)?.clone();
+        let ki = self.float_operand(OP, kc)?.clone();
+        let vi = self.float_operand(OP, vc)?.clone();
+        if ki.dtype != qi.dtype || vi.dtype != qi.dtype || vi.shape != ki.shape {
+            return Ok(None);
+        }
+        let (&[b, s, hq, d], &[kb, max, hk, kd]) = (&qi.shape[..], &ki.shape[..]) else {
+            return Ok(None);
+        };
+        let fits = d % 4 == 0 && 128 % d == 0 && max <= 4096 && hk > 0 && hq % hk == 0;
+        if !fits || kb != b || kd != d {
+            return Ok(None);
+        }
+        let (pos, plus, has_pos) = match start {
+            Position::Static(at) => (q, at, 0),
+            Position::Device(t, plus) => (self.as_dtype(t, DType::I32)?, plus, 1),
+        };
+        let word =
+            |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} is over 2^32")));
+        let groups = b * s * hq;
+        let push = push::AttendCachePush {
+            groups: word(groups)?,
+            s: word(s)?,
+            hq: word(hq)?,
+            hk: word(hk)?,
+            d: word(d)?,
+            max_rows: word(max)?,
+            plus: i32::try_from(plus).map_err(|_| shape_err(OP, format!("position {plus}")))?,
+            has_pos,
+            scale,
+        };
+        let out = KernelOut {
+            dtype: qi.dtype,
+            shape: qi.shape.clone(),
+            storage: None,
+            groups: Some(groups as u64),
+        };
+        let y = self.kernel_node_into(OP, Kernel::AttendCache, &[q, kc, vc, pos], out, &push)?;
+        Ok(Some(y))
     }
 
     /// `softmax(q @ k^T * scale + mask) @ v` over the last two dims of `q` `[.., s, d]`, `k`
