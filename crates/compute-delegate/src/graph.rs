@@ -819,6 +819,15 @@ impl GraphBuilder {
         (v.len() >= info.numel()).then(|| v[..info.numel()].to_vec())
     }
 
+    /// The bytes of constant `t` (or of a view of one), as stored.
+    pub(crate) fn constant_bytes(&self, t: TensorId) -> Option<ConstBytes> {
+        let info = self.tensors.get(t.0)?;
+        match &self.storages[info.storage].kind {
+            StorageKind::Const(bytes) => Some(bytes.clone()),
+            _ => None,
+        }
+    }
+
     /// An f16 constant from f32 values, each rounded to the nearest f16.
     pub fn constant_f16(
         &mut self,

@@ -45,9 +45,49 @@ pub(crate) fn each_on_threads<R: Send>(
     out
 }
 
+/// Fills `out`, cut into chunks of `chunk` bytes, by `fill(index, chunk)` for every chunk, on
+/// up to 16 scoped threads, each taking a contiguous run of chunks (a constant's rows made at
+/// build).
+pub(crate) fn fill_on_threads(
+    out: &mut [u8],
+    chunk: usize,
+    fill: impl Fn(usize, &mut [u8]) + Sync,
+) {
+    if out.is_empty() {
+        return;
+    }
+    let chunks = out.len().div_ceil(chunk.max(1));
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS)
+        .min(chunks)
+        .max(1);
+    let per = chunks.div_ceil(threads);
+    let fill = &fill;
+    std::thread::scope(|scope| {
+        for (t, run) in out.chunks_mut(per * chunk.max(1)).enumerate() {
+            scope.spawn(move || {
+                for (i, c) in run.chunks_mut(chunk.max(1)).enumerate() {
+                    fill(t * per + i, c);
+                }
+            });
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_chunk_is_filled_with_its_index() {
+        for (len, chunk) in [(0usize, 4usize), (12, 4), (1000, 8), (10, 3)] {
+            let mut out = vec![0u8; len];
+            fill_on_threads(&mut out, chunk, |i, c| c.fill(i as u8));
+            let want: Vec<u8> = (0..len).map(|b| (b / chunk) as u8).collect();
+            assert_eq!(out, want);
+        }
+    }
 
     #[test]
     fn every_job_runs_once_in_index_order() {

@@ -614,10 +614,13 @@ fn group_weights(
 ) -> Result<TensorId> {
     let (w, scales) = (c.tensor(w_at)?, c.tensor(scales_at)?);
     let group = c.count(group_at)?.max(1);
-    let (Some(wv), Some(sv)) = (c.g.constant_values(w), c.g.constant_values(scales)) else {
+    let one_byte = c.g.dtype(w).is_some_and(|d| d.size() == 1);
+    let (Some(packed), Some(sv), true) =
+        (c.g.constant_bytes(w), c.g.constant_values(scales), one_byte)
+    else {
         return Err(c.err(
             w_at,
-            "the packed weights and their scales must be constants",
+            "the packed weights (one byte each) and their scales must be constants",
         ));
     };
     let (ws, ss) = (c.shape(w), c.shape(scales));
@@ -633,14 +636,22 @@ fn group_weights(
             format!("{ws:?} and scales {ss:?} for k = {k} in groups of {group}"),
         ));
     }
-    let q = unpack4(&wv, n, half, false);
-    let mut t = vec![0f32; n * k];
-    for (at, v) in t.iter_mut().enumerate() {
-        let (r, j) = (at / k, at % k);
-        *v = q[r * half * 2 + j] * sv[(j / group) * n + r];
-    }
+    // Rows dequantized on threads, straight from the packed bytes (the even column in the low
+    // nibble), into the constant's f32 bytes.
+    let mut t = vec![0u8; n * k * 4];
+    crate::threads::fill_on_threads(&mut t, k * 4, |r, row| {
+        let bytes = packed.get(r * half..(r + 1) * half).unwrap_or(&[]);
+        for (j, v) in row.chunks_exact_mut(4).enumerate() {
+            let b = bytes.get(j / 2).copied().unwrap_or(8 | 8 << 4);
+            let q = if j % 2 == 0 { b & 15 } else { b >> 4 };
+            let x = (f32::from(q) - 8.0) * sv[(j / group) * n + r];
+            v.copy_from_slice(&x.to_le_bytes());
+        }
+    });
     let name = format!("q4gsw_weights{}", w.index());
-    c.g.constant_f32(&name, &[n, k], &t)
+    let t = vk_core::HostTensor::new(DType::F32, vec![n, k], t)
+        .map_err(|e| c.err(w_at, e.to_string()))?;
+    c.g.constant(&name, t)
 }
 
 /// `x @ dequantized(weights)^T + bias` for group-wise 4-bit weights; `at`: where the
