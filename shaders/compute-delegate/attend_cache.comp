@@ -6,8 +6,8 @@
 // hq / hk query heads), query i of head h attends over the cache rows t <= start + i:
 //   y[b, i, h] = sum_t softmax_t(q[b, i, h] . k[b, t, h / (hq / hk)] * scale) v[b, t, ..]
 // One work group per (b, i, h): its scores stay in shared memory (max <= MAX_ROWS), the
-// maximum and the sum are reduced across the group, then each thread sums its output
-// element over a share of the rows. start = pos[0] + plus where the position is on the
+// maximum and the sum are reduced across the group, then each thread sums a vec4 of the
+// output over a share of the rows. start = pos[0] + plus where the position is on the
 // device (has_pos), else plus. d divides 128. fp32 arithmetic in both precisions.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
@@ -18,7 +18,7 @@ const uint MAX_ROWS = 4096;
 
 layout(std430, set = 0, binding = 0) readonly buffer Q { T q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K4 { T4 k4[]; };
-layout(std430, set = 0, binding = 2) readonly buffer V { T v[]; };
+layout(std430, set = 0, binding = 2) readonly buffer V4 { T4 v4[]; };
 layout(std430, set = 0, binding = 3) readonly buffer Pos { int pos[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer Y { T y[]; };
 
@@ -38,6 +38,7 @@ layout(push_constant) uniform Params {
 shared float scores[MAX_ROWS];
 shared vec4 qs[THREADS / 4];
 shared float red[THREADS];
+shared vec4 red4[THREADS];
 
 // The maximum (max_op) or the sum of v over the group.
 float reduce(float v, bool max_op) {
@@ -91,22 +92,32 @@ void main() {
             sum += p;
         }
         sum = reduce(sum, false);
-        // Threads t and t + d, t + 2d, .. share element t % d, each over every
-        // (THREADS / d)-th row; their sums meet in `red`.
-        uint e = t % pc.d;
-        uint share = THREADS / pc.d;
-        float acc = 0.0;
-        for (uint r = t / pc.d; r < rows; r += share) {
-            acc += scores[r] * float(v[((b * pc.max_rows + r) * pc.hk + kv) * pc.d + e]);
+        // Thread t sums the vec4 t % (d / 4) of the output over every share-th row from
+        // t / (d / 4), two rows in flight; the shares meet in `red4`.
+        uint e4 = t % d4;
+        uint share = THREADS / d4;
+        vec4 acc = vec4(0.0);
+        uint r = t / d4;
+        for (; r + share < rows; r += 2 * share) {
+            vec4 v0 = vec4(v4[((b * pc.max_rows + r) * pc.hk + kv) * d4 + e4]);
+            vec4 v1 = vec4(v4[((b * pc.max_rows + r + share) * pc.hk + kv) * d4 + e4]);
+            acc += scores[r] * v0 + scores[r + share] * v1;
         }
-        red[t] = acc;
+        if (r < rows) {
+            acc += scores[r] * vec4(v4[((b * pc.max_rows + r) * pc.hk + kv) * d4 + e4]);
+        }
+        red4[t] = acc;
         barrier();
-        if (t < pc.d) {
-            float total = 0.0;
+        if (t < d4) {
+            vec4 total = vec4(0.0);
             for (uint k = 0; k < share; ++k) {
-                total += red[t + k * pc.d];
+                total += red4[t + k * d4];
             }
-            y[qbase + t] = T(rows == 0 ? 0.0 : total / sum);
+            total = rows == 0 ? vec4(0.0) : total / sum;
+            y[qbase + 4 * t] = T(total.x);
+            y[qbase + 4 * t + 1] = T(total.y);
+            y[qbase + 4 * t + 2] = T(total.z);
+            y[qbase + 4 * t + 3] = T(total.w);
         }
         barrier();
     }

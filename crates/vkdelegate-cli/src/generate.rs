@@ -129,11 +129,38 @@ fn bench(r: &GenerateArgs) -> Result {
         row(n, "prefill", prompt.len(), &mut pre);
         row(n, "decode", r.tokens, &mut dec);
     }
+    if r.profile {
+        profile(&mut model)?;
+    }
     let (lengths, (count, bytes)) = model.built();
     eprintln!(
         "programs built for {lengths:?} tokens at once; {count} constants, {:.1} MiB, shared",
         bytes as f64 / (1 << 20) as f64
     );
+    Ok(())
+}
+
+/// The device time of one decode step (the one-token program, as last run), summed per op.
+fn profile(model: &mut LanguageModel) -> Result {
+    let position = model.position();
+    let rows = model.program().profile()?;
+    let mut per_op: std::collections::BTreeMap<&str, (usize, Duration)> = Default::default();
+    for d in &rows {
+        let e = per_op.entry(d.op.as_str()).or_default();
+        e.0 += 1;
+        e.1 += d.time;
+    }
+    let total: Duration = rows.iter().map(|d| d.time).sum();
+    let mut ops: Vec<_> = per_op.into_iter().collect();
+    ops.sort_by(|a, b| b.1.1.cmp(&a.1.1));
+    println!(
+        "decode step at position {position}: {} dispatches, {:.3} ms of device time",
+        rows.len(),
+        ms(total)
+    );
+    for (op, (n, t)) in ops {
+        println!("  {op:32} {n:5} {:9.3} ms", ms(t));
+    }
     Ok(())
 }
 

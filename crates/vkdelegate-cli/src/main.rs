@@ -168,6 +168,9 @@ struct GenerateArgs {
     /// Runs per bench measure.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// With `--bench`: then the device time of one decode step, per op.
+    #[arg(long, requires = "bench")]
+    profile: bool,
     /// Tokens to generate at most.
     #[arg(short = 'n', long = "tokens", default_value_t = 32)]
     tokens: usize,

@@ -361,10 +361,13 @@ impl Lowerer<'_> {
                 if *linear {
                     let nout = bi.shape[0];
                     let m = ai.numel() / k;
-                    // Constant weights are transposed once to [k, n] for coalesced loads.
+                    // Constant weights are transposed once to [k, n] for coalesced loads,
+                    // except for products of a few rows, which read them as they are, one
+                    // dot product per output (`gemv_t.comp`: a decode step's layout).
                     let es = bi.dtype.size();
+                    let few_rows = m <= GEMV_MAX_ROWS && k % 4 == 0;
                     let (bst, sb_k, sb_n) = match &self.storages[bi.storage].kind {
-                        StorageKind::Const(bytes) => {
+                        StorageKind::Const(bytes) if !few_rows => {
                             let mut t = vec![0u8; bytes.len()];
                             for r in 0..nout {
                                 for c in 0..k {
