@@ -152,7 +152,7 @@ fn profile(model: &mut LanguageModel) -> Result {
     }
     let total: Duration = rows.iter().map(|d| d.time).sum();
     let mut ops: Vec<_> = per_op.into_iter().collect();
-    ops.sort_by(|a, b| b.1.1.cmp(&a.1.1));
+    ops.sort_by_key(|o| std::cmp::Reverse(o.1.1));
     println!(
         "decode step at position {position}: {} dispatches, {:.3} ms of device time",
         rows.len(),
