@@ -44,6 +44,8 @@ pub(crate) enum Kernel {
     GemmCoop2,
     /// `gemv.comp`.
     Gemv,
+    /// `gemv_q4.comp`.
+    GemvQ4,
     /// `gemv_t.comp`.
     GemvT,
     /// `im2col.comp`.
@@ -91,7 +93,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 41] = [
+    pub(crate) const ALL: [Kernel; 42] = [
         Kernel::ArgReduce,
         Kernel::AttendCache,
         Kernel::Binary,
@@ -112,6 +114,7 @@ impl Kernel {
         Kernel::GemmCoop,
         Kernel::GemmCoop2,
         Kernel::Gemv,
+        Kernel::GemvQ4,
         Kernel::GemvT,
         Kernel::Im2col,
         Kernel::IndexDim,
@@ -158,6 +161,7 @@ impl Kernel {
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
+            Kernel::GemvQ4 => include_bytes!("../spirv/gemv_q4.spv"),
             Kernel::GemvT => include_bytes!("../spirv/gemv_t.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::IndexDim => include_bytes!("../spirv/index_dim.spv"),
@@ -206,6 +210,7 @@ impl Kernel {
             Kernel::GemmCoop => Some(include_bytes!("../spirv/gemm_coop.spv")),
             Kernel::GemmCoop2 => Some(include_bytes!("../spirv/gemm_coop2.spv")),
             Kernel::Gemv => Some(include_bytes!("../spirv/gemv_f16.spv")),
+            Kernel::GemvQ4 => Some(include_bytes!("../spirv/gemv_q4_f16.spv")),
             Kernel::GemvT => Some(include_bytes!("../spirv/gemv_t_f16.spv")),
             Kernel::Im2col => Some(include_bytes!("../spirv/im2col_f16.spv")),
             Kernel::IndexDim => Some(include_bytes!("../spirv/index_dim_f16.spv")),
@@ -253,6 +258,7 @@ impl Kernel {
             Kernel::GemmCoop => 4,
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
+            Kernel::GemvQ4 => 4,
             Kernel::GemvT => 4,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
@@ -686,6 +692,22 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<GemvPush>() as u32 <= super::super::PUSH_BYTES,
         "gemv.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `gemv_q4.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GemvQ4Push {
+        pub rows: u32,
+        pub n: u32,
+        pub k: u32,
+        pub group_size: u32,
+        pub col_groups: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<GemvQ4Push>() as u32 <= super::super::PUSH_BYTES,
+        "gemv_q4.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `gemv_t.comp`'s push constants.

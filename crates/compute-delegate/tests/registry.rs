@@ -2568,3 +2568,76 @@ fn attention_over_a_kv_cache_matches_its_definition() {
         }
     });
 }
+
+/// `linear_q4gsw` of one to four rows reads its weights packed on the device (`gemv_q4.comp`),
+/// in fp32 and fp16, against its definition: groups of 8, 16 and 32, columns that leave a work
+/// group's lanes idle, a bias.
+#[test]
+fn few_row_four_bit_linears_read_packed_weights() {
+    each_precision("few_row_four_bit_linears", |dev, dtype| {
+        for (rows, n, k, group) in [
+            (1usize, 5usize, 64usize, 32usize),
+            (3, 6, 96, 16),
+            (4, 9, 32, 8),
+        ] {
+            let q: Vec<i8> = int8s(161, n * k)
+                .iter()
+                .map(|v| v.rem_euclid(16) - 8)
+                .collect();
+            let packed: Vec<u8> = (0..n * k / 2)
+                .map(|b| ((q[2 * b + 1] + 8) as u8) << 4 | (q[2 * b] + 8) as u8)
+                .collect();
+            let groups = k / group;
+            let scales: Vec<f32> = (0..groups * n).map(|i| 0.01 + 0.003 * i as f32).collect();
+            let bias = rand_vec(162, n);
+            let x = rand_vec(163, rows * k);
+            let mut g = GraphBuilder::new();
+            let xin = g.input("x", DType::F32, &[rows, k]).unwrap();
+            let xd = g.cast(xin, dtype).unwrap();
+            let w = g
+                .constant(
+                    "w",
+                    HostTensor::new(DType::U8, vec![n, k / 2], packed).unwrap(),
+                )
+                .unwrap();
+            let s = g.constant_f32("s", &[groups, n], &scales).unwrap();
+            let b = g.constant_f32("b", &[n], &bias).unwrap();
+            let b = g.cast(b, dtype).unwrap();
+            let args = vec![
+                Arg::Tensor(xd),
+                Arg::Tensor(w),
+                Arg::Tensor(s),
+                Arg::Int(group as i64),
+                Arg::Tensor(b),
+            ];
+            let y = ops::find("et_vk.linear_q4gsw.default")
+                .unwrap()
+                .call(&mut g, args)
+                .unwrap()[0];
+            let y = g.cast(y, DType::F32).unwrap();
+            g.output(y).unwrap();
+            let mut built = g.build(dev).unwrap();
+            assert!(
+                built.kernels().iter().any(|k| k.starts_with("GemvQ4")),
+                "{:?}",
+                built.kernels()
+            );
+            let out = built
+                .execute(&[HostTensor::from_f32(vec![rows, k], &x).unwrap()])
+                .unwrap();
+            let want: Vec<f32> = (0..rows * n)
+                .map(|at| {
+                    let (r, o) = (at / n, at % n);
+                    bias[o]
+                        + (0..k)
+                            .map(|c| {
+                                x[r * k + c] * f32::from(q[o * k + c]) * scales[(c / group) * n + o]
+                            })
+                            .sum::<f32>()
+                })
+                .collect();
+            let what = format!("{rows} rows, n {n}, k {k}, groups of {group}");
+            assert_close(&out[0].to_f32().unwrap(), &want, dtype, &what);
+        }
+    });
+}

@@ -8,8 +8,8 @@ use vk_core::{DType, HostTensor};
 use super::{Arg, Call, Fallback, Kind, Math, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{
-    GraphBuilder, Op, QAdd, QConv, Rescale, TensorId, check_bias, check_zero_point, conv_shape,
-    shape_err,
+    GraphBuilder, KernelOut, Op, QAdd, QConv, Rescale, TensorId, check_bias, check_zero_point,
+    conv_shape, shape_err,
 };
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
@@ -664,8 +664,13 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
         x = per_token_fake_quant(c, x)?;
     }
     let k = c.shape(x).last().copied().unwrap_or(0);
-    let w = group_weights(c, [w, scales, group], k)?;
-    let y = linear_in_f32(c.g, x, w)?[0];
+    let y = match packed_q4_rows(c, x, [w, scales, group], k)? {
+        Some(y) => y,
+        None => {
+            let w = group_weights(c, [w, scales, group], k)?;
+            linear_in_f32(c.g, x, w)?[0]
+        }
+    };
     match c.opt_tensor(bias)? {
         Some(b) => {
             let dtype = c.g.dtype(y).unwrap_or(DType::F32);
@@ -674,6 +679,55 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
         }
         None => one(y),
     }
+}
+
+/// `x @ dequantized(weights)^T` for one to four rows of `x`, the weights read packed on the
+/// device (`gemv_q4.comp`: 4 bits a weight, as a decode step reads them), where `k` is a
+/// multiple of 32 and the group size of 8; `None` elsewhere (the weights are then unpacked at
+/// build).
+fn packed_q4_rows(
+    c: &mut Call<'_>,
+    x: TensorId,
+    [w_at, scales_at, group_at]: [usize; 3],
+    k: usize,
+) -> Result<Option<TensorId>> {
+    let (w, scales) = (c.tensor(w_at)?, c.tensor(scales_at)?);
+    let group = c.count(group_at)?.max(1);
+    let xs = c.shape(x);
+    let rows = xs.iter().product::<usize>() / k.max(1);
+    let (ws, ss) = (c.shape(w), c.shape(scales));
+    let (&[n, half], &[groups, sn]) = (&ws[..], &ss[..]) else {
+        return Ok(None);
+    };
+    let one_byte = c.g.dtype(w).is_some_and(|d| d.size() == 1);
+    let constant = c.g.constant_bytes(w).is_some() && c.g.constant_bytes(scales).is_some();
+    let fits = (1..=4).contains(&rows) && k % 32 == 0 && group % 8 == 0 && half * 2 == k;
+    if !fits || !one_byte || !constant || sn != n || groups * group < k {
+        return Ok(None);
+    }
+    let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
+    let scales = c.g.as_dtype(scales, DType::F32)?;
+    let word = |v: usize| u32::try_from(v).map_err(|_| c.err(w_at, format!("{v} is over 2^32")));
+    let push = push::GemvQ4Push {
+        rows: word(rows)?,
+        n: word(n)?,
+        k: word(k)?,
+        group_size: word(group)?,
+        col_groups: word(n.div_ceil(4))?,
+    };
+    let mut shape = xs.clone();
+    if let Some(last) = shape.last_mut() {
+        *last = n;
+    }
+    let out = KernelOut {
+        dtype,
+        shape,
+        storage: None,
+        groups: Some(n.div_ceil(4) as u64),
+    };
+    let y =
+        c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &[x, w, scales], out, &push)?;
+    Ok(Some(y))
 }
 
 /// `x` rounded to int8 and back with the scale and zero point of arguments 1 and 2: one per
