@@ -5,7 +5,8 @@
 // vec4 may hold up to three padding lanes that are computed and never read back.
 // OP: 0 relu, 1 clamp(p0, p1), 2 sigmoid, 3 tanh, 4 gelu (erf), 5 gelu (tanh approximation),
 //     6 hardswish, 7 x + p0, 8 x * p0, 9 p0 - x, 10 x / p0, 11 p0 / x, 12 copy,
-//     13..18 x == p0, !=, >, >=, <, <= p0 as a 0.0 / 1.0 mask, 19 logical not (x == 0.0).
+//     13..18 x == p0, !=, >, >=, <, <= p0 as a 0.0 / 1.0 mask, 19 logical not (x == 0.0),
+//     20 silu (x * sigmoid(x)).
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -52,6 +53,7 @@ vec4 apply(vec4 v) {
     if (OP == 17) return vec4(lessThan(v, vec4(pc.p0)));
     if (OP == 18) return vec4(lessThanEqual(v, vec4(pc.p0)));
     if (OP == 19) return vec4(equal(v, vec4(0.0)));
+    if (OP == 20) return v / (1.0 + exp(-v));
     return v;
 }
 

@@ -50,6 +50,9 @@ impl GraphBuilder {
         if let Some(merged) = self.with_common_nodes_merged() {
             return merged.build_with(device, options);
         }
+        if let Some(fused) = self.with_silu_fused() {
+            return fused.build_with(device, options);
+        }
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
         let coop = if self.has_f16_gemm() {
             crate::coop::usable(device, options.cooperative)

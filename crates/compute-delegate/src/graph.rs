@@ -131,6 +131,8 @@ pub enum UnaryOp {
     Compare(Compare, f32),
     /// `x == 0` as a mask: 1.0 where `x` is 0.0 (false), else 0.0.
     LogicalNot,
+    /// `x * sigmoid(x)` (SiLU): made by the fusion pass from a sigmoid and a product.
+    Silu,
 }
 
 /// A comparison with a scalar. Masks are f32: 0.0 is false and any other value true; the ops
@@ -168,6 +170,7 @@ impl UnaryOp {
             UnaryOp::Copy => "copy",
             UnaryOp::Compare(..) => "compare_scalar",
             UnaryOp::LogicalNot => "logical_not",
+            UnaryOp::Silu => "silu",
         }
     }
     /// Shader code and parameters.
@@ -188,6 +191,7 @@ impl UnaryOp {
             UnaryOp::Copy => (12, 0.0, 0.0),
             UnaryOp::Compare(c, s) => (13 + c as u32, s, 0.0),
             UnaryOp::LogicalNot => (19, 0.0, 0.0),
+            UnaryOp::Silu => (20, 0.0, 0.0),
         }
     }
 }

@@ -897,3 +897,62 @@ fn repeated_nodes_run_once() {
     }
     assert_no_validation_errors(&inst);
 }
+
+/// `x * sigmoid(x)` runs as one SiLU dispatch, the operands in either order; a sigmoid read
+/// elsewhere too, or multiplied by another tensor, is left alone. Results are the graph's as
+/// written; `aten.silu.default` runs the same kernel.
+#[test]
+fn silu_is_one_dispatch() {
+    let test = "silu_is_one_dispatch";
+    let Some((inst, dev)) = device(test) else {
+        return;
+    };
+    let (xs, ys) = (data(9, 24), data(10, 24));
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[2, 12]).unwrap();
+    let y = b.input("y", DType::F32, &[2, 12]).unwrap();
+    let s1 = b.sigmoid(x).unwrap();
+    let f1 = b.mul(x, s1).unwrap();
+    let s2 = b.sigmoid(y).unwrap();
+    let f2 = b.mul(s2, y).unwrap();
+    let s3 = b.sigmoid(f2).unwrap();
+    let kept = b.mul(f2, s3).unwrap();
+    let also = b.add_scalar(s3, 1.0).unwrap();
+    let s4 = b.sigmoid(f1).unwrap();
+    let other = b.mul(y, s4).unwrap();
+    let silu = compute_delegate::ops::find("aten.silu.default")
+        .unwrap()
+        .call(&mut b, vec![compute_delegate::ops::Arg::Tensor(y)])
+        .unwrap()[0];
+    for o in [f1, kept, also, other, silu] {
+        b.output(o).unwrap();
+    }
+    let mut g = b.build(&dev).unwrap();
+    // silu, silu, sigmoid + mul + add (s3 read twice), sigmoid + mul (of y), silu (the op).
+    assert_eq!(g.dispatch_count(), 8, "{:?}", g.kernels());
+    let out = g
+        .execute(&[
+            HostTensor::from_f32(vec![2, 12], &xs).unwrap(),
+            HostTensor::from_f32(vec![2, 12], &ys).unwrap(),
+        ])
+        .unwrap();
+    let sig = |v: f32| 1.0 / (1.0 + (-v).exp());
+    let f1: Vec<f32> = xs.iter().map(|&v| v * sig(v)).collect();
+    let f2: Vec<f32> = ys.iter().map(|&v| v * sig(v)).collect();
+    let want = [
+        f1.clone(),
+        f2.iter().map(|&v| v * sig(v)).collect(),
+        f2.iter().map(|&v| sig(v) + 1.0).collect(),
+        ys.iter().zip(&f1).map(|(&y, &f)| y * sig(f)).collect(),
+        f2,
+    ];
+    for (i, (o, w)) in out.iter().zip(&want).enumerate() {
+        for (k, (g, w)) in o.to_f32().unwrap().iter().zip(w).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "output {i}[{k}]: {g} vs {w}"
+            );
+        }
+    }
+    assert_no_validation_errors(&inst);
+}

@@ -20,6 +20,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.sigmoid.default", "sigmoid"], &[SELF], |c| unary(c, UnaryOp::Sigmoid)),
     OpDef::new(&["aten.tanh.default", "tanh"], &[SELF], |c| unary(c, UnaryOp::Tanh)),
     OpDef::new(&["aten.hardswish.default", "hardswish"], &[SELF], |c| unary(c, UnaryOp::Hardswish)),
+    OpDef::new(&["aten.silu.default", "silu"], &[SELF], |c| unary(c, UnaryOp::Silu)),
     OpDef::new(&["aten.gelu.default", "gelu"], &[SELF, Param::new("approximate", Kind::Str, Fallback::Str("none"))], gelu),
     OpDef::new(&["aten.clamp.default", "clamp"], &[SELF, Param::new("min", Kind::Float, Fallback::Float(F32_MIN)), Param::new("max", Kind::Float, Fallback::Float(F32_MAX))], clamp),
     OpDef::new(&["aten.hardtanh.default", "hardtanh"], &[SELF, Param::new("min_val|min", Kind::Float, Fallback::Float(-1.0)), Param::new("max_val|max", Kind::Float, Fallback::Float(1.0))], clamp),
