@@ -370,3 +370,48 @@ fn a_payload_that_does_not_decode_is_a_decode_error_not_an_unsupported_op() {
     assert!(location.contains("VulkanBackend delegate 0"), "{text}");
     assert!(!text.contains("unsupported"), "{text}");
 }
+
+/// A lookup ExecuTorch leaves on the CPU in front of a delegate, with a dynamic sequence
+/// length (`fixtures/pte/cpu_embedding`, tokens `[1, s]` for s up to 8): the table is a
+/// constant of the CPU kernel's step, read where it lies in the file, and the delegate gets
+/// the length the tokens have, not the exported bound. The first 3 and all 6 tokens give
+/// PyTorch's rows for them.
+#[test]
+fn a_cpu_lookup_hands_its_delegate_the_tokens_length() {
+    let _one = serial();
+    testing::validate_every_instance();
+    let model = "cpu_embedding";
+    let ids = npy(dir(model).join("input_0.npy"));
+    let want = npy(dir(model).join("expected_output_0.npy"))
+        .to_f32()
+        .unwrap();
+    assert_eq!(ids.shape(), [1, 6]);
+    for s in [3usize, 6] {
+        let built =
+            vkdelegate::pte::program_builder_with_input_shapes(bytes(model), None, &[vec![1, s]])
+                .unwrap()
+                .build();
+        let mut program = match built {
+            Ok(p) => p,
+            Err(e) => return testing::skip(model, &e.to_string()),
+        };
+        assert_eq!(program.inputs().len(), 1, "the table is no program input");
+        let first = HostTensor::new(DType::I64, vec![1, s], ids.bytes()[..8 * s].to_vec()).unwrap();
+        let out = program.execute(&[first]).unwrap();
+        assert_eq!(out[0].shape(), [1, s, 8]);
+        let got = out[0].to_f32().unwrap();
+        judge(
+            model,
+            0,
+            &got,
+            &want[..s * 8],
+            Tolerance::Elementwise {
+                atol: 1e-4,
+                rtol: 1e-3,
+            },
+        );
+        let instance = program.device().instance().clone();
+        drop(program);
+        assert_no_validation_errors_of_ours(&instance);
+    }
+}
