@@ -2569,9 +2569,10 @@ fn attention_over_a_kv_cache_matches_its_definition() {
     });
 }
 
-/// `linear_q4gsw` of one to four rows reads its weights packed on the device (`gemv_q4.comp`),
-/// in fp32 and fp16, against its definition: groups of 8, 16 and 32, columns that leave a work
-/// group's lanes idle, a bias.
+/// `linear_q4gsw` of one to four rows reads its weights packed on the device (`gemv_q4.comp`);
+/// longer products unpack them at build in the graph's precision. Both in fp32 and fp16
+/// against the definition: groups of 8, 16 and 32, columns that leave a work group's lanes
+/// idle, a bias.
 #[test]
 fn few_row_four_bit_linears_read_packed_weights() {
     each_precision("few_row_four_bit_linears", |dev, dtype| {
@@ -2579,6 +2580,7 @@ fn few_row_four_bit_linears_read_packed_weights() {
             (1usize, 5usize, 64usize, 32usize),
             (3, 6, 96, 16),
             (4, 9, 32, 8),
+            (6, 5, 64, 32),
         ] {
             let q: Vec<i8> = int8s(161, n * k)
                 .iter()
@@ -2617,9 +2619,10 @@ fn few_row_four_bit_linears_read_packed_weights() {
             let y = g.cast(y, DType::F32).unwrap();
             g.output(y).unwrap();
             let mut built = g.build(dev).unwrap();
-            assert!(
+            assert_eq!(
                 built.kernels().iter().any(|k| k.starts_with("GemvQ4")),
-                "{:?}",
+                rows <= 4,
+                "{rows} rows: {:?}",
                 built.kernels()
             );
             let out = built

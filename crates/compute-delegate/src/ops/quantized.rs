@@ -603,7 +603,7 @@ fn unpack4(bytes: &[f32], rows: usize, half: usize, high_first: bool) -> Vec<f32
     out
 }
 
-/// Group-wise 4-bit weights as f32 `[n, k]`: packed `[n, k / 2]` (k padded; the even column
+/// Group-wise 4-bit weights as `dtype` (f32 or f16) `[n, k]`: packed `[n, k / 2]` (k padded; the even column
 /// in the low nibble, as ExecuTorch's q4gsw pattern packs them) times `scales[k / group][n]` (ExecuTorch
 /// stores the scales transposed, `[groups, n]`). Both must be constants; the weights, scales
 /// and group size are the arguments at `[w_at, scales_at, group_at]`.
@@ -611,6 +611,7 @@ fn group_weights(
     c: &mut Call<'_>,
     [w_at, scales_at, group_at]: [usize; 3],
     k: usize,
+    dtype: DType,
 ) -> Result<TensorId> {
     let (w, scales) = (c.tensor(w_at)?, c.tensor(scales_at)?);
     let group = c.count(group_at)?.max(1);
@@ -637,20 +638,26 @@ fn group_weights(
         ));
     }
     // Rows dequantized on threads, straight from the packed bytes (the even column in the low
-    // nibble), into the constant's f32 bytes.
-    let mut t = vec![0u8; n * k * 4];
-    crate::threads::fill_on_threads(&mut t, k * 4, |r, row| {
+    // nibble), into the constant's bytes.
+    let f16 = dtype == DType::F16;
+    let es = if f16 { 2 } else { 4 };
+    let mut t = vec![0u8; n * k * es];
+    crate::threads::fill_on_threads(&mut t, k * es, |r, row| {
         let bytes = packed.get(r * half..(r + 1) * half).unwrap_or(&[]);
-        for (j, v) in row.chunks_exact_mut(4).enumerate() {
+        for (j, v) in row.chunks_exact_mut(es).enumerate() {
             let b = bytes.get(j / 2).copied().unwrap_or(8 | 8 << 4);
             let q = if j % 2 == 0 { b & 15 } else { b >> 4 };
             let x = (f32::from(q) - 8.0) * sv[(j / group) * n + r];
-            v.copy_from_slice(&x.to_le_bytes());
+            match f16 {
+                true => v.copy_from_slice(&half::f16::from_f32(x).to_le_bytes()),
+                false => v.copy_from_slice(&x.to_le_bytes()),
+            }
         }
     });
     let name = format!("q4gsw_weights{}", w.index());
-    let t = vk_core::HostTensor::new(DType::F32, vec![n, k], t)
-        .map_err(|e| c.err(w_at, e.to_string()))?;
+    let dtype = if f16 { DType::F16 } else { DType::F32 };
+    let t =
+        vk_core::HostTensor::new(dtype, vec![n, k], t).map_err(|e| c.err(w_at, e.to_string()))?;
     c.g.constant(&name, t)
 }
 
@@ -667,8 +674,11 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
     let y = match packed_q4_rows(c, x, [w, scales, group], k)? {
         Some(y) => y,
         None => {
-            let w = group_weights(c, [w, scales, group], k)?;
-            linear_in_f32(c.g, x, w)?[0]
+            // Unpacked in the graph's precision (an fp16 graph's longer products on fp16
+            // weights, as ExecuTorch computes them).
+            let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
+            let w = group_weights(c, [w, scales, group], k, dtype)?;
+            c.g.linear(x, w, None)?
         }
     };
     match c.opt_tensor(bias)? {
