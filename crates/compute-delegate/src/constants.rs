@@ -56,8 +56,8 @@ impl std::fmt::Debug for ConstantPool {
     }
 }
 
-/// A constant the pool lacks: its key, planned buffer and owner.
-type Fresh = (Key, usize, Option<Arc<[u8]>>);
+/// A constant the pool lacks: its key, planned buffer, owner and bytes.
+type Fresh<'a> = (Key, usize, Option<Arc<[u8]>>, &'a [u8]);
 
 /// What a build takes from the pool: slices by planned buffer, and the buffers to keep alive.
 #[derive(Default)]
@@ -96,7 +96,7 @@ impl ConstantPool {
             ));
         }
         let mut out = Pooled::default();
-        let mut fresh: Vec<Fresh> = Vec::new();
+        let mut fresh: Vec<Fresh<'_>> = Vec::new();
         let mut new_buffers = Vec::new();
         for (s, st) in storages.iter().enumerate() {
             let (StorageKind::Const(data), Some(slot)) = (&st.kind, mem.slot_of[s]) else {
@@ -123,15 +123,11 @@ impl ConstantPool {
                 USAGE,
                 &what,
             )?);
-            fresh.push((key, slot, owner));
+            fresh.push((key, slot, owner, data));
         }
-        let items: Vec<(usize, &[u8])> = fresh
-            .iter()
-            .enumerate()
-            .map(|(i, (_, slot, _))| (i, data_of(storages, mem, *slot)))
-            .collect();
+        let items: Vec<(usize, &[u8])> = fresh.iter().enumerate().map(|(i, f)| (i, f.3)).collect();
         upload(device, io, &mut new_buffers, &items)?;
-        for ((key, slot, owner), buffer) in fresh.into_iter().zip(new_buffers) {
+        for ((key, slot, owner, _), buffer) in fresh.into_iter().zip(new_buffers) {
             let buffer = Arc::new(buffer);
             out.slices.insert(slot, buffer.slice(None));
             out.keep.push(buffer.clone());
@@ -145,18 +141,6 @@ impl ConstantPool {
         }
         Ok(out)
     }
-}
-
-/// The bytes of the constant planned into `slot`.
-fn data_of<'a>(storages: &'a [Storage], mem: &MemoryPlan, slot: usize) -> &'a [u8] {
-    storages
-        .iter()
-        .enumerate()
-        .find_map(|(s, st)| match (&st.kind, mem.slot_of[s]) {
-            (StorageKind::Const(data), Some(x)) if x == slot => Some(&data[..]),
-            _ => None,
-        })
-        .unwrap_or(&[])
 }
 
 fn key_of(name: &str, data: &ConstBytes) -> (Key, Option<Arc<[u8]>>) {

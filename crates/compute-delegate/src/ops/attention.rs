@@ -266,10 +266,7 @@ impl GraphBuilder {
             ));
         }
         let new = self.as_dtype(new, ci.dtype)?;
-        let (pos, plus, has_pos) = match start {
-            Position::Static(at) => (new, at, 0),
-            Position::Device(t, plus) => (self.as_dtype(t, DType::I32)?, plus, 1),
-        };
+        let (pos, plus, has_pos) = self.position_operand(OP, start, new)?;
         let word = |v: usize| {
             u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} elements are over 2^32")))
         };
@@ -278,7 +275,7 @@ impl GraphBuilder {
             s: word(s)?,
             max_rows: word(max)?,
             hd: word(h * d)?,
-            plus: i32::try_from(plus).map_err(|_| shape_err(OP, format!("position {plus}")))?,
+            plus,
             has_pos,
         };
         let out = KernelOut {
@@ -375,6 +372,22 @@ impl GraphBuilder {
         self.permute(y, &[0, 2, 1, 3])
     }
 
+    /// A position as a kernel's operands: the i32 tensor to bind (`unused` where the position
+    /// is known at build), the constant added to it, and whether the tensor holds a position.
+    fn position_operand(
+        &mut self,
+        op: &'static str,
+        start: Position,
+        unused: TensorId,
+    ) -> Result<(TensorId, i32, u32)> {
+        let (t, plus, has_pos) = match start {
+            Position::Static(at) => (unused, at, 0),
+            Position::Device(t, plus) => (self.as_dtype(t, DType::I32)?, plus, 1),
+        };
+        let plus = i32::try_from(plus).map_err(|_| shape_err(op, format!("position {plus}")))?;
+        Ok((t, plus, has_pos))
+    }
+
     /// [`GraphBuilder::cached_attention`] in one dispatch (`attend_cache.comp`) where its
     /// scores fit in shared memory (at most 4096 cache rows) and the head size divides 128;
     /// `None` elsewhere.
@@ -399,10 +412,7 @@ impl GraphBuilder {
         if !fits || kb != b || kd != d {
             return Ok(None);
         }
-        let (pos, plus, has_pos) = match start {
-            Position::Static(at) => (q, at, 0),
-            Position::Device(t, plus) => (self.as_dtype(t, DType::I32)?, plus, 1),
-        };
+        let (pos, plus, has_pos) = self.position_operand(OP, start, q)?;
         let word =
             |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} is over 2^32")));
         let groups = b * s * hq;
@@ -413,7 +423,7 @@ impl GraphBuilder {
             hk: word(hk)?,
             d: word(d)?,
             max_rows: word(max)?,
-            plus: i32::try_from(plus).map_err(|_| shape_err(OP, format!("position {plus}")))?,
+            plus,
             has_pos,
             scale,
         };
