@@ -3,20 +3,21 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 // One to four rows times group-wise 4-bit weights, read packed (`linear_q4gsw` of a decode
-// step): y[r][j] = sum_k x[r][k] * (q[j][k] - 8) * scales[k / group][j], with q packed two to
-// a byte as ExecuTorch packs it ([n][k / 2], the even column in the low nibble) and scales
-// [groups][n] in f32. k is a multiple of 32 and group of 8: a lane reads 16 bytes (32
-// weights) at a time, 8 weights per scale.
+// step): y[r][j] = sum_k x[r][k] * (q[j][k] - 8) * scales[j][k >> group_shift], with q packed
+// two to a byte as ExecuTorch packs it ([n][k / 2], the even column in the low nibble) and the
+// scales in f32, transposed at build to [n][groups] so that a column's scales lie together.
+// k is a multiple of 32 and the group a power of two of at least 8.
 //
-// A work group is 64 lanes by 4 columns, as `gemv_t.comp`: column j = 4 * g + y, lane x reading
-// the 16-byte words x, x + 64, .. of its packed row; the lanes' sums meet in shared memory.
-// Work group g of a grid-stride loop over the columns' groups of four.
+// A work group is 64 lanes and 8 columns. Lane x reads the 16-byte words x, x + 64, .. (32
+// weights each) of all 8 packed rows, so that each slice of x it loads serves 8 columns; the
+// lanes of a column read it contiguously. The lanes' sums then meet in shared memory, one
+// output a thread. Work group g of a grid-stride loop over the groups of 8 columns.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
-layout(local_size_x = 64, local_size_y = 4) in;
+layout(local_size_x = 64) in;
 
 const uint LANES = 64;
-const uint COLS = 4;
+const uint COLS = 8;
 const uint MAX_ROWS = 4;
 
 layout(std430, set = 0, binding = 0) readonly buffer X4 { T4 x4[]; };
@@ -29,11 +30,14 @@ layout(push_constant) uniform Params {
     uint rows;
     uint n;
     uint k;
-    uint group_size;
+    uint group_shift;
+    uint groups;
     uint col_groups;
 } pc;
 
-shared float sums[COLS][MAX_ROWS][LANES];
+// Each output's (column c, row r at c * MAX_ROWS + r) partial sums, one per lane; rows padded
+// by one word so that the summing threads read different banks.
+shared float part[COLS * MAX_ROWS][LANES + 1];
 
 // The eight 4-bit values of a word, low nibble first, minus 8.
 void nibbles(uint word, out vec4 lo, out vec4 hi) {
@@ -43,46 +47,79 @@ void nibbles(uint word, out vec4 lo, out vec4 hi) {
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
-    uint yc = gl_LocalInvocationID.y;
     uint words = pc.k / 32;
+    // Groups of 32 or more: one scale per word; smaller: one per 8 weights.
+    bool fine = pc.group_shift < 5;
     for (uint g = gl_WorkGroupID.x; g < pc.col_groups; g += gl_NumWorkGroups.x) {
-        uint col = g * COLS + yc;
-        float acc[MAX_ROWS];
-        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-            acc[r] = 0.0;
+        uint col0 = g * COLS;
+        float acc[COLS][MAX_ROWS];
+        [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                acc[c][r] = 0.0;
+            }
         }
-        if (col < pc.n) {
-            for (uint i = lane; i < words; i += LANES) {
-                uvec4 q = w[col * words + i];
-                [[unroll]] for (uint c = 0; c < 4; ++c) {
-                    uint kk = i * 32 + c * 8;
-                    float sc = s[(kk / pc.group_size) * pc.n + col];
+        for (uint i = lane; i < words; i += LANES) {
+            uvec4 q[COLS];
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                q[c] = w[min(col0 + c, pc.n - 1) * words + i];
+            }
+            float d[COLS][MAX_ROWS];
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                    d[c][r] = 0.0;
+                }
+            }
+            [[unroll]] for (uint p = 0; p < 4; ++p) {
+                uint kk = i * 32 + p * 8;
+                vec4 xa[MAX_ROWS];
+                vec4 xb[MAX_ROWS];
+                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                    if (r < pc.rows) {
+                        uint at = (r * pc.k + kk) / 4;
+                        xa[r] = vec4(x4[at]);
+                        xb[r] = vec4(x4[at + 1]);
+                    }
+                }
+                [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                    float sc = 1.0;
+                    if (fine) {
+                        sc = s[min(col0 + c, pc.n - 1) * pc.groups + (kk >> pc.group_shift)];
+                    }
                     vec4 lo, hi;
-                    nibbles(q[c], lo, hi);
+                    nibbles(q[c][p], lo, hi);
                     [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
                         if (r < pc.rows) {
-                            uint at = (r * pc.k + kk) / 4;
-                            acc[r] += sc * (dot(lo, vec4(x4[at])) + dot(hi, vec4(x4[at + 1])));
+                            d[c][r] += sc * (dot(lo, xa[r]) + dot(hi, xb[r]));
                         }
                     }
                 }
             }
-        }
-        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-            sums[yc][r][lane] = acc[r];
-        }
-        barrier();
-        [[unroll]] for (uint step = LANES / 2; step > 0; step >>= 1) {
-            if (lane < step) {
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                float sc = 1.0;
+                if (!fine) {
+                    sc = s[min(col0 + c, pc.n - 1) * pc.groups + ((i * 32) >> pc.group_shift)];
+                }
                 [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                    sums[yc][r][lane] += sums[yc][r][lane + step];
+                    acc[c][r] += sc * d[c][r];
                 }
             }
-            barrier();
         }
-        if (lane == 0 && col < pc.n) {
-            for (uint r = 0; r < pc.rows; ++r) {
-                y[r * pc.n + col] = T(sums[yc][r][0]);
+        [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                part[c * MAX_ROWS + r][lane] = acc[c][r];
+            }
+        }
+        barrier();
+        if (lane < COLS * MAX_ROWS) {
+            uint c = lane / MAX_ROWS;
+            uint r = lane % MAX_ROWS;
+            if (r < pc.rows && col0 + c < pc.n) {
+                vec4 sum = vec4(0.0);
+                [[unroll]] for (uint l = 0; l < LANES; l += 4) {
+                    sum += vec4(part[lane][l], part[lane][l + 1], part[lane][l + 2],
+                                part[lane][l + 3]);
+                }
+                y[r * pc.n + col0 + c] = T(sum.x + sum.y + sum.z + sum.w);
             }
         }
         barrier();

@@ -431,6 +431,9 @@ pub(crate) enum Op {
         inputs: Vec<TensorId>,
         push: Vec<u32>,
         groups: Option<u64>,
+        /// The shader variant's precision where it is not the output's (f32 partial results
+        /// of an f16 computation).
+        precision: Option<DType>,
     },
     /// Benchmark probe: arithmetic peak (see `fma_peak.comp`).
     #[cfg(feature = "bench")]
@@ -561,6 +564,8 @@ pub(crate) struct KernelOut {
     pub storage: Option<usize>,
     /// Work groups to dispatch (else one invocation per element of `shape`).
     pub groups: Option<u64>,
+    /// The shader variant's precision where it is not `dtype`'s.
+    pub precision: Option<DType>,
 }
 
 /// Bytes of a tensor's storage: whole vec4s, so vectorised shaders stay in bounds.
@@ -906,6 +911,7 @@ impl GraphBuilder {
             shape,
             storage: None,
             groups: None,
+            precision: None,
         };
         self.kernel_node_into(name, kernel, inputs, out, push)
     }
@@ -940,6 +946,7 @@ impl GraphBuilder {
             inputs: inputs.to_vec(),
             push,
             groups: out.groups,
+            precision: out.precision,
         };
         let Some(storage) = storage else {
             return Ok(self.node(op, name, dtype, shape));

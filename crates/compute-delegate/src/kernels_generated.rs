@@ -8,6 +8,10 @@ pub(crate) enum Kernel {
     ArgReduce,
     /// `attend_cache.comp`.
     AttendCache,
+    /// `attend_combine.comp`.
+    AttendCombine,
+    /// `attend_split.comp`.
+    AttendSplit,
     /// `binary.comp`.
     Binary,
     /// `binary_bcast.comp`.
@@ -93,9 +97,11 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 42] = [
+    pub(crate) const ALL: [Kernel; 44] = [
         Kernel::ArgReduce,
         Kernel::AttendCache,
+        Kernel::AttendCombine,
+        Kernel::AttendSplit,
         Kernel::Binary,
         Kernel::BinaryBcast,
         Kernel::CacheWrite,
@@ -143,6 +149,8 @@ impl Kernel {
         match self {
             Kernel::ArgReduce => include_bytes!("../spirv/arg_reduce.spv"),
             Kernel::AttendCache => include_bytes!("../spirv/attend_cache.spv"),
+            Kernel::AttendCombine => include_bytes!("../spirv/attend_combine.spv"),
+            Kernel::AttendSplit => include_bytes!("../spirv/attend_split.spv"),
             Kernel::Binary => include_bytes!("../spirv/binary.spv"),
             Kernel::BinaryBcast => include_bytes!("../spirv/binary_bcast.spv"),
             Kernel::CacheWrite => include_bytes!("../spirv/cache_write.spv"),
@@ -192,6 +200,8 @@ impl Kernel {
         match self {
             Kernel::ArgReduce => None,
             Kernel::AttendCache => Some(include_bytes!("../spirv/attend_cache_f16.spv")),
+            Kernel::AttendCombine => Some(include_bytes!("../spirv/attend_combine_f16.spv")),
+            Kernel::AttendSplit => Some(include_bytes!("../spirv/attend_split_f16.spv")),
             Kernel::Binary => Some(include_bytes!("../spirv/binary_f16.spv")),
             Kernel::BinaryBcast => Some(include_bytes!("../spirv/binary_bcast_f16.spv")),
             Kernel::CacheWrite => Some(include_bytes!("../spirv/cache_write_f16.spv")),
@@ -240,6 +250,8 @@ impl Kernel {
         match self {
             Kernel::ArgReduce => 2,
             Kernel::AttendCache => 5,
+            Kernel::AttendCombine => 2,
+            Kernel::AttendSplit => 5,
             Kernel::Binary => 3,
             Kernel::BinaryBcast => 3,
             Kernel::CacheWrite => 3,
@@ -335,11 +347,49 @@ pub(crate) mod push {
         pub plus: i32,
         pub has_pos: u32,
         pub scale: f32,
+        pub chunks: u32,
+        pub chunk_rows: u32,
     }
 
     const _: () = assert!(
         std::mem::size_of::<AttendCachePush>() as u32 <= super::super::PUSH_BYTES,
         "attend_cache.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `attend_combine.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct AttendCombinePush {
+        pub groups: u32,
+        pub chunks: u32,
+        pub d: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<AttendCombinePush>() as u32 <= super::super::PUSH_BYTES,
+        "attend_combine.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `attend_split.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct AttendSplitPush {
+        pub groups: u32,
+        pub s: u32,
+        pub hq: u32,
+        pub hk: u32,
+        pub d: u32,
+        pub max_rows: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub scale: f32,
+        pub chunks: u32,
+        pub chunk_rows: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<AttendSplitPush>() as u32 <= super::super::PUSH_BYTES,
+        "attend_split.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `binary.comp`'s push constants.
@@ -701,7 +751,8 @@ pub(crate) mod push {
         pub rows: u32,
         pub n: u32,
         pub k: u32,
-        pub group_size: u32,
+        pub group_shift: u32,
+        pub groups: u32,
         pub col_groups: u32,
     }
 

@@ -2508,15 +2508,24 @@ fn affine_quantization_and_four_bit_embeddings_match_their_definitions() {
 }
 
 /// `sdpa_with_kv_cache` against its definition, in fp32 and fp16: three new keys and values
-/// written into caches at position 2, then three queries of four heads over two key heads,
+/// written into caches at a position, then three queries of four heads over two key heads,
 /// each over the cache rows up to its own position. Head sizes dividing 128 with at most 4096
-/// rows run as one dispatch; the others (a head of 12, a cache of 4100 rows) as products and
-/// a softmax: both must agree with the definition.
+/// rows run as one dispatch, or as shares of 64 rows and their combination for longer
+/// caches; the others (a head of 12, a cache of 4100 rows) as products and a softmax: all
+/// must agree with the definition.
 #[test]
 fn attention_over_a_kv_cache_matches_its_definition() {
     each_precision("attention_over_a_kv_cache", |dev, dtype| {
-        let (s, hq, hk, start) = (3usize, 4usize, 2usize, 2usize);
-        for (max, d) in [(8usize, 8usize), (8, 12), (4100, 8)] {
+        let (s, hq, hk) = (3usize, 4usize, 2usize);
+        // (cache rows, head size, position); a cache of more than 64 rows splits each
+        // query's rows among work groups, some of them past the last row.
+        for (max, d, start) in [
+            (8usize, 8usize, 2usize),
+            (8, 12, 2),
+            (4100, 8, 2),
+            (300, 16, 150),
+            (1000, 64, 700),
+        ] {
             let q = rand_vec(141, s * hq * d);
             let (k, v) = (rand_vec(142, s * hk * d), rand_vec(143, s * hk * d));
             let (kc, vc) = (rand_vec(144, max * hk * d), rand_vec(145, max * hk * d));
@@ -2581,6 +2590,9 @@ fn few_row_four_bit_linears_read_packed_weights() {
             (3, 6, 96, 16),
             (4, 9, 32, 8),
             (6, 5, 64, 32),
+            // Lanes looping over more than 64 words, and groups over one word.
+            (2, 17, 2112, 64),
+            (1, 20, 4096, 128),
         ] {
             let q: Vec<i8> = int8s(161, n * k)
                 .iter()
@@ -2628,19 +2640,34 @@ fn few_row_four_bit_linears_read_packed_weights() {
             let out = built
                 .execute(&[HostTensor::from_f32(vec![rows, k], &x).unwrap()])
                 .unwrap();
-            let want: Vec<f32> = (0..rows * n)
+            // In f64, with each output's sum of absolute terms: an f32 sum of k terms may be
+            // off by about sqrt(k) roundings of that size.
+            let (want, magnitude): (Vec<f32>, Vec<f64>) = (0..rows * n)
                 .map(|at| {
                     let (r, o) = (at / n, at % n);
-                    bias[o]
-                        + (0..k)
-                            .map(|c| {
-                                x[r * k + c] * f32::from(q[o * k + c]) * scales[(c / group) * n + o]
-                            })
-                            .sum::<f32>()
+                    let terms = (0..k).map(|c| {
+                        f64::from(x[r * k + c])
+                            * f64::from(q[o * k + c])
+                            * f64::from(scales[(c / group) * n + o])
+                    });
+                    let (sum, abs) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+                    ((f64::from(bias[o]) + sum) as f32, abs)
                 })
-                .collect();
+                .unzip();
             let what = format!("{rows} rows, n {n}, k {k}, groups of {group}");
-            assert_close(&out[0].to_f32().unwrap(), &want, dtype, &what);
+            let got = out[0].to_f32().unwrap();
+            if dtype == DType::F32 {
+                for (i, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
+                    let tol =
+                        1e-5 * (1.0 + w.abs()) + (f32::EPSILON * (k as f32).sqrt() * *m as f32);
+                    assert!(
+                        (g - w).abs() <= tol,
+                        "{what}: element {i}: got {g}, want {w}"
+                    );
+                }
+            } else {
+                assert_close(&got, &want, dtype, &what);
+            }
         }
     });
 }

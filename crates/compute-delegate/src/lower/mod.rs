@@ -366,10 +366,14 @@ fn op_name(op: &Op) -> &'static str {
 }
 
 /// A node's precision: its output's dtype (the float operands of an op share it), except for
-/// casts, which convert through 32-bit words (`cast.comp` has one variant).
+/// casts, which convert through 32-bit words (`cast.comp` has one variant), and kernels that
+/// name theirs.
 fn node_precision(b: &GraphBuilder, op: &Op, out: TensorId) -> Precision {
     match op {
         Op::Cast { .. } => Precision::F32,
+        Op::Kernel {
+            precision: Some(p), ..
+        } => Precision::of(*p),
         _ => Precision::of(b.tensors[out.0].dtype),
     }
 }

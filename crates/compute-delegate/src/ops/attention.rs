@@ -15,6 +15,11 @@ use crate::graph::{GraphBuilder, KernelOut, TensorId, shape_err};
 use crate::kernels::{Kernel, push};
 use vk_core::DType;
 
+/// Cached attention over fewer queries than this splits each query's rows among work groups.
+const SPLIT_BELOW: usize = 256;
+/// The cache rows of one share of a split attention.
+const SPLIT_ROWS: usize = 64;
+
 /// The ops of this family, one registration line each.
 #[rustfmt::skip]
 pub(super) const OPS: &[OpDef] = &[
@@ -283,6 +288,7 @@ impl GraphBuilder {
             shape: ni.shape.clone(),
             storage: Some(ci.storage),
             groups: None,
+            precision: None,
         };
         self.kernel_node_into(OP, Kernel::CacheWrite, &[new, pos], out, &push)?;
         let written = format!("{}'", ci.name);
@@ -390,7 +396,9 @@ impl GraphBuilder {
 
     /// [`GraphBuilder::cached_attention`] in one dispatch (`attend_cache.comp`) where its
     /// scores fit in shared memory (at most 4096 cache rows) and the head size divides 128;
-    /// `None` elsewhere.
+    /// `None` elsewhere. Fewer than [`SPLIT_BELOW`] queries (a decode step) take two
+    /// dispatches instead: the rows in shares (`attend_split.comp`), then the shares
+    /// combined (`attend_combine.comp`), so that a long cache keeps the GPU busy.
     fn attend_cache(
         &mut self,
         q: TensorId,
@@ -416,7 +424,40 @@ impl GraphBuilder {
         let word =
             |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} is over 2^32")));
         let groups = b * s * hq;
-        let push = push::AttendCachePush {
+        let operands = [q, kc, vc, pos];
+        let out = KernelOut {
+            dtype: qi.dtype,
+            shape: qi.shape.clone(),
+            storage: None,
+            groups: Some(groups as u64),
+            precision: None,
+        };
+        let chunks = max.div_ceil(SPLIT_ROWS);
+        if groups >= SPLIT_BELOW || chunks < 2 {
+            let push = push::AttendCachePush {
+                groups: word(groups)?,
+                s: word(s)?,
+                hq: word(hq)?,
+                hk: word(hk)?,
+                d: word(d)?,
+                max_rows: word(max)?,
+                plus,
+                has_pos,
+                scale,
+                chunks: 1,
+                chunk_rows: word(max)?,
+            };
+            return Ok(Some(self.kernel_node_into(
+                OP,
+                Kernel::AttendCache,
+                &operands,
+                out,
+                &push,
+            )?));
+        }
+        // Few queries (a decode step): each query's rows in shares of SPLIT_ROWS, one work
+        // group each, then the shares combined.
+        let push = push::AttendSplitPush {
             groups: word(groups)?,
             s: word(s)?,
             hq: word(hq)?,
@@ -426,15 +467,29 @@ impl GraphBuilder {
             plus,
             has_pos,
             scale,
+            chunks: word(chunks)?,
+            chunk_rows: word(SPLIT_ROWS)?,
         };
-        let out = KernelOut {
-            dtype: qi.dtype,
-            shape: qi.shape.clone(),
+        let parts = KernelOut {
+            dtype: DType::F32,
+            shape: vec![groups * chunks * (d + 2)],
             storage: None,
-            groups: Some(groups as u64),
+            groups: Some((groups * chunks) as u64),
+            precision: Some(qi.dtype),
         };
-        let y = self.kernel_node_into(OP, Kernel::AttendCache, &[q, kc, vc, pos], out, &push)?;
-        Ok(Some(y))
+        let part = self.kernel_node_into(OP, Kernel::AttendSplit, &operands, parts, &push)?;
+        let push = push::AttendCombinePush {
+            groups: word(groups)?,
+            chunks: word(chunks)?,
+            d: word(d)?,
+        };
+        Ok(Some(self.kernel_node_into(
+            OP,
+            Kernel::AttendCombine,
+            &[part],
+            out,
+            &push,
+        )?))
     }
 
     /// `softmax(q @ k^T * scale + mask) @ v` over the last two dims of `q` `[.., s, d]`, `k`

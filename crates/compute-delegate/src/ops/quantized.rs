@@ -693,8 +693,8 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
 
 /// `x @ dequantized(weights)^T` for one to four rows of `x`, the weights read packed on the
 /// device (`gemv_q4.comp`: 4 bits a weight, as a decode step reads them), where `k` is a
-/// multiple of 32 and the group size of 8; `None` elsewhere (the weights are then unpacked at
-/// build).
+/// multiple of 32 and the group size a power of two of at least 8; `None` elsewhere (the
+/// weights are then unpacked at build). The scales become an f32 constant `[n][groups]`.
 fn packed_q4_rows(
     c: &mut Call<'_>,
     x: TensorId,
@@ -711,19 +711,31 @@ fn packed_q4_rows(
     };
     let one_byte = c.g.dtype(w).is_some_and(|d| d.size() == 1);
     let constant = c.g.constant_bytes(w).is_some() && c.g.constant_bytes(scales).is_some();
-    let fits = (1..=4).contains(&rows) && k % 32 == 0 && group % 8 == 0 && half * 2 == k;
-    if !fits || !one_byte || !constant || sn != n || groups * group < k {
+    let fits = (1..=4).contains(&rows) && k % 32 == 0 && half * 2 == k;
+    let group_fits = group >= 8 && group.is_power_of_two();
+    if !fits || !group_fits || !one_byte || !constant || sn != n || groups * group < k {
         return Ok(None);
     }
     let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
-    let scales = c.g.as_dtype(scales, DType::F32)?;
+    let Some(sv) = c.g.constant_values(scales) else {
+        return Ok(None);
+    };
+    let mut by_column = vec![0f32; n * groups];
+    for (j, column) in by_column.chunks_exact_mut(groups).enumerate() {
+        for (gi, v) in column.iter_mut().enumerate() {
+            *v = sv.get(gi * n + j).copied().unwrap_or(0.0);
+        }
+    }
+    let name = format!("q4gsw_scales_by_column{}", scales.index());
+    let scales = c.g.constant_f32(&name, &[n, groups], &by_column)?;
     let word = |v: usize| u32::try_from(v).map_err(|_| c.err(w_at, format!("{v} is over 2^32")));
     let push = push::GemvQ4Push {
         rows: word(rows)?,
         n: word(n)?,
         k: word(k)?,
-        group_size: word(group)?,
-        col_groups: word(n.div_ceil(4))?,
+        group_shift: group.trailing_zeros(),
+        groups: word(groups)?,
+        col_groups: word(n.div_ceil(8))?,
     };
     let mut shape = xs.clone();
     if let Some(last) = shape.last_mut() {
@@ -733,7 +745,8 @@ fn packed_q4_rows(
         dtype,
         shape,
         storage: None,
-        groups: Some(n.div_ceil(4) as u64),
+        groups: Some(n.div_ceil(8) as u64),
+        precision: None,
     };
     let y =
         c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &[x, w, scales], out, &push)?;

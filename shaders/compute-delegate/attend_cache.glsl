@@ -1,0 +1,152 @@
+// The body of attend_cache.comp and, with SPLIT defined, of attend_split.comp: see their
+// headers.
+#include "dtype.glsl"
+layout(local_size_x = 128) in;
+
+const uint THREADS = 128;
+const uint MAX_ROWS = 4096;
+
+layout(std430, set = 0, binding = 0) readonly buffer Q { T q[]; };
+layout(std430, set = 0, binding = 1) readonly buffer K4 { T4 k4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer V4 { T4 v4[]; };
+layout(std430, set = 0, binding = 3) readonly buffer Pos { int pos[]; };
+#ifdef SPLIT
+// Per (query, share of rows): the maximum score, the sum of exponentials, then the output's
+// d sums, unnormalised.
+layout(std430, set = 0, binding = 4) writeonly buffer P { float part[]; };
+#else
+layout(std430, set = 0, binding = 4) writeonly buffer Y { T y[]; };
+#endif
+
+// Rust: `kernels::push::AttendCachePush`, generated from this block.
+layout(push_constant) uniform Params {
+    uint groups;
+    uint s;
+    uint hq;
+    uint hk;
+    uint d;
+    uint max_rows;
+    int plus;
+    uint has_pos;
+    float scale;
+    // SPLIT: shares of the rows per query, and the rows of a share (at most MAX_ROWS).
+    uint chunks;
+    uint chunk_rows;
+} pc;
+
+shared float scores[MAX_ROWS];
+shared vec4 qs[THREADS / 4];
+shared float red[THREADS];
+shared vec4 red4[THREADS];
+
+// The maximum (max_op) or the sum of v over the group.
+float reduce(float v, bool max_op) {
+    uint t = gl_LocalInvocationID.x;
+    red[t] = v;
+    barrier();
+    for (uint w = THREADS / 2; w > 0; w >>= 1) {
+        if (t < w) {
+            red[t] = max_op ? max(red[t], red[t + w]) : red[t] + red[t + w];
+        }
+        barrier();
+    }
+    float r = red[0];
+    barrier();
+    return r;
+}
+
+void main() {
+    uint t = gl_LocalInvocationID.x;
+    int start = pc.plus + (pc.has_pos == 1 ? pos[0] : 0);
+    uint d4 = pc.d / 4;
+#ifdef SPLIT
+    uint items = pc.groups * pc.chunks;
+#else
+    uint items = pc.groups;
+#endif
+    for (uint item = gl_WorkGroupID.x; item < items; item += gl_NumWorkGroups.x) {
+#ifdef SPLIT
+        uint g = item / pc.chunks;
+        uint first = (item % pc.chunks) * pc.chunk_rows;
+#else
+        uint g = item;
+        uint first = 0;
+#endif
+        uint h = g % pc.hq;
+        uint i = (g / pc.hq) % pc.s;
+        uint b = g / (pc.hq * pc.s);
+        uint kv = h / (pc.hq / pc.hk);
+        uint qbase = g * pc.d;
+        if (t < d4) {
+            qs[t] = vec4(float(q[qbase + 4 * t]), float(q[qbase + 4 * t + 1]),
+                         float(q[qbase + 4 * t + 2]), float(q[qbase + 4 * t + 3]));
+        }
+        barrier();
+        int last = min(start + int(i), int(pc.max_rows) - 1);
+        uint rows = last < 0 ? 0 : uint(last) + 1;
+#ifdef SPLIT
+        uint end = min(rows, first + pc.chunk_rows);
+#else
+        uint end = rows;
+#endif
+        float top = -3.0e38;
+        for (uint r = first + t; r < end; r += THREADS) {
+            uint kbase = ((b * pc.max_rows + r) * pc.hk + kv) * d4;
+            float acc = 0.0;
+            for (uint j = 0; j < d4; ++j) {
+                acc += dot(qs[j], vec4(k4[kbase + j]));
+            }
+            acc *= pc.scale;
+            scores[r - first] = acc;
+            top = max(top, acc);
+        }
+        top = reduce(top, true);
+        float sum = 0.0;
+        for (uint r = first + t; r < end; r += THREADS) {
+            float p = exp(scores[r - first] - top);
+            scores[r - first] = p;
+            sum += p;
+        }
+        sum = reduce(sum, false);
+        // Thread t sums the vec4 t % (d / 4) of the output over every share-th row from
+        // t / (d / 4), two rows in flight; the shares meet in `red4`.
+        uint e4 = t % d4;
+        uint share = THREADS / d4;
+        vec4 acc = vec4(0.0);
+        uint r = first + t / d4;
+        for (; r + share < end; r += 2 * share) {
+            vec4 v0 = vec4(v4[((b * pc.max_rows + r) * pc.hk + kv) * d4 + e4]);
+            vec4 v1 = vec4(v4[((b * pc.max_rows + r + share) * pc.hk + kv) * d4 + e4]);
+            acc += scores[r - first] * v0 + scores[r + share - first] * v1;
+        }
+        if (r < end) {
+            acc += scores[r - first] * vec4(v4[((b * pc.max_rows + r) * pc.hk + kv) * d4 + e4]);
+        }
+        red4[t] = acc;
+        barrier();
+        if (t < d4) {
+            vec4 total = vec4(0.0);
+            for (uint k = 0; k < share; ++k) {
+                total += red4[t + k * d4];
+            }
+#ifdef SPLIT
+            uint at = item * (pc.d + 2);
+            if (t == 0) {
+                part[at] = first < end ? top : -3.0e38;
+                part[at + 1] = first < end ? sum : 0.0;
+            }
+            part[at + 2 + 4 * t] = total.x;
+            part[at + 3 + 4 * t] = total.y;
+            part[at + 4 + 4 * t] = total.z;
+            part[at + 5 + 4 * t] = total.w;
+#else
+            total = rows == 0 ? vec4(0.0) : total / sum;
+            y[qbase + 4 * t] = T(total.x);
+            y[qbase + 4 * t + 1] = T(total.y);
+            y[qbase + 4 * t + 2] = T(total.z);
+            y[qbase + 4 * t + 3] = T(total.w);
+#endif
+        }
+        barrier();
+    }
+}
