@@ -1,5 +1,6 @@
 //! Fuzzes the VGF decoder: any input must decode or give an error, never panic, and whatever
-//! decodes must describe itself (inspect JSON) and have its SPIR-V scanned.
+//! decodes must describe itself (inspect JSON), have its SPIR-V scanned and its GRAPH modules'
+//! data graphs decoded.
 //!
 //! Run: `cargo xtask fuzz` (every target, seeded from the fixtures), or
 //! `RUSTC_BOOTSTRAP=1 cargo fuzz run vgf_decode fuzz/corpus/vgf_decode`.
@@ -14,6 +15,12 @@ fuzz_target!(|data: &[u8]| {
             let _ = vgf_delegate::requirements_for(&vgf);
             for s in &vgf.sequence.segments {
                 let _ = s.graph_constants();
+            }
+            for m in &vgf.modules {
+                if let (vgf_delegate::ModuleType::Graph, Some(spirv)) = (m.kind, &m.spirv) {
+                    let _ = vgf_delegate::tosa::TosaGraph::decode(&spirv.words())
+                        .map_err(|e| e.to_string());
+                }
             }
         }
         Err(e) => {

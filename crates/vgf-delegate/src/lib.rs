@@ -71,6 +71,7 @@ pub mod model;
 pub mod requirements;
 #[cfg(feature = "shared")]
 pub mod shared;
+pub mod tosa;
 mod version;
 
 pub use error::{BindError, DecodeError, Error, Result};
