@@ -3,7 +3,18 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// `run --vgf-path`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VgfPathArg {
+    /// Natively where the file's graph lowers, else through the data-graph extension.
+    Auto,
+    /// On the compute delegate's kernels.
+    Native,
+    /// Through `VK_ARM_data_graph`.
+    DataGraph,
+}
 
 mod bench;
 mod demo;
@@ -76,6 +87,11 @@ enum Cmd {
         /// Programs: pass tensors between steps through host memory instead of on the device.
         #[arg(long)]
         host_hand_off: bool,
+        /// How VGF files run: `native` on the compute delegate's kernels (no ARM extension),
+        /// `data-graph` through VK_ARM_data_graph, `auto` natively where every operator of
+        /// the file's graph lowers.
+        #[arg(long, value_enum, default_value_t = VgfPathArg::Auto)]
+        vgf_path: VgfPathArg,
         /// Write the device timeline of one execution (every dispatch: op, kernel, shape, GPU
         /// time) to this file as Chrome trace JSON, which Perfetto opens.
         #[arg(long)]
@@ -246,6 +262,7 @@ fn main() -> ExitCode {
             output_dir,
             repeat,
             host_hand_off,
+            vgf_path,
             trace,
         } => run::run(
             &model,
@@ -253,7 +270,7 @@ fn main() -> ExitCode {
             &inputs,
             [output_dir.as_deref(), trace.as_deref()],
             repeat,
-            host_hand_off,
+            (host_hand_off, vgf_path),
         ),
         Cmd::Bench {
             quick,

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use vkdelegate::vk_core::{HostTensor, TensorSpec};
 
+use crate::VgfPathArg;
 use crate::npy;
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -45,16 +46,23 @@ pub fn run(
     inputs: &[String],
     [output_dir, trace]: [Option<&Path>; 2],
     repeat: usize,
-    hand_off_host: bool,
+    (hand_off_host, vgf_path): (bool, VgfPathArg),
 ) -> Result {
     use std::time::Instant;
-    use vkdelegate::program::HandOff;
+    use vkdelegate::program::{HandOff, VgfPath};
 
-    let builder = builder_for(model, method)?.hand_off(if hand_off_host {
-        HandOff::Host
-    } else {
-        HandOff::Device
-    });
+    let path = match vgf_path {
+        VgfPathArg::Auto => VgfPath::Auto,
+        VgfPathArg::Native => VgfPath::Native,
+        VgfPathArg::DataGraph => VgfPath::DataGraph,
+    };
+    let builder = builder_for(model, method)?
+        .hand_off(if hand_off_host {
+            HandOff::Host
+        } else {
+            HandOff::Device
+        })
+        .vgf_path(path);
     #[cfg(feature = "shared")]
     let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
         vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
@@ -99,7 +107,7 @@ pub fn run(
     _: &[String],
     _: [Option<&Path>; 2],
     _: usize,
-    _: bool,
+    _: (bool, VgfPathArg),
 ) -> Result {
     Err(format!(
         "{}: running models needs the `vgf` or `compute` feature, which this build lacks",

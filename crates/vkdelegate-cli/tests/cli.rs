@@ -155,11 +155,29 @@ fn run_writes_outputs() {
         .unwrap();
     assert_clean(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // VGF files run natively by default; --vgf-path data-graph takes the extension.
+    assert!(
+        stdout.contains("avg_pool (compute) -> sigmoid (compute) -> square_plus (compute)"),
+        "{stdout}"
+    );
+    assert!(dir.join("program/output_0.npy").is_file());
+    let out = bin()
+        .arg("run")
+        .arg(root().join("examples/pool_sigmoid_sqplus.toml"))
+        .arg("--input")
+        .arg(format!(
+            "x={}",
+            fixtures.join("avgpool/input_0.npy").display()
+        ))
+        .args(["--vgf-path", "data-graph"])
+        .output()
+        .unwrap();
+    assert_clean(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("avg_pool (vgf) -> sigmoid (compute) -> square_plus (vgf)"),
         "{stdout}"
     );
-    assert!(dir.join("program/output_0.npy").is_file());
 
     // A wrong input name is refused by name.
     let out = bin()

@@ -34,6 +34,8 @@ pub mod llm;
 pub mod program;
 #[cfg(any(feature = "vgf", feature = "compute"))]
 pub mod pte;
+#[cfg(all(feature = "vgf", feature = "compute"))]
+pub mod vgf_native;
 
 /// The delegates compiled into this build, by name.
 pub fn compiled_delegates() -> &'static [&'static str] {

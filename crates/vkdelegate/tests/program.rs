@@ -15,6 +15,7 @@ use vk_core::testing::{self, assert_no_validation_errors_of_ours as assert_no_va
 use vk_core::{ArmSupport, HostTensor};
 use vkdelegate::program::{
     DeviceChoice, HandOff, Program, ProgramBuilder, ProgramError, ProgramFile, StepKind, StepSpec,
+    VgfPath,
 };
 
 fn fixture(rel: &str) -> PathBuf {
@@ -72,6 +73,11 @@ fn shared(token: &str) -> DeviceChoice {
 }
 
 fn example(hand_off: HandOff, device: DeviceChoice) -> Program {
+    example_on(hand_off, device, VgfPath::DataGraph)
+}
+
+/// The example with its VGF steps on `path`.
+fn example_on(hand_off: HandOff, device: DeviceChoice, path: VgfPath) -> Program {
     ProgramBuilder::new()
         .step(step_vgf("pool", "avgpool/model.vgf", "x", "pooled"))
         .step(step_op("gate", "sigmoid", ("pooled", "gated"), &[]))
@@ -83,6 +89,7 @@ fn example(hand_off: HandOff, device: DeviceChoice) -> Program {
         ))
         .device(device)
         .hand_off(hand_off)
+        .vgf_path(path)
         .build()
         .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -130,6 +137,31 @@ fn check(out: &[HostTensor], want: &[f32]) -> f32 {
         .fold(0.0f32, f32::max);
     assert!(err < 1e-5, "max error {err}");
     err
+}
+
+/// By default the example's VGF steps run on the compute delegate's kernels (their graphs
+/// lower), with no ARM extension: the same result in both hand-off modes.
+#[test]
+fn the_example_runs_natively_by_default() {
+    let _serial = serial();
+    testing::validate_every_instance();
+    let x = read_npy_f32(fixture("avgpool/input_0.npy"));
+    let want = reference(&x);
+    for hand_off in [HandOff::Device, HandOff::Host] {
+        let mut p = example_on(hand_off, DeviceChoice::Standalone, VgfPath::Auto);
+        assert_eq!(
+            p.steps(),
+            vec![
+                ("pool", "compute"),
+                ("gate", "compute"),
+                ("square_plus", "compute")
+            ]
+        );
+        check(&p.execute(std::slice::from_ref(&x)).unwrap(), &want);
+        let instance = p.device().instance().clone();
+        drop(p);
+        assert_no_validation_errors(&instance);
+    }
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use vk_core::testing::{self, assert_no_validation_errors_of_ours};
 use vk_core::{DType, HostTensor};
-use vkdelegate::program::{DeviceChoice, DispatchProfile};
+use vkdelegate::program::{DeviceChoice, DispatchProfile, VgfPath};
 use vkdelegate::pte::{PteError, program_builder};
 
 fn dir(model: &str) -> PathBuf {
@@ -152,6 +152,7 @@ fn the_seed_example_runs_as_one_pte_on_one_device_and_queue() {
     testing::validate_every_instance();
     let mut program = match program_builder(bytes("seed_example"), None)
         .unwrap()
+        .vgf_path(VgfPath::DataGraph)
         .build()
     {
         Ok(p) => p,

@@ -56,7 +56,7 @@ pub use error::{BindingError, BindingProblem, Producer, ProgramError, TensorMism
 pub use file::ProgramFile;
 #[cfg(feature = "compute")]
 pub use spec::GraphStep;
-pub use spec::{ComputeStep, DeviceChoice, HandOff, StepKind, StepSpec, Timings};
+pub use spec::{ComputeStep, DeviceChoice, HandOff, StepKind, StepSpec, Timings, VgfPath};
 pub use trace::chrome_trace;
 pub use vk_core::{AppImage, ColourMap, ImageProblem, ImageToTensor, TensorLayout, TensorToImage};
 
@@ -75,6 +75,7 @@ pub struct ProgramBuilder {
     outputs: Vec<String>,
     device: DeviceChoice,
     hand_off: HandOff,
+    vgf_path: VgfPath,
     bound_inputs: BTreeMap<String, AppBuffer>,
     bound_outputs: BTreeMap<String, AppBuffer>,
     image_inputs: BTreeMap<String, (AppImage, ImageToTensor)>,
@@ -90,6 +91,7 @@ impl Default for ProgramBuilder {
             outputs: Vec::new(),
             device: DeviceChoice::Standalone,
             hand_off: HandOff::Device,
+            vgf_path: VgfPath::Auto,
             bound_inputs: BTreeMap::new(),
             bound_outputs: BTreeMap::new(),
             image_inputs: BTreeMap::new(),
@@ -197,6 +199,12 @@ impl ProgramBuilder {
         self
     }
 
+    /// Chooses how VGF steps run ([`VgfPath::Auto`] unless chosen).
+    pub fn vgf_path(mut self, path: VgfPath) -> Self {
+        self.vgf_path = path;
+        self
+    }
+
     /// Binds program input `name` to the application's buffer: its consumers read it there,
     /// and the plan records no upload. Bind every input and output (to a buffer, or to an
     /// image: [`ProgramBuilder::bind_input_image`]), or none to a buffer; a bound program
@@ -236,7 +244,7 @@ impl ProgramBuilder {
         let prepared: Vec<Prepared> = self
             .steps
             .iter()
-            .map(step::prepare)
+            .map(|spec| step::prepare(spec, self.vgf_path))
             .collect::<Result<_>>()?;
         let w = self.wire(&prepared)?;
         Ok((w.inputs, w.outputs.into_iter().map(|(s, _)| s).collect()))
@@ -254,7 +262,7 @@ impl ProgramBuilder {
         let prepared: Vec<Prepared> = self
             .steps
             .iter()
-            .map(step::prepare)
+            .map(|spec| step::prepare(spec, self.vgf_path))
             .collect::<Result<_>>()?;
         let wiring = self.wire(&prepared)?;
         let buffers_in = self.bound_inputs.keys().map(String::as_str).collect();

@@ -96,6 +96,21 @@ pub enum DeviceChoice {
     Shared(shared_runtime::SharingOptions),
 }
 
+/// How a VGF file's step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VgfPath {
+    /// On the compute delegate's kernels where the build has them and every operator of the
+    /// file's data graph lowers onto them (`crate::vgf_native`); through `VK_ARM_data_graph`
+    /// otherwise.
+    #[default]
+    Auto,
+    /// On the compute delegate's kernels; a file whose graph does not lower is an error that
+    /// names each operator in the way.
+    Native,
+    /// Through `VK_ARM_data_graph` (a driver's, or Arm's emulation layer).
+    DataGraph,
+}
+
 /// How tensors pass between steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HandOff {

@@ -17,7 +17,7 @@ use super::error::{ProgramError, Result};
 use super::runner::{Runner, StepBindings};
 #[cfg(feature = "compute")]
 use super::spec::GraphStep;
-use super::spec::{ComputeStep, StepKind, StepSpec};
+use super::spec::{ComputeStep, StepKind, StepSpec, VgfPath};
 #[cfg(feature = "vgf")]
 use super::vgf_step as vgf;
 use super::wiring::StepIo;
@@ -34,21 +34,56 @@ pub(super) enum Prepared {
     Graph(GraphStep),
 }
 
-/// Reads and decodes a step's VGF file, once (a decoded file is taken as it is).
-pub(super) fn prepare(spec: &StepSpec) -> Result<Prepared> {
+/// Reads and decodes a step's VGF file, once (a decoded file is taken as it is), and
+/// chooses its path.
+pub(super) fn prepare(spec: &StepSpec, path: VgfPath) -> Result<Prepared> {
     match &spec.kind {
-        StepKind::Vgf { path } => {
-            let bytes = std::fs::read(path).map_err(|e| {
-                ProgramError::step(&spec.name, format!("cannot read {}: {e}", path.display()))
+        StepKind::Vgf { path: file } => {
+            let bytes = std::fs::read(file).map_err(|e| {
+                ProgramError::step(&spec.name, format!("cannot read {}: {e}", file.display()))
             })?;
-            vgf::prepare(&spec.name, bytes.into()).map(Prepared::Vgf)
+            let file = vgf::prepare(&spec.name, bytes.into())?;
+            vgf_path(&spec.name, file, path)
         }
-        StepKind::VgfBytes { bytes } => vgf::prepare(&spec.name, bytes.clone()).map(Prepared::Vgf),
+        StepKind::VgfBytes { bytes } => {
+            let file = vgf::prepare(&spec.name, bytes.clone())?;
+            vgf_path(&spec.name, file, path)
+        }
         #[cfg(feature = "vgf")]
-        StepKind::VgfFile(file) => Ok(Prepared::Vgf(file.clone())),
+        StepKind::VgfFile(file) => vgf_path(&spec.name, file.clone(), path),
         StepKind::Compute(c) => Ok(Prepared::Compute(c.clone())),
         #[cfg(feature = "compute")]
         StepKind::Graph(g) => Ok(Prepared::Graph(g.clone())),
+    }
+}
+
+/// A VGF file's step on the path chosen: natively where asked or where it lowers
+/// ([`VgfPath::Auto`]), else through the data-graph extension.
+#[cfg(all(feature = "vgf", feature = "compute"))]
+fn vgf_path(step: &str, file: vgf::Source, path: VgfPath) -> Result<Prepared> {
+    if path == VgfPath::DataGraph {
+        return Ok(Prepared::Vgf(file));
+    }
+    match crate::vgf_native::graph_of(&file) {
+        Ok(g) => Ok(Prepared::Graph(GraphStep {
+            graph: std::sync::Arc::new(g),
+            f16: false,
+        })),
+        Err(e) if path == VgfPath::Native => Err(ProgramError::step(step, e.to_string())),
+        Err(_) => Ok(Prepared::Vgf(file)),
+    }
+}
+
+/// A VGF file's step: through the data-graph extension, the only path of a build without
+/// the compute delegate.
+#[cfg(not(all(feature = "vgf", feature = "compute")))]
+fn vgf_path(step: &str, file: vgf::Source, path: VgfPath) -> Result<Prepared> {
+    match path {
+        VgfPath::Native => Err(ProgramError::step(
+            step,
+            "running a VGF file natively needs the compute delegate (features vgf and compute)",
+        )),
+        _ => Ok(Prepared::Vgf(file)),
     }
 }
 
