@@ -3,8 +3,9 @@
 //! [`compute_delegate::GraphBuilder`].
 //!
 //! [`graph_of`] takes a decoded file whose one segment is a GRAPH segment. TOSA computes in
-//! NHWC; the compute delegate's convolutions and pools in NCHW: each of those is wrapped in
-//! the two permutes that carry its operands across. Graph constants are read in place from
+//! NHWC; the compute delegate's convolutions and pools in NCHW: their results stay in NCHW
+//! through the elementwise ops after them, and are permuted back only where an operator
+//! needs TOSA's layout (a file's own transposes at its edges cancel against them). Graph constants are read in place from
 //! the file. Operators it cannot lower (and integer graphs, for now) are named all at once,
 //! each with its word offset in the module.
 
@@ -120,13 +121,32 @@ fn check(graph: &TosaGraph) -> Result<()> {
     }
 }
 
+/// What an operator's result became: a tensor as TOSA has it, or a 4-D one held in NCHW
+/// (the TOSA value, NHWC, is its permute, made only where something reads it so). Chains of
+/// convolutions, pools and elementwise ops between them so stay in NCHW, and a file's own
+/// NCHW-to-NHWC transposes at its edges cancel against them.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    Tosa(TensorId),
+    Nchw(TensorId),
+}
+
+/// A float constant's values (as f32), element type and shape.
+type FloatConstant = (Vec<f32>, Element, Vec<usize>);
+
+/// NHWC to NCHW and back.
+const TO_NCHW: [isize; 4] = [0, 3, 1, 2];
+const TO_NHWC: [isize; 4] = [0, 2, 3, 1];
+
 /// The state of one lowering: the builder and what each graph value became.
 struct Lowering<'a> {
     file: &'a VgfFile,
     graph: &'a TosaGraph,
     g: GraphBuilder,
     inputs: Vec<Option<TensorId>>,
-    nodes: Vec<TensorId>,
+    nodes: Vec<Value>,
+    /// Nodes held in NCHW, once permuted back to TOSA's layout.
+    nhwc: HashMap<usize, TensorId>,
     constants: HashMap<u32, TensorId>,
 }
 
@@ -138,6 +158,7 @@ impl<'a> Lowering<'a> {
             g: GraphBuilder::new(),
             inputs: vec![None; graph.inputs.len()],
             nodes: Vec::with_capacity(graph.nodes.len()),
+            nhwc: HashMap::new(),
             constants: HashMap::new(),
         })
     }
@@ -188,8 +209,8 @@ impl<'a> Lowering<'a> {
             self.inputs[i] = Some(t);
         }
         for node in &self.graph.nodes {
-            let t = self.node(node)?;
-            self.nodes.push(t);
+            let v = self.node(node)?;
+            self.nodes.push(v);
         }
         let outs: Vec<Option<u32>> = self
             .graph
@@ -222,7 +243,17 @@ impl<'a> Lowering<'a> {
                 .copied()
                 .flatten()
                 .ok_or_else(|| unsupported(format!("graph input {i} is not a model input"))),
-            Operand::Node(n) => Ok(self.nodes[*n]),
+            Operand::Node(n) => match self.nodes[*n] {
+                Value::Tosa(t) => Ok(t),
+                Value::Nchw(t) => {
+                    if let Some(&done) = self.nhwc.get(n) {
+                        return Ok(done);
+                    }
+                    let done = self.g.permute(t, &TO_NHWC)?;
+                    self.nhwc.insert(*n, done);
+                    Ok(done)
+                }
+            },
             Operand::GraphConstant { id, ty } => {
                 if let Some(&t) = self.constants.get(id) {
                     return Ok(t);
@@ -246,6 +277,28 @@ impl<'a> Lowering<'a> {
         }
     }
 
+    /// An operand as a 4-D tensor in NCHW (TOSA's NHWC value permuted, unless held so).
+    fn nchw(&mut self, o: &Operand) -> Result<TensorId> {
+        if let Operand::Node(n) = o
+            && let Value::Nchw(t) = self.nodes[*n]
+        {
+            return Ok(t);
+        }
+        let t = self.tensor(o)?;
+        Ok(self.g.permute(t, &TO_NCHW)?)
+    }
+
+    /// The operand's value where it is held in NCHW.
+    fn held_nchw(&self, o: &Operand) -> Option<TensorId> {
+        match o {
+            Operand::Node(n) => match self.nodes[*n] {
+                Value::Nchw(t) => Some(t),
+                Value::Tosa(_) => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Graph constant `id`, read in place from the file.
     fn graph_constant(
         &mut self,
@@ -253,6 +306,24 @@ impl<'a> Lowering<'a> {
         element: Element,
         shape: Option<&[u64]>,
     ) -> Result<TensorId> {
+        let data = self.constant_data(id)?;
+        let base = self.file.bytes().as_ptr() as usize;
+        let start = (data.as_ptr() as usize).wrapping_sub(base);
+        let name = format!("graph_constant_{id}");
+        let shape = dims(shape, &name)?;
+        let dt = dtype(element, &name)?;
+        let t = self.g.constant_shared(
+            &name,
+            dt,
+            &shape,
+            self.file.bytes().clone(),
+            start..start + data.len(),
+        )?;
+        Ok(t)
+    }
+
+    /// The bytes of graph constant `id`, in the file.
+    fn constant_data(&self, id: u32) -> Result<&'a [u8]> {
         let vgf = self.vgf();
         let segment = &vgf.sequence.segments[0];
         let index = segment
@@ -268,77 +339,117 @@ impl<'a> Lowering<'a> {
         if constant.sparsity_dimension != -1 {
             return Err(unsupported(format!("graph constant {id} is sparse")));
         }
-        let base = self.file.bytes().as_ptr() as usize;
-        let start = (constant.data.as_ptr() as usize).wrapping_sub(base);
-        let name = format!("graph_constant_{id}");
-        let shape = dims(shape, &name)?;
-        let dt = dtype(element, &name)?;
-        let t = self.g.constant_shared(
-            &name,
-            dt,
-            &shape,
-            self.file.bytes().clone(),
-            start..start + constant.data.len(),
-        )?;
-        Ok(t)
+        Ok(constant.data)
+    }
+
+    /// A float constant operand's values, element type and shape (`None` for other operands).
+    fn constant_floats(&self, o: &Operand) -> Result<Option<FloatConstant>> {
+        let (values, element, shape) = match o {
+            Operand::GraphConstant { id, ty } => {
+                let data = self.constant_data(*id)?;
+                let values: Vec<f32> = match ty.element {
+                    Element::Float(32) => data
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect(),
+                    Element::Float(16) => data
+                        .chunks_exact(2)
+                        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                        .collect(),
+                    _ => return Ok(None),
+                };
+                (values, ty.element, ty.shape.clone())
+            }
+            Operand::Constant(c) => match c.floats() {
+                Some(v) => (v, c.element, c.shape.clone()),
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        let shape = dims(shape.as_deref(), "a constant")?;
+        if shape.iter().product::<usize>() != values.len() {
+            return Err(unsupported(format!(
+                "a constant of shape {shape:?} holds {} values",
+                values.len()
+            )));
+        }
+        Ok(Some((values, element, shape)))
+    }
+
+    /// Convolution weights in the compute delegate's layout: constants permuted once, here;
+    /// others by a permute in the graph.
+    fn weights(&mut self, o: &Operand, perm: [usize; 4]) -> Result<TensorId> {
+        let Some((values, element, shape)) = self.constant_floats(o)? else {
+            let w = self.tensor(o)?;
+            let perm: Vec<isize> = perm.iter().map(|&p| p as isize).collect();
+            return Ok(self.g.permute(w, &perm)?);
+        };
+        let Ok(shape4) = <[usize; 4]>::try_from(shape.as_slice()) else {
+            return Err(unsupported(format!("4-D weights, not {shape:?}")));
+        };
+        let (values, shape) = permute4(&values, shape4, perm);
+        let name = format!("weights_{}", self.nodes.len());
+        Ok(match element {
+            Element::Float(16) => self.g.constant_f16(&name, &shape, &values)?,
+            _ => self.g.constant_f32(&name, &shape, &values)?,
+        })
     }
 
     /// One operator.
-    fn node(&mut self, n: &Node) -> Result<TensorId> {
+    fn node(&mut self, n: &Node) -> Result<Value> {
         let o = &n.operands;
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
-        let g_binary = |s: &mut Self, op: BinaryOp, a: &Operand, b: &Operand| -> Result<TensorId> {
-            let (a, b) = (s.tensor(a)?, s.tensor(b)?);
-            Ok(s.g.binary(op, a, b)?)
-        };
         use Operator::*;
         let t = match n.op {
-            Add => g_binary(self, BinaryOp::Add, &o[0], &o[1])?,
-            Sub => g_binary(self, BinaryOp::Sub, &o[0], &o[1])?,
-            Maximum => g_binary(self, BinaryOp::Maximum, &o[1], &o[2])?,
-            Minimum => g_binary(self, BinaryOp::Minimum, &o[1], &o[2])?,
+            Add => self.binary(BinaryOp::Add, &o[0], &o[1])?,
+            Sub => self.binary(BinaryOp::Sub, &o[0], &o[1])?,
+            Maximum => self.binary(BinaryOp::Maximum, &o[1], &o[2])?,
+            Minimum => self.binary(BinaryOp::Minimum, &o[1], &o[2])?,
             Mul => {
                 if ints(&o[2]).is_some_and(|s| s.iter().any(|&v| v != 0)) {
                     return Err(bad("a shift on floats"));
                 }
-                g_binary(self, BinaryOp::Mul, &o[0], &o[1])?
+                self.binary(BinaryOp::Mul, &o[0], &o[1])?
             }
             Clamp => {
                 let (lo, hi) = (scalar_f32(&o[0]), scalar_f32(&o[1]));
                 let (Some(lo), Some(hi)) = (lo, hi) else {
                     return Err(bad("bounds that are not float constants"));
                 };
-                let x = self.tensor(&o[3])?;
-                self.g.unary(UnaryOp::Clamp(lo, hi), x)?
+                self.unary(UnaryOp::Clamp(lo, hi), &o[3])?
             }
-            Sigmoid => {
-                let x = self.tensor(&o[0])?;
-                self.g.unary(UnaryOp::Sigmoid, x)?
-            }
-            Tanh => {
-                let x = self.tensor(&o[0])?;
-                self.g.unary(UnaryOp::Tanh, x)?
-            }
+            Sigmoid => self.unary(UnaryOp::Sigmoid, &o[0])?,
+            Tanh => self.unary(UnaryOp::Tanh, &o[0])?,
             Transpose => {
                 let perm = ints(&o[0]).ok_or_else(|| bad("perms that are not constants"))?;
-                let x = self.tensor(&o[1])?;
-                self.g.permute(x, &to_isize(&perm))?
+                let perm = to_isize(&perm);
+                if perm == TO_NCHW
+                    && let Some(t) = self.held_nchw(&o[1])
+                {
+                    Value::Tosa(t)
+                } else {
+                    let x = self.tensor(&o[1])?;
+                    match perm == TO_NHWC {
+                        true => Value::Nchw(x),
+                        false => Value::Tosa(self.g.permute(x, &perm)?),
+                    }
+                }
             }
             Reshape => {
                 let shape = ints(&o[1]).ok_or_else(|| bad("a shape that is not constant"))?;
                 let x = self.tensor(&o[0])?;
-                self.g.reshape(x, &to_isize(&shape))?
+                Value::Tosa(self.g.reshape(x, &to_isize(&shape))?)
             }
-            Conv2d | DepthwiseConv2d => self.conv(n, &bad)?,
-            AvgPool2d | MaxPool2d => self.pool(n, &bad)?,
+            Conv2d | DepthwiseConv2d => Value::Nchw(self.conv(n, &bad)?),
+            AvgPool2d | MaxPool2d => Value::Nchw(self.pool(n, &bad)?),
             ReduceSum | ReduceMax | ReduceMin => {
                 let axis = ints(&o[0]).and_then(|a| a.first().copied());
                 let axis = axis.ok_or_else(|| bad("an axis that is not constant"))? as isize;
                 let x = self.tensor(o.last().unwrap_or(&o[0]))?;
-                match n.op {
+                Value::Tosa(match n.op {
                     ReduceSum => self.g.sum(x, &[axis], true)?,
                     op => self.g.extreme(x, &[axis], true, op == ReduceMin)?,
-                }
+                })
             }
             Concat => {
                 let axis = ints(&o[0]).and_then(|a| a.first().copied());
@@ -347,7 +458,7 @@ impl<'a> Lowering<'a> {
                     .iter()
                     .map(|x| self.tensor(x))
                     .collect::<Result<Vec<_>>>()?;
-                self.g.cat(&xs, axis)?
+                Value::Tosa(self.g.cat(&xs, axis)?)
             }
             Slice => {
                 let (start, size) = (ints(&o[1]), ints(&o[2]));
@@ -363,15 +474,35 @@ impl<'a> Lowering<'a> {
                             .slice(x, d as isize, s as isize, (s + n) as isize, 1)?;
                     }
                 }
-                x
+                Value::Tosa(x)
             }
             _ => return Err(bad("not lowered")),
         };
         Ok(t)
     }
 
-    /// CONV2D and DEPTHWISE_CONV2D: NHWC in and out, weights `[OC, KH, KW, IC]` and
-    /// `[KH, KW, C, M]`.
+    /// An elementwise op of one operand, in the operand's layout.
+    fn unary(&mut self, op: UnaryOp, x: &Operand) -> Result<Value> {
+        if let Some(t) = self.held_nchw(x) {
+            return Ok(Value::Nchw(self.g.unary(op, t)?));
+        }
+        let x = self.tensor(x)?;
+        Ok(Value::Tosa(self.g.unary(op, x)?))
+    }
+
+    /// An elementwise op of two operands: in NCHW where both are held so with one shape.
+    fn binary(&mut self, op: BinaryOp, a: &Operand, b: &Operand) -> Result<Value> {
+        if let (Some(x), Some(y)) = (self.held_nchw(a), self.held_nchw(b))
+            && self.shape(x) == self.shape(y)
+        {
+            return Ok(Value::Nchw(self.g.binary(op, x, y)?));
+        }
+        let (x, y) = (self.tensor(a)?, self.tensor(b)?);
+        Ok(Value::Tosa(self.g.binary(op, x, y)?))
+    }
+
+    /// CONV2D and DEPTHWISE_CONV2D (weights `[OC, KH, KW, IC]` and `[KH, KW, C, M]`), its
+    /// result in NCHW.
     fn conv(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
         let o = &n.operands;
         let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
@@ -380,9 +511,7 @@ impl<'a> Lowering<'a> {
             split_padding(&pad).ok_or_else(|| bad("a padding of other than 4 values"))?;
         let (padding, stride, dilation) = conv_geometry(&even, &stride, &dilation)
             .ok_or_else(|| bad("negative padding, strides or dilations"))?;
-        let x = self.tensor(&o[5])?;
-        let w = self.tensor(&o[6])?;
-        let mut x = self.g.permute(x, &[0, 3, 1, 2])?;
+        let mut x = self.nchw(&o[5])?;
         if extra.iter().any(|&p| p != 0) {
             // The uneven part first, as zeros: (left, right) of W, then (top, bottom) of H.
             let pad = vec![extra[2], extra[3], extra[0], extra[1]];
@@ -395,17 +524,18 @@ impl<'a> Lowering<'a> {
         }
         let (w, groups) = match n.op {
             Operator::DepthwiseConv2d => {
+                // [KH, KW, C, M] to [C, M, KH, KW], read as [C * M, 1, KH, KW].
+                let w = self.weights(&o[6], [2, 3, 0, 1])?;
                 let ws = self.shape(w);
-                let &[kh, kw, c, m] = &ws[..] else {
+                let &[c, m, kh, kw] = &ws[..] else {
                     return Err(bad("weights that are not [KH, KW, C, M]"));
                 };
-                let w = self.g.permute(w, &[2, 3, 0, 1])?;
                 let w = self
                     .g
                     .reshape(w, &[(c * m) as isize, 1, kh as isize, kw as isize])?;
                 (w, c)
             }
-            _ => (self.g.permute(w, &[0, 3, 1, 2])?, 1),
+            _ => (self.weights(&o[6], [0, 3, 1, 2])?, 1),
         };
         let oc = self.shape(w).first().copied().unwrap_or(0);
         let bias = self.tensor(&o[7])?;
@@ -417,14 +547,13 @@ impl<'a> Lowering<'a> {
             groups,
         };
         let y = self.g.conv2d(x, w, per_channel.then_some(bias), p)?;
-        let y = self.g.permute(y, &[0, 2, 3, 1])?;
         Ok(match per_channel {
             true => y,
             false => self.g.add(y, bias)?,
         })
     }
 
-    /// AVG_POOL2D and MAX_POOL2D: NHWC in and out.
+    /// AVG_POOL2D and MAX_POOL2D, the result in NCHW.
     fn pool(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
         let o = &n.operands;
         let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
@@ -432,8 +561,7 @@ impl<'a> Lowering<'a> {
         let (padding, stride, kernel) = conv_geometry(&pad, &stride, &kernel)
             .ok_or_else(|| bad("uneven padding (top != bottom or left != right)"))?;
         // The input follows acc_type (AVG_POOL2D) or nan_mode (MAX_POOL2D).
-        let x = self.tensor(&o[4])?;
-        let x = self.g.permute(x, &[0, 3, 1, 2])?;
+        let x = self.nchw(&o[4])?;
         let p = Pool2d {
             kernel,
             stride,
@@ -441,11 +569,10 @@ impl<'a> Lowering<'a> {
             ceil_mode: false,
             count_include_pad: false,
         };
-        let y = match n.op {
+        Ok(match n.op {
             Operator::AvgPool2d => self.g.avg_pool2d(x, p)?,
             _ => self.g.max_pool2d(x, p)?,
-        };
-        Ok(self.g.permute(y, &[0, 2, 3, 1])?)
+        })
     }
 }
 
@@ -479,6 +606,33 @@ fn conv_geometry(
         return None;
     }
     Some((two(&[*t, *l])?, two(a)?, two(b)?))
+}
+
+/// A 4-D row-major tensor's values permuted: output dim `i` is input dim `perm[i]`.
+fn permute4(values: &[f32], shape: [usize; 4], perm: [usize; 4]) -> (Vec<f32>, Vec<usize>) {
+    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let mut stride = [0usize; 4];
+    let mut s = 1;
+    for d in (0..4).rev() {
+        stride[d] = s;
+        s *= shape[d];
+    }
+    let mut v = Vec::with_capacity(values.len());
+    for a in 0..out[0] {
+        for b in 0..out[1] {
+            for c in 0..out[2] {
+                for d in 0..out[3] {
+                    let at = [a, b, c, d]
+                        .iter()
+                        .zip(perm)
+                        .map(|(&i, p)| i * stride[p])
+                        .sum::<usize>();
+                    v.push(values.get(at).copied().unwrap_or(0.0));
+                }
+            }
+        }
+    }
+    (v, out)
 }
 
 /// A constant operand's integers.
