@@ -6,8 +6,10 @@
 //! NHWC; the compute delegate's convolutions and pools in NCHW: their results stay in NCHW
 //! through the elementwise ops after them, and are permuted back only where an operator
 //! needs TOSA's layout (a file's own transposes at its edges cancel against them). Graph constants are read in place from
-//! the file. Operators it cannot lower (and integer graphs, for now) are named all at once,
-//! each with its word offset in the module.
+//! the file. Integer graphs lower where they are the int8 kernels' patterns (a RESCALE to int8
+//! closing an int32 CONV2D, or an ADD of two RESCALEd int8 inputs), bit-exact with TOSA's
+//! single rounding. Operators it cannot lower are named all at once, each with its word
+//! offset in the module.
 
 use compute_delegate::ops::Arg;
 use compute_delegate::{BinaryOp, Conv2d, GraphBuilder, Pool2d, TensorId, UnaryOp};
@@ -15,7 +17,7 @@ use std::collections::HashMap;
 use vgf_delegate::format::ModuleType;
 use vgf_delegate::tosa::{Constant, Element, Node, Operand, Operator, TosaError, TosaGraph};
 use vgf_delegate::{Vgf, VgfFile};
-use vk_core::DType;
+use vk_core::{DType, HostTensor};
 
 /// Why a VGF file cannot run natively.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +95,7 @@ fn lowered(op: Operator) -> bool {
             | ReduceMin
             | Concat
             | Slice
+            | Rescale
     )
 }
 
@@ -102,11 +105,18 @@ fn check(graph: &TosaGraph) -> Result<()> {
         .nodes
         .iter()
         .filter_map(|n| {
-            let float = matches!(n.result.element, Element::Float(16 | 32));
+            let float = matches!(n.result.element, Element::Float(16 | 32))
+                || matches!(
+                    (n.op, n.result.element),
+                    (Operator::Rescale, Element::Int(8 | 32))
+                        | (Operator::Conv2d | Operator::Add, Element::Int(32))
+                        // Edge transposes of int8 tensors cancel against NCHW convolutions.
+                        | (Operator::Transpose, Element::Int(8))
+                );
             match (lowered(n.op), float) {
                 (true, true) => None,
                 (true, false) => Some(format!(
-                    "{} on {:?} at word {} (integer graphs run through VK_ARM_data_graph)",
+                    "{} on {:?} at word {} (integer operators run natively only as int8 convolutions and additions between RESCALEs)",
                     n.op.name(),
                     n.result.element,
                     n.at
@@ -129,6 +139,9 @@ fn check(graph: &TosaGraph) -> Result<()> {
 enum Value {
     Tosa(TensorId),
     Nchw(TensorId),
+    /// An int32 intermediate of a quantized pattern (a convolution's accumulators, an
+    /// addition of rescaled inputs), made by the RESCALE that reads it.
+    Pending,
 }
 
 /// A float constant's values (as f32), element type and shape.
@@ -245,6 +258,11 @@ impl<'a> Lowering<'a> {
                 .ok_or_else(|| unsupported(format!("graph input {i} is not a model input"))),
             Operand::Node(n) => match self.nodes[*n] {
                 Value::Tosa(t) => Ok(t),
+                Value::Pending => Err(unsupported(format!(
+                    "the int32 result of {} at word {} is read by other than a RESCALE to int8",
+                    self.graph.nodes[*n].op.name(),
+                    self.graph.nodes[*n].at
+                ))),
                 Value::Nchw(t) => {
                     if let Some(&done) = self.nhwc.get(n) {
                         return Ok(done);
@@ -293,7 +311,7 @@ impl<'a> Lowering<'a> {
         match o {
             Operand::Node(n) => match self.nodes[*n] {
                 Value::Nchw(t) => Some(t),
-                Value::Tosa(_) => None,
+                Value::Tosa(_) | Value::Pending => None,
             },
             _ => None,
         }
@@ -400,7 +418,11 @@ impl<'a> Lowering<'a> {
         let o = &n.operands;
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
         use Operator::*;
+        if n.result.element == Element::Int(32) && matches!(n.op, Conv2d | Add | Rescale) {
+            return Ok(Value::Pending);
+        }
         let t = match n.op {
+            Rescale => self.quantized(n)?,
             Add => self.binary(BinaryOp::Add, &o[0], &o[1])?,
             Sub => self.binary(BinaryOp::Sub, &o[0], &o[1])?,
             Maximum => self.binary(BinaryOp::Maximum, &o[1], &o[2])?,
@@ -479,6 +501,117 @@ impl<'a> Lowering<'a> {
             _ => return Err(bad("not lowered")),
         };
         Ok(t)
+    }
+
+    /// A RESCALE to int8 and the int32 pattern it closes: CONV2D (`conv2d_q8`, in NCHW), or
+    /// ADD of two inputs each RESCALEd from int8 (`add_q8`). Bit-exact with TOSA's single
+    /// rounding.
+    fn quantized(&mut self, n: &Node) -> Result<Value> {
+        let bad = |why: &str| unsupported(format!("RESCALE at word {}: {why}", n.at));
+        if n.result.element != Element::Int(8) {
+            return Err(bad("a result other than int8 or int32"));
+        }
+        let out = rescale_of(n)?;
+        if out.in_zp != 0 {
+            return Err(bad("an int32 input with a zero point"));
+        }
+        let Operand::Node(k) = n.operands[5] else {
+            return Err(bad("an input that is not an int32 CONV2D or ADD"));
+        };
+        let inner = &self.graph.nodes[k];
+        match inner.op {
+            Operator::Conv2d => Ok(Value::Nchw(self.conv_q8(inner, &out)?)),
+            Operator::Add => {
+                let sides = [&inner.operands[0], &inner.operands[1]].map(|o| match o {
+                    Operand::Node(j) if self.graph.nodes[*j].op == Operator::Rescale => {
+                        Some(&self.graph.nodes[*j])
+                    }
+                    _ => None,
+                });
+                let [Some(a), Some(b)] = sides else {
+                    return Err(bad("an ADD whose operands are not RESCALEs of int8"));
+                };
+                let (ra, rb) = (rescale_of(a)?, rescale_of(b)?);
+                let one = |r: &Requantize| -> Result<compute_delegate::Rescale> {
+                    match (&r.scales[..], r.out_zp) {
+                        ([s], 0) => Ok(*s),
+                        _ => Err(bad(
+                            "an input RESCALE per channel or with an output zero point",
+                        )),
+                    }
+                };
+                let q = compute_delegate::QAdd {
+                    a_zp: ra.in_zp as i32,
+                    b_zp: rb.in_zp as i32,
+                    out_zp: out.out_zp as i32,
+                    left_shift: 0,
+                    a: one(&ra)?,
+                    b: one(&rb)?,
+                    out: one(&Requantize {
+                        out_zp: 0,
+                        ..out.clone()
+                    })?,
+                };
+                let (x, y) = (self.tensor(&a.operands[5])?, self.tensor(&b.operands[5])?);
+                Ok(Value::Tosa(self.g.add_q8(x, y, &q)?))
+            }
+            _ => Err(bad("an input that is not an int32 CONV2D or ADD")),
+        }
+    }
+
+    /// An int8 CONV2D with int32 accumulators, requantized by `out`, in NCHW.
+    fn conv_q8(&mut self, n: &Node, out: &Requantize) -> Result<TensorId> {
+        let o = &n.operands;
+        let bad = |why: &str| unsupported(format!("CONV2D at word {}: {why}", n.at));
+        let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
+        let (pad, stride, dilation) = (attr(0)?, attr(1)?, attr(2)?);
+        let (padding, stride, dilation) =
+            conv_geometry(&pad, &stride, &dilation).ok_or_else(|| bad("uneven padding"))?;
+        let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0) as i32;
+        let x = self.nchw(&o[5])?;
+        let w = match &o[6] {
+            Operand::GraphConstant { id, ty } if ty.element == Element::Int(8) => {
+                let data = self.constant_data(*id)?;
+                let shape = dims(ty.shape.as_deref(), "the weights")?;
+                let Ok(shape4) = <[usize; 4]>::try_from(shape.as_slice()) else {
+                    return Err(bad("weights that are not 4-D"));
+                };
+                let values: Vec<f32> = data.iter().map(|&b| f32::from(b as i8)).collect();
+                let (values, shape) = permute4(&values, shape4, [0, 3, 1, 2]);
+                let bytes = values.iter().map(|&v| v as i8 as u8).collect();
+                let t =
+                    HostTensor::new(DType::I8, shape, bytes).map_err(|e| bad(&e.to_string()))?;
+                let name = format!("weights_{}", self.nodes.len());
+                self.g.constant(&name, t)?
+            }
+            _ => return Err(bad("weights that are not an int8 graph constant")),
+        };
+        let bias = match &o[7] {
+            Operand::Constant(c) if c.element == Element::Int(32) => {
+                let v = c.ints().unwrap_or_default();
+                let bytes = v.iter().flat_map(|&b| (b as i32).to_le_bytes()).collect();
+                let t = HostTensor::new(DType::I32, vec![v.len()], bytes)
+                    .map_err(|e| bad(&e.to_string()))?;
+                let name = format!("bias_{}", self.nodes.len());
+                Some(self.g.constant(&name, t)?)
+            }
+            Operand::GraphConstant { id, ty } if ty.element == Element::Int(32) => {
+                Some(self.graph_constant(*id, ty.element, ty.shape.as_deref())?)
+            }
+            _ => return Err(bad("a bias that is not an int32 constant")),
+        };
+        let q = compute_delegate::QConv {
+            conv: Conv2d {
+                stride,
+                padding,
+                dilation,
+                groups: 1,
+            },
+            x_zp: zp(8),
+            w_zp: zp(9),
+            out_zp: out.out_zp as i32,
+        };
+        Ok(self.g.conv2d_q8(x, w, bias, &out.scales, &q)?)
     }
 
     /// An elementwise op of one operand, in the operand's layout.
@@ -635,6 +768,51 @@ fn permute4(values: &[f32], shape: [usize; 4], perm: [usize; 4]) -> (Vec<f32>, V
     (v, out)
 }
 
+/// A RESCALE's parameters: its scales (one, or one per channel), zero points.
+#[derive(Debug, Clone)]
+struct Requantize {
+    scales: Vec<compute_delegate::Rescale>,
+    in_zp: i64,
+    out_zp: i64,
+}
+
+/// A RESCALE's parameters, where it is one the int8 kernels compute: 32-bit multipliers,
+/// single rounding, signed input and output.
+fn rescale_of(n: &Node) -> Result<Requantize> {
+    let o = &n.operands;
+    let bad = |why: &str| unsupported(format!("RESCALE at word {}: {why}", n.at));
+    let flag = |i: usize| match &o[i] {
+        Operand::Constant(c) => c.values.first().map(|&v| v != 0),
+        _ => None,
+    };
+    let rounding = ints(&o[1]).and_then(|v| v.first().copied());
+    if flag(0) != Some(true) || rounding != Some(1) {
+        return Err(bad("other than 32-bit multipliers with single rounding"));
+    }
+    if flag(3) != Some(false) || flag(4) != Some(false) {
+        return Err(bad("an unsigned input or output"));
+    }
+    let (Some(m), Some(sh)) = (ints(&o[6]), ints(&o[7])) else {
+        return Err(bad("multipliers or shifts that are not constants"));
+    };
+    let scales = m
+        .iter()
+        .zip(&sh)
+        .map(|(&m, &s)| match (i32::try_from(m), u32::try_from(s)) {
+            (Ok(multiplier), Ok(shift)) if (1..=62).contains(&shift) && multiplier >= 0 => {
+                Ok(compute_delegate::Rescale { multiplier, shift })
+            }
+            _ => Err(bad(&format!("multiplier {m} with shift {s}"))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0);
+    Ok(Requantize {
+        scales,
+        in_zp: zp(8),
+        out_zp: zp(9),
+    })
+}
+
 /// A constant operand's integers.
 fn ints(o: &Operand) -> Option<Vec<i64>> {
     match o {
@@ -669,6 +847,8 @@ fn dtype(e: Element, what: &str) -> Result<DType> {
     match e {
         Element::Float(32) => Ok(DType::F32),
         Element::Float(16) => Ok(DType::F16),
+        Element::Int(8) => Ok(DType::I8),
+        Element::Int(32) => Ok(DType::I32),
         other => Err(unsupported(format!("{what}: {other:?} elements"))),
     }
 }

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vk_core::testing::{self, assert_no_validation_errors};
-use vk_core::{ArmSupport, EmulationPolicy, HostTensor, Instance, InstanceDesc};
+use vk_core::{
+    ArmSupport, DType, Device, EmulationPolicy, HostTensor, Instance, InstanceDesc, Requirements,
+};
 use vkdelegate::vgf::VgfFile;
 use vkdelegate::vgf_native::{NativeError, graph_of};
 
@@ -21,16 +23,56 @@ fn dir(model: &str) -> PathBuf {
     testing::fixture("vgf").join(model)
 }
 
+/// An f32 or int8 `.npy` file.
 fn npy(path: &Path) -> HostTensor {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    if matches!(npy.dtype(), npyz::DType::Plain(t) if t.to_string() == "|i1") {
+        let v: Vec<i8> = npy.into_vec().unwrap();
+        return HostTensor::new(DType::I8, shape, v.iter().map(|&b| b as u8).collect()).unwrap();
+    }
     HostTensor::from_f32(shape, &npy.into_vec::<f32>().unwrap()).unwrap()
 }
 
 fn file(model: &str) -> VgfFile {
     let bytes: Arc<[u8]> = std::fs::read(dir(model).join("model.vgf")).unwrap().into();
     VgfFile::decode(bytes).unwrap()
+}
+
+/// A device meeting `requirements` on an instance made without Arm's emulation layer, with
+/// validation on (lavapipe offers no ARM extension of its own), or `None` after a skip.
+fn native_device(test: &str, requirements: &Requirements) -> Option<(Instance, Device)> {
+    testing::validate_every_instance();
+    let desc = InstanceDesc {
+        validation: true,
+        emulation: EmulationPolicy::Off,
+        ..InstanceDesc::default()
+    };
+    let instance = match Instance::new(&desc) {
+        Ok(i) => i,
+        Err(e) => {
+            testing::skip(test, &e.to_string());
+            return None;
+        }
+    };
+    let adapter = match instance.select_adapter() {
+        Ok(a) => a,
+        Err(e) => {
+            testing::skip(test, &e.to_string());
+            return None;
+        }
+    };
+    if adapter.capabilities().arm != ArmSupport::Absent {
+        eprintln!("{test}: this device offers VK_ARM_data_graph of its own");
+    }
+    match adapter.create_device(requirements) {
+        Ok(d) => Some((instance, d)),
+        Err(e) => {
+            testing::skip(test, &e.to_string());
+            None
+        }
+    }
 }
 
 #[test]
@@ -44,27 +86,11 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
         "mlp",
         "mobilenet_v2",
     ];
-    // Only the compute delegate's needs, on an instance without Arm's emulation layer: the
-    // device offers no ARM extension (lavapipe has none of its own).
+    // Only the compute delegate's needs: no ARM extension.
     let g = graph_of(&file("add")).unwrap();
-    testing::validate_every_instance();
-    let desc = InstanceDesc {
-        validation: true,
-        emulation: EmulationPolicy::Off,
-        ..InstanceDesc::default()
+    let Some((instance, dev)) = native_device("vgf_native", &g.requirements()) else {
+        return;
     };
-    let instance = match Instance::new(&desc) {
-        Ok(i) => i,
-        Err(e) => return testing::skip("vgf_native", &e.to_string()),
-    };
-    let adapter = match instance.select_adapter() {
-        Ok(a) => a,
-        Err(e) => return testing::skip("vgf_native", &e.to_string()),
-    };
-    if adapter.capabilities().arm != ArmSupport::Absent {
-        eprintln!("vgf_native: this device offers VK_ARM_data_graph of its own");
-    }
-    let dev = adapter.create_device(&g.requirements()).unwrap();
     for model in models {
         let g = graph_of(&file(model)).unwrap_or_else(|e| panic!("{model}: {e}"));
         let mut built = g.build(&dev).unwrap_or_else(|e| panic!("{model}: {e}"));
@@ -94,22 +120,37 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
     assert_no_validation_errors(&instance);
 }
 
+/// The int8 models (RESCALEs around an ADD; a CONV2D and its per-channel RESCALE) run on the
+/// int8 kernels, bit-exact with scenario-runner.
 #[test]
-fn integer_graphs_are_refused_with_their_operators_named() {
-    for (model, names) in [
-        ("add_int8", &["RESCALE", "ADD"][..]),
-        ("conv_int8", &["CONV2D", "RESCALE"][..]),
-    ] {
-        let e = graph_of(&file(model)).map(|_| ()).unwrap_err();
-        let NativeError::Unsupported(what) = &e else {
-            panic!("{model}: {e}");
-        };
-        for name in names {
-            assert!(
-                what.iter()
-                    .any(|w| w.starts_with(name) && w.contains("at word")),
-                "{model}: {e}"
-            );
-        }
+fn int8_vgf_models_run_natively_bit_exact() {
+    let g = graph_of(&file("add_int8")).unwrap();
+    let Some((instance, dev)) = native_device("vgf_native_int8", &g.requirements()) else {
+        return;
+    };
+    for model in ["add_int8", "conv_int8"] {
+        let g = graph_of(&file(model)).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let mut built = g.build(&dev).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let inputs: Vec<HostTensor> = (0..g.input_specs().len())
+            .map(|i| npy(&dir(model).join(format!("input_{i}.npy"))))
+            .collect();
+        let out = built
+            .execute(&inputs)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let want = npy(&dir(model).join("vgf_output_0.npy"));
+        assert_eq!(out[0].shape(), want.shape(), "{model}");
+        assert_eq!(out[0].bytes(), want.bytes(), "{model}");
     }
+    assert_no_validation_errors(&instance);
+}
+
+/// What the native path cannot lower is named, each operator with its word offset, all at
+/// once.
+#[test]
+fn unsupported_operators_are_named_at_once() {
+    let e = NativeError::Unsupported(vec!["TABLE at word 12".into(), "ERF at word 40".into()]);
+    assert_eq!(
+        e.to_string(),
+        "not runnable natively: TABLE at word 12; ERF at word 40"
+    );
 }
