@@ -75,6 +75,23 @@ fn native_device(test: &str, requirements: &Requirements) -> Option<(Instance, D
     }
 }
 
+/// A corpus model lowered, built and run on its fixture inputs: its kernels, its first
+/// output and scenario-runner's (same shape, checked).
+fn run_natively(dev: &Device, model: &str) -> (Vec<String>, HostTensor, HostTensor) {
+    let g = graph_of(&file(model)).unwrap_or_else(|e| panic!("{model}: {e}"));
+    let mut built = g.build(dev).unwrap_or_else(|e| panic!("{model}: {e}"));
+    let inputs: Vec<HostTensor> = (0..g.input_specs().len())
+        .map(|i| npy(&dir(model).join(format!("input_{i}.npy"))))
+        .collect();
+    let mut out = built
+        .execute(&inputs)
+        .unwrap_or_else(|e| panic!("{model}: {e}"));
+    let want = npy(&dir(model).join("vgf_output_0.npy"));
+    assert_eq!(out[0].shape(), want.shape(), "{model}");
+    let kernels = built.kernels().iter().map(|k| k.to_string()).collect();
+    (kernels, out.swap_remove(0), want)
+}
+
 #[test]
 fn fp32_vgf_models_run_natively_as_scenario_runner() {
     let models = [
@@ -92,24 +109,15 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
         return;
     };
     for model in models {
-        let g = graph_of(&file(model)).unwrap_or_else(|e| panic!("{model}: {e}"));
-        let mut built = g.build(&dev).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let (kernels, out, want) = run_natively(&dev, model);
         // The files' own NCHW-to-NHWC transposes cancel against the NCHW convolutions and
         // pools, and constant weights are laid out at build: no copy is left.
         match model {
-            "conv" => assert_eq!(built.kernels(), ["Gemm"], "{model}"),
-            "avgpool" => assert_eq!(built.kernels(), ["Pool2x2"], "{model}"),
+            "conv" => assert_eq!(kernels, ["Gemm"], "{model}"),
+            "avgpool" => assert_eq!(kernels, ["Pool2x2"], "{model}"),
             _ => {}
         }
-        let inputs: Vec<HostTensor> = (0..g.input_specs().len())
-            .map(|i| npy(&dir(model).join(format!("input_{i}.npy"))))
-            .collect();
-        let out = built
-            .execute(&inputs)
-            .unwrap_or_else(|e| panic!("{model}: {e}"));
-        let want = npy(&dir(model).join("vgf_output_0.npy"));
-        assert_eq!(out[0].shape(), want.shape(), "{model}");
-        let (a, b) = (out[0].to_f32().unwrap(), want.to_f32().unwrap());
+        let (a, b) = (out.to_f32().unwrap(), want.to_f32().unwrap());
         let worst = a
             .iter()
             .zip(&b)
@@ -129,17 +137,8 @@ fn int8_vgf_models_run_natively_bit_exact() {
         return;
     };
     for model in ["add_int8", "conv_int8"] {
-        let g = graph_of(&file(model)).unwrap_or_else(|e| panic!("{model}: {e}"));
-        let mut built = g.build(&dev).unwrap_or_else(|e| panic!("{model}: {e}"));
-        let inputs: Vec<HostTensor> = (0..g.input_specs().len())
-            .map(|i| npy(&dir(model).join(format!("input_{i}.npy"))))
-            .collect();
-        let out = built
-            .execute(&inputs)
-            .unwrap_or_else(|e| panic!("{model}: {e}"));
-        let want = npy(&dir(model).join("vgf_output_0.npy"));
-        assert_eq!(out[0].shape(), want.shape(), "{model}");
-        assert_eq!(out[0].bytes(), want.bytes(), "{model}");
+        let (_, out, want) = run_natively(&dev, model);
+        assert_eq!(out.bytes(), want.bytes(), "{model}");
     }
     assert_no_validation_errors(&instance);
 }

@@ -432,32 +432,17 @@ impl GraphBuilder {
             groups: Some(groups as u64),
             precision: None,
         };
-        let chunks = max.div_ceil(SPLIT_ROWS);
-        if groups >= SPLIT_BELOW || chunks < 2 {
-            let push = push::AttendCachePush {
-                groups: word(groups)?,
-                s: word(s)?,
-                hq: word(hq)?,
-                hk: word(hk)?,
-                d: word(d)?,
-                max_rows: word(max)?,
-                plus,
-                has_pos,
-                scale,
-                chunks: 1,
-                chunk_rows: word(max)?,
-            };
-            return Ok(Some(self.kernel_node_into(
-                OP,
-                Kernel::AttendCache,
-                &operands,
-                out,
-                &push,
-            )?));
-        }
         // Few queries (a decode step): each query's rows in shares of SPLIT_ROWS, one work
-        // group each, then the shares combined.
-        let push = push::AttendSplitPush {
+        // group each, then the shares combined. Both kernels read one push block
+        // (`attend_cache.glsl`).
+        let chunks = max.div_ceil(SPLIT_ROWS);
+        let split = groups < SPLIT_BELOW && chunks >= 2;
+        let (shares, share_rows) = if split {
+            (chunks, SPLIT_ROWS)
+        } else {
+            (1, max)
+        };
+        let push = push::AttendCachePush {
             groups: word(groups)?,
             s: word(s)?,
             hq: word(hq)?,
@@ -467,9 +452,18 @@ impl GraphBuilder {
             plus,
             has_pos,
             scale,
-            chunks: word(chunks)?,
-            chunk_rows: word(SPLIT_ROWS)?,
+            chunks: word(shares)?,
+            chunk_rows: word(share_rows)?,
         };
+        if !split {
+            return Ok(Some(self.kernel_node_into(
+                OP,
+                Kernel::AttendCache,
+                &operands,
+                out,
+                &push,
+            )?));
+        }
         let parts = KernelOut {
             dtype: DType::F32,
             shape: vec![groups * chunks * (d + 2)],
