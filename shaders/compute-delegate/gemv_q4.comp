@@ -8,13 +8,23 @@
 // scales in f32, transposed at build to [n][groups] so that a column's scales lie together.
 // k is a multiple of 32 and the group a power of two of at least 8.
 //
-// A work group is 64 lanes and 8 columns. Lane x reads the 16-byte words x, x + 64, .. (32
-// weights each) of all 8 packed rows, so that each slice of x it loads serves 8 columns; the
-// lanes of a column read it contiguously. The lanes' sums then meet in shared memory, one
-// output a thread. Work group g of a grid-stride loop over the groups of 8 columns.
+// Epilogues, fused by the graph's passes: with `has_bias`, y[r][j] += bias[r * bias_row + j]
+// (a bias with bias_row 0, a residual of y's shape with bias_row n); with GLU, the gated
+// product of two such weights, w (the gate) and w2 (the up): y = silu(x w^T) * (x w2^T), as a
+// language model's MLP computes it.
+//
+// A work group is 64 lanes and 8 columns (with GLU, 4 columns of each weight). Lane x reads
+// the 16-byte words x, x + 64, .. (32 weights each) of all 8 packed rows, so that each slice
+// of x it loads serves 8 columns; the lanes of a column read it contiguously. The lanes' sums
+// then meet in shared memory, one output a thread. Work group g of a grid-stride loop over
+// the groups of columns.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 64) in;
+// Rows of x and y (1 to 4).
+layout(constant_id = 0) const uint ROWS = 1;
+// 1: the gated product of two weights (GLU above).
+layout(constant_id = 1) const uint GLU = 0;
 
 const uint LANES = 64;
 const uint COLS = 8;
@@ -23,16 +33,20 @@ const uint MAX_ROWS = 4;
 layout(std430, set = 0, binding = 0) readonly buffer X4 { T4 x4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { uvec4 w[]; };
 layout(std430, set = 0, binding = 2) readonly buffer S { float s[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 3) readonly buffer W2 { uvec4 w2[]; };
+layout(std430, set = 0, binding = 4) readonly buffer S2 { float s2[]; };
+layout(std430, set = 0, binding = 5) readonly buffer Bias { T bias[]; };
+layout(std430, set = 0, binding = 6) writeonly buffer Y { T y[]; };
 
 // Rust: `kernels::push::GemvQ4Push`, generated from this block.
 layout(push_constant) uniform Params {
-    uint rows;
     uint n;
     uint k;
     uint group_shift;
     uint groups;
     uint col_groups;
+    uint has_bias;
+    uint bias_row;
 } pc;
 
 // Each output's (column c, row r at c * MAX_ROWS + r) partial sums, one per lane; rows padded
@@ -45,13 +59,34 @@ void nibbles(uint word, out vec4 lo, out vec4 hi) {
     hi = vec4((word >> 16) & 15u, (word >> 20) & 15u, (word >> 24) & 15u, word >> 28) - 8.0;
 }
 
+float scale(bool up, uint at) {
+    return up ? s2[at] : s[at];
+}
+
+// The 64 lanes' partial sums of output slot `at`.
+float lanes_sum(uint at) {
+    vec4 sum = vec4(0.0);
+    [[unroll]] for (uint l = 0; l < LANES; l += 4) {
+        sum += vec4(part[at][l], part[at][l + 1], part[at][l + 2], part[at][l + 3]);
+    }
+    return sum.x + sum.y + sum.z + sum.w;
+}
+
 void main() {
     uint lane = gl_LocalInvocationID.x;
     uint words = pc.k / 32;
     // Groups of 32 or more: one scale per word; smaller: one per 8 weights.
     bool fine = pc.group_shift < 5;
+    const bool glu = GLU != 0;
+    // Output columns a work group computes: 8, or 4 gated ones (slots 4..7 the up weights').
+    const uint per = GLU != 0 ? COLS / 2 : COLS;
     for (uint g = gl_WorkGroupID.x; g < pc.col_groups; g += gl_NumWorkGroups.x) {
-        uint col0 = g * COLS;
+        uint col0 = g * per;
+        // The weight row of each slot (clamped into range; such slots' sums are not stored).
+        uint row[COLS];
+        [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            row[c] = min(col0 + (c < per ? c : c - per), pc.n - 1);
+        }
         float acc[COLS][MAX_ROWS];
         [[unroll]] for (uint c = 0; c < COLS; ++c) {
             [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
@@ -61,7 +96,7 @@ void main() {
         for (uint i = lane; i < words; i += LANES) {
             uvec4 q[COLS];
             [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                q[c] = w[min(col0 + c, pc.n - 1) * words + i];
+                q[c] = (glu && c >= per) ? w2[row[c] * words + i] : w[row[c] * words + i];
             }
             float d[COLS][MAX_ROWS];
             [[unroll]] for (uint c = 0; c < COLS; ++c) {
@@ -74,7 +109,7 @@ void main() {
                 vec4 xa[MAX_ROWS];
                 vec4 xb[MAX_ROWS];
                 [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                    if (r < pc.rows) {
+                    if (r < ROWS) {
                         uint at = (r * pc.k + kk) / 4;
                         xa[r] = vec4(x4[at]);
                         xb[r] = vec4(x4[at + 1]);
@@ -83,12 +118,12 @@ void main() {
                 [[unroll]] for (uint c = 0; c < COLS; ++c) {
                     float sc = 1.0;
                     if (fine) {
-                        sc = s[min(col0 + c, pc.n - 1) * pc.groups + (kk >> pc.group_shift)];
+                        sc = scale(glu && c >= per, row[c] * pc.groups + (kk >> pc.group_shift));
                     }
                     vec4 lo, hi;
                     nibbles(q[c][p], lo, hi);
                     [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                        if (r < pc.rows) {
+                        if (r < ROWS) {
                             d[c][r] += sc * (dot(lo, xa[r]) + dot(hi, xb[r]));
                         }
                     }
@@ -97,7 +132,7 @@ void main() {
             [[unroll]] for (uint c = 0; c < COLS; ++c) {
                 float sc = 1.0;
                 if (!fine) {
-                    sc = s[min(col0 + c, pc.n - 1) * pc.groups + ((i * 32) >> pc.group_shift)];
+                    sc = scale(glu && c >= per, row[c] * pc.groups + ((i * 32) >> pc.group_shift));
                 }
                 [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
                     acc[c][r] += sc * d[c][r];
@@ -110,16 +145,19 @@ void main() {
             }
         }
         barrier();
-        if (lane < COLS * MAX_ROWS) {
+        if (lane < per * MAX_ROWS) {
             uint c = lane / MAX_ROWS;
             uint r = lane % MAX_ROWS;
-            if (r < pc.rows && col0 + c < pc.n) {
-                vec4 sum = vec4(0.0);
-                [[unroll]] for (uint l = 0; l < LANES; l += 4) {
-                    sum += vec4(part[lane][l], part[lane][l + 1], part[lane][l + 2],
-                                part[lane][l + 3]);
+            if (r < ROWS && col0 + c < pc.n) {
+                float v = lanes_sum(lane);
+                if (glu) {
+                    float up = lanes_sum((c + per) * MAX_ROWS + r);
+                    v = v / (1.0 + exp(-v)) * up;
                 }
-                y[r * pc.n + col0 + c] = T(sum.x + sum.y + sum.z + sum.w);
+                if (pc.has_bias != 0) {
+                    v += float(bias[r * pc.bias_row + col0 + c]);
+                }
+                y[r * pc.n + col0 + c] = T(v);
             }
         }
         barrier();

@@ -53,6 +53,12 @@ impl GraphBuilder {
         if let Some(fused) = self.with_silu_fused() {
             return fused.build_with(device, options);
         }
+        if !options.unfused {
+            let fused = self.with_gated_products_fused();
+            if let Some(fused) = fused.or_else(|| self.with_residuals_fused()) {
+                return fused.build_with(device, options);
+            }
+        }
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
         let coop = if self.has_f16_gemm() {
             crate::coop::usable(device, options.cooperative)

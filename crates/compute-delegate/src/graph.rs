@@ -434,6 +434,8 @@ pub(crate) enum Op {
         /// The shader variant's precision where it is not the output's (f32 partial results
         /// of an f16 computation).
         precision: Option<DType>,
+        /// Specialization constants, by constant id.
+        spec: Vec<u32>,
     },
     /// Benchmark probe: arithmetic peak (see `fma_peak.comp`).
     #[cfg(feature = "bench")]
@@ -566,6 +568,8 @@ pub(crate) struct KernelOut {
     pub groups: Option<u64>,
     /// The shader variant's precision where it is not `dtype`'s.
     pub precision: Option<DType>,
+    /// The shader's specialization constants, by constant id (empty: its defaults).
+    pub spec: Vec<u32>,
 }
 
 /// Bytes of a tensor's storage: whole vec4s, so vectorised shaders stay in bounds.
@@ -912,6 +916,7 @@ impl GraphBuilder {
             storage: None,
             groups: None,
             precision: None,
+            spec: vec![],
         };
         self.kernel_node_into(name, kernel, inputs, out, push)
     }
@@ -947,6 +952,7 @@ impl GraphBuilder {
             push,
             groups: out.groups,
             precision: out.precision,
+            spec: out.spec,
         };
         let Some(storage) = storage else {
             return Ok(self.node(op, name, dtype, shape));

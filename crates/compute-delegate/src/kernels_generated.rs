@@ -270,7 +270,7 @@ impl Kernel {
             Kernel::GemmCoop => 4,
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
-            Kernel::GemvQ4 => 4,
+            Kernel::GemvQ4 => 7,
             Kernel::GemvT => 4,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
@@ -748,12 +748,13 @@ pub(crate) mod push {
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
     pub(crate) struct GemvQ4Push {
-        pub rows: u32,
         pub n: u32,
         pub k: u32,
         pub group_shift: u32,
         pub groups: u32,
         pub col_groups: u32,
+        pub has_bias: u32,
+        pub bias_row: u32,
     }
 
     const _: () = assert!(

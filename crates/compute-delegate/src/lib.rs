@@ -89,6 +89,7 @@ mod lower;
 pub mod ops;
 pub use ops::Math;
 mod options;
+mod fusion;
 mod passes;
 mod runtime;
 mod threads;

@@ -38,6 +38,10 @@ pub struct BuildOptions {
     /// (`None`: that limit). Products and lookups whose constant operand is larger are split
     /// into pieces that fit; any other tensor that is larger fails the build by name.
     pub max_binding_bytes: Option<u64>,
+    /// Build the graph as written, without the fusion passes that compute a product's
+    /// following operation as it stores its result (residual adds, a gated MLP's SiLU and
+    /// product): for comparing the two, and for a diagnosis.
+    pub unfused: bool,
     /// Constants shared with the other graphs built with a clone of this pool on the same
     /// device: each constant of one name and the same bytes gets one buffer, and state a graph
     /// writes in place (a KV cache) is seen by the others. `None`: the graph's own buffers.

@@ -2671,3 +2671,88 @@ fn few_row_four_bit_linears_read_packed_weights() {
         }
     });
 }
+
+/// `x @ W^T` for random 4-bit weights `W` `[n, k]` in groups of `group` (`et_vk.linear_q4gsw`).
+fn q4_linear(
+    g: &mut GraphBuilder,
+    x: compute_delegate::TensorId,
+    seed: u64,
+    [n, k, group]: [usize; 3],
+) -> compute_delegate::TensorId {
+    let q: Vec<i8> = int8s(seed, n * k).iter().map(|v| v.rem_euclid(16) - 8).collect();
+    let packed: Vec<u8> = (0..n * k / 2)
+        .map(|b| ((q[2 * b + 1] + 8) as u8) << 4 | (q[2 * b] + 8) as u8)
+        .collect();
+    let scales: Vec<f32> = rand_vec(seed + 1, k / group * n)
+        .iter()
+        .map(|v| 0.02 + 0.01 * v.abs())
+        .collect();
+    let w = HostTensor::new(DType::U8, vec![n, k / 2], packed).unwrap();
+    let w = g.constant(&format!("w{seed}"), w).unwrap();
+    let s = g.constant_f32(&format!("s{seed}"), &[k / group, n], &scales).unwrap();
+    let args = vec![
+        Arg::Tensor(x),
+        Arg::Tensor(w),
+        Arg::Tensor(s),
+        Arg::Int(group as i64),
+        Arg::None,
+    ];
+    ops::find("et_vk.linear_q4gsw.default")
+        .unwrap()
+        .call(g, args)
+        .unwrap()[0]
+}
+
+/// The epilogue fusions (a gated MLP's two products, SiLU and product as one dispatch; residual
+/// adds done by the products that precede them) give what the graph as written gives.
+#[test]
+fn fused_epilogues_equal_the_unfused_graph() {
+    each_precision("fused_epilogues", |dev, dtype| {
+        for rows in [1usize, 3] {
+            let (k, hidden) = (64, 96);
+            let mut g = GraphBuilder::new();
+            let xin = g.input("x", DType::F32, &[rows, k]).unwrap();
+            let x = g.cast(xin, dtype).unwrap();
+            // y = x + down(silu(gate(x)) * up(x)), then z = y + y W^T on one row.
+            let gate = q4_linear(&mut g, x, 11, [hidden, k, 32]);
+            let up = q4_linear(&mut g, x, 13, [hidden, k, 32]);
+            let silu = ops::find("aten.silu.default").unwrap();
+            let s = silu.call(&mut g, vec![Arg::Tensor(gate)]).unwrap()[0];
+            let h = g.mul(s, up).unwrap();
+            let d = q4_linear(&mut g, h, 15, [k, hidden, 16]);
+            let y = g.add(x, d).unwrap();
+            let row = g.slice(y, 0, 0, 1, 1).unwrap();
+            let w = g.constant_f32("wf", &[k, k], &rand_vec(17, k * k)).unwrap();
+            let w = g.cast(w, dtype).unwrap();
+            let l = g.linear(row, w, None).unwrap();
+            let z = g.add(l, row).unwrap();
+            for t in [y, z] {
+                let t = g.cast(t, DType::F32).unwrap();
+                g.output(t).unwrap();
+            }
+            let input = [HostTensor::from_f32(vec![rows, k], &rand_vec(19, rows * k)).unwrap()];
+            let mut built = [false, true].map(|unfused| {
+                let options = compute_delegate::BuildOptions {
+                    unfused,
+                    ..Default::default()
+                };
+                g.build_with(dev, &options).unwrap()
+            });
+            let kernels = built.each_ref().map(|b| b.kernels());
+            let count = |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
+            // Fused: the gated product, the down product with the residual, the float linear
+            // with its residual; no elementwise dispatch between them.
+            assert_eq!(count(0, "GemvQ4"), 2, "{rows} rows, fused: {:?}", kernels[0]);
+            assert_eq!(count(1, "GemvQ4"), 3, "{rows} rows, unfused: {:?}", kernels[1]);
+            assert!(
+                count(0, "Binary") + count(0, "Unary") < count(1, "Binary") + count(1, "Unary") - 2,
+                "{rows} rows: {kernels:?}"
+            );
+            let [fused, unfused] = built.each_mut().map(|b| b.execute(&input).unwrap());
+            for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+                let what = format!("{dtype:?}, {rows} rows, output {i}");
+                assert_close(&f.to_f32().unwrap(), &u.to_f32().unwrap(), dtype, &what);
+            }
+        }
+    });
+}

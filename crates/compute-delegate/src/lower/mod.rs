@@ -295,6 +295,7 @@ impl Lowerer<'_> {
                 inputs,
                 push,
                 groups,
+                spec,
                 ..
             } => {
                 // One invocation per output element (or the node's work groups), the operands
@@ -306,7 +307,7 @@ impl Lowerer<'_> {
                     Some(n) => (*n).clamp(1, 65535) as u32,
                     None => self.linear_groups(t.info.numel() as u64),
                 };
-                self.push_words(*kernel, vec![], bindings, push.clone(), [g, 1, 1]);
+                self.push_words(*kernel, spec.clone(), bindings, push.clone(), [g, 1, 1]);
                 Ok(())
             }
             #[cfg(feature = "bench")]

@@ -289,6 +289,7 @@ impl GraphBuilder {
             storage: Some(ci.storage),
             groups: None,
             precision: None,
+            spec: vec![],
         };
         self.kernel_node_into(OP, Kernel::CacheWrite, &[new, pos], out, &push)?;
         let written = format!("{}'", ci.name);
@@ -431,6 +432,7 @@ impl GraphBuilder {
             storage: None,
             groups: Some(groups as u64),
             precision: None,
+            spec: vec![],
         };
         // Few queries (a decode step): each query's rows in shares of SPLIT_ROWS, one work
         // group each, then the shares combined. Both kernels read one push block
@@ -470,6 +472,7 @@ impl GraphBuilder {
             storage: None,
             groups: Some((groups * chunks) as u64),
             precision: Some(qi.dtype),
+            spec: vec![],
         };
         let part = self.kernel_node_into(OP, Kernel::AttendSplit, &operands, parts, &push)?;
         let push = push::AttendCombinePush {

@@ -730,12 +730,13 @@ fn packed_q4_rows(
     let scales = c.g.constant_f32(&name, &[n, groups], &by_column)?;
     let word = |v: usize| u32::try_from(v).map_err(|_| c.err(w_at, format!("{v} is over 2^32")));
     let push = push::GemvQ4Push {
-        rows: word(rows)?,
         n: word(n)?,
         k: word(k)?,
         group_shift: group.trailing_zeros(),
         groups: word(groups)?,
         col_groups: word(n.div_ceil(8))?,
+        has_bias: 0,
+        bias_row: 0,
     };
     let mut shape = xs.clone();
     if let Some(last) = shape.last_mut() {
@@ -747,9 +748,12 @@ fn packed_q4_rows(
         storage: None,
         groups: Some(n.div_ceil(8) as u64),
         precision: None,
+        spec: vec![word(rows)?, 0],
     };
-    let y =
-        c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &[x, w, scales], out, &push)?;
+    // The second weights and the bias are bound to the first and to `x` until a fusion
+    // pass gives them (`GraphBuilder::with_gated_products_fused`, `with_residuals_fused`).
+    let inputs = [x, w, scales, w, scales, x];
+    let y = c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &inputs, out, &push)?;
     Ok(Some(y))
 }
 

@@ -1,0 +1,277 @@
+//! Epilogue fusions, passes over the graph IR like those of `passes.rs`: a product's
+//! following operation computed as it stores its result, one dispatch where there were two or
+//! four.
+//!
+//! - [`GraphBuilder::with_residuals_fused`]: `y = x W^T` followed by `y + r` (a residual, or
+//!   a bias added as its own node) adds `r` as the product stores `y`;
+//! - [`GraphBuilder::with_gated_products_fused`]: `silu(x Wg^T) * (x Wu^T)` on packed 4-bit
+//!   weights (a language model's gated MLP) as one dispatch reading both weights.
+//!
+//! Each applies only where the intermediate results have no other reader, are no graph
+//! output, and are written by their node alone; [`crate::BuildOptions::unfused`] builds a graph
+//! without them.
+
+use std::collections::HashMap;
+
+use crate::graph::{BinaryOp, GraphBuilder, Node, Op, TensorId, TensorInfo, UnaryOp};
+use crate::kernels::{Kernel, push::GemvQ4Push};
+
+/// Who reads and writes each storage of a graph.
+struct Uses {
+    /// Reads by nodes, plus one for a graph output.
+    readers: Vec<usize>,
+    /// The nodes writing it, in order.
+    writers: Vec<Vec<usize>>,
+    /// The node writing each tensor.
+    producer: HashMap<TensorId, usize>,
+}
+
+impl Uses {
+    fn of(g: &GraphBuilder) -> Uses {
+        let mut readers = vec![0usize; g.storages.len()];
+        let mut writers = vec![Vec::new(); g.storages.len()];
+        let mut producer = HashMap::new();
+        for (k, n) in g.nodes.iter().enumerate() {
+            for t in n.op.inputs() {
+                readers[g.tensors[t.0].storage] += 1;
+            }
+            writers[g.tensors[n.out.0].storage].push(k);
+            producer.insert(n.out, k);
+        }
+        for t in &g.outputs {
+            readers[g.tensors[t.0].storage] += 1;
+        }
+        Uses {
+            readers,
+            writers,
+            producer,
+        }
+    }
+
+    /// The node writing `t` where `t` is an intermediate result a fusion may absorb: a storage
+    /// of its own, written by that node alone and read once.
+    fn sole(&self, g: &GraphBuilder, t: TensorId) -> Option<usize> {
+        let st = g.tensors[t.0].storage;
+        let own = g.storages[st].tensor == t && self.writers[st].len() == 1;
+        (own && self.readers[st] == 1)
+            .then(|| self.producer.get(&t).copied())
+            .flatten()
+    }
+
+    /// Whether every write of `t`'s storage comes before node `at`.
+    fn ready_before(&self, g: &GraphBuilder, t: TensorId, at: usize) -> bool {
+        self.writers[g.tensors[t.0].storage].iter().all(|&w| w < at)
+    }
+}
+
+/// Whether node `n` reads or writes storage `st`.
+fn touches(g: &GraphBuilder, n: &Node, st: usize) -> bool {
+    g.tensors[n.out.0].storage == st || n.op.inputs().iter().any(|t| g.tensors[t.0].storage == st)
+}
+
+/// Word `field` (a byte offset) of a push block held as words.
+fn word(push: &[u32], field: usize) -> u32 {
+    push.get(field / 4).copied().unwrap_or(0)
+}
+
+fn set_word(push: &mut [u32], field: usize, v: u32) {
+    if let Some(w) = push.get_mut(field / 4) {
+        *w = v;
+    }
+}
+
+const HAS_BIAS: usize = std::mem::offset_of!(GemvQ4Push, has_bias);
+const BIAS_ROW: usize = std::mem::offset_of!(GemvQ4Push, bias_row);
+const COL_GROUPS: usize = std::mem::offset_of!(GemvQ4Push, col_groups);
+const N: usize = std::mem::offset_of!(GemvQ4Push, n);
+
+/// The packed 4-bit product a kernel node is, without an epilogue: its push words.
+fn plain_q4(op: &Op) -> Option<&[u32]> {
+    match op {
+        Op::Kernel {
+            kernel: Kernel::GemvQ4,
+            push,
+            spec,
+            ..
+        } if word(push, HAS_BIAS) == 0 && spec.get(1).copied().unwrap_or(0) == 0 => Some(push),
+        _ => None,
+    }
+}
+
+impl GraphBuilder {
+    /// The graph with each sum of a product's result and another tensor `r` of its dtype
+    /// computed by the product as it stores its result: a `linear` of one row without a bias
+    /// (`r` of its `n` elements becomes the bias), or a packed 4-bit product (`r` of the
+    /// output's shape, or a bias of `n`). `r` must be complete before the product runs.
+    /// `None` where there is none.
+    pub(crate) fn with_residuals_fused(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, node) in self.nodes.iter().enumerate() {
+            let Op::Binary {
+                op: BinaryOp::Add,
+                a,
+                b,
+            } = node.op
+            else {
+                continue;
+            };
+            for (p, r) in [(a, b), (b, a)] {
+                let Some(j) = uses.sole(self, p) else {
+                    continue;
+                };
+                let (pi, ri, oi) = (&self.tensors[p.0], &self.tensors[r.0], &self.tensors[node.out.0]);
+                let fits = !drop[j]
+                    && pi.shape == oi.shape
+                    && pi.dtype == oi.dtype
+                    && ri.dtype == oi.dtype
+                    && uses.ready_before(self, r, j)
+                    && !self.nodes[j + 1..k]
+                        .iter()
+                        .any(|n| touches(self, n, oi.storage));
+                if !fits {
+                    continue;
+                }
+                if let Some(op) = g.residual_epilogue(&self.nodes[j].op, r, oi) {
+                    g.nodes[j].op = op;
+                    g.nodes[j].out = node.out;
+                    drop[k] = true;
+                    break;
+                }
+            }
+        }
+        retain(g, &drop)
+    }
+
+    /// Product `op` adding `r` to its result `out` as it stores it; `None` where it cannot.
+    fn residual_epilogue(&mut self, op: &Op, r: TensorId, out: &TensorInfo) -> Option<Op> {
+        let n = *out.shape.last()?;
+        let rows = out.numel() / n.max(1);
+        let (rn, same) = (self.tensors[r.0].numel(), self.tensors[r.0].shape == out.shape);
+        let bias_of_n = rn == n && self.tensors[r.0].shape.iter().rev().skip(1).all(|&d| d == 1);
+        match op {
+            Op::Matmul {
+                a,
+                b,
+                bias: None,
+                linear: true,
+            } if rows == 1 && rn == n => {
+                let info = self.tensors[r.0].clone();
+                self.tensors.push(TensorInfo {
+                    name: format!("{}_as_bias", info.name),
+                    shape: vec![n],
+                    ..info
+                });
+                Some(Op::Matmul {
+                    a: *a,
+                    b: *b,
+                    bias: Some(TensorId(self.tensors.len() - 1)),
+                    linear: true,
+                })
+            }
+            Op::Kernel { inputs, .. } if plain_q4(op).is_some() && (same || bias_of_n) => {
+                let mut op = op.clone();
+                if let Op::Kernel { inputs: i, push, .. } = &mut op {
+                    i[5] = r;
+                    set_word(push, HAS_BIAS, 1);
+                    set_word(push, BIAS_ROW, if bias_of_n { 0 } else { n as u32 });
+                }
+                debug_assert_eq!(inputs.len(), 6);
+                Some(op)
+            }
+            _ => None,
+        }
+    }
+
+    /// The graph with each `silu(x Wg^T) * (x Wu^T)` of packed 4-bit weights (two products of
+    /// one `x`, of equal shapes, the SiLU fused already) as one dispatch that reads both
+    /// weights. `None` where there is none.
+    pub(crate) fn with_gated_products_fused(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, node) in self.nodes.iter().enumerate() {
+            let Op::Binary {
+                op: BinaryOp::Mul,
+                a,
+                b,
+            } = node.op
+            else {
+                continue;
+            };
+            let found = [(a, b), (b, a)]
+                .into_iter()
+                .find_map(|(s, u)| self.gated_pair(&uses, s, u, &drop));
+            let Some(([js, jg, ju], fused)) = found else {
+                continue;
+            };
+            for j in [js, jg, ju] {
+                drop[j] = true;
+            }
+            g.nodes[k].op = fused;
+        }
+        retain(g, &drop)
+    }
+
+    /// `s = silu(x Wg^T)` and `u = x Wu^T` as one gated product: the nodes it replaces (the
+    /// SiLU, the gate's and the up's products) and the fused op.
+    fn gated_pair(
+        &self,
+        uses: &Uses,
+        s: TensorId,
+        u: TensorId,
+        drop: &[bool],
+    ) -> Option<([usize; 3], Op)> {
+        let js = uses.sole(self, s)?;
+        let Op::Unary {
+            op: UnaryOp::Silu,
+            x: gate,
+        } = self.nodes[js].op
+        else {
+            return None;
+        };
+        let (jg, ju) = (uses.sole(self, gate)?, uses.sole(self, u)?);
+        let (Op::Kernel { inputs: gi, .. }, Op::Kernel { inputs: ui, spec, .. }) =
+            (&self.nodes[jg].op, &self.nodes[ju].op)
+        else {
+            return None;
+        };
+        let (gp, up) = (plain_q4(&self.nodes[jg].op)?, plain_q4(&self.nodes[ju].op)?);
+        let same = gp == up
+            && gi[0] == ui[0]
+            && self.tensors[gate.0].shape == self.tensors[u.0].shape
+            && self.tensors[gate.0].dtype == self.tensors[u.0].dtype
+            && uses.ready_before(self, gi[0], jg.min(ju));
+        if !same || [js, jg, ju].iter().any(|&j| drop[j]) {
+            return None;
+        }
+        let mut push = gp.to_vec();
+        let n = word(&push, N);
+        let col_groups = n.div_ceil(4);
+        set_word(&mut push, COL_GROUPS, col_groups);
+        let fused = Op::Kernel {
+            name: "gated_linear_q4gsw",
+            kernel: Kernel::GemvQ4,
+            inputs: vec![gi[0], gi[1], gi[2], ui[1], ui[2], gi[0]],
+            push,
+            groups: Some(u64::from(col_groups)),
+            precision: None,
+            spec: vec![spec.first().copied().unwrap_or(1), 1],
+        };
+        Some(([js, jg, ju], fused))
+    }
+}
+
+/// `g` without the nodes marked in `drop`; `None` where none is.
+fn retain(mut g: GraphBuilder, drop: &[bool]) -> Option<GraphBuilder> {
+    if !drop.contains(&true) {
+        return None;
+    }
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !drop[k - 1]
+    });
+    Some(g)
+}
