@@ -4,8 +4,9 @@
 //!
 //! - [`GraphBuilder::with_residuals_fused`]: `y = x W^T` followed by `y + r` (a residual, or
 //!   a bias added as its own node) adds `r` as the product stores `y`;
-//! - [`GraphBuilder::with_gated_products_fused`]: `silu(x Wg^T) * (x Wu^T)` on packed 4-bit
-//!   weights (a language model's gated MLP) as one dispatch reading both weights.
+//! - [`GraphBuilder::with_gated_products_fused`]: `silu(x Wg^T) * (x Wu^T)` of one to four
+//!   rows (a language model's gated MLP in a decode step), on packed 4-bit or float weights,
+//!   as one dispatch reading both weights.
 //!
 //! Each applies only where the intermediate results have no other reader, are no graph
 //! output, and are written by their node alone; [`crate::BuildOptions::unfused`] builds a graph
@@ -14,7 +15,8 @@
 use std::collections::HashMap;
 
 use crate::graph::{BinaryOp, GraphBuilder, Node, Op, TensorId, TensorInfo, UnaryOp};
-use crate::kernels::{Kernel, push::GemvQ4Push};
+use crate::kernels::{Kernel, push, push::GemvQ4Push};
+use crate::lower::GEMV_MAX_ROWS;
 
 /// Who reads and writes each storage of a graph.
 struct Uses {
@@ -184,9 +186,9 @@ impl GraphBuilder {
         }
     }
 
-    /// The graph with each `silu(x Wg^T) * (x Wu^T)` of packed 4-bit weights (two products of
-    /// one `x`, of equal shapes, the SiLU fused already) as one dispatch that reads both
-    /// weights. `None` where there is none.
+    /// The graph with each `silu(x Wg^T) * (x Wu^T)` of one to four rows, on packed 4-bit
+    /// weights or float ones (two products of one `x`, of equal shapes, the SiLU fused
+    /// already), as one dispatch that reads both weights. `None` where there is none.
     pub(crate) fn with_gated_products_fused(&self) -> Option<GraphBuilder> {
         let uses = Uses::of(self);
         let mut g = self.clone();
@@ -232,35 +234,83 @@ impl GraphBuilder {
             return None;
         };
         let (jg, ju) = (uses.sole(self, gate)?, uses.sole(self, u)?);
-        let (Op::Kernel { inputs: gi, .. }, Op::Kernel { inputs: ui, spec, .. }) =
-            (&self.nodes[jg].op, &self.nodes[ju].op)
+        let (gi, ui) = (&self.tensors[gate.0], &self.tensors[u.0]);
+        if gi.shape != ui.shape || gi.dtype != ui.dtype || [js, jg, ju].iter().any(|&j| drop[j]) {
+            return None;
+        }
+        let (g, up) = (&self.nodes[jg].op, &self.nodes[ju].op);
+        let fused = gated_q4(g, up).or_else(|| self.gated_linear(g, up, gi))?;
+        let x = fused.inputs()[0];
+        uses.ready_before(self, x, jg.min(ju))
+            .then_some(([js, jg, ju], fused))
+    }
+
+    /// Two one- to four-row `linear`s of one `x`, without biases, as one gated `gemv_t.comp`.
+    fn gated_linear(&self, g: &Op, u: &Op, out: &TensorInfo) -> Option<Op> {
+        let (
+            &Op::Matmul {
+                a,
+                b: wg,
+                bias: None,
+                linear: true,
+            },
+            &Op::Matmul {
+                a: ua,
+                b: wu,
+                bias: None,
+                linear: true,
+            },
+        ) = (g, u)
         else {
             return None;
         };
-        let (gp, up) = (plain_q4(&self.nodes[jg].op)?, plain_q4(&self.nodes[ju].op)?);
-        let same = gp == up
-            && gi[0] == ui[0]
-            && self.tensors[gate.0].shape == self.tensors[u.0].shape
-            && self.tensors[gate.0].dtype == self.tensors[u.0].dtype
-            && uses.ready_before(self, gi[0], jg.min(ju));
-        if !same || [js, jg, ju].iter().any(|&j| drop[j]) {
-            return None;
-        }
-        let mut push = gp.to_vec();
-        let n = word(&push, N);
-        let col_groups = n.div_ceil(4);
-        set_word(&mut push, COL_GROUPS, col_groups);
-        let fused = Op::Kernel {
-            name: "gated_linear_q4gsw",
-            kernel: Kernel::GemvQ4,
-            inputs: vec![gi[0], gi[1], gi[2], ui[1], ui[2], gi[0]],
-            push,
-            groups: Some(u64::from(col_groups)),
-            precision: None,
-            spec: vec![spec.first().copied().unwrap_or(1), 1],
+        let (n, k) = (*out.shape.last()?, *self.tensors[a.0].shape.last()?);
+        let rows = out.numel() / n.max(1);
+        let fits = a == ua && (1..=GEMV_MAX_ROWS).contains(&rows) && k % 4 == 0;
+        let words = |v: usize| u32::try_from(v).ok();
+        let push = push::GemvTPush {
+            m: words(rows)?,
+            n: words(n)?,
+            k: words(k)?,
+            sa_m: words(k)?,
+            sb_n: words(k)?,
+            sc_m: words(n)?,
+            ..Default::default()
         };
-        Some(([js, jg, ju], fused))
+        let groups = n.div_ceil(4) as u64;
+        fits.then(|| Op::Kernel {
+            name: "gated_linear",
+            kernel: Kernel::GemvT,
+            inputs: vec![a, wg, a, wu],
+            push: bytemuck::cast_slice(bytemuck::bytes_of(&push)).to_vec(),
+            groups: Some(groups),
+            precision: None,
+            spec: vec![rows as u32, 0, 1],
+        })
     }
+}
+
+/// Two plain packed 4-bit products of one `x` and equal parameters as one gated product.
+fn gated_q4(g: &Op, u: &Op) -> Option<Op> {
+    let (Op::Kernel { inputs: gi, spec, .. }, Op::Kernel { inputs: ui, .. }) = (g, u) else {
+        return None;
+    };
+    let (gp, up) = (plain_q4(g)?, plain_q4(u)?);
+    if gp != up || gi[0] != ui[0] {
+        return None;
+    }
+    let mut push = gp.to_vec();
+    let col_groups = word(&push, N).div_ceil(4);
+    set_word(&mut push, COL_GROUPS, col_groups);
+    Some(Op::Kernel {
+        name: "gated_linear_q4gsw",
+        kernel: Kernel::GemvQ4,
+        inputs: vec![gi[0], gi[1], gi[2], ui[1], ui[2], gi[0]],
+        push,
+        groups: Some(u64::from(col_groups)),
+        precision: None,
+        spec: vec![spec.first().copied().unwrap_or(1), 1],
+    })
 }
 
 /// `g` without the nodes marked in `drop`; `None` where none is.

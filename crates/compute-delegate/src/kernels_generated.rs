@@ -271,7 +271,7 @@ impl Kernel {
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
             Kernel::GemvQ4 => 7,
-            Kernel::GemvT => 4,
+            Kernel::GemvT => 5,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
             Kernel::LayerNorm => 4,

@@ -2726,7 +2726,15 @@ fn fused_epilogues_equal_the_unfused_graph() {
             let w = g.cast(w, dtype).unwrap();
             let l = g.linear(row, w, None).unwrap();
             let z = g.add(l, row).unwrap();
-            for t in [y, z] {
+            // And a gated product of float weights: silu(z Wg^T) * (z Wu^T).
+            let wg = g.constant_f32("wg", &[hidden, k], &rand_vec(21, hidden * k)).unwrap();
+            let wu = g.constant_f32("wu", &[hidden, k], &rand_vec(23, hidden * k)).unwrap();
+            let (wg, wu) = (g.cast(wg, dtype).unwrap(), g.cast(wu, dtype).unwrap());
+            let zg = g.linear(z, wg, None).unwrap();
+            let zu = g.linear(z, wu, None).unwrap();
+            let zs = silu.call(&mut g, vec![Arg::Tensor(zg)]).unwrap()[0];
+            let gated = g.mul(zu, zs).unwrap();
+            for t in [y, z, gated] {
                 let t = g.cast(t, DType::F32).unwrap();
                 g.output(t).unwrap();
             }
@@ -2741,11 +2749,13 @@ fn fused_epilogues_equal_the_unfused_graph() {
             let kernels = built.each_ref().map(|b| b.kernels());
             let count = |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
             // Fused: the gated product, the down product with the residual, the float linear
-            // with its residual; no elementwise dispatch between them.
+            // with its residual, the float gated product; no elementwise dispatch between.
             assert_eq!(count(0, "GemvQ4"), 2, "{rows} rows, fused: {:?}", kernels[0]);
             assert_eq!(count(1, "GemvQ4"), 3, "{rows} rows, unfused: {:?}", kernels[1]);
+            assert_eq!(count(0, "GemvT"), 2, "{rows} rows, fused: {:?}", kernels[0]);
+            assert_eq!(count(1, "GemvT"), 3, "{rows} rows, unfused: {:?}", kernels[1]);
             assert!(
-                count(0, "Binary") + count(0, "Unary") < count(1, "Binary") + count(1, "Unary") - 2,
+                count(0, "Binary") + count(0, "Unary") + 6 <= count(1, "Binary") + count(1, "Unary"),
                 "{rows} rows: {kernels:?}"
             );
             let [fused, unfused] = built.each_mut().map(|b| b.execute(&input).unwrap());

@@ -313,8 +313,11 @@ impl Lowerer<'_> {
             act_lo,
             act_hi,
         };
-        let spec = vec![m as u32, u32::from(act.is_some())];
-        self.push(Kernel::GemvT, spec, bindings.to_vec(), push, groups);
+        let spec = vec![m as u32, u32::from(act.is_some()), 0];
+        // B2, read only by the gated products of the fusion pass, bound to B.
+        let mut bindings = bindings.to_vec();
+        bindings.insert(3, bindings[1]);
+        self.push(Kernel::GemvT, spec, bindings, push, groups);
         Ok(true)
     }
 
