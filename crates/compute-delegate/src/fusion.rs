@@ -12,8 +12,6 @@
 //! output, and are written by their node alone; [`crate::BuildOptions::unfused`] builds a graph
 //! without them.
 
-use std::collections::HashMap;
-
 use crate::graph::{BinaryOp, GraphBuilder, Node, Op, TensorId, TensorInfo, UnaryOp};
 use crate::kernels::{Kernel, push, push::GemvQ4Push};
 use crate::lower::GEMV_MAX_ROWS;
@@ -24,40 +22,37 @@ struct Uses {
     readers: Vec<usize>,
     /// The nodes writing it, in order.
     writers: Vec<Vec<usize>>,
-    /// The node writing each tensor.
-    producer: HashMap<TensorId, usize>,
 }
 
 impl Uses {
     fn of(g: &GraphBuilder) -> Uses {
         let mut readers = vec![0usize; g.storages.len()];
         let mut writers = vec![Vec::new(); g.storages.len()];
-        let mut producer = HashMap::new();
         for (k, n) in g.nodes.iter().enumerate() {
             for t in n.op.inputs() {
                 readers[g.tensors[t.0].storage] += 1;
             }
             writers[g.tensors[n.out.0].storage].push(k);
-            producer.insert(n.out, k);
         }
         for t in &g.outputs {
             readers[g.tensors[t.0].storage] += 1;
         }
-        Uses {
-            readers,
-            writers,
-            producer,
-        }
+        Uses { readers, writers }
     }
 
-    /// The node writing `t` where `t` is an intermediate result a fusion may absorb: a storage
-    /// of its own, written by that node alone and read once.
+    /// The node writing `t` where `t` (or the tensor it views) is an intermediate result a
+    /// fusion may absorb: a storage of its own, written whole by that node alone and read
+    /// once, viewed by `t` with the same last dim.
     fn sole(&self, g: &GraphBuilder, t: TensorId) -> Option<usize> {
         let st = g.tensors[t.0].storage;
-        let own = g.storages[st].tensor == t && self.writers[st].len() == 1;
-        (own && self.readers[st] == 1)
-            .then(|| self.producer.get(&t).copied())
-            .flatten()
+        let [j] = self.writers[st][..] else {
+            return None;
+        };
+        let out = &g.tensors[g.nodes[j].out.0];
+        let whole = g.storages[st].tensor == g.nodes[j].out
+            && out.numel() == g.tensors[t.0].numel()
+            && out.shape.last() == g.tensors[t.0].shape.last();
+        (whole && self.readers[st] == 1).then_some(j)
     }
 
     /// Whether every write of `t`'s storage comes before node `at`.
@@ -239,10 +234,17 @@ impl GraphBuilder {
             return None;
         }
         let (g, up) = (&self.nodes[jg].op, &self.nodes[ju].op);
-        let fused = gated_q4(g, up).or_else(|| self.gated_linear(g, up, gi))?;
+        let fused = gated_q4(g, up, |a, b| self.same_data(a, b))
+            .or_else(|| self.gated_linear(g, up, gi))?;
         let x = fused.inputs()[0];
         uses.ready_before(self, x, jg.min(ju))
             .then_some(([js, jg, ju], fused))
+    }
+
+    /// Whether `a` and `b` are one tensor, or views of one storage of the same shape.
+    fn same_data(&self, a: TensorId, b: TensorId) -> bool {
+        let (ai, bi) = (&self.tensors[a.0], &self.tensors[b.0]);
+        a == b || (ai.storage == bi.storage && ai.shape == bi.shape)
     }
 
     /// Two one- to four-row `linear`s of one `x`, without biases, as one gated `gemv_t.comp`.
@@ -266,7 +268,7 @@ impl GraphBuilder {
         };
         let (n, k) = (*out.shape.last()?, *self.tensors[a.0].shape.last()?);
         let rows = out.numel() / n.max(1);
-        let fits = a == ua && (1..=GEMV_MAX_ROWS).contains(&rows) && k % 4 == 0;
+        let fits = self.same_data(a, ua) && (1..=GEMV_MAX_ROWS).contains(&rows) && k % 4 == 0;
         let words = |v: usize| u32::try_from(v).ok();
         let push = push::GemvTPush {
             m: words(rows)?,
@@ -290,13 +292,14 @@ impl GraphBuilder {
     }
 }
 
-/// Two plain packed 4-bit products of one `x` and equal parameters as one gated product.
-fn gated_q4(g: &Op, u: &Op) -> Option<Op> {
+/// Two plain packed 4-bit products of one `x` and equal parameters as one gated product;
+/// `same` tells whether two tensors hold the same data.
+fn gated_q4(g: &Op, u: &Op, same: impl Fn(TensorId, TensorId) -> bool) -> Option<Op> {
     let (Op::Kernel { inputs: gi, spec, .. }, Op::Kernel { inputs: ui, .. }) = (g, u) else {
         return None;
     };
     let (gp, up) = (plain_q4(g)?, plain_q4(u)?);
-    if gp != up || gi[0] != ui[0] {
+    if gp != up || !same(gi[0], ui[0]) {
         return None;
     }
     let mut push = gp.to_vec();
