@@ -11,7 +11,8 @@
 // Epilogues, fused by the graph's passes: with `has_bias`, y[r][j] += bias[r * bias_row + j]
 // (a bias with bias_row 0, a residual of y's shape with bias_row n); with GLU, the gated
 // product of two such weights, w (the gate) and w2 (the up): y = silu(x w^T) * (x w2^T), as a
-// language model's MLP computes it.
+// language model's MLP computes it. A prologue too: with NORM, x is first RMS-normalised,
+// x[r][k] * norm_w[k] / sqrt(mean_k(x[r]^2) + eps), as the norm before a product computes it.
 //
 // A work group is 64 lanes and 8 columns (with GLU, 4 columns of each weight). Lane x reads
 // the 16-byte words x, x + 64, .. (32 weights each) of all 8 packed rows, so that each slice
@@ -25,6 +26,8 @@ layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint ROWS = 1;
 // 1: the gated product of two weights (GLU above).
 layout(constant_id = 1) const uint GLU = 0;
+// 1: x RMS-normalised first (NORM above).
+layout(constant_id = 2) const uint NORM = 0;
 
 const uint LANES = 64;
 const uint COLS = 8;
@@ -36,7 +39,8 @@ layout(std430, set = 0, binding = 2) readonly buffer S { float s[]; };
 layout(std430, set = 0, binding = 3) readonly buffer W2 { uvec4 w2[]; };
 layout(std430, set = 0, binding = 4) readonly buffer S2 { float s2[]; };
 layout(std430, set = 0, binding = 5) readonly buffer Bias { T bias[]; };
-layout(std430, set = 0, binding = 6) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 6) readonly buffer NormW { T4 nw4[]; };
+layout(std430, set = 0, binding = 7) writeonly buffer Y { T y[]; };
 
 // Rust: `kernels::push::GemvQ4Push`, generated from this block.
 layout(push_constant) uniform Params {
@@ -47,6 +51,7 @@ layout(push_constant) uniform Params {
     uint col_groups;
     uint has_bias;
     uint bias_row;
+    float eps;
 } pc;
 
 // Each output's (column c, row r at c * MAX_ROWS + r) partial sums, one per lane; rows padded
@@ -80,6 +85,33 @@ void main() {
     const bool glu = GLU != 0;
     // Output columns a work group computes: 8, or 4 gated ones (slots 4..7 the up weights').
     const uint per = GLU != 0 ? COLS / 2 : COLS;
+    // With NORM, each row's 1 / sqrt(mean square + eps), from the lanes' sums of the slices
+    // of x they read.
+    float rstd[MAX_ROWS];
+    [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+        rstd[r] = 1.0;
+    }
+    if (NORM != 0) {
+        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+            if (r < ROWS) {
+                float ss = 0.0;
+                for (uint i = lane; i < words; i += LANES) {
+                    [[unroll]] for (uint v = 0; v < 8; ++v) {
+                        vec4 xv = vec4(x4[(r * pc.k) / 4 + i * 8 + v]);
+                        ss += dot(xv, xv);
+                    }
+                }
+                part[r][lane] = ss;
+            }
+        }
+        barrier();
+        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+            if (r < ROWS) {
+                rstd[r] = inversesqrt(lanes_sum(r) / float(pc.k) + pc.eps);
+            }
+        }
+        barrier();
+    }
     for (uint g = gl_WorkGroupID.x; g < pc.col_groups; g += gl_NumWorkGroups.x) {
         uint col0 = g * per;
         // The weight row of each slot (clamped into range; such slots' sums are not stored).
@@ -113,6 +145,10 @@ void main() {
                         uint at = (r * pc.k + kk) / 4;
                         xa[r] = vec4(x4[at]);
                         xb[r] = vec4(x4[at + 1]);
+                        if (NORM != 0) {
+                            xa[r] *= rstd[r] * vec4(nw4[kk / 4]);
+                            xb[r] *= rstd[r] * vec4(nw4[kk / 4 + 1]);
+                        }
                     }
                 }
                 [[unroll]] for (uint c = 0; c < COLS; ++c) {

@@ -55,7 +55,10 @@ impl GraphBuilder {
         }
         if !options.unfused {
             let fused = self.with_gated_products_fused();
-            if let Some(fused) = fused.or_else(|| self.with_residuals_fused()) {
+            let fused = fused
+                .or_else(|| self.with_residuals_fused())
+                .or_else(|| self.with_norms_fused());
+            if let Some(fused) = fused {
                 return fused.build_with(device, options);
             }
         }

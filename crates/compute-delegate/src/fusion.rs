@@ -4,6 +4,8 @@
 //!
 //! - [`GraphBuilder::with_residuals_fused`]: `y = x W^T` followed by `y + r` (a residual, or
 //!   a bias added as its own node) adds `r` as the product stores `y`;
+//! - [`GraphBuilder::with_norms_fused`]: an RMS norm read only by packed 4-bit products of
+//!   one to four rows, computed by each of them as it loads `x`;
 //! - [`GraphBuilder::with_gated_products_fused`]: `silu(x Wg^T) * (x Wu^T)` of one to four
 //!   rows (a language model's gated MLP in a decode step), on packed 4-bit or float weights,
 //!   as one dispatch reading both weights.
@@ -81,6 +83,7 @@ const HAS_BIAS: usize = std::mem::offset_of!(GemvQ4Push, has_bias);
 const BIAS_ROW: usize = std::mem::offset_of!(GemvQ4Push, bias_row);
 const COL_GROUPS: usize = std::mem::offset_of!(GemvQ4Push, col_groups);
 const N: usize = std::mem::offset_of!(GemvQ4Push, n);
+const EPS: usize = std::mem::offset_of!(GemvQ4Push, eps);
 
 /// The packed 4-bit product a kernel node is, without an epilogue: its push words.
 fn plain_q4(op: &Op) -> Option<&[u32]> {
@@ -174,7 +177,7 @@ impl GraphBuilder {
                     set_word(push, HAS_BIAS, 1);
                     set_word(push, BIAS_ROW, if bias_of_n { 0 } else { n as u32 });
                 }
-                debug_assert_eq!(inputs.len(), 6);
+                debug_assert_eq!(inputs.len(), 7);
                 Some(op)
             }
             _ => None,
@@ -308,12 +311,96 @@ fn gated_q4(g: &Op, u: &Op, same: impl Fn(TensorId, TensorId) -> bool) -> Option
     Some(Op::Kernel {
         name: "gated_linear_q4gsw",
         kernel: Kernel::GemvQ4,
-        inputs: vec![gi[0], gi[1], gi[2], ui[1], ui[2], gi[0]],
+        inputs: vec![gi[0], gi[1], gi[2], ui[1], ui[2], gi[0], gi[0]],
         push,
         groups: Some(u64::from(col_groups)),
         precision: None,
-        spec: vec![spec.first().copied().unwrap_or(1), 1],
+        spec: vec![spec.first().copied().unwrap_or(1), 1, 0],
     })
+}
+
+impl GraphBuilder {
+    /// The graph with each RMS norm whose result only packed 4-bit products read (as their
+    /// `x`) computed by those products as they load it: the norm's node is dropped, each
+    /// product reads the norm's input and weights. `None` where there is none.
+    pub(crate) fn with_norms_fused(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (j, node) in self.nodes.iter().enumerate() {
+            let Op::LayerNorm {
+                x,
+                weight: Some(w),
+                bias: None,
+                d,
+                eps,
+                rms: true,
+            } = node.op
+            else {
+                continue;
+            };
+            let st = self.tensors[node.out.0].storage;
+            let own = self.storages[st].tensor == node.out && uses.writers[st] == [j];
+            if !own || self.tensors[x.0].shape.last() != Some(&d) {
+                continue;
+            }
+            // Every read of the result: a product's `x` (or its unused bias binding).
+            let readers: Option<Vec<usize>> = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|&(k, n)| k != j && touches(self, n, st))
+                .map(|(k, n)| self.normed_x(&n.op, st).then_some(k))
+                .collect();
+            let Some(readers) = readers else {
+                continue;
+            };
+            let reads: usize = readers
+                .iter()
+                .map(|&k| self.nodes[k].op.inputs().iter().filter(|t| self.tensors[t.0].storage == st).count())
+                .sum();
+            if readers.is_empty() || reads != uses.readers[st] || !uses.ready_before(self, x, j) {
+                continue;
+            }
+            for k in readers {
+                if let Op::Kernel { inputs, push, spec, .. } = &mut g.nodes[k].op {
+                    for t in inputs.iter_mut().filter(|t| self.tensors[t.0].storage == st) {
+                        *t = x;
+                    }
+                    inputs[6] = w;
+                    set_word(push, EPS, eps.to_bits());
+                    spec.resize(3, 0);
+                    spec[2] = 1;
+                }
+            }
+            drop[j] = true;
+        }
+        retain(g, &drop)
+    }
+
+    /// Whether `op` is a packed 4-bit product without a norm that reads storage `st` only as
+    /// its `x` (and its unused bias binding).
+    fn normed_x(&self, op: &Op, st: usize) -> bool {
+        let Op::Kernel {
+            kernel: Kernel::GemvQ4,
+            inputs,
+            push,
+            spec,
+            ..
+        } = op
+        else {
+            return false;
+        };
+        let at = |t: &TensorId| self.tensors[t.0].storage == st;
+        let unused_bias = word(push, HAS_BIAS) == 0;
+        spec.get(2).copied().unwrap_or(0) == 0
+            && inputs.len() == 7
+            && at(&inputs[0])
+            && inputs
+                .iter()
+                .enumerate()
+                .all(|(p, t)| !at(t) || p == 0 || (p == 5 && unused_bias) || p == 6)
+    }
 }
 
 /// `g` without the nodes marked in `drop`; `None` where none is.

@@ -270,7 +270,7 @@ impl Kernel {
             Kernel::GemmCoop => 4,
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
-            Kernel::GemvQ4 => 7,
+            Kernel::GemvQ4 => 8,
             Kernel::GemvT => 5,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
@@ -755,6 +755,7 @@ pub(crate) mod push {
         pub col_groups: u32,
         pub has_bias: u32,
         pub bias_row: u32,
+        pub eps: f32,
     }
 
     const _: () = assert!(

@@ -161,6 +161,21 @@ fn profile(model: &mut LanguageModel) -> Result {
     for (op, (n, t)) in ops {
         println!("  {op:32} {n:5} {:9.3} ms", ms(t));
     }
+    // The same by the shape each writes and its work groups: which products cost most.
+    let mut per_shape: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
+    for d in &rows {
+        let key = format!("{} {:?} groups {}", d.op, d.shape, d.groups[0]);
+        let e = per_shape.entry(key).or_default();
+        e.0 += 1;
+        e.1 += d.time;
+    }
+    let mut shapes: Vec<_> = per_shape.into_iter().collect();
+    shapes.sort_by_key(|o| std::cmp::Reverse(o.1.1));
+    println!("by shape (the costliest 16; us each):");
+    for (what, (n, t)) in shapes.into_iter().take(16) {
+        let each = t.as_secs_f64() * 1e6 / n.max(1) as f64;
+        println!("  {what:60} {n:5} {:9.3} ms {each:8.1}", ms(t));
+    }
     Ok(())
 }
 

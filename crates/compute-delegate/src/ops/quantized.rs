@@ -737,6 +737,7 @@ fn packed_q4_rows(
         col_groups: word(n.div_ceil(8))?,
         has_bias: 0,
         bias_row: 0,
+        eps: 0.0,
     };
     let mut shape = xs.clone();
     if let Some(last) = shape.last_mut() {
@@ -748,11 +749,11 @@ fn packed_q4_rows(
         storage: None,
         groups: Some(n.div_ceil(8) as u64),
         precision: None,
-        spec: vec![word(rows)?, 0],
+        spec: vec![word(rows)?, 0, 0],
     };
-    // The second weights and the bias are bound to the first and to `x` until a fusion
-    // pass gives them (`GraphBuilder::with_gated_products_fused`, `with_residuals_fused`).
-    let inputs = [x, w, scales, w, scales, x];
+    // The second weights, the bias and the norm's weights are bound to the first and to `x`
+    // until a fusion pass gives them (see `fusion.rs`).
+    let inputs = [x, w, scales, w, scales, x, x];
     let y = c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &inputs, out, &push)?;
     Ok(Some(y))
 }
