@@ -53,7 +53,7 @@ impl GraphBuilder {
         if let Some(fused) = self.with_silu_fused() {
             return fused.build_with(device, options);
         }
-        if !options.unfused {
+        if options.fuses() {
             let fused = self.with_gated_products_fused();
             let fused = fused
                 .or_else(|| self.with_residuals_fused())

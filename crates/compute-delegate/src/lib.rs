@@ -104,7 +104,7 @@ pub use error::{Error, Result};
 pub use graph::{
     BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,
 };
-pub use options::{BuildOptions, ExternalBindings};
+pub use options::{BuildOptions, ExternalBindings, FUSION_ENV};
 pub use runtime::{DispatchTime, Graph, MemoryReport};
 
 use vk_core::{Device, Features, QueueCaps, Requirements, Version};

@@ -5,6 +5,18 @@ use std::collections::BTreeMap;
 
 use vk_core::BufferSlice;
 
+/// The environment variable that, set to `off`, builds every graph without the fusion
+/// passes ([`BuildOptions::unfused`]).
+pub const FUSION_ENV: &str = "VKDELEGATE_FUSION";
+
+impl BuildOptions {
+    /// Whether the fusion passes run: not with [`BuildOptions::unfused`], nor with
+    /// [`FUSION_ENV`] set to `off`.
+    pub(crate) fn fuses(&self) -> bool {
+        !self.unfused && std::env::var(FUSION_ENV).map_or(true, |v| v != "off")
+    }
+}
+
 /// Options for [`crate::GraphBuilder::build_with`].
 #[derive(Debug, Clone, Default)]
 pub struct BuildOptions {
@@ -38,9 +50,10 @@ pub struct BuildOptions {
     /// (`None`: that limit). Products and lookups whose constant operand is larger are split
     /// into pieces that fit; any other tensor that is larger fails the build by name.
     pub max_binding_bytes: Option<u64>,
-    /// Build the graph as written, without the fusion passes that compute a product's
-    /// following operation as it stores its result (residual adds, a gated MLP's SiLU and
-    /// product): for comparing the two, and for a diagnosis.
+    /// Build the graph as written, without the fusion passes of `fusion.rs` (residual adds,
+    /// a gated MLP's SiLU and product, RMS norms computed by the products around them): for
+    /// comparing the two, and for a diagnosis. [`FUSION_ENV`] set to `off` does the same for
+    /// every build.
     pub unfused: bool,
     /// Constants shared with the other graphs built with a clone of this pool on the same
     /// device: each constant of one name and the same bytes gets one buffer, and state a graph
