@@ -14,12 +14,11 @@
 // language model's MLP computes it. A prologue too: with NORM, x is first RMS-normalised,
 // x[r][k] * norm_w[k] / sqrt(mean_k(x[r]^2) + eps), as the norm before a product computes it.
 //
-// A work group is 64 lanes and 8 columns (with GLU, 4 columns of each weight). Lane l reads
-// the 4-byte words l, l + 64, .. (8 weights each) of all 8 packed rows, two at a time, and the
-// 8 values of x each word multiplies, so that each slice of x it loads serves 8 columns and
-// the lanes of a warp read both x and each row contiguously. The lanes' sums then meet in
-// shared memory, one output a thread. Work group g of a grid-stride loop over the groups of
-// columns.
+// A work group is 64 lanes and 8 columns (with GLU, 4 columns of each weight). Lane x reads
+// the 16-byte words x, x + 64, .. (32 weights each) of all 8 packed rows, so that each slice
+// of x it loads serves 8 columns; the lanes of a column read it contiguously. The lanes' sums
+// then meet in shared memory, one output a thread. Work group g of a grid-stride loop over
+// the groups of columns.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 64) in;
@@ -35,9 +34,9 @@ const uint COLS = 8;
 const uint MAX_ROWS = 4;
 
 layout(std430, set = 0, binding = 0) readonly buffer X4 { T4 x4[]; };
-layout(std430, set = 0, binding = 1) readonly buffer W { uint w[]; };
+layout(std430, set = 0, binding = 1) readonly buffer W { uvec4 w[]; };
 layout(std430, set = 0, binding = 2) readonly buffer S { float s[]; };
-layout(std430, set = 0, binding = 3) readonly buffer W2 { uint w2[]; };
+layout(std430, set = 0, binding = 3) readonly buffer W2 { uvec4 w2[]; };
 layout(std430, set = 0, binding = 4) readonly buffer S2 { float s2[]; };
 layout(std430, set = 0, binding = 5) readonly buffer Bias { T bias[]; };
 layout(std430, set = 0, binding = 6) readonly buffer NormW { T4 nw4[]; };
@@ -80,8 +79,9 @@ float lanes_sum(uint at) {
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
-    // Words of 8 weights in a row.
-    uint words = pc.k / 8;
+    uint words = pc.k / 32;
+    // Groups of 32 or more: one scale per word; smaller: one per 8 weights.
+    bool fine = pc.group_shift < 5;
     const bool glu = GLU != 0;
     // Output columns a work group computes: 8, or 4 gated ones (slots 4..7 the up weights').
     const uint per = GLU != 0 ? COLS / 2 : COLS;
@@ -95,9 +95,11 @@ void main() {
         [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
             if (r < ROWS) {
                 float ss = 0.0;
-                for (uint i = lane; i < pc.k / 4; i += LANES) {
-                    vec4 xv = vec4(x4[(r * pc.k) / 4 + i]);
-                    ss += dot(xv, xv);
+                for (uint i = lane; i < words; i += LANES) {
+                    [[unroll]] for (uint v = 0; v < 8; ++v) {
+                        vec4 xv = vec4(x4[(r * pc.k) / 4 + i * 8 + v]);
+                        ss += dot(xv, xv);
+                    }
                 }
                 part[r][lane] = ss;
             }
@@ -123,44 +125,53 @@ void main() {
                 acc[c][r] = 0.0;
             }
         }
-        // Two words a lane per step (64 apart), their loads issued together.
-        for (uint i = lane; i < words; i += 2 * LANES) {
-            uint n2 = i + LANES < words ? 2 : 1;
-            uint q[2][COLS];
-            float sc[2][COLS];
-            [[unroll]] for (uint h = 0; h < 2; ++h) {
-                uint j = min(i + h * LANES, words - 1);
-                [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                    bool up = glu && c >= per;
-                    q[h][c] = up ? w2[row[c] * words + j] : w[row[c] * words + j];
-                    sc[h][c] = scale(up, row[c] * pc.groups + ((j * 8) >> pc.group_shift));
+        for (uint i = lane; i < words; i += LANES) {
+            uvec4 q[COLS];
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                q[c] = (glu && c >= per) ? w2[row[c] * words + i] : w[row[c] * words + i];
+            }
+            float d[COLS][MAX_ROWS];
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                    d[c][r] = 0.0;
                 }
             }
-            [[unroll]] for (uint h = 0; h < 2; ++h) {
-                if (h < n2) {
-                    uint j = i + h * LANES;
-                    vec4 xa[MAX_ROWS];
-                    vec4 xb[MAX_ROWS];
+            [[unroll]] for (uint p = 0; p < 4; ++p) {
+                uint kk = i * 32 + p * 8;
+                vec4 xa[MAX_ROWS];
+                vec4 xb[MAX_ROWS];
+                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                    if (r < ROWS) {
+                        uint at = (r * pc.k + kk) / 4;
+                        xa[r] = vec4(x4[at]);
+                        xb[r] = vec4(x4[at + 1]);
+                        if (NORM != 0) {
+                            xa[r] *= rstd[r] * vec4(nw4[kk / 4]);
+                            xb[r] *= rstd[r] * vec4(nw4[kk / 4 + 1]);
+                        }
+                    }
+                }
+                [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                    float sc = 1.0;
+                    if (fine) {
+                        sc = scale(glu && c >= per, row[c] * pc.groups + (kk >> pc.group_shift));
+                    }
+                    vec4 lo, hi;
+                    nibbles(q[c][p], lo, hi);
                     [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
                         if (r < ROWS) {
-                            uint at = (r * pc.k) / 4 + j * 2;
-                            xa[r] = vec4(x4[at]);
-                            xb[r] = vec4(x4[at + 1]);
-                            if (NORM != 0) {
-                                xa[r] *= rstd[r] * vec4(nw4[j * 2]);
-                                xb[r] *= rstd[r] * vec4(nw4[j * 2 + 1]);
-                            }
+                            d[c][r] += sc * (dot(lo, xa[r]) + dot(hi, xb[r]));
                         }
                     }
-                    [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                        vec4 lo, hi;
-                        nibbles(q[h][c], lo, hi);
-                        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                            if (r < ROWS) {
-                                acc[c][r] += sc[h][c] * (dot(lo, xa[r]) + dot(hi, xb[r]));
-                            }
-                        }
-                    }
+                }
+            }
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                float sc = 1.0;
+                if (!fine) {
+                    sc = scale(glu && c >= per, row[c] * pc.groups + ((i * 32) >> pc.group_shift));
+                }
+                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                    acc[c][r] += sc * d[c][r];
                 }
             }
         }
