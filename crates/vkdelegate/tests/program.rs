@@ -158,6 +158,8 @@ fn the_example_runs_natively_by_default() {
             ]
         );
         check(&p.execute(std::slice::from_ref(&x)).unwrap(), &want);
+        // Nothing runs through VK_ARM_data_graph, so Arm's emulation layer is not loaded.
+        assert!(!p.device().instance().emulation_enabled());
         let instance = p.device().instance().clone();
         drop(p);
         assert_no_validation_errors(&instance);

@@ -48,7 +48,8 @@ use std::fmt;
 use std::time::Instant;
 
 use vk_core::{
-    BufferSlice, Device, HostTensor, Requirements, SemaphoreSignal, SemaphoreWait, TensorSpec, vk,
+    ArmSupport, BufferSlice, Device, EmulationPolicy, HostTensor, Instance, InstanceDesc,
+    Requirements, SemaphoreSignal, SemaphoreWait, TensorSpec, vk,
 };
 
 pub use bind::AppBuffer;
@@ -258,11 +259,12 @@ impl ProgramBuilder {
 
     /// Checks the wiring, loads every step, and (device hand-off) records the program.
     pub fn build(self) -> Result<Program> {
+        let (vgf_path, probed) = self.vgf_route()?;
         // Each VGF file is read once.
         let prepared: Vec<Prepared> = self
             .steps
             .iter()
-            .map(|spec| step::prepare(spec, self.vgf_path))
+            .map(|spec| step::prepare(spec, vgf_path))
             .collect::<Result<_>>()?;
         let wiring = self.wire(&prepared)?;
         let buffers_in = self.bound_inputs.keys().map(String::as_str).collect();
@@ -289,7 +291,11 @@ impl ProgramBuilder {
             .map(|(s, p)| step::requirements(&s.name, p))
             .collect::<Result<_>>()?;
         let standalone = match &self.device {
-            DeviceChoice::Standalone => Some(Device::open(&union(&requirements))?),
+            DeviceChoice::Standalone => Some(standalone_device(
+                probed,
+                &prepared,
+                &union(&requirements),
+            )?),
             _ => None,
         };
         let mut steps: Vec<Loaded> = Vec::with_capacity(self.steps.len());
@@ -366,6 +372,32 @@ impl ProgramBuilder {
             .collect()
     }
 
+    /// How VGF steps run: [`VgfPath::Auto`] becomes [`VgfPath::DataGraph`] where the
+    /// program's device has `VK_ARM_data_graph` from its own driver (Arm's emulation layer
+    /// does not count). A standalone device's adapter is probed on an instance made without
+    /// the emulation layer, which is returned for [`standalone_device`]; a shared context's
+    /// device is not known yet, and keeps [`VgfPath::Auto`].
+    fn vgf_route(&self) -> Result<(VgfPath, Option<Instance>)> {
+        let vgf = self.steps.iter().any(|s| s.kind.is_vgf());
+        if self.vgf_path != VgfPath::Auto || !vgf {
+            return Ok((self.vgf_path, None));
+        }
+        let route = |arm: ArmSupport| match arm {
+            ArmSupport::Native => VgfPath::DataGraph,
+            _ => VgfPath::Auto,
+        };
+        match &self.device {
+            DeviceChoice::Device(d) => Ok((route(d.capabilities().arm), None)),
+            DeviceChoice::Standalone => {
+                let instance = Instance::new(&without_emulation())?;
+                let arm = instance.select_adapter()?.capabilities().arm;
+                Ok((route(arm), Some(instance)))
+            }
+            #[cfg(feature = "shared")]
+            DeviceChoice::Shared(_) => Ok((VgfPath::Auto, None)),
+        }
+    }
+
     fn device_for(
         &self,
         spec: &StepSpec,
@@ -392,6 +424,31 @@ impl ProgramBuilder {
                 Ok((Device::open(requirements)?, None))
             }
         }
+    }
+}
+
+/// The program's own device. Arm's emulation layer is loaded only for steps that run through
+/// `VK_ARM_data_graph` on a driver without it; otherwise the device is made on `probed` (the
+/// instance [`ProgramBuilder::vgf_route`] made), or on a new instance, without the layer.
+fn standalone_device(
+    probed: Option<Instance>,
+    prepared: &[Prepared],
+    requirements: &Requirements,
+) -> Result<Device> {
+    let extension = prepared.iter().any(|p| matches!(p, Prepared::Vgf(_)));
+    let instance = match probed {
+        Some(i) if !extension || i.select_adapter()?.capabilities().arm == ArmSupport::Native => i,
+        _ if extension => return Ok(Device::open(requirements)?),
+        _ => Instance::new(&without_emulation())?,
+    };
+    Ok(Device::open_on(&instance, requirements)?)
+}
+
+/// An instance's description as by default, without Arm's emulation layer.
+fn without_emulation() -> InstanceDesc {
+    InstanceDesc {
+        emulation: EmulationPolicy::Off,
+        ..InstanceDesc::default()
     }
 }
 

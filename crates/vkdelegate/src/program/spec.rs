@@ -33,6 +33,18 @@ pub enum StepKind {
     Graph(GraphStep),
 }
 
+impl StepKind {
+    /// Whether the step is a VGF model (from a file, bytes, or decoded).
+    pub fn is_vgf(&self) -> bool {
+        match self {
+            StepKind::Vgf { .. } | StepKind::VgfBytes { .. } => true,
+            #[cfg(feature = "vgf")]
+            StepKind::VgfFile(_) => true,
+            _ => false,
+        }
+    }
+}
+
 /// A compute graph made once by a front end, at its own precision: the program's wiring, its
 /// device requirements and the load all use it.
 #[cfg(feature = "compute")]
