@@ -121,7 +121,11 @@ impl GraphBuilder {
                 let Some(j) = uses.sole(self, p) else {
                     continue;
                 };
-                let (pi, ri, oi) = (&self.tensors[p.0], &self.tensors[r.0], &self.tensors[node.out.0]);
+                let (pi, ri, oi) = (
+                    &self.tensors[p.0],
+                    &self.tensors[r.0],
+                    &self.tensors[node.out.0],
+                );
                 let fits = !drop[j]
                     && pi.shape == oi.shape
                     && pi.dtype == oi.dtype
@@ -148,8 +152,17 @@ impl GraphBuilder {
     fn residual_epilogue(&mut self, op: &Op, r: TensorId, out: &TensorInfo) -> Option<Op> {
         let n = *out.shape.last()?;
         let rows = out.numel() / n.max(1);
-        let (rn, same) = (self.tensors[r.0].numel(), self.tensors[r.0].shape == out.shape);
-        let bias_of_n = rn == n && self.tensors[r.0].shape.iter().rev().skip(1).all(|&d| d == 1);
+        let (rn, same) = (
+            self.tensors[r.0].numel(),
+            self.tensors[r.0].shape == out.shape,
+        );
+        let bias_of_n = rn == n
+            && self.tensors[r.0]
+                .shape
+                .iter()
+                .rev()
+                .skip(1)
+                .all(|&d| d == 1);
         match op {
             Op::Matmul {
                 a,
@@ -172,7 +185,10 @@ impl GraphBuilder {
             }
             Op::Kernel { inputs, .. } if plain_q4(op).is_some() && (same || bias_of_n) => {
                 let mut op = op.clone();
-                if let Op::Kernel { inputs: i, push, .. } = &mut op {
+                if let Op::Kernel {
+                    inputs: i, push, ..
+                } = &mut op
+                {
                     i[5] = r;
                     set_word(push, HAS_BIAS, 1);
                     set_word(push, BIAS_ROW, if bias_of_n { 0 } else { n as u32 });
@@ -298,7 +314,13 @@ impl GraphBuilder {
 /// Two plain packed 4-bit products of one `x` and equal parameters as one gated product;
 /// `same` tells whether two tensors hold the same data.
 fn gated_q4(g: &Op, u: &Op, same: impl Fn(TensorId, TensorId) -> bool) -> Option<Op> {
-    let (Op::Kernel { inputs: gi, spec, .. }, Op::Kernel { inputs: ui, .. }) = (g, u) else {
+    let (
+        Op::Kernel {
+            inputs: gi, spec, ..
+        },
+        Op::Kernel { inputs: ui, .. },
+    ) = (g, u)
+    else {
         return None;
     };
     let (gp, up) = (plain_q4(g)?, plain_q4(u)?);
@@ -357,14 +379,27 @@ impl GraphBuilder {
             };
             let reads: usize = readers
                 .iter()
-                .map(|&k| self.nodes[k].op.inputs().iter().filter(|t| self.tensors[t.0].storage == st).count())
+                .map(|&k| {
+                    self.nodes[k]
+                        .op
+                        .inputs()
+                        .iter()
+                        .filter(|t| self.tensors[t.0].storage == st)
+                        .count()
+                })
                 .sum();
             if readers.is_empty() || reads != uses.readers[st] || !uses.ready_before(self, x, j) {
                 continue;
             }
             for k in readers {
-                if let Op::Kernel { inputs, push, spec, .. } = &mut g.nodes[k].op {
-                    for t in inputs.iter_mut().filter(|t| self.tensors[t.0].storage == st) {
+                if let Op::Kernel {
+                    inputs, push, spec, ..
+                } = &mut g.nodes[k].op
+                {
+                    for t in inputs
+                        .iter_mut()
+                        .filter(|t| self.tensors[t.0].storage == st)
+                    {
                         *t = x;
                     }
                     inputs[6] = w;

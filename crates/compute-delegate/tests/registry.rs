@@ -2679,7 +2679,10 @@ fn q4_linear(
     seed: u64,
     [n, k, group]: [usize; 3],
 ) -> compute_delegate::TensorId {
-    let q: Vec<i8> = int8s(seed, n * k).iter().map(|v| v.rem_euclid(16) - 8).collect();
+    let q: Vec<i8> = int8s(seed, n * k)
+        .iter()
+        .map(|v| v.rem_euclid(16) - 8)
+        .collect();
     let packed: Vec<u8> = (0..n * k / 2)
         .map(|b| ((q[2 * b + 1] + 8) as u8) << 4 | (q[2 * b] + 8) as u8)
         .collect();
@@ -2689,7 +2692,9 @@ fn q4_linear(
         .collect();
     let w = HostTensor::new(DType::U8, vec![n, k / 2], packed).unwrap();
     let w = g.constant(&format!("w{seed}"), w).unwrap();
-    let s = g.constant_f32(&format!("s{seed}"), &[k / group, n], &scales).unwrap();
+    let s = g
+        .constant_f32(&format!("s{seed}"), &[k / group, n], &scales)
+        .unwrap();
     let args = vec![
         Arg::Tensor(x),
         Arg::Tensor(w),
@@ -2735,8 +2740,12 @@ fn fused_epilogues_equal_the_unfused_graph() {
             let l = g.linear(row, w, None).unwrap();
             let z = g.add(l, row).unwrap();
             // And a gated product of float weights: silu(z Wg^T) * (z Wu^T).
-            let wg = g.constant_f32("wg", &[hidden, k], &small(21, hidden * k)).unwrap();
-            let wu = g.constant_f32("wu", &[hidden, k], &small(23, hidden * k)).unwrap();
+            let wg = g
+                .constant_f32("wg", &[hidden, k], &small(21, hidden * k))
+                .unwrap();
+            let wu = g
+                .constant_f32("wu", &[hidden, k], &small(23, hidden * k))
+                .unwrap();
             let (wg, wu) = (g.cast(wg, dtype).unwrap(), g.cast(wu, dtype).unwrap());
             let zg = g.linear(z, wg, None).unwrap();
             let zu = g.linear(z, wu, None).unwrap();
@@ -2755,17 +2764,44 @@ fn fused_epilogues_equal_the_unfused_graph() {
                 g.build_with(dev, &options).unwrap()
             });
             let kernels = built.each_ref().map(|b| b.kernels());
-            let count = |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
+            let count =
+                |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
             // Fused: the gated product, the down product with the residual, the float linear
             // with its residual, the float gated product; no elementwise dispatch between.
-            assert_eq!(count(0, "GemvQ4"), 2, "{rows} rows, fused: {:?}", kernels[0]);
-            assert_eq!(count(1, "GemvQ4"), 3, "{rows} rows, unfused: {:?}", kernels[1]);
-            assert_eq!(count(0, "LayerNorm"), 0, "{rows} rows, fused: {:?}", kernels[0]);
-            assert_eq!(count(1, "LayerNorm"), 1, "{rows} rows, unfused: {:?}", kernels[1]);
+            assert_eq!(
+                count(0, "GemvQ4"),
+                2,
+                "{rows} rows, fused: {:?}",
+                kernels[0]
+            );
+            assert_eq!(
+                count(1, "GemvQ4"),
+                3,
+                "{rows} rows, unfused: {:?}",
+                kernels[1]
+            );
+            assert_eq!(
+                count(0, "LayerNorm"),
+                0,
+                "{rows} rows, fused: {:?}",
+                kernels[0]
+            );
+            assert_eq!(
+                count(1, "LayerNorm"),
+                1,
+                "{rows} rows, unfused: {:?}",
+                kernels[1]
+            );
             assert_eq!(count(0, "GemvT"), 2, "{rows} rows, fused: {:?}", kernels[0]);
-            assert_eq!(count(1, "GemvT"), 3, "{rows} rows, unfused: {:?}", kernels[1]);
+            assert_eq!(
+                count(1, "GemvT"),
+                3,
+                "{rows} rows, unfused: {:?}",
+                kernels[1]
+            );
             assert!(
-                count(0, "Binary") + count(0, "Unary") + 6 <= count(1, "Binary") + count(1, "Unary"),
+                count(0, "Binary") + count(0, "Unary") + 6
+                    <= count(1, "Binary") + count(1, "Unary"),
                 "{rows} rows: {kernels:?}"
             );
             let [fused, unfused] = built.each_mut().map(|b| b.execute(&input).unwrap());

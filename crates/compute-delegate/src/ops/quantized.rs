@@ -754,7 +754,8 @@ fn packed_q4_rows(
     // The second weights, the bias and the norm's weights are bound to the first and to `x`
     // until a fusion pass gives them (see `fusion.rs`).
     let inputs = [x, w, scales, w, scales, x, x];
-    let y = c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &inputs, out, &push)?;
+    let y =
+        c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &inputs, out, &push)?;
     Ok(Some(y))
 }
 

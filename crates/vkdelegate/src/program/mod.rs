@@ -291,11 +291,9 @@ impl ProgramBuilder {
             .map(|(s, p)| step::requirements(&s.name, p))
             .collect::<Result<_>>()?;
         let standalone = match &self.device {
-            DeviceChoice::Standalone => Some(standalone_device(
-                probed,
-                &prepared,
-                &union(&requirements),
-            )?),
+            DeviceChoice::Standalone => {
+                Some(standalone_device(probed, &prepared, &union(&requirements))?)
+            }
             _ => None,
         };
         let mut steps: Vec<Loaded> = Vec::with_capacity(self.steps.len());
