@@ -17,6 +17,7 @@
 use crate::graph::{BinaryOp, GraphBuilder, Node, Op, TensorId, TensorInfo, UnaryOp};
 use crate::kernels::{Kernel, push, push::GemvQ4Push};
 use crate::lower::GEMV_MAX_ROWS;
+use crate::passes::retain;
 
 /// Who reads and writes each storage of a graph.
 struct Uses {
@@ -436,17 +437,4 @@ impl GraphBuilder {
                 .enumerate()
                 .all(|(p, t)| !at(t) || p == 0 || (p == 5 && unused_bias) || p == 6)
     }
-}
-
-/// `g` without the nodes marked in `drop`; `None` where none is.
-fn retain(mut g: GraphBuilder, drop: &[bool]) -> Option<GraphBuilder> {
-    if !drop.contains(&true) {
-        return None;
-    }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !drop[k - 1]
-    });
-    Some(g)
 }

@@ -392,16 +392,21 @@ impl GraphBuilder {
                 };
             }
         }
-        if !drop.contains(&true) {
-            return None;
-        }
-        let mut k = 0;
-        g.nodes.retain(|_| {
-            k += 1;
-            !drop[k - 1]
-        });
-        Some(g)
+        retain(g, &drop)
     }
+}
+
+/// `g` without the nodes marked in `drop`; `None` where none is.
+pub(crate) fn retain(mut g: GraphBuilder, drop: &[bool]) -> Option<GraphBuilder> {
+    if !drop.contains(&true) {
+        return None;
+    }
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !drop[k - 1]
+    });
+    Some(g)
 }
 
 /// How a node with an oversized constant is cut: the constant's dim that becomes the output's

@@ -2598,9 +2598,7 @@ fn few_row_four_bit_linears_read_packed_weights() {
                 .iter()
                 .map(|v| v.rem_euclid(16) - 8)
                 .collect();
-            let packed: Vec<u8> = (0..n * k / 2)
-                .map(|b| ((q[2 * b + 1] + 8) as u8) << 4 | (q[2 * b] + 8) as u8)
-                .collect();
+            let packed = pack4(&q);
             let groups = k / group;
             let scales: Vec<f32> = (0..groups * n).map(|i| 0.01 + 0.003 * i as f32).collect();
             let bias = rand_vec(162, n);
@@ -2672,6 +2670,13 @@ fn few_row_four_bit_linears_read_packed_weights() {
     });
 }
 
+/// 4-bit values in -8..8, two to a byte as ExecuTorch packs them (the even one low).
+fn pack4(q: &[i8]) -> Vec<u8> {
+    q.chunks_exact(2)
+        .map(|p| ((p[1] + 8) as u8) << 4 | (p[0] + 8) as u8)
+        .collect()
+}
+
 /// `x @ W^T` for random 4-bit weights `W` `[n, k]` in groups of `group` (`et_vk.linear_q4gsw`).
 fn q4_linear(
     g: &mut GraphBuilder,
@@ -2683,9 +2688,7 @@ fn q4_linear(
         .iter()
         .map(|v| v.rem_euclid(16) - 8)
         .collect();
-    let packed: Vec<u8> = (0..n * k / 2)
-        .map(|b| ((q[2 * b + 1] + 8) as u8) << 4 | (q[2 * b] + 8) as u8)
-        .collect();
+    let packed = pack4(&q);
     let scales: Vec<f32> = rand_vec(seed + 1, k / group * n)
         .iter()
         .map(|v| 0.02 + 0.01 * v.abs())
