@@ -111,9 +111,10 @@ pub enum DeviceChoice {
 /// How a VGF file's step runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum VgfPath {
-    /// On the compute delegate's kernels where the build has them and every operator of the
-    /// file's data graph lowers onto them (`crate::vgf_native`); through `VK_ARM_data_graph`
-    /// otherwise.
+    /// Through `VK_ARM_data_graph` where the device's own driver offers it (Arm's emulation
+    /// layer does not count); else on the compute delegate's kernels where the build has them
+    /// and every operator of the file's data graph lowers onto them (`crate::vgf_native`),
+    /// through the extension otherwise.
     #[default]
     Auto,
     /// On the compute delegate's kernels; a file whose graph does not lower is an error that
