@@ -9,12 +9,15 @@
 //
 // A work group is 64 lanes by 4 columns: column j = 4 * gl_WorkGroupID.x + y is the dot
 // product of B's row j with the rows of A, lane x reading the vec4s x, x + 64, ... of it (the
-// 64 lanes of a column read 1 KiB of B contiguously), two in flight; the lanes' sums are then
-// added through shared memory.
+// 64 lanes of a column read 1 KiB of B contiguously), four in flight; the lanes' sums are
+// then added through shared memory.
 //
 // With GLU, each column is the gated product of two such matrices, B (the gate) and B2 (the
 // up): C = silu(A B^T) * (A B2^T), as a language model's MLP computes it (made by the graph's
-// fusion pass; no bias).
+// fusion pass; no bias). With NORM, each row of A is first RMS-normalised,
+// A[r][k] * norm_w[k] / sqrt(mean_k(A[r]^2) + eps), as the norm before a product computes it
+// (another fusion pass): the lanes sum the squares of the A they load, and the sums are scaled
+// at the end.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 64, local_size_y = 4) in;
@@ -24,17 +27,23 @@ layout(constant_id = 0) const uint ROWS = 1;
 layout(constant_id = 1) const uint ACT = 0;
 // 1: the gated product of B and B2.
 layout(constant_id = 2) const uint GLU = 0;
+// 1: A RMS-normalised first (NORM above).
+layout(constant_id = 3) const uint NORM = 0;
 
 const uint LANES = 64;
 const uint COLS = 4;
 const uint MAX_ROWS = 4;
+// vec4s of B a lane has in flight.
+const uint UNROLL = 4;
 
 layout(std430, set = 0, binding = 0) readonly buffer A4 { T4 a4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B4 { T4 b4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { T bias[]; };
 layout(std430, set = 0, binding = 3) readonly buffer B24 { T4 b24[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer C { T c[]; };
+layout(std430, set = 0, binding = 4) readonly buffer NormW { T4 nw4[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer C { T c[]; };
 
+// Rust: `kernels::push::GemvTPush`, generated from this block.
 layout(push_constant) uniform Params {
     uint m;
     uint n;
@@ -48,10 +57,29 @@ layout(push_constant) uniform Params {
     uint has_bias;
     float act_lo;
     float act_hi;
+    float eps;
 } pc;
 
 shared float sums[COLS][MAX_ROWS][LANES];
 shared float ups[COLS][MAX_ROWS][GLU != 0 ? LANES : 1];
+shared float squares[COLS][MAX_ROWS][NORM != 0 ? LANES : 1];
+
+// The products of B's (and B2's) vec4 `bv` (`uv`) at vec4 `i` of k with the rows of A.
+void accumulate(uint a, uint sa4, uint i, vec4 bv, vec4 uv, inout float acc[MAX_ROWS],
+                inout float up[MAX_ROWS], inout float ss[MAX_ROWS]) {
+    vec4 nw = NORM != 0 ? vec4(nw4[i]) : vec4(1.0);
+    [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+        vec4 x = vec4(a4[a + r * sa4 + i]);
+        if (NORM != 0) {
+            ss[r] += dot(x, x);
+            x *= nw;
+        }
+        acc[r] += dot(x, bv);
+        if (GLU != 0) {
+            up[r] += dot(x, uv);
+        }
+    }
+}
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
@@ -60,9 +88,11 @@ void main() {
     uint z = gl_WorkGroupID.z;
     float acc[MAX_ROWS];
     float up[MAX_ROWS];
+    float ss[MAX_ROWS];
     [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
         acc[r] = 0.0;
         up[r] = 0.0;
+        ss[r] = 0.0;
     }
     if (col < pc.n) {
         uint k4 = pc.k / 4;
@@ -70,47 +100,29 @@ void main() {
         uint a = z * pc.sa_b / 4;
         uint sa4 = pc.sa_m / 4;
         uint i = lane;
-        for (; i + LANES < k4; i += 2 * LANES) {
-            vec4 b0 = vec4(b4[b + i]);
-            vec4 b1 = vec4(b4[b + i + LANES]);
-            vec4 u0 = vec4(0.0);
-            vec4 u1 = vec4(0.0);
-            if (GLU != 0) {
-                u0 = vec4(b24[b + i]);
-                u1 = vec4(b24[b + i + LANES]);
+        for (; i + (UNROLL - 1) * LANES < k4; i += UNROLL * LANES) {
+            vec4 bv[UNROLL];
+            vec4 uv[UNROLL];
+            [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+                bv[u] = vec4(b4[b + i + u * LANES]);
+                uv[u] = GLU != 0 ? vec4(b24[b + i + u * LANES]) : vec4(0.0);
             }
-            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                if (r < ROWS) {
-                    vec4 x0 = vec4(a4[a + r * sa4 + i]);
-                    vec4 x1 = vec4(a4[a + r * sa4 + i + LANES]);
-                    acc[r] += dot(x0, b0) + dot(x1, b1);
-                    if (GLU != 0) {
-                        up[r] += dot(x0, u0) + dot(x1, u1);
-                    }
-                }
+            [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+                accumulate(a, sa4, i + u * LANES, bv[u], uv[u], acc, up, ss);
             }
         }
-        if (i < k4) {
-            vec4 b0 = vec4(b4[b + i]);
-            vec4 u0 = vec4(0.0);
-            if (GLU != 0) {
-                u0 = vec4(b24[b + i]);
-            }
-            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                if (r < ROWS) {
-                    vec4 x0 = vec4(a4[a + r * sa4 + i]);
-                    acc[r] += dot(x0, b0);
-                    if (GLU != 0) {
-                        up[r] += dot(x0, u0);
-                    }
-                }
-            }
+        for (; i < k4; i += LANES) {
+            vec4 uv = GLU != 0 ? vec4(b24[b + i]) : vec4(0.0);
+            accumulate(a, sa4, i, vec4(b4[b + i]), uv, acc, up, ss);
         }
     }
     [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
         sums[y][r][lane] = acc[r];
         if (GLU != 0) {
             ups[y][r][lane] = up[r];
+        }
+        if (NORM != 0) {
+            squares[y][r][lane] = ss[r];
         }
     }
     barrier();
@@ -122,6 +134,9 @@ void main() {
                     if (GLU != 0) {
                         ups[y][r][lane] += ups[y][r][lane + s];
                     }
+                    if (NORM != 0) {
+                        squares[y][r][lane] += squares[y][r][lane + s];
+                    }
                 }
             }
         }
@@ -132,9 +147,13 @@ void main() {
     }
     [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
         if (r < ROWS) {
-            float v = sums[y][r][0];
+            float rstd = 1.0;
+            if (NORM != 0) {
+                rstd = inversesqrt(squares[y][r][0] / float(pc.k) + pc.eps);
+            }
+            float v = sums[y][r][0] * rstd;
             if (GLU != 0) {
-                v = v / (1.0 + exp(-v)) * ups[y][r][0];
+                v = v / (1.0 + exp(-v)) * (ups[y][r][0] * rstd);
             }
             if (pc.has_bias == 1) {
                 v += float(bias[col]);

@@ -4,8 +4,9 @@
 //!
 //! - [`GraphBuilder::with_residuals_fused`]: `y = x W^T` followed by `y + r` (a residual, or
 //!   a bias added as its own node) adds `r` as the product stores `y`;
-//! - [`GraphBuilder::with_norms_fused`]: an RMS norm read only by packed 4-bit products of
-//!   one to four rows, computed by each of them as it loads `x`;
+//! - [`GraphBuilder::with_norms_fused`]: an RMS norm read only by products of one to four
+//!   rows (packed 4-bit ones, or `linear`s on float weights), computed by each of them as it
+//!   loads `x`;
 //! - [`GraphBuilder::with_gated_products_fused`]: `silu(x Wg^T) * (x Wu^T)` of one to four
 //!   rows (a language model's gated MLP in a decode step), on packed 4-bit or float weights,
 //!   as one dispatch reading both weights.
@@ -85,6 +86,8 @@ const BIAS_ROW: usize = std::mem::offset_of!(GemvQ4Push, bias_row);
 const COL_GROUPS: usize = std::mem::offset_of!(GemvQ4Push, col_groups);
 const N: usize = std::mem::offset_of!(GemvQ4Push, n);
 const EPS: usize = std::mem::offset_of!(GemvQ4Push, eps);
+const T_HAS_BIAS: usize = std::mem::offset_of!(push::GemvTPush, has_bias);
+const T_EPS: usize = std::mem::offset_of!(push::GemvTPush, eps);
 
 /// The packed 4-bit product a kernel node is, without an epilogue: its push words.
 fn plain_q4(op: &Op) -> Option<&[u32]> {
@@ -303,11 +306,11 @@ impl GraphBuilder {
         fits.then(|| Op::Kernel {
             name: "gated_linear",
             kernel: Kernel::GemvT,
-            inputs: vec![a, wg, a, wu],
+            inputs: vec![a, wg, a, wu, a],
             push: bytemuck::cast_slice(bytemuck::bytes_of(&push)).to_vec(),
             groups: Some(groups),
             precision: None,
-            spec: vec![rows as u32, 0, 1],
+            spec: vec![rows as u32, 0, 1, 0],
         })
     }
 }
@@ -343,8 +346,9 @@ fn gated_q4(g: &Op, u: &Op, same: impl Fn(TensorId, TensorId) -> bool) -> Option
 }
 
 impl GraphBuilder {
-    /// The graph with each RMS norm whose result only packed 4-bit products read (as their
-    /// `x`) computed by those products as they load it: the norm's node is dropped, each
+    /// The graph with each RMS norm whose result only products of one to four rows read (as
+    /// their `x`: packed 4-bit ones, float `linear`s, gated products) computed by those
+    /// products as they load it: the norm's node is dropped, each
     /// product reads the norm's input and weights. `None` where there is none.
     pub(crate) fn with_norms_fused(&self) -> Option<GraphBuilder> {
         let uses = Uses::of(self);
@@ -367,21 +371,22 @@ impl GraphBuilder {
             if !own || self.tensors[x.0].shape.last() != Some(&d) {
                 continue;
             }
-            // Every read of the result: a product's `x` (or its unused bias binding).
-            let readers: Option<Vec<usize>> = self
+            // Every read of the result: a product's `x` (or its unused bindings), each as the
+            // kernel node it becomes.
+            let readers: Option<Vec<(usize, Op)>> = self
                 .nodes
                 .iter()
                 .enumerate()
                 .filter(|&(k, n)| k != j && touches(self, n, st))
-                .map(|(k, n)| self.normed_x(&n.op, st).then_some(k))
+                .map(|(k, n)| self.normable(n, st).map(|op| (k, op)))
                 .collect();
             let Some(readers) = readers else {
                 continue;
             };
             let reads: usize = readers
                 .iter()
-                .map(|&k| {
-                    self.nodes[k]
+                .map(|(k, _)| {
+                    self.nodes[*k]
                         .op
                         .inputs()
                         .iter()
@@ -392,10 +397,14 @@ impl GraphBuilder {
             if readers.is_empty() || reads != uses.readers[st] || !uses.ready_before(self, x, j) {
                 continue;
             }
-            for k in readers {
+            for (k, mut op) in readers {
                 if let Op::Kernel {
-                    inputs, push, spec, ..
-                } = &mut g.nodes[k].op
+                    kernel,
+                    inputs,
+                    push,
+                    spec,
+                    ..
+                } = &mut op
                 {
                     for t in inputs
                         .iter_mut()
@@ -403,38 +412,96 @@ impl GraphBuilder {
                     {
                         *t = x;
                     }
-                    inputs[6] = w;
-                    set_word(push, EPS, eps.to_bits());
-                    spec.resize(3, 0);
-                    spec[2] = 1;
+                    let (norm_w, eps_at, flag) = match kernel {
+                        Kernel::GemvQ4 => (6, EPS, 2),
+                        _ => (4, T_EPS, 3),
+                    };
+                    inputs[norm_w] = w;
+                    set_word(push, eps_at, eps.to_bits());
+                    spec.resize(flag + 1, 0);
+                    spec[flag] = 1;
                 }
+                g.nodes[k].op = op;
             }
             drop[j] = true;
         }
         retain(g, &drop)
     }
 
-    /// Whether `op` is a packed 4-bit product without a norm that reads storage `st` only as
-    /// its `x` (and its unused bias binding).
-    fn normed_x(&self, op: &Op, st: usize) -> bool {
+    /// Node `n` as the product kernel a norm writing storage `st` may be fused into: a packed
+    /// 4-bit product or a `gemv_t.comp` one (a one- to four-row `linear` becomes one), without
+    /// a norm, reading `st` only as its `x` (and its unused bindings). `None` otherwise.
+    fn normable(&self, n: &Node, st: usize) -> Option<Op> {
+        let op = match &n.op {
+            Op::Matmul { .. } => self.linear_as_gemv_t(&n.op, &self.tensors[n.out.0])?,
+            op => op.clone(),
+        };
         let Op::Kernel {
-            kernel: Kernel::GemvQ4,
+            kernel,
             inputs,
             push,
             spec,
             ..
-        } = op
+        } = &op
         else {
-            return false;
+            return None;
+        };
+        // Where the kernel binds x, its bias, the norm's weights; its norm flag and bias word.
+        let (len, bias, norm_w, flag, has_bias) = match kernel {
+            Kernel::GemvQ4 => (7, 5, 6, 2, HAS_BIAS),
+            Kernel::GemvT => (5, 2, 4, 3, T_HAS_BIAS),
+            _ => return None,
         };
         let at = |t: &TensorId| self.tensors[t.0].storage == st;
-        let unused_bias = word(push, HAS_BIAS) == 0;
-        spec.get(2).copied().unwrap_or(0) == 0
-            && inputs.len() == 7
+        let unused_bias = word(push, has_bias) == 0;
+        let fits = spec.get(flag).copied().unwrap_or(0) == 0
+            && inputs.len() == len
             && at(&inputs[0])
             && inputs
                 .iter()
                 .enumerate()
-                .all(|(p, t)| !at(t) || p == 0 || (p == 5 && unused_bias) || p == 6)
+                .all(|(p, t)| !at(t) || p == 0 || (p == bias && unused_bias) || p == norm_w);
+        fits.then_some(op)
+    }
+
+    /// A one- to four-row `linear` (`x` of `k` a row, `k` a multiple of 4, weights `[n][k]`)
+    /// as the `gemv_t.comp` node the lowering makes of it; `None` for another op.
+    fn linear_as_gemv_t(&self, op: &Op, out: &TensorInfo) -> Option<Op> {
+        let &Op::Matmul {
+            a,
+            b,
+            bias,
+            linear: true,
+        } = op
+        else {
+            return None;
+        };
+        let (n, k) = (*out.shape.last()?, *self.tensors[a.0].shape.last()?);
+        let rows = out.numel() / n.max(1);
+        let bias_fits = bias.is_none_or(|t| self.tensors[t.0].numel() == n);
+        let fits = self.tensors[b.0].shape == [n, k]
+            && (1..=GEMV_MAX_ROWS).contains(&rows)
+            && k % 4 == 0
+            && bias_fits;
+        let words = |v: usize| u32::try_from(v).ok();
+        let push = push::GemvTPush {
+            m: words(rows)?,
+            n: words(n)?,
+            k: words(k)?,
+            sa_m: words(k)?,
+            sb_n: words(k)?,
+            sc_m: words(n)?,
+            has_bias: u32::from(bias.is_some()),
+            ..Default::default()
+        };
+        fits.then(|| Op::Kernel {
+            name: "linear",
+            kernel: Kernel::GemvT,
+            inputs: vec![a, b, bias.unwrap_or(a), b, a],
+            push: bytemuck::cast_slice(bytemuck::bytes_of(&push)).to_vec(),
+            groups: Some(n.div_ceil(4) as u64),
+            precision: None,
+            spec: vec![rows as u32, 0, 0, 0],
+        })
     }
 }

@@ -271,7 +271,7 @@ impl Kernel {
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
             Kernel::GemvQ4 => 8,
-            Kernel::GemvT => 5,
+            Kernel::GemvT => 6,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
             Kernel::LayerNorm => 4,
@@ -779,6 +779,7 @@ pub(crate) mod push {
         pub has_bias: u32,
         pub act_lo: f32,
         pub act_hi: f32,
+        pub eps: f32,
     }
 
     const _: () = assert!(

@@ -2742,7 +2742,22 @@ fn fused_epilogues_equal_the_unfused_graph() {
             let w = g.cast(w, dtype).unwrap();
             let l = g.linear(row, w, None).unwrap();
             let z = g.add(l, row).unwrap();
-            // And a gated product of float weights: silu(z Wg^T) * (z Wu^T).
+            // A norm read by a float linear with a bias, over every row: yn Wl^T + bl for
+            // yn = rms_norm(y).
+            let nw2 = g.constant_f32("nw2", &[k], &rand_vec(27, k)).unwrap();
+            let nw2 = g.cast(nw2, dtype).unwrap();
+            let yn = g.rms_norm(y, nw2, 1e-5).unwrap();
+            let wl = g
+                .constant_f32("wl", &[hidden, k], &small(29, hidden * k))
+                .unwrap();
+            let bl = g.constant_f32("bl", &[hidden], &rand_vec(31, hidden)).unwrap();
+            let (wl, bl) = (g.cast(wl, dtype).unwrap(), g.cast(bl, dtype).unwrap());
+            let yl = g.linear(yn, wl, Some(bl)).unwrap();
+            // And a gated product of float weights on a norm: silu(zn Wg^T) * (zn Wu^T) for
+            // zn = rms_norm(z).
+            let nw3 = g.constant_f32("nw3", &[k], &rand_vec(33, k)).unwrap();
+            let nw3 = g.cast(nw3, dtype).unwrap();
+            let z = g.rms_norm(z, nw3, 1e-5).unwrap();
             let wg = g
                 .constant_f32("wg", &[hidden, k], &small(21, hidden * k))
                 .unwrap();
@@ -2754,7 +2769,7 @@ fn fused_epilogues_equal_the_unfused_graph() {
             let zu = g.linear(z, wu, None).unwrap();
             let zs = silu.call(&mut g, vec![Arg::Tensor(zg)]).unwrap()[0];
             let gated = g.mul(zu, zs).unwrap();
-            for t in [y, z, gated] {
+            for t in [y, gated, yl] {
                 let t = g.cast(t, DType::F32).unwrap();
                 g.output(t).unwrap();
             }
@@ -2770,7 +2785,8 @@ fn fused_epilogues_equal_the_unfused_graph() {
             let count =
                 |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
             // Fused: the gated product, the down product with the residual, the float linear
-            // with its residual, the float gated product; no elementwise dispatch between.
+            // with its residual, the float linear and the float gated product with their
+            // norms; no elementwise dispatch between.
             assert_eq!(
                 count(0, "GemvQ4"),
                 2,
@@ -2791,14 +2807,14 @@ fn fused_epilogues_equal_the_unfused_graph() {
             );
             assert_eq!(
                 count(1, "LayerNorm"),
-                1,
+                3,
                 "{rows} rows, unfused: {:?}",
                 kernels[1]
             );
-            assert_eq!(count(0, "GemvT"), 2, "{rows} rows, fused: {:?}", kernels[0]);
+            assert_eq!(count(0, "GemvT"), 3, "{rows} rows, fused: {:?}", kernels[0]);
             assert_eq!(
                 count(1, "GemvT"),
-                3,
+                4,
                 "{rows} rows, unfused: {:?}",
                 kernels[1]
             );

@@ -312,11 +312,14 @@ impl Lowerer<'_> {
             has_bias: w(has_bias),
             act_lo,
             act_hi,
+            eps: 0.0,
         };
-        let spec = vec![m as u32, u32::from(act.is_some()), 0];
-        // B2, read only by the gated products of the fusion pass, bound to B.
+        let spec = vec![m as u32, u32::from(act.is_some()), 0, 0];
+        // B2 and the norm's weights, read only by the gated and normalised products of the
+        // fusion passes, bound to B and A.
         let mut bindings = bindings.to_vec();
         bindings.insert(3, bindings[1]);
+        bindings.insert(4, bindings[0]);
         self.push(Kernel::GemvT, spec, bindings, push, groups);
         Ok(true)
     }
