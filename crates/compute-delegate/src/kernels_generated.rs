@@ -50,6 +50,8 @@ pub(crate) enum Kernel {
     Gemv,
     /// `gemv_q4.comp`.
     GemvQ4,
+    /// `gemv_q4_teams.comp`.
+    GemvQ4Teams,
     /// `gemv_t.comp`.
     GemvT,
     /// `im2col.comp`.
@@ -97,7 +99,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 44] = [
+    pub(crate) const ALL: [Kernel; 45] = [
         Kernel::ArgReduce,
         Kernel::AttendCache,
         Kernel::AttendCombine,
@@ -121,6 +123,7 @@ impl Kernel {
         Kernel::GemmCoop2,
         Kernel::Gemv,
         Kernel::GemvQ4,
+        Kernel::GemvQ4Teams,
         Kernel::GemvT,
         Kernel::Im2col,
         Kernel::IndexDim,
@@ -170,6 +173,7 @@ impl Kernel {
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
             Kernel::GemvQ4 => include_bytes!("../spirv/gemv_q4.spv"),
+            Kernel::GemvQ4Teams => include_bytes!("../spirv/gemv_q4_teams.spv"),
             Kernel::GemvT => include_bytes!("../spirv/gemv_t.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::IndexDim => include_bytes!("../spirv/index_dim.spv"),
@@ -221,6 +225,7 @@ impl Kernel {
             Kernel::GemmCoop2 => Some(include_bytes!("../spirv/gemm_coop2.spv")),
             Kernel::Gemv => Some(include_bytes!("../spirv/gemv_f16.spv")),
             Kernel::GemvQ4 => Some(include_bytes!("../spirv/gemv_q4_f16.spv")),
+            Kernel::GemvQ4Teams => Some(include_bytes!("../spirv/gemv_q4_teams_f16.spv")),
             Kernel::GemvT => Some(include_bytes!("../spirv/gemv_t_f16.spv")),
             Kernel::Im2col => Some(include_bytes!("../spirv/im2col_f16.spv")),
             Kernel::IndexDim => Some(include_bytes!("../spirv/index_dim_f16.spv")),
@@ -271,6 +276,7 @@ impl Kernel {
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
             Kernel::GemvQ4 => 8,
+            Kernel::GemvQ4Teams => 8,
             Kernel::GemvT => 6,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
@@ -761,6 +767,25 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<GemvQ4Push>() as u32 <= super::super::PUSH_BYTES,
         "gemv_q4.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `gemv_q4_teams.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GemvQ4TeamsPush {
+        pub n: u32,
+        pub k: u32,
+        pub group_shift: u32,
+        pub groups: u32,
+        pub col_groups: u32,
+        pub has_bias: u32,
+        pub bias_row: u32,
+        pub eps: f32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<GemvQ4TeamsPush>() as u32 <= super::super::PUSH_BYTES,
+        "gemv_q4_teams.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `gemv_t.comp`'s push constants.

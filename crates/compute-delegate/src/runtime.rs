@@ -79,6 +79,9 @@ pub struct DispatchTime {
     pub shape: Vec<usize>,
     /// Time from the previous timestamp to the one after this dispatch.
     pub time: Duration,
+    /// Whether a pipeline barrier precedes it (it reads or writes what the dispatches since
+    /// the last barrier wrote or read).
+    pub barrier_before: bool,
 }
 
 /// A graph input or output.
@@ -843,6 +846,7 @@ impl Graph {
                 time: Duration::from_nanos(
                     (ticks[i + 1].saturating_sub(ticks[i]) as f64 * period) as u64,
                 ),
+                barrier_before: r.barrier_before,
             })
             .collect())
     }

@@ -2593,6 +2593,9 @@ fn few_row_four_bit_linears_read_packed_weights() {
             // Lanes looping over more than 64 words, and groups over one word.
             (2, 17, 2112, 64),
             (1, 20, 4096, 128),
+            // Over a thousand work groups: gemv_q4_teams.comp's layout.
+            (1, 8200, 64, 32),
+            (3, 8196, 96, 8),
         ] {
             let q: Vec<i8> = int8s(161, n * k)
                 .iter()
@@ -2717,8 +2720,9 @@ fn q4_linear(
 #[test]
 fn fused_epilogues_equal_the_unfused_graph() {
     each_precision("fused_epilogues", |dev, dtype| {
-        for rows in [1usize, 3] {
-            let (k, hidden) = (64, 96);
+        // The last: a gated product of over a thousand work groups (gemv_q4_teams.comp).
+        for (rows, hidden) in [(1usize, 96usize), (3, 96), (2, 4128)] {
+            let k = 64;
             let mut g = GraphBuilder::new();
             let xin = g.input("x", DType::F32, &[rows, k]).unwrap();
             let x = g.cast(xin, dtype).unwrap();
@@ -2750,7 +2754,9 @@ fn fused_epilogues_equal_the_unfused_graph() {
             let wl = g
                 .constant_f32("wl", &[hidden, k], &small(29, hidden * k))
                 .unwrap();
-            let bl = g.constant_f32("bl", &[hidden], &rand_vec(31, hidden)).unwrap();
+            let bl = g
+                .constant_f32("bl", &[hidden], &rand_vec(31, hidden))
+                .unwrap();
             let (wl, bl) = (g.cast(wl, dtype).unwrap(), g.cast(bl, dtype).unwrap());
             let yl = g.linear(yn, wl, Some(bl)).unwrap();
             // And a gated product of float weights on a norm: silu(zn Wg^T) * (zn Wu^T) for

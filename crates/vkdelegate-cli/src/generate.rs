@@ -153,8 +153,10 @@ fn profile(model: &mut LanguageModel) -> Result {
     let total: Duration = rows.iter().map(|d| d.time).sum();
     let mut ops: Vec<_> = per_op.into_iter().collect();
     ops.sort_by_key(|o| std::cmp::Reverse(o.1.1));
+    let barriers = rows.iter().filter(|d| d.barrier_before).count();
     println!(
-        "decode step at position {position}: {} dispatches, {:.3} ms of device time",
+        "decode step at position {position}: {} dispatches, {barriers} barriers, {:.3} ms of \
+         device time",
         rows.len(),
         ms(total)
     );

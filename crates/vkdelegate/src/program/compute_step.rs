@@ -346,6 +346,7 @@ impl Runner for ComputeRunner {
                 groups: d.groups,
                 shape: d.shape,
                 time: d.time,
+                barrier_before: d.barrier_before,
             })
             .collect())
     }

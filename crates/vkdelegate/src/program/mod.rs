@@ -473,6 +473,8 @@ pub struct DispatchProfile {
     pub shape: Vec<usize>,
     /// Device time from the previous dispatch's end to its own.
     pub time: std::time::Duration,
+    /// Whether a pipeline barrier precedes it within its step.
+    pub barrier_before: bool,
 }
 
 impl Program {
