@@ -1,5 +1,5 @@
 // The body of attend_cache.comp and, with SPLIT defined, of attend_split.comp: see their
-// headers.
+// headers. With SUBGROUP (the _sg kernels), the group's reductions use subgroup operations.
 #include "dtype.glsl"
 layout(local_size_x = 128) in;
 
@@ -39,7 +39,24 @@ shared vec4 qs[THREADS / 4];
 shared float red[THREADS];
 shared vec4 red4[THREADS];
 
-// The maximum (max_op) or the sum of v over the group.
+// The maximum (max_op) or the sum of v over the group: with SUBGROUP, by subgroup
+// operations and the subgroups' results in shared memory (two barriers); without, a tree in
+// shared memory (one barrier a level).
+#ifdef SUBGROUP
+float reduce(float v, bool max_op) {
+    v = max_op ? subgroupMax(v) : subgroupAdd(v);
+    if (subgroupElect()) {
+        red[gl_SubgroupID] = v;
+    }
+    barrier();
+    float r = red[0];
+    for (uint s = 1; s < gl_NumSubgroups; ++s) {
+        r = max_op ? max(r, red[s]) : r + red[s];
+    }
+    barrier();
+    return r;
+}
+#else
 float reduce(float v, bool max_op) {
     uint t = gl_LocalInvocationID.x;
     red[t] = v;
@@ -54,6 +71,7 @@ float reduce(float v, bool max_op) {
     barrier();
     return r;
 }
+#endif
 
 void main() {
     uint t = gl_LocalInvocationID.x;

@@ -8,10 +8,14 @@ pub(crate) enum Kernel {
     ArgReduce,
     /// `attend_cache.comp`.
     AttendCache,
+    /// `attend_cache_sg.comp`.
+    AttendCacheSg,
     /// `attend_combine.comp`.
     AttendCombine,
     /// `attend_split.comp`.
     AttendSplit,
+    /// `attend_split_sg.comp`.
+    AttendSplitSg,
     /// `binary.comp`.
     Binary,
     /// `binary_bcast.comp`.
@@ -99,11 +103,13 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 45] = [
+    pub(crate) const ALL: [Kernel; 47] = [
         Kernel::ArgReduce,
         Kernel::AttendCache,
+        Kernel::AttendCacheSg,
         Kernel::AttendCombine,
         Kernel::AttendSplit,
+        Kernel::AttendSplitSg,
         Kernel::Binary,
         Kernel::BinaryBcast,
         Kernel::CacheWrite,
@@ -152,8 +158,10 @@ impl Kernel {
         match self {
             Kernel::ArgReduce => include_bytes!("../spirv/arg_reduce.spv"),
             Kernel::AttendCache => include_bytes!("../spirv/attend_cache.spv"),
+            Kernel::AttendCacheSg => include_bytes!("../spirv/attend_cache_sg.spv"),
             Kernel::AttendCombine => include_bytes!("../spirv/attend_combine.spv"),
             Kernel::AttendSplit => include_bytes!("../spirv/attend_split.spv"),
+            Kernel::AttendSplitSg => include_bytes!("../spirv/attend_split_sg.spv"),
             Kernel::Binary => include_bytes!("../spirv/binary.spv"),
             Kernel::BinaryBcast => include_bytes!("../spirv/binary_bcast.spv"),
             Kernel::CacheWrite => include_bytes!("../spirv/cache_write.spv"),
@@ -204,8 +212,10 @@ impl Kernel {
         match self {
             Kernel::ArgReduce => None,
             Kernel::AttendCache => Some(include_bytes!("../spirv/attend_cache_f16.spv")),
+            Kernel::AttendCacheSg => Some(include_bytes!("../spirv/attend_cache_sg_f16.spv")),
             Kernel::AttendCombine => Some(include_bytes!("../spirv/attend_combine_f16.spv")),
             Kernel::AttendSplit => Some(include_bytes!("../spirv/attend_split_f16.spv")),
+            Kernel::AttendSplitSg => Some(include_bytes!("../spirv/attend_split_sg_f16.spv")),
             Kernel::Binary => Some(include_bytes!("../spirv/binary_f16.spv")),
             Kernel::BinaryBcast => Some(include_bytes!("../spirv/binary_bcast_f16.spv")),
             Kernel::CacheWrite => Some(include_bytes!("../spirv/cache_write_f16.spv")),
@@ -255,8 +265,10 @@ impl Kernel {
         match self {
             Kernel::ArgReduce => 2,
             Kernel::AttendCache => 5,
+            Kernel::AttendCacheSg => 5,
             Kernel::AttendCombine => 2,
             Kernel::AttendSplit => 5,
+            Kernel::AttendSplitSg => 5,
             Kernel::Binary => 3,
             Kernel::BinaryBcast => 3,
             Kernel::CacheWrite => 3,
@@ -362,6 +374,28 @@ pub(crate) mod push {
         "attend_cache.comp's push constants exceed the pipeline layouts' range"
     );
 
+    /// `attend_cache_sg.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct AttendCacheSgPush {
+        pub groups: u32,
+        pub s: u32,
+        pub hq: u32,
+        pub hk: u32,
+        pub d: u32,
+        pub max_rows: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub scale: f32,
+        pub chunks: u32,
+        pub chunk_rows: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<AttendCacheSgPush>() as u32 <= super::super::PUSH_BYTES,
+        "attend_cache_sg.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `attend_combine.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
@@ -396,6 +430,28 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<AttendSplitPush>() as u32 <= super::super::PUSH_BYTES,
         "attend_split.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `attend_split_sg.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct AttendSplitSgPush {
+        pub groups: u32,
+        pub s: u32,
+        pub hq: u32,
+        pub hk: u32,
+        pub d: u32,
+        pub max_rows: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub scale: f32,
+        pub chunks: u32,
+        pub chunk_rows: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<AttendSplitSgPush>() as u32 <= super::super::PUSH_BYTES,
+        "attend_split_sg.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `binary.comp`'s push constants.

@@ -77,11 +77,15 @@ pub(crate) const GEMV_MIN_K_SPLIT: u64 = 64;
 /// 1.2x faster from 2048 work groups and 1.3x slower at 256 or fewer).
 pub(crate) const GEMV_Q4_TEAMS_FROM: u32 = 1024;
 
-/// The shader a kernel node of `groups` work groups runs: its own, or for a packed 4-bit
-/// product the layout that suits its width (both take the same bindings and push block).
-fn layout(kernel: Kernel, groups: u32) -> Kernel {
+/// The shader a kernel node of `groups` work groups runs: its own; for a packed 4-bit
+/// product the layout that suits its width; for attention over a cache its subgroup form
+/// where the device has subgroup arithmetic (`subgroups`). Each pair takes the same bindings
+/// and push block.
+fn layout(kernel: Kernel, groups: u32, subgroups: bool) -> Kernel {
     match kernel {
         Kernel::GemvQ4 if groups >= GEMV_Q4_TEAMS_FROM => Kernel::GemvQ4Teams,
+        Kernel::AttendSplit if subgroups => Kernel::AttendSplitSg,
+        Kernel::AttendCache if subgroups => Kernel::AttendCacheSg,
         k => k,
     }
 }
@@ -321,7 +325,7 @@ impl Lowerer<'_> {
                     None => self.linear_groups(t.info.numel() as u64),
                 };
                 self.push_words(
-                    layout(*kernel, g),
+                    layout(*kernel, g, self.subgroups),
                     spec.clone(),
                     bindings,
                     push.clone(),
