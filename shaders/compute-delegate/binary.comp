@@ -4,11 +4,13 @@
 // Elementwise binary ops on two tensors of the same shape, on vec4s, grid-stride.
 // OP: 0 add, 1 sub, 2 mul, 3 div, 4 minimum, 5 maximum, 6 pow, 7..12 ==, !=, >, >=, <, <= as
 // a 0.0 / 1.0 mask, 13 logical and, 14 logical or (nonzero is true), 15 div rounded down,
-// 16 div rounded toward zero.
+// 16 div rounded toward zero. With ACT, the result is clamped to [act_lo, act_hi] (a relu,
+// relu6 or clamp after the op, fused at lowering: a residual add and its activation).
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
+layout(constant_id = 1) const uint ACT = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { T4 a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B { T4 b[]; };
@@ -16,16 +18,23 @@ layout(std430, set = 0, binding = 2) writeonly buffer C { T4 c[]; };
 
 layout(push_constant) uniform Params {
     uint n4;
+    float act_lo;
+    float act_hi;
 } pc;
 
 #include "binary_op.glsl"
 
-vec4 apply(vec4 u, vec4 v) {
+vec4 op4(vec4 u, vec4 v) {
     if (OP == 0) return u + v;
     if (OP == 1) return u - v;
     if (OP == 2) return u * v;
     if (OP == 3) return u / v;
     return vec4(op2(u.x, v.x), op2(u.y, v.y), op2(u.z, v.z), op2(u.w, v.w));
+}
+
+vec4 apply(vec4 u, vec4 v) {
+    vec4 r = op4(u, v);
+    return ACT != 0 ? clamp(r, pc.act_lo, pc.act_hi) : r;
 }
 
 void main() {

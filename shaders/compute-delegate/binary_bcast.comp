@@ -5,10 +5,12 @@
 // `dims` and each operand is read through its own strides (0 on broadcast dims).
 // OP: as binary.comp's: 0 add, 1 sub, 2 mul, 3 div, 4 minimum, 5 maximum, 6 pow, 7..12
 // comparisons as masks, 13 logical and, 14 logical or, 15 floor division, 16 trunc division.
+// With ACT, the result is clamped to [act_lo, act_hi], as in binary.comp.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
+layout(constant_id = 1) const uint ACT = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { T a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B { T b[]; };
@@ -20,6 +22,8 @@ layout(push_constant) uniform Params {
     uint dims[6];
     uint sa[6];
     uint sb[6];
+    float act_lo;
+    float act_hi;
 } pc;
 
 #include "binary_op.glsl"
@@ -39,6 +43,7 @@ void main() {
         }
         float u = float(a[ia]);
         float v = float(b[ib]);
-        c[i] = T(op2(u, v));
+        float r = op2(u, v);
+        c[i] = T(ACT != 0 ? clamp(r, pc.act_lo, pc.act_hi) : r);
     }
 }

@@ -459,6 +459,8 @@ pub(crate) mod push {
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
     pub(crate) struct BinaryPush {
         pub n4: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
     }
 
     const _: () = assert!(
@@ -475,6 +477,8 @@ pub(crate) mod push {
         pub dims: [u32; 6],
         pub sa: [u32; 6],
         pub sb: [u32; 6],
+        pub act_lo: f32,
+        pub act_hi: f32,
     }
 
     const _: () = assert!(

@@ -1094,8 +1094,9 @@ fn row_kernels_loop_over_more_rows_than_work_groups() {
     assert_no_validation_errors(&instance);
 }
 
-/// relu / relu6 / clamp after conv2d, depthwise conv, linear (with split-K) and matmul are
-/// applied in the producer's epilogue; a conv output that is also read elsewhere is not fused.
+/// relu / relu6 / clamp after conv2d, depthwise conv, linear (with split-K), matmul and float
+/// add, sub or mul (a residual add and its activation; broadcast operands too) are applied in
+/// the producer's epilogue; an output that is also read elsewhere is not fused.
 #[test]
 fn activations_fuse_into_conv_and_gemm_epilogues() {
     let Some((instance, dev)) = device("activations_fuse_into_conv_and_gemm_epilogues") else {
@@ -1126,15 +1127,27 @@ fn activations_fuse_into_conv_and_gemm_epilogues() {
     let r3 = g.clamp(l, -1.0, 0.5).unwrap();
     let c4 = g.conv2d(tx, tw, None, p).unwrap();
     let r4 = g.relu(c4).unwrap();
-    for o in [r1, r2, r3, r4, c4] {
+    // Elementwise producers: x + y then relu; x * c (c broadcast per channel) then a clamp;
+    // x - y, also an output, then relu (not fused).
+    let y = rand_vec(&mut rng, numel(&xs));
+    let cb = rand_vec(&mut rng, 4);
+    let ty = g.input("y", DType::F32, &xs).unwrap();
+    let tc = g.constant_f32("c", &[1, 4, 1, 1], &cb).unwrap();
+    let s5 = g.add(tx, ty).unwrap();
+    let r5 = g.relu(s5).unwrap();
+    let m6 = g.mul(tx, tc).unwrap();
+    let r6 = g.clamp(m6, -0.5, 0.5).unwrap();
+    let d7 = g.sub(tx, ty).unwrap();
+    let r7 = g.relu(d7).unwrap();
+    for o in [r1, r2, r3, r4, c4, r5, r6, r7, d7] {
         g.output(o).unwrap();
     }
     let graph = g.build(&dev).unwrap();
     // conv+relu 1, dw+relu6 1, linear with the clamp 1 (two rows: `gemv_t`), conv 1 + relu 1
-    // (not fused).
-    assert_eq!(graph.dispatch_count(), 5);
+    // (not fused), add+relu 1, mul+clamp 1, sub 1 + relu 1 (not fused).
+    assert_eq!(graph.dispatch_count(), 9);
     drop(graph);
-    let got = run(&dev, &g, &[(&xs, &x), (&[2, 600], &xl)]);
+    let got = run(&dev, &g, &[(&xs, &x), (&[2, 600], &xl), (&xs, &y)]);
     let conv = conv_ref(&x, &xs, &w, &[5, 4, 3, 3], None, &p, &[1, 5, 6, 7]);
     let dw = conv_ref(
         &x,
@@ -1155,6 +1168,17 @@ fn activations_fuse_into_conv_and_gemm_epilogues() {
     assert_close(&got[2], &cl, 1e-4, "linear+clamp");
     assert_close(&got[3], &relu, 1e-4, "conv+relu (unfused)");
     assert_close(&got[4], &conv, 1e-4, "conv");
+    let sum: Vec<f32> = x.iter().zip(&y).map(|(a, b)| (a + b).max(0.0)).collect();
+    assert_close(&got[5], &sum, 1e-6, "add+relu");
+    let hw = xs[2] * xs[3];
+    let prod: Vec<f32> = (0..x.len())
+        .map(|i| (x[i] * cb[i / hw % 4]).clamp(-0.5, 0.5))
+        .collect();
+    assert_close(&got[6], &prod, 1e-6, "mul+clamp (broadcast)");
+    let diff: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a - b).collect();
+    let rdiff: Vec<f32> = diff.iter().map(|v| v.max(0.0)).collect();
+    assert_close(&got[7], &rdiff, 1e-6, "sub+relu (unfused)");
+    assert_close(&got[8], &diff, 1e-6, "sub");
     assert_no_validation_errors(&instance);
 }
 

@@ -12,7 +12,7 @@ use vk_core::{DType, Limits};
 use crate::coop::CoopConfig;
 use crate::error::{Error, Result};
 use crate::graph::{
-    GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
+    BinaryOp, GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
 };
 use crate::kernels::{Kernel, Precision, Shader, push};
 
@@ -409,8 +409,9 @@ struct Fusion {
     skip: Vec<bool>,
 }
 
-/// Finds relu / clamp nodes whose only input is the output of a conv2d, linear or matmul that
-/// nothing else reads (not an output, no view of it): the producer applies the clamp.
+/// Finds relu / clamp nodes whose only input is the output of a conv2d, linear, matmul or
+/// float add, sub or mul (a residual add and its activation) that nothing else reads (not an
+/// output, no view of it): the producer applies the clamp.
 fn fuse_activations(b: &GraphBuilder) -> Fusion {
     let n = b.nodes.len();
     let mut fusion = Fusion {
@@ -449,7 +450,15 @@ fn fuse_activations(b: &GraphBuilder) -> Fusion {
         };
         let s = b.tensors[x.0].storage;
         let Some(j) = producer[x.0] else { continue };
-        let fusable = matches!(b.nodes[j].op, Op::Conv { .. } | Op::Matmul { .. })
+        let producer_fits = match &b.nodes[j].op {
+            Op::Conv { .. } | Op::Matmul { .. } => true,
+            Op::Binary { op, .. } => {
+                matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)
+                    && matches!(b.tensors[x.0].dtype, DType::F32 | DType::F16)
+            }
+            _ => false,
+        };
+        let fusable = producer_fits
             && matches!(b.storages[s].kind, StorageKind::Temp)
             && readers[s] == 1
             && views[s] == 1

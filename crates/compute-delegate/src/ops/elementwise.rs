@@ -338,14 +338,21 @@ impl Lowerer<'_> {
             Op::Binary { op, a, b } => {
                 let (ai, bi) = (self.t(*a).clone(), self.t(*b).clone());
                 let (sa, sb) = (ai.storage, bi.storage);
+                // A relu or clamp fused at lowering (see `fuse_activations`).
+                let spec = vec![op.code(), u32::from(t.act.is_some())];
+                let (act_lo, act_hi) = t.act.unwrap_or((0.0, 0.0));
                 if ai.shape == bi.shape {
                     let n4 = n.div_ceil(4);
                     let g = self.linear_groups(n4.div_ceil(2) as u64); // two vec4s per thread
                     self.push(
                         Kernel::Binary,
-                        vec![op.code()],
+                        spec,
                         vec![(sa, false), (sb, false), (o, true)],
-                        &push::BinaryPush { n4: n4 as u32 },
+                        &push::BinaryPush {
+                            n4: n4 as u32,
+                            act_lo,
+                            act_hi,
+                        },
                         [g, 1, 1],
                     );
                 } else {
@@ -356,11 +363,13 @@ impl Lowerer<'_> {
                         dims: rank6(&d),
                         sa: rank6(&s[0]),
                         sb: rank6(&s[1]),
+                        act_lo,
+                        act_hi,
                     };
                     let g = self.linear_groups(n as u64);
                     self.push(
                         Kernel::BinaryBcast,
-                        vec![op.code()],
+                        spec,
                         vec![(sa, false), (sb, false), (o, true)],
                         &push,
                         [g, 1, 1],
