@@ -4,7 +4,7 @@
 // Elementwise binary ops on two tensors of the same shape, on vec4s, grid-stride.
 // OP: 0 add, 1 sub, 2 mul, 3 div, 4 minimum, 5 maximum, 6 pow, 7..12 ==, !=, >, >=, <, <= as
 // a 0.0 / 1.0 mask, 13 logical and, 14 logical or (nonzero is true), 15 div rounded down,
-// 16 div rounded toward zero. With ACT, the result is clamped to [act_lo, act_hi] (a relu,
+// 16 div rounded toward zero, 17 a * sigmoid(b). With ACT, the result is clamped to [act_lo, act_hi] (a relu,
 // relu6 or clamp after the op, fused at lowering: a residual add and its activation).
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"

@@ -4,7 +4,8 @@
 // Elementwise binary ops with broadcasting, up to 6 dims: the output index is decomposed over
 // `dims` and each operand is read through its own strides (0 on broadcast dims).
 // OP: as binary.comp's: 0 add, 1 sub, 2 mul, 3 div, 4 minimum, 5 maximum, 6 pow, 7..12
-// comparisons as masks, 13 logical and, 14 logical or, 15 floor division, 16 trunc division.
+// comparisons as masks, 13 logical and, 14 logical or, 15 floor division, 16 trunc division,
+// 17 a * sigmoid(b).
 // With ACT, the result is clamped to [act_lo, act_hi], as in binary.comp.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"

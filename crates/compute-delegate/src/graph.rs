@@ -60,6 +60,9 @@ pub enum BinaryOp {
     FloorDiv,
     /// `trunc(a / b)`.
     TruncDiv,
+    /// `a * sigmoid(b)`: a gate, as squeeze-excite blocks apply theirs (made by a graph pass
+    /// from a product with a sigmoid nothing else reads).
+    MulSigmoid,
 }
 
 impl BinaryOp {
@@ -91,6 +94,7 @@ impl BinaryOp {
             BinaryOp::Or => "logical_or",
             BinaryOp::FloorDiv => "div_floor",
             BinaryOp::TruncDiv => "div_trunc",
+            BinaryOp::MulSigmoid => "mul_sigmoid",
         }
     }
     pub(crate) fn code(self) -> u32 {

@@ -343,7 +343,9 @@ impl GraphBuilder {
     /// The graph with each `x * sigmoid(x)` as one SiLU node (`UnaryOp::Silu`): the product
     /// of a tensor and the sigmoid of that same tensor, where nothing else reads the sigmoid,
     /// becomes one dispatch instead of two (a language model's gated MLP, EfficientNet's
-    /// activations). `None` where there is none.
+    /// activations). The product with the sigmoid of another tensor becomes one
+    /// `BinaryOp::MulSigmoid` (a squeeze-excite block's gate, broadcast over the pixels).
+    /// `None` where there is none.
     pub(crate) fn with_silu_fused(&self) -> Option<GraphBuilder> {
         let mut readers = vec![0usize; self.storages.len()];
         for n in &self.nodes {
@@ -381,16 +383,26 @@ impl GraphBuilder {
             };
             let fused = [(a, b), (b, a)].into_iter().find_map(|(s, x)| {
                 let &(k, sx) = sigmoid_of.get(&s)?;
-                let same = sx == x && self.tensors[x.0].shape == self.tensors[node.out.0].shape;
-                same.then_some((k, x))
+                Some((k, x, sx))
             });
-            if let Some((k, x)) = fused {
-                drop[k] = true;
-                node.op = Op::Unary {
+            let Some((k, x, sx)) = fused else {
+                continue;
+            };
+            drop[k] = true;
+            let whole = self.tensors[x.0].shape == self.tensors[node.out.0].shape;
+            node.op = if sx == x && whole {
+                Op::Unary {
                     op: UnaryOp::Silu,
                     x,
-                };
-            }
+                }
+            } else {
+                // The gate of another tensor (broadcast as the product broadcast it).
+                Op::Binary {
+                    op: BinaryOp::MulSigmoid,
+                    a: x,
+                    b: sx,
+                }
+            };
         }
         retain(g, &drop)
     }

@@ -899,8 +899,9 @@ fn repeated_nodes_run_once() {
 }
 
 /// `x * sigmoid(x)` runs as one SiLU dispatch, the operands in either order; a sigmoid read
-/// elsewhere too, or multiplied by another tensor, is left alone. Results are the graph's as
-/// written; `aten.silu.default` runs the same kernel.
+/// elsewhere too is left alone; `y * sigmoid(s)` of another tensor `s`, broadcast or not, is
+/// one `mul_sigmoid` dispatch. Results are the graph's as written; `aten.silu.default` runs
+/// the same kernel.
 #[test]
 fn silu_is_one_dispatch() {
     let test = "silu_is_one_dispatch";
@@ -924,16 +925,23 @@ fn silu_is_one_dispatch() {
         .unwrap()
         .call(&mut b, vec![compute_delegate::ops::Arg::Tensor(y)])
         .unwrap()[0];
-    for o in [f1, kept, also, other, silu] {
+    // A squeeze-excite gate: x times the sigmoid of a [2, 1] tensor, broadcast.
+    let gs = data(11, 2);
+    let gt = b.input("gate", DType::F32, &[2, 1]).unwrap();
+    let sg = b.sigmoid(gt).unwrap();
+    let gated = b.mul(sg, x).unwrap();
+    for o in [f1, kept, also, other, silu, gated] {
         b.output(o).unwrap();
     }
     let mut g = b.build(&dev).unwrap();
-    // silu, silu, sigmoid + mul + add (s3 read twice), sigmoid + mul (of y), silu (the op).
+    // silu, silu, sigmoid + mul + add (s3 read twice), the gate of y (mul_sigmoid), silu (the
+    // op), the broadcast gate (mul_sigmoid).
     assert_eq!(g.dispatch_count(), 8, "{:?}", g.kernels());
     let out = g
         .execute(&[
             HostTensor::from_f32(vec![2, 12], &xs).unwrap(),
             HostTensor::from_f32(vec![2, 12], &ys).unwrap(),
+            HostTensor::from_f32(vec![2, 1], &gs).unwrap(),
         ])
         .unwrap();
     let sig = |v: f32| 1.0 / (1.0 + (-v).exp());
@@ -945,6 +953,10 @@ fn silu_is_one_dispatch() {
         f2.iter().map(|&v| sig(v) + 1.0).collect(),
         ys.iter().zip(&f1).map(|(&y, &f)| y * sig(f)).collect(),
         f2,
+        xs.iter()
+            .enumerate()
+            .map(|(i, &v)| v * sig(gs[i / 12]))
+            .collect(),
     ];
     for (i, (o, w)) in out.iter().zip(&want).enumerate() {
         for (k, (g, w)) in o.to_f32().unwrap().iter().zip(w).enumerate() {
