@@ -58,6 +58,8 @@ pub(crate) enum Kernel {
     GemvQ4Teams,
     /// `gemv_t.comp`.
     GemvT,
+    /// `gemv_t_sg.comp`.
+    GemvTSg,
     /// `im2col.comp`.
     Im2col,
     /// `index_dim.comp`.
@@ -103,7 +105,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 47] = [
+    pub(crate) const ALL: [Kernel; 48] = [
         Kernel::ArgReduce,
         Kernel::AttendCache,
         Kernel::AttendCacheSg,
@@ -131,6 +133,7 @@ impl Kernel {
         Kernel::GemvQ4,
         Kernel::GemvQ4Teams,
         Kernel::GemvT,
+        Kernel::GemvTSg,
         Kernel::Im2col,
         Kernel::IndexDim,
         Kernel::LayerNorm,
@@ -183,6 +186,7 @@ impl Kernel {
             Kernel::GemvQ4 => include_bytes!("../spirv/gemv_q4.spv"),
             Kernel::GemvQ4Teams => include_bytes!("../spirv/gemv_q4_teams.spv"),
             Kernel::GemvT => include_bytes!("../spirv/gemv_t.spv"),
+            Kernel::GemvTSg => include_bytes!("../spirv/gemv_t_sg.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::IndexDim => include_bytes!("../spirv/index_dim.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
@@ -237,6 +241,7 @@ impl Kernel {
             Kernel::GemvQ4 => Some(include_bytes!("../spirv/gemv_q4_f16.spv")),
             Kernel::GemvQ4Teams => Some(include_bytes!("../spirv/gemv_q4_teams_f16.spv")),
             Kernel::GemvT => Some(include_bytes!("../spirv/gemv_t_f16.spv")),
+            Kernel::GemvTSg => Some(include_bytes!("../spirv/gemv_t_sg_f16.spv")),
             Kernel::Im2col => Some(include_bytes!("../spirv/im2col_f16.spv")),
             Kernel::IndexDim => Some(include_bytes!("../spirv/index_dim_f16.spv")),
             Kernel::LayerNorm => Some(include_bytes!("../spirv/layer_norm_f16.spv")),
@@ -290,6 +295,7 @@ impl Kernel {
             Kernel::GemvQ4 => 8,
             Kernel::GemvQ4Teams => 8,
             Kernel::GemvT => 6,
+            Kernel::GemvTSg => 6,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
             Kernel::LayerNorm => 4,
@@ -870,6 +876,30 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<GemvTPush>() as u32 <= super::super::PUSH_BYTES,
         "gemv_t.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `gemv_t_sg.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct GemvTSgPush {
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub sa_b: u32,
+        pub sa_m: u32,
+        pub sb_b: u32,
+        pub sb_n: u32,
+        pub sc_b: u32,
+        pub sc_m: u32,
+        pub has_bias: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+        pub eps: f32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<GemvTSgPush>() as u32 <= super::super::PUSH_BYTES,
+        "gemv_t_sg.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `im2col.comp`'s push constants.

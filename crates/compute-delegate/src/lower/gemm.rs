@@ -320,7 +320,7 @@ impl Lowerer<'_> {
         let mut bindings = bindings.to_vec();
         bindings.insert(3, bindings[1]);
         bindings.insert(4, bindings[0]);
-        self.push(Kernel::GemvT, spec, bindings, push, groups);
+        self.push(self.gemv_t_kernel(), spec, bindings, push, groups);
         Ok(true)
     }
 

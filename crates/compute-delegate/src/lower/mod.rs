@@ -90,6 +90,19 @@ fn layout(kernel: Kernel, groups: u32, subgroups: bool) -> Kernel {
     }
 }
 
+impl Lowerer<'_> {
+    /// `gemv_t.comp`, or its subgroup form where the device has subgroup arithmetic with
+    /// subgroups that split a column's 64 lanes evenly.
+    pub(crate) fn gemv_t_kernel(&self) -> Kernel {
+        let size = self.limits.subgroup_size;
+        if self.subgroups && (1..=64).contains(&size) && 64 % size == 0 {
+            Kernel::GemvTSg
+        } else {
+            Kernel::GemvT
+        }
+    }
+}
+
 /// Drops size-1 dims and merges adjacent dims that are contiguous in every stride set.
 pub(crate) fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut d: Vec<usize> = Vec::new();
@@ -324,13 +337,11 @@ impl Lowerer<'_> {
                     Some(n) => (*n).clamp(1, 65535) as u32,
                     None => self.linear_groups(t.info.numel() as u64),
                 };
-                self.push_words(
-                    layout(*kernel, g, self.subgroups),
-                    spec.clone(),
-                    bindings,
-                    push.clone(),
-                    [g, 1, 1],
-                );
+                let kernel = match layout(*kernel, g, self.subgroups) {
+                    Kernel::GemvT => self.gemv_t_kernel(),
+                    k => k,
+                };
+                self.push_words(kernel, spec.clone(), bindings, push.clone(), [g, 1, 1]);
                 Ok(())
             }
             #[cfg(feature = "bench")]
