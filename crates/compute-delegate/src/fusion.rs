@@ -86,8 +86,46 @@ const BIAS_ROW: usize = std::mem::offset_of!(GemvQ4Push, bias_row);
 const COL_GROUPS: usize = std::mem::offset_of!(GemvQ4Push, col_groups);
 const N: usize = std::mem::offset_of!(GemvQ4Push, n);
 const EPS: usize = std::mem::offset_of!(GemvQ4Push, eps);
-const T_HAS_BIAS: usize = std::mem::offset_of!(push::GemvTPush, has_bias);
-const T_EPS: usize = std::mem::offset_of!(push::GemvTPush, eps);
+
+/// Where a product kernel that takes an RMS norm prologue binds and flags it (`x` is input 0).
+struct NormSlots {
+    /// Its inputs.
+    inputs: usize,
+    /// The input its bias is bound to.
+    bias: usize,
+    /// The input the norm's weights are bound to.
+    weights: usize,
+    /// Its `NORM` specialization constant.
+    flag: usize,
+    /// Byte offset of its push block's bias flag.
+    has_bias: usize,
+    /// Byte offset of its push block's epsilon.
+    eps: usize,
+}
+
+impl NormSlots {
+    fn of(kernel: Kernel) -> Option<NormSlots> {
+        match kernel {
+            Kernel::GemvQ4 => Some(NormSlots {
+                inputs: 7,
+                bias: 5,
+                weights: 6,
+                flag: 2,
+                has_bias: HAS_BIAS,
+                eps: EPS,
+            }),
+            Kernel::GemvT => Some(NormSlots {
+                inputs: 5,
+                bias: 2,
+                weights: 4,
+                flag: 3,
+                has_bias: std::mem::offset_of!(push::GemvTPush, has_bias),
+                eps: std::mem::offset_of!(push::GemvTPush, eps),
+            }),
+            _ => None,
+        }
+    }
+}
 
 /// The packed 4-bit product a kernel node is, without an epilogue: its push words.
 fn plain_q4(op: &Op) -> Option<&[u32]> {
@@ -412,14 +450,12 @@ impl GraphBuilder {
                     {
                         *t = x;
                     }
-                    let (norm_w, eps_at, flag) = match kernel {
-                        Kernel::GemvQ4 => (6, EPS, 2),
-                        _ => (4, T_EPS, 3),
-                    };
-                    inputs[norm_w] = w;
-                    set_word(push, eps_at, eps.to_bits());
-                    spec.resize(flag + 1, 0);
-                    spec[flag] = 1;
+                    if let Some(at) = NormSlots::of(*kernel) {
+                        inputs[at.weights] = w;
+                        set_word(push, at.eps, eps.to_bits());
+                        spec.resize(at.flag + 1, 0);
+                        spec[at.flag] = 1;
+                    }
                 }
                 g.nodes[k].op = op;
             }
@@ -446,21 +482,15 @@ impl GraphBuilder {
         else {
             return None;
         };
-        // Where the kernel binds x, its bias, the norm's weights; its norm flag and bias word.
-        let (len, bias, norm_w, flag, has_bias) = match kernel {
-            Kernel::GemvQ4 => (7, 5, 6, 2, HAS_BIAS),
-            Kernel::GemvT => (5, 2, 4, 3, T_HAS_BIAS),
-            _ => return None,
-        };
+        let slots = NormSlots::of(*kernel)?;
         let at = |t: &TensorId| self.tensors[t.0].storage == st;
-        let unused_bias = word(push, has_bias) == 0;
-        let fits = spec.get(flag).copied().unwrap_or(0) == 0
-            && inputs.len() == len
+        let unused_bias = word(push, slots.has_bias) == 0;
+        let fits = spec.get(slots.flag).copied().unwrap_or(0) == 0
+            && inputs.len() == slots.inputs
             && at(&inputs[0])
-            && inputs
-                .iter()
-                .enumerate()
-                .all(|(p, t)| !at(t) || p == 0 || (p == bias && unused_bias) || p == norm_w);
+            && inputs.iter().enumerate().all(|(p, t)| {
+                !at(t) || p == 0 || (p == slots.bias && unused_bias) || p == slots.weights
+            });
         fits.then_some(op)
     }
 
