@@ -348,7 +348,7 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
         // keeps the features of whichever program made it: an fp32 program's would leave an
         // fp16 one computing in fp32).
         let builder = builder.device(vkdelegate::program::DeviceChoice::Standalone);
-        let mut p = builder.build()?;
+        let mut p = crate::progress::build(builder, &path.display().to_string())?;
         let load = t.elapsed();
         let inputs: Vec<HostTensor> = p
             .inputs()

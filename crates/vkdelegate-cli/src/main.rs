@@ -26,6 +26,8 @@ mod inspect;
 #[cfg(any(feature = "vgf", feature = "compute"))]
 mod inspect_pte;
 mod npy;
+#[cfg(any(feature = "vgf", feature = "compute"))]
+mod progress;
 mod run;
 #[cfg(feature = "compute")]
 mod tokenizer;

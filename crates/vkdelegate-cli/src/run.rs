@@ -70,7 +70,7 @@ pub fn run(
     let (declared, _) = builder.io()?;
     let tensors = read_inputs(model, inputs, &declared, &mut npy::read)?;
     let t = Instant::now();
-    let mut program = builder.build()?;
+    let mut program = crate::progress::build(builder, &model.display().to_string())?;
     println!(
         "device '{}'; {} loaded in {:.2} ms",
         program.device().capabilities().name,

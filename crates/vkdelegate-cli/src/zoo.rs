@@ -164,7 +164,7 @@ fn check_into(dir: &Path, repeat: usize, row: &mut Row) -> Result {
     let builder = builder.device(vkdelegate::program::DeviceChoice::Shared(
         vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
     ));
-    let mut program = builder.build()?;
+    let mut program = crate::progress::build(builder, &dir.display().to_string())?;
     row.load_ms = Some(ms(t.elapsed()));
     let mut times = Vec::new();
     let mut outputs = Vec::new();

@@ -166,6 +166,32 @@ fn the_example_runs_natively_by_default() {
     }
 }
 
+/// `on_progress` hears each step as it starts loading, in order, then the end of the load.
+#[test]
+fn a_load_reports_each_step() {
+    let _serial = serial();
+    testing::validate_every_instance();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = heard.clone();
+    let p = ProgramBuilder::new()
+        .step(step_vgf("pool", "avgpool/model.vgf", "x", "pooled"))
+        .step(step_op("gate", "sigmoid", ("pooled", "gated"), &[]))
+        .on_progress(move |p| {
+            log.lock()
+                .unwrap()
+                .push((p.step, p.steps, p.name.to_string()));
+        })
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let want = [(0, 2, "pool"), (1, 2, "gate"), (2, 2, "")]
+        .map(|(k, n, s)| (k, n, s.to_string()))
+        .to_vec();
+    assert_eq!(*heard.lock().unwrap(), want);
+    let instance = p.device().instance().clone();
+    drop(p);
+    assert_no_validation_errors(&instance);
+}
+
 #[test]
 fn the_example_runs_on_one_device_in_both_hand_off_modes() {
     let _serial = serial();

@@ -45,6 +45,7 @@ mod wiring;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Instant;
 
 use vk_core::{
@@ -69,6 +70,28 @@ use runner::{Runner, StepBindings};
 use step::Prepared;
 use wiring::{Source, Wiring};
 
+/// Where a program's load stands, as [`ProgramBuilder::on_progress`] reports it: step `step`
+/// (from 0) of `steps`, named `name`, starts loading; `step == steps` when all have loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadProgress<'a> {
+    /// The step that starts loading (`steps` once every step has).
+    pub step: usize,
+    /// The program's steps.
+    pub steps: usize,
+    /// The step's name (empty once every step has loaded).
+    pub name: &'a str,
+}
+
+/// A load-progress callback ([`ProgramBuilder::on_progress`]).
+#[derive(Clone)]
+struct ProgressFn(Arc<dyn Fn(LoadProgress<'_>) + Send + Sync>);
+
+impl fmt::Debug for ProgressFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressFn")
+    }
+}
+
 /// Builds a [`Program`].
 #[derive(Debug, Clone)]
 pub struct ProgramBuilder {
@@ -83,6 +106,7 @@ pub struct ProgramBuilder {
     image_outputs: BTreeMap<String, (AppImage, TensorToImage)>,
     #[cfg(feature = "compute")]
     constants: Option<compute_delegate::ConstantPool>,
+    progress: Option<ProgressFn>,
 }
 
 impl Default for ProgramBuilder {
@@ -99,6 +123,7 @@ impl Default for ProgramBuilder {
             image_outputs: BTreeMap::new(),
             #[cfg(feature = "compute")]
             constants: None,
+            progress: None,
         }
     }
 }
@@ -200,6 +225,24 @@ impl ProgramBuilder {
         self
     }
 
+    /// Calls `f` as [`ProgramBuilder::build`] starts loading each step, and once all have
+    /// loaded: a caller's progress display for long loads (the CLI shows one past a second).
+    /// `f` runs on the building thread.
+    pub fn on_progress(mut self, f: impl Fn(LoadProgress<'_>) + Send + Sync + 'static) -> Self {
+        self.progress = Some(ProgressFn(Arc::new(f)));
+        self
+    }
+
+    fn report(&self, step: usize, name: &str) {
+        if let Some(f) = &self.progress {
+            (f.0)(LoadProgress {
+                step,
+                steps: self.steps.len(),
+                name,
+            });
+        }
+    }
+
     /// Chooses how VGF steps run ([`VgfPath::Auto`] unless chosen).
     pub fn vgf_path(mut self, path: VgfPath) -> Self {
         self.vgf_path = path;
@@ -298,6 +341,7 @@ impl ProgramBuilder {
         };
         let mut steps: Vec<Loaded> = Vec::with_capacity(self.steps.len());
         for (k, spec) in self.steps.iter().enumerate() {
+            self.report(k, &spec.name);
             let (device, lease) = self.device_for(spec, &requirements[k], standalone.as_ref())?;
             device.check(&requirements[k])?;
             if k == 0 {
@@ -331,6 +375,7 @@ impl ProgramBuilder {
                 _lease: lease,
             });
         }
+        self.report(steps.len(), "");
         Program::assemble(steps, wiring, self.hand_off, bound, images)
     }
 
