@@ -77,7 +77,10 @@ pub fn run(r: &GenerateArgs) -> Result {
 fn load(r: &GenerateArgs) -> Result<LanguageModel> {
     let bytes = std::fs::read(&r.model).map_err(|e| format!("{}: {e}", r.model.display()))?;
     let t = Instant::now();
-    let model = LanguageModel::load(bytes.into(), DeviceChoice::Standalone)?;
+    let display = crate::progress::LoadDisplay::start(&r.model.display().to_string());
+    let model = LanguageModel::load(bytes.into(), DeviceChoice::Standalone);
+    display.finish();
+    let model = model?;
     let meta = model.metadata();
     eprintln!(
         "{}: loaded in {:.1} ms on '{}'; context {} positions, chunks up to {} tokens, \

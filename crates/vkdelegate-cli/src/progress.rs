@@ -26,20 +26,16 @@ pub struct LoadDisplay {
 
 /// `builder` reporting its load of `what` to a display, and the display.
 pub fn shown(builder: ProgramBuilder, what: &str) -> (ProgramBuilder, LoadDisplay) {
-    let state: Shared = Arc::new(Mutex::new(Some(String::new())));
-    let report = state.clone();
+    let display = LoadDisplay::start(what);
+    let report = display.state.clone();
     let builder = builder.on_progress(move |p: LoadProgress<'_>| {
         if let Ok(mut s) = report.lock() {
             if s.is_some() && p.step < p.steps {
-                *s = Some(format!("step {} of {} ({})", p.step + 1, p.steps, p.name));
+                *s = Some(format!("step {} of {} ({}) ", p.step + 1, p.steps, p.name));
             }
         }
     });
-    let ticker = std::io::stderr().is_terminal().then(|| {
-        let (state, what) = (state.clone(), what.to_string());
-        std::thread::spawn(move || draw(&state, &what))
-    });
-    (builder, LoadDisplay { state, ticker })
+    (builder, display)
 }
 
 /// Builds `builder`'s program (the load of `what`), with the display while it loads.
@@ -63,7 +59,7 @@ fn draw(state: &Shared, what: &str) {
         let Some(step) = step else { break };
         if start.elapsed() >= QUIET_FOR {
             let secs = start.elapsed().as_secs_f64();
-            eprint!("\r\x1b[2Kloading {what}: {step} {secs:.1} s");
+            eprint!("\r\x1b[2Kloading {what}: {step}{secs:.1} s");
             let _ = std::io::stderr().flush();
             drawn = true;
         }
@@ -75,6 +71,17 @@ fn draw(state: &Shared, what: &str) {
 }
 
 impl LoadDisplay {
+    /// A display of the load of `what` that shows only the time so far (a load that does not
+    /// report its steps, such as a language model's).
+    pub fn start(what: &str) -> LoadDisplay {
+        let state: Shared = Arc::new(Mutex::new(Some(String::new())));
+        let ticker = std::io::stderr().is_terminal().then(|| {
+            let (state, what) = (state.clone(), what.to_string());
+            std::thread::spawn(move || draw(&state, &what))
+        });
+        LoadDisplay { state, ticker }
+    }
+
     /// Ends the display (the load has ended, built or not).
     pub fn finish(mut self) {
         self.end();
