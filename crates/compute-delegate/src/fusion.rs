@@ -327,9 +327,30 @@ impl GraphBuilder {
         else {
             return None;
         };
-        let (n, k) = (*out.shape.last()?, *self.tensors[a.0].shape.last()?);
+        if !self.same_data(a, ua) {
+            return None;
+        }
+        self.gemv_t_node("gated_linear", a, (wg, Some(wu)), None, out)
+    }
+
+    /// The `gemv_t.comp` node of `x W^T (+ bias)` writing `out`, for one to four rows of `x`
+    /// (`k` a multiple of 4, `w` of `[n][k]`); with an up matrix `w2`, the gated product
+    /// `silu(x W^T) * (x W2^T)` (its `GLU`). `None` where it does not fit.
+    fn gemv_t_node(
+        &self,
+        name: &'static str,
+        x: TensorId,
+        (w, up): (TensorId, Option<TensorId>),
+        bias: Option<TensorId>,
+        out: &TensorInfo,
+    ) -> Option<Op> {
+        let (n, k) = (*out.shape.last()?, *self.tensors[x.0].shape.last()?);
         let rows = out.numel() / n.max(1);
-        let fits = self.same_data(a, ua) && (1..=GEMV_MAX_ROWS).contains(&rows) && k % 4 == 0;
+        let w2 = up.unwrap_or(w);
+        let fits = [w, w2].iter().all(|t| self.tensors[t.0].shape == [n, k])
+            && bias.is_none_or(|t| self.tensors[t.0].numel() == n)
+            && (1..=GEMV_MAX_ROWS).contains(&rows)
+            && k % 4 == 0;
         let words = |v: usize| u32::try_from(v).ok();
         let push = push::GemvTPush {
             m: words(rows)?,
@@ -338,17 +359,18 @@ impl GraphBuilder {
             sa_m: words(k)?,
             sb_n: words(k)?,
             sc_m: words(n)?,
+            has_bias: u32::from(bias.is_some()),
             ..Default::default()
         };
-        let groups = n.div_ceil(4) as u64;
+        // Unused bindings (the bias, B2, the norm's weights) are bound to x or w.
         fits.then(|| Op::Kernel {
-            name: "gated_linear",
+            name,
             kernel: Kernel::GemvT,
-            inputs: vec![a, wg, a, wu, a],
+            inputs: vec![x, w, bias.unwrap_or(x), w2, x],
             push: bytemuck::cast_slice(bytemuck::bytes_of(&push)).to_vec(),
-            groups: Some(groups),
+            groups: Some(n.div_ceil(4) as u64),
             precision: None,
-            spec: vec![rows as u32, 0, 1, 0],
+            spec: vec![rows as u32, 0, u32::from(up.is_some()), 0],
         })
     }
 }
@@ -506,32 +528,6 @@ impl GraphBuilder {
         else {
             return None;
         };
-        let (n, k) = (*out.shape.last()?, *self.tensors[a.0].shape.last()?);
-        let rows = out.numel() / n.max(1);
-        let bias_fits = bias.is_none_or(|t| self.tensors[t.0].numel() == n);
-        let fits = self.tensors[b.0].shape == [n, k]
-            && (1..=GEMV_MAX_ROWS).contains(&rows)
-            && k % 4 == 0
-            && bias_fits;
-        let words = |v: usize| u32::try_from(v).ok();
-        let push = push::GemvTPush {
-            m: words(rows)?,
-            n: words(n)?,
-            k: words(k)?,
-            sa_m: words(k)?,
-            sb_n: words(k)?,
-            sc_m: words(n)?,
-            has_bias: u32::from(bias.is_some()),
-            ..Default::default()
-        };
-        fits.then(|| Op::Kernel {
-            name: "linear",
-            kernel: Kernel::GemvT,
-            inputs: vec![a, b, bias.unwrap_or(a), b, a],
-            push: bytemuck::cast_slice(bytemuck::bytes_of(&push)).to_vec(),
-            groups: Some(n.div_ceil(4) as u64),
-            precision: None,
-            spec: vec![rows as u32, 0, 0, 0],
-        })
+        self.gemv_t_node("linear", a, (b, None), bias, out)
     }
 }
