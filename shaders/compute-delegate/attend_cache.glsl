@@ -1,7 +1,11 @@
 // The body of attend_cache.comp and, with SPLIT defined, of attend_split.comp: see their
 // headers. With SUBGROUP (the _sg kernels), the group's reductions use subgroup operations.
+// With ROPE (fused by the graph's passes), each query is first rotated as rope.comp rotates
+// it, by cos and sin ([s, d / 2], or with ROPE 2 [s, hq, d / 2]).
 #include "dtype.glsl"
 layout(local_size_x = 128) in;
+// 0: q as given; 1: q rotated by tables of [s, d / 2]; 2: by tables of [s, hq, d / 2].
+layout(constant_id = 0) const uint ROPE = 0;
 
 const uint THREADS = 128;
 const uint MAX_ROWS = 4096;
@@ -10,12 +14,14 @@ layout(std430, set = 0, binding = 0) readonly buffer Q { T q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K4 { T4 k4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V4 { T4 v4[]; };
 layout(std430, set = 0, binding = 3) readonly buffer Pos { int pos[]; };
+layout(std430, set = 0, binding = 4) readonly buffer Cos { T cos_[]; };
+layout(std430, set = 0, binding = 5) readonly buffer Sin { T sin_[]; };
 #ifdef SPLIT
 // Per (query, share of rows): the maximum score, the sum of exponentials, then the output's
 // d sums, unnormalised.
-layout(std430, set = 0, binding = 4) writeonly buffer P { float part[]; };
+layout(std430, set = 0, binding = 6) writeonly buffer P { float part[]; };
 #else
-layout(std430, set = 0, binding = 4) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 6) writeonly buffer Y { T y[]; };
 #endif
 
 // Rust: `kernels::push::AttendCachePush`, generated from this block.
@@ -96,8 +102,17 @@ void main() {
         uint kv = h / (pc.hq / pc.hk);
         uint qbase = g * pc.d;
         if (t < d4) {
-            qs[t] = vec4(float(q[qbase + 4 * t]), float(q[qbase + 4 * t + 1]),
-                         float(q[qbase + 4 * t + 2]), float(q[qbase + 4 * t + 3]));
+            vec4 qv = vec4(float(q[qbase + 4 * t]), float(q[qbase + 4 * t + 1]),
+                           float(q[qbase + 4 * t + 2]), float(q[qbase + 4 * t + 3]));
+            if (ROPE != 0) {
+                // Pairs 2t and 2t + 1 of the query's row of the tables.
+                uint f = (ROPE == 2 ? i * pc.hq + h : i) * (pc.d / 2) + 2 * t;
+                vec2 c = vec2(float(cos_[f]), float(cos_[f + 1]));
+                vec2 sn = vec2(float(sin_[f]), float(sin_[f + 1]));
+                qv = vec4(qv.x * c.x - qv.y * sn.x, qv.x * sn.x + qv.y * c.x,
+                          qv.z * c.y - qv.w * sn.y, qv.z * sn.y + qv.w * c.y);
+            }
+            qs[t] = qv;
         }
         barrier();
         int last = min(start + int(i), int(pc.max_rows) - 1);

@@ -57,7 +57,8 @@ impl GraphBuilder {
             let fused = self.with_gated_products_fused();
             let fused = fused
                 .or_else(|| self.with_residuals_fused())
-                .or_else(|| self.with_norms_fused());
+                .or_else(|| self.with_norms_fused())
+                .or_else(|| self.with_rotations_fused());
             if let Some(fused) = fused {
                 return fused.build_with(device, options);
             }

@@ -531,3 +531,153 @@ impl GraphBuilder {
         self.gemv_t_node("linear", a, (b, None), bias, out)
     }
 }
+
+impl GraphBuilder {
+    /// The graph with each rotary embedding (`rope.comp`) whose result one consumer reads
+    /// computed by that consumer: a KV cache write (the rotation stores its rows into the
+    /// cache, one dispatch where there were two) or an attention over a cache (which rotates
+    /// its queries as it loads them). `None` where there is none.
+    pub(crate) fn with_rotations_fused(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, node) in self.nodes.iter().enumerate() {
+            let Op::Kernel {
+                kernel: Kernel::CacheWrite | Kernel::AttendCache | Kernel::AttendSplit,
+                inputs,
+                ..
+            } = &node.op
+            else {
+                continue;
+            };
+            let Some(j) = inputs.first().and_then(|&t| uses.sole(self, t)) else {
+                continue;
+            };
+            let Some(rope) = self.plain_rope(&uses, j, inputs[0]) else {
+                continue;
+            };
+            if drop[j] {
+                continue;
+            }
+            if let Some(op) = rotated(&node.op, rope) {
+                g.nodes[k].op = op;
+                drop[j] = true;
+            }
+        }
+        retain(g, &drop)
+    }
+
+    /// Node `j` as a rotation a consumer may take over: a `rope.comp` node without a cache
+    /// whose result `t` is (in full, in its shape) and whose operands no later node writes.
+    fn plain_rope(&self, uses: &Uses, j: usize, t: TensorId) -> Option<Rotation<'_>> {
+        let Op::Kernel {
+            kernel: Kernel::Rope,
+            inputs,
+            push,
+            ..
+        } = &self.nodes[j].op
+        else {
+            return None;
+        };
+        let fits = word(push, ROPE_CACHE_ROWS) == 0
+            && inputs.len() == 4
+            && self.tensors[self.nodes[j].out.0].shape == self.tensors[t.0].shape
+            && inputs[..3].iter().all(|&i| uses.ready_before(self, i, j));
+        fits.then_some(Rotation {
+            x: inputs[0],
+            cos: inputs[1],
+            sin: inputs[2],
+            push,
+        })
+    }
+}
+
+/// A rotation's operands and push words (`push::RopePush`).
+struct Rotation<'a> {
+    x: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+    push: &'a [u32],
+}
+
+const ROPE_S: usize = std::mem::offset_of!(push::RopePush, s);
+const ROPE_H: usize = std::mem::offset_of!(push::RopePush, h);
+const ROPE_D: usize = std::mem::offset_of!(push::RopePush, d);
+const ROPE_TOTAL: usize = std::mem::offset_of!(push::RopePush, total);
+const ROPE_PER_HEAD: usize = std::mem::offset_of!(push::RopePush, per_head);
+const ROPE_CACHE_ROWS: usize = std::mem::offset_of!(push::RopePush, cache_rows);
+
+/// Consumer `op` (a cache write or an attention over a cache, reading the rotation's result
+/// as its input 0) with the rotation computed in it; `None` where it does not fit.
+fn rotated(op: &Op, rope: Rotation<'_>) -> Option<Op> {
+    let Op::Kernel {
+        name,
+        kernel,
+        inputs,
+        push,
+        groups,
+        precision,
+        spec,
+    } = op
+    else {
+        return None;
+    };
+    match kernel {
+        Kernel::CacheWrite => {
+            let cw = |f: usize| word(push, f);
+            use push::CacheWritePush as P;
+            let fits = cw(std::mem::offset_of!(P, total)) == word(rope.push, ROPE_TOTAL)
+                && cw(std::mem::offset_of!(P, s)) == word(rope.push, ROPE_S)
+                && cw(std::mem::offset_of!(P, hd))
+                    == word(rope.push, ROPE_H) * word(rope.push, ROPE_D)
+                && inputs.len() == 2;
+            let mut words = rope.push.to_vec();
+            set_word(
+                &mut words,
+                ROPE_CACHE_ROWS,
+                cw(std::mem::offset_of!(P, max_rows)),
+            );
+            set_word(
+                &mut words,
+                std::mem::offset_of!(push::RopePush, plus),
+                cw(std::mem::offset_of!(P, plus)),
+            );
+            set_word(
+                &mut words,
+                std::mem::offset_of!(push::RopePush, has_pos),
+                cw(std::mem::offset_of!(P, has_pos)),
+            );
+            fits.then(|| Op::Kernel {
+                name: "apply_rotary_emb_into_cache",
+                kernel: Kernel::Rope,
+                inputs: vec![rope.x, rope.cos, rope.sin, inputs[1]],
+                push: words,
+                groups: None,
+                precision: None,
+                spec: vec![],
+            })
+        }
+        Kernel::AttendCache | Kernel::AttendSplit => {
+            use push::AttendCachePush as P;
+            let fits = word(push, std::mem::offset_of!(P, hq)) == word(rope.push, ROPE_H)
+                && word(push, std::mem::offset_of!(P, d)) == word(rope.push, ROPE_D)
+                && word(push, std::mem::offset_of!(P, s)) == word(rope.push, ROPE_S)
+                && inputs.len() == 6
+                && spec.first().copied().unwrap_or(0) == 0;
+            let mut inputs = inputs.clone();
+            inputs[0] = rope.x;
+            inputs[4] = rope.cos;
+            inputs[5] = rope.sin;
+            fits.then(|| Op::Kernel {
+                name,
+                kernel: *kernel,
+                inputs,
+                push: push.clone(),
+                groups: *groups,
+                precision: *precision,
+                spec: vec![1 + word(rope.push, ROPE_PER_HEAD)],
+            })
+        }
+        _ => None,
+    }
+}

@@ -269,11 +269,11 @@ impl Kernel {
     pub(crate) fn bindings(self) -> usize {
         match self {
             Kernel::ArgReduce => 2,
-            Kernel::AttendCache => 5,
-            Kernel::AttendCacheSg => 5,
+            Kernel::AttendCache => 7,
+            Kernel::AttendCacheSg => 7,
             Kernel::AttendCombine => 2,
-            Kernel::AttendSplit => 5,
-            Kernel::AttendSplitSg => 5,
+            Kernel::AttendSplit => 7,
+            Kernel::AttendSplitSg => 7,
             Kernel::Binary => 3,
             Kernel::BinaryBcast => 3,
             Kernel::CacheWrite => 3,
@@ -308,7 +308,7 @@ impl Kernel {
             Kernel::Reduce => 2,
             Kernel::ReduceDim => 2,
             Kernel::ReduceSg => 2,
-            Kernel::Rope => 4,
+            Kernel::Rope => 5,
             Kernel::Softmax => 2,
             Kernel::SoftmaxSg => 2,
             Kernel::SplitSum => 2,
@@ -1133,6 +1133,9 @@ pub(crate) mod push {
         pub h: u32,
         pub d: u32,
         pub per_head: u32,
+        pub cache_rows: u32,
+        pub plus: i32,
+        pub has_pos: u32,
     }
 
     const _: () = assert!(

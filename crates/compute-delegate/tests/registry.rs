@@ -2578,6 +2578,114 @@ fn attention_over_a_kv_cache_matches_its_definition() {
     });
 }
 
+/// A rotary embedding whose results only a KV cache write and an attention over the cache
+/// read (a language model's layer) is computed by them: the keys rotated straight into the
+/// cache, the queries as the attention loads them. Fused and unfused graphs agree over three
+/// steps at positions known only on the device, in fp32 and fp16: a one-query step over a
+/// long cache (the split attention), three queries over a short one (one dispatch), tables
+/// shared by the heads and tables per head.
+#[test]
+fn rotations_fuse_into_the_cache_write_and_the_attention() {
+    each_precision("rotations_fuse", |dev, dtype| {
+        // (queries, query heads, key heads, head size, cache rows, tables per head)
+        for (s, hq, hk, d, max, per_head) in [
+            (1usize, 4usize, 2usize, 16usize, 300usize, false),
+            (3, 4, 2, 8, 12, false),
+            (2, 2, 2, 8, 200, true),
+        ] {
+            let mut g = GraphBuilder::new();
+            g.set_float(dtype);
+            let mut input = |g: &mut GraphBuilder, name: &str, shape: &[usize]| {
+                let x = g.input(name, DType::F32, shape).unwrap();
+                g.cast(x, dtype).unwrap()
+            };
+            let q = input(&mut g, "q", &[1, s, hq, d]);
+            let k = input(&mut g, "k", &[1, s, hk, d]);
+            let v = input(&mut g, "v", &[1, s, hk, d]);
+            let pos = g.input("pos", DType::I32, &[1]).unwrap();
+            let table = if per_head {
+                vec![s, hq, d / 2]
+            } else {
+                vec![s, d / 2]
+            };
+            let n: usize = table.iter().product();
+            let angles = rand_vec(171, n);
+            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+            let cos = g.constant_f32("cos", &table, &cos).unwrap();
+            let sin = g.constant_f32("sin", &table, &sin).unwrap();
+            let caches = [172, 173].map(|seed| {
+                let c = g
+                    .constant_f32(
+                        &format!("cache{seed}"),
+                        &[1, max, hk, d],
+                        &rand_vec(seed, max * hk * d),
+                    )
+                    .unwrap();
+                g.cast(c, dtype).unwrap()
+            });
+            let rope = ops::find("et_vk.apply_rotary_emb.default").unwrap();
+            let args = [q, k, cos, sin].map(Arg::Tensor).to_vec();
+            let rotated = rope.call(&mut g, args).unwrap();
+            let sdpa = ops::find("llama::sdpa_with_kv_cache").unwrap();
+            let mut args: Vec<Arg> = [rotated[0], rotated[1], v, caches[0], caches[1]]
+                .map(Arg::Tensor)
+                .to_vec();
+            args.push(Arg::DeviceInt {
+                value: pos,
+                plus: 0,
+            });
+            let y = sdpa.call(&mut g, args).unwrap()[0];
+            let y = g.cast(y, DType::F32).unwrap();
+            g.output(y).unwrap();
+            let mut built = [false, true].map(|unfused| {
+                let options = compute_delegate::BuildOptions {
+                    unfused,
+                    ..Default::default()
+                };
+                g.build_with(dev, &options).unwrap()
+            });
+            let kernels = built.each_ref().map(|b| b.kernels());
+            let count =
+                |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
+            let what = format!("{s} queries, {max} rows: {kernels:?}");
+            // Fused: one rotation (the keys' into the cache), one cache write (the values').
+            assert_eq!((count(0, "Rope"), count(0, "CacheWrite")), (1, 1), "{what}");
+            assert_eq!((count(1, "Rope"), count(1, "CacheWrite")), (2, 2), "{what}");
+            for (step, at) in [0usize, 5, 9].into_iter().enumerate() {
+                let inputs = [
+                    HostTensor::from_f32(
+                        vec![1, s, hq, d],
+                        &rand_vec(174 + step as u64, s * hq * d),
+                    ),
+                    HostTensor::from_f32(
+                        vec![1, s, hk, d],
+                        &rand_vec(180 + step as u64, s * hk * d),
+                    ),
+                    HostTensor::from_f32(
+                        vec![1, s, hk, d],
+                        &rand_vec(186 + step as u64, s * hk * d),
+                    ),
+                    HostTensor::from_i32(vec![1], &[at as i32]),
+                ]
+                .map(Result::unwrap);
+                let [fused, unfused] = built
+                    .each_mut()
+                    .map(|b| b.execute(&inputs).unwrap()[0].to_f32().unwrap());
+                // The fused queries are not rounded to the graph's dtype after rotation.
+                let scale = unfused.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+                let tol = if dtype == DType::F16 { 2e-2 } else { 2e-5 } * scale;
+                for (e, (a, b)) in fused.iter().zip(&unfused).enumerate() {
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "{what}, step {step}, element {e}: fused {a}, unfused {b}"
+                    );
+                }
+            }
+        }
+    });
+}
+
 /// `linear_q4gsw` of one to four rows reads its weights packed on the device (`gemv_q4.comp`);
 /// longer products unpack them at build in the graph's precision. Both in fp32 and fp16
 /// against the definition: groups of 8, 16 and 32, columns that leave a work group's lanes

@@ -74,11 +74,13 @@ fn rotary(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
             h: word(h)?,
             d: word(d)?,
             per_head: u32::from(per_head),
+            ..Default::default()
         };
+        // The position binding is unused without a cache (`cache_rows` 0).
         out.push(c.g.kernel_node(
             "apply_rotary_emb",
             Kernel::Rope,
-            &[x, fc, fs],
+            &[x, fc, fs, x],
             (dtype, shape.clone()),
             &push,
         )?);
@@ -421,18 +423,21 @@ impl GraphBuilder {
         if !fits || kb != b || kd != d {
             return Ok(None);
         }
-        let (pos, plus, has_pos) = self.position_operand(OP, start, q)?;
+        let (pos, plus, has_pos) = self.position_operand(OP, start, kc)?;
         let word =
             |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} is over 2^32")));
         let groups = b * s * hq;
-        let operands = [q, kc, vc, pos];
+        // The rotary tables' bindings are unused until a pass fuses a rotation of `q` in
+        // (`ROPE`, specialization constant 0); they are bound to the keys, so that `q` keeps
+        // one reader.
+        let operands = [q, kc, vc, pos, kc, kc];
         let out = KernelOut {
             dtype: qi.dtype,
             shape: qi.shape.clone(),
             storage: None,
             groups: Some(groups as u64),
             precision: None,
-            spec: vec![],
+            spec: vec![0],
         };
         // Few queries (a decode step): each query's rows in shares of SPLIT_ROWS, one work
         // group each, then the shares combined. Both kernels read one push block
@@ -472,7 +477,7 @@ impl GraphBuilder {
             storage: None,
             groups: Some((groups * chunks) as u64),
             precision: Some(qi.dtype),
-            spec: vec![],
+            spec: vec![0],
         };
         let part = self.kernel_node_into(OP, Kernel::AttendSplit, &operands, parts, &push)?;
         let push = push::AttendCombinePush {
