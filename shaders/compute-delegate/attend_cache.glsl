@@ -2,13 +2,20 @@
 // headers. With SUBGROUP (the _sg kernels), the group's reductions use subgroup operations.
 // With ROPE (fused by the graph's passes), each query is first rotated as rope.comp rotates
 // it, by cos and sin ([s, d / 2], or with ROPE 2 [s, hq, d / 2]).
+#extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
 layout(local_size_x = 128) in;
 // 0: q as given; 1: q rotated by tables of [s, d / 2]; 2: by tables of [s, hq, d / 2].
 layout(constant_id = 0) const uint ROPE = 0;
+// The head size d (pc.d), known when the pipeline is made so that the loops over a row
+// unroll: a row's loads are all in flight at once.
+layout(constant_id = 1) const uint HEAD_D = 64;
+const uint D4 = HEAD_D / 4;
 
 const uint THREADS = 128;
 const uint MAX_ROWS = 4096;
+// SPLIT: the rows of a share whose values are loaded early (the lowering's shares).
+const uint PRELOAD_ROWS = 64;
 
 layout(std430, set = 0, binding = 0) readonly buffer Q { T q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K4 { T4 k4[]; };
@@ -82,7 +89,7 @@ float reduce(float v, bool max_op) {
 void main() {
     uint t = gl_LocalInvocationID.x;
     int start = pc.plus + (pc.has_pos == 1 ? pos[0] : 0);
-    uint d4 = pc.d / 4;
+    const uint d4 = D4;
 #ifdef SPLIT
     uint items = pc.groups * pc.chunks;
 #else
@@ -125,14 +132,29 @@ void main() {
         float top = -3.0e38;
         for (uint r = first + t; r < end; r += THREADS) {
             uint kbase = ((b * pc.max_rows + r) * pc.hk + kv) * d4;
-            float acc = 0.0;
-            for (uint j = 0; j < d4; ++j) {
-                acc += dot(qs[j], vec4(k4[kbase + j]));
+            vec4 a = vec4(0.0);
+            [[unroll]] for (uint j = 0; j < D4; ++j) {
+                a += qs[j] * vec4(k4[kbase + j]);
             }
-            acc *= pc.scale;
+            float acc = (a.x + a.y + a.z + a.w) * pc.scale;
             scores[r - first] = acc;
             top = max(top, acc);
         }
+        // Thread t sums the vec4 t % (d / 4) of the output over every share-th row from
+        // t / (d / 4); the shares meet in `red4`.
+        uint e4 = t % d4;
+        const uint share = THREADS / D4;
+#ifdef SPLIT
+        // A share's value rows (up to PRE of them a thread) are loaded before the reductions,
+        // so that the loads overlap them; rows past those are read after, two in flight.
+        const uint PRE = (PRELOAD_ROWS * D4 + THREADS - 1) / THREADS;
+        vec4 vpre[PRE];
+        [[unroll]] for (uint m = 0; m < PRE; ++m) {
+            uint r = first + t / d4 + m * share;
+            vpre[m] = r < end ? vec4(v4[((b * pc.max_rows + r) * pc.hk + kv) * d4 + e4])
+                              : vec4(0.0);
+        }
+#endif
         top = reduce(top, true);
         float sum = 0.0;
         for (uint r = first + t; r < end; r += THREADS) {
@@ -141,12 +163,16 @@ void main() {
             sum += p;
         }
         sum = reduce(sum, false);
-        // Thread t sums the vec4 t % (d / 4) of the output over every share-th row from
-        // t / (d / 4), two rows in flight; the shares meet in `red4`.
-        uint e4 = t % d4;
-        uint share = THREADS / d4;
         vec4 acc = vec4(0.0);
         uint r = first + t / d4;
+#ifdef SPLIT
+        [[unroll]] for (uint m = 0; m < PRE; ++m) {
+            if (r < end) {
+                acc += scores[r - first] * vpre[m];
+            }
+            r += share;
+        }
+#endif
         for (; r + share < end; r += 2 * share) {
             vec4 v0 = vec4(v4[((b * pc.max_rows + r) * pc.hk + kv) * d4 + e4]);
             vec4 v1 = vec4(v4[((b * pc.max_rows + r + share) * pc.hk + kv) * d4 + e4]);

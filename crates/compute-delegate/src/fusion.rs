@@ -663,11 +663,13 @@ fn rotated(op: &Op, rope: Rotation<'_>) -> Option<Op> {
                 && word(push, std::mem::offset_of!(P, d)) == word(rope.push, ROPE_D)
                 && word(push, std::mem::offset_of!(P, s)) == word(rope.push, ROPE_S)
                 && inputs.len() == 6
-                && spec.first().copied().unwrap_or(0) == 0;
+                && spec.first() == Some(&0);
             let mut inputs = inputs.clone();
             inputs[0] = rope.x;
             inputs[4] = rope.cos;
             inputs[5] = rope.sin;
+            let mut spec = spec.clone();
+            spec[0] = 1 + word(rope.push, ROPE_PER_HEAD);
             fits.then(|| Op::Kernel {
                 name,
                 kernel: *kernel,
@@ -675,7 +677,7 @@ fn rotated(op: &Op, rope: Rotation<'_>) -> Option<Op> {
                 push: push.clone(),
                 groups: *groups,
                 precision: *precision,
-                spec: vec![1 + word(rope.push, ROPE_PER_HEAD)],
+                spec,
             })
         }
         _ => None,

@@ -429,7 +429,7 @@ impl GraphBuilder {
         let groups = b * s * hq;
         // The rotary tables' bindings are unused until a pass fuses a rotation of `q` in
         // (`ROPE`, specialization constant 0); they are bound to the keys, so that `q` keeps
-        // one reader.
+        // one reader. The head size is specialization constant 1 (`HEAD_D`).
         let operands = [q, kc, vc, pos, kc, kc];
         let out = KernelOut {
             dtype: qi.dtype,
@@ -437,7 +437,7 @@ impl GraphBuilder {
             storage: None,
             groups: Some(groups as u64),
             precision: None,
-            spec: vec![0],
+            spec: vec![0, d as u32],
         };
         // Few queries (a decode step): each query's rows in shares of SPLIT_ROWS, one work
         // group each, then the shares combined. Both kernels read one push block
@@ -477,7 +477,7 @@ impl GraphBuilder {
             storage: None,
             groups: Some((groups * chunks) as u64),
             precision: Some(qi.dtype),
-            spec: vec![0],
+            spec: vec![0, d as u32],
         };
         let part = self.kernel_node_into(OP, Kernel::AttendSplit, &operands, parts, &push)?;
         let push = push::AttendCombinePush {
