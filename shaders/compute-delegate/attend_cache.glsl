@@ -25,8 +25,12 @@ layout(std430, set = 0, binding = 4) readonly buffer Cos { T cos_[]; };
 layout(std430, set = 0, binding = 5) readonly buffer Sin { T sin_[]; };
 #ifdef SPLIT
 // Per (query, share of rows): the maximum score, the sum of exponentials, then the output's
-// d sums, unnormalised.
-layout(std430, set = 0, binding = 6) writeonly buffer P { float part[]; };
+// d sums, unnormalised (scratch the lowering adds).
+layout(std430, set = 0, binding = 6) coherent buffer P { float part[]; };
+// Per query: its shares done so far; zero between dispatches (scratch the lowering adds,
+// zeroed at build; the last share sets it back).
+layout(std430, set = 0, binding = 7) coherent buffer Done { uint done[]; };
+layout(std430, set = 0, binding = 8) writeonly buffer Y { T y[]; };
 #else
 layout(std430, set = 0, binding = 6) writeonly buffer Y { T y[]; };
 #endif
@@ -51,6 +55,8 @@ shared float scores[MAX_ROWS];
 shared vec4 qs[THREADS / 4];
 shared float red[THREADS];
 shared vec4 red4[THREADS];
+// SPLIT: whether this work group wrote its query's last share.
+shared bool last_share;
 
 // The maximum (max_op) or the sum of v over the group: with SUBGROUP, by subgroup
 // operations and the subgroups' results in shared memory (two barriers); without, a tree in
@@ -198,6 +204,7 @@ void main() {
             part[at + 3 + 4 * t] = total.y;
             part[at + 4 + 4 * t] = total.z;
             part[at + 5 + 4 * t] = total.w;
+            memoryBarrierBuffer();
 #else
             total = rows == 0 ? vec4(0.0) : total / sum;
             y[qbase + 4 * t] = T(total.x);
@@ -206,6 +213,41 @@ void main() {
             y[qbase + 4 * t + 3] = T(total.w);
 #endif
         }
+#ifdef SPLIT
+        // The work group that writes a query's last share combines the shares: for share c
+        // with maximum m_c, sum l_c and unnormalised output o_c,
+        //   y[g] = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c,   M = max_c m_c,
+        // and 0 where no share had a row.
+        barrier();
+        if (t == 0) {
+            last_share = atomicAdd(done[g], 1u) == pc.chunks - 1;
+        }
+        barrier();
+        if (last_share) {
+            memoryBarrierBuffer();
+            if (t < pc.d) {
+                uint stride = pc.d + 2;
+                uint base = g * pc.chunks * stride;
+                float m = -3.0e38;
+                for (uint c = 0; c < pc.chunks; ++c) {
+                    m = max(m, part[base + c * stride]);
+                }
+                float l = 0.0;
+                float o = 0.0;
+                for (uint c = 0; c < pc.chunks; ++c) {
+                    uint at = base + c * stride;
+                    float lc = part[at + 1];
+                    float wc = lc > 0.0 ? exp(part[at] - m) : 0.0;
+                    l += wc * lc;
+                    o += wc * part[at + 2 + t];
+                }
+                y[qbase + t] = T(l > 0.0 ? o / l : 0.0);
+            }
+            if (t == 0) {
+                done[g] = 0u;
+            }
+        }
+#endif
         barrier();
     }
 }

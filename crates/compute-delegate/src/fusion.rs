@@ -1,6 +1,6 @@
-//! Epilogue fusions, passes over the graph IR like those of `passes.rs`: a product's
-//! following operation computed as it stores its result, one dispatch where there were two or
-//! four.
+//! Epilogue and prologue fusions, passes over the graph IR like those of `passes.rs`: an
+//! operation computed by the dispatch before or after it, one dispatch where there were two
+//! or four.
 //!
 //! - [`GraphBuilder::with_residuals_fused`]: `y = x W^T` followed by `y + r` (a residual, or
 //!   a bias added as its own node) adds `r` as the product stores `y`;
@@ -9,7 +9,10 @@
 //!   loads `x`;
 //! - [`GraphBuilder::with_gated_products_fused`]: `silu(x Wg^T) * (x Wu^T)` of one to four
 //!   rows (a language model's gated MLP in a decode step), on packed 4-bit or float weights,
-//!   as one dispatch reading both weights.
+//!   as one dispatch reading both weights;
+//! - [`GraphBuilder::with_rotations_fused`]: a rotary embedding computed by its one
+//!   consumer, a KV cache write (the keys rotated straight into the cache) or an attention
+//!   over the cache (the queries rotated as they are loaded).
 //!
 //! Each applies only where the intermediate results have no other reader, are no graph
 //! output, and are written by their node alone; [`crate::BuildOptions::unfused`] builds a graph

@@ -10,8 +10,6 @@ pub(crate) enum Kernel {
     AttendCache,
     /// `attend_cache_sg.comp`.
     AttendCacheSg,
-    /// `attend_combine.comp`.
-    AttendCombine,
     /// `attend_split.comp`.
     AttendSplit,
     /// `attend_split_sg.comp`.
@@ -105,11 +103,10 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 48] = [
+    pub(crate) const ALL: [Kernel; 47] = [
         Kernel::ArgReduce,
         Kernel::AttendCache,
         Kernel::AttendCacheSg,
-        Kernel::AttendCombine,
         Kernel::AttendSplit,
         Kernel::AttendSplitSg,
         Kernel::Binary,
@@ -162,7 +159,6 @@ impl Kernel {
             Kernel::ArgReduce => include_bytes!("../spirv/arg_reduce.spv"),
             Kernel::AttendCache => include_bytes!("../spirv/attend_cache.spv"),
             Kernel::AttendCacheSg => include_bytes!("../spirv/attend_cache_sg.spv"),
-            Kernel::AttendCombine => include_bytes!("../spirv/attend_combine.spv"),
             Kernel::AttendSplit => include_bytes!("../spirv/attend_split.spv"),
             Kernel::AttendSplitSg => include_bytes!("../spirv/attend_split_sg.spv"),
             Kernel::Binary => include_bytes!("../spirv/binary.spv"),
@@ -217,7 +213,6 @@ impl Kernel {
             Kernel::ArgReduce => None,
             Kernel::AttendCache => Some(include_bytes!("../spirv/attend_cache_f16.spv")),
             Kernel::AttendCacheSg => Some(include_bytes!("../spirv/attend_cache_sg_f16.spv")),
-            Kernel::AttendCombine => Some(include_bytes!("../spirv/attend_combine_f16.spv")),
             Kernel::AttendSplit => Some(include_bytes!("../spirv/attend_split_f16.spv")),
             Kernel::AttendSplitSg => Some(include_bytes!("../spirv/attend_split_sg_f16.spv")),
             Kernel::Binary => Some(include_bytes!("../spirv/binary_f16.spv")),
@@ -271,9 +266,8 @@ impl Kernel {
             Kernel::ArgReduce => 2,
             Kernel::AttendCache => 7,
             Kernel::AttendCacheSg => 7,
-            Kernel::AttendCombine => 2,
-            Kernel::AttendSplit => 7,
-            Kernel::AttendSplitSg => 7,
+            Kernel::AttendSplit => 9,
+            Kernel::AttendSplitSg => 9,
             Kernel::Binary => 3,
             Kernel::BinaryBcast => 3,
             Kernel::CacheWrite => 3,
@@ -400,20 +394,6 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<AttendCacheSgPush>() as u32 <= super::super::PUSH_BYTES,
         "attend_cache_sg.comp's push constants exceed the pipeline layouts' range"
-    );
-
-    /// `attend_combine.comp`'s push constants.
-    #[repr(C)]
-    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
-    pub(crate) struct AttendCombinePush {
-        pub groups: u32,
-        pub chunks: u32,
-        pub d: u32,
-    }
-
-    const _: () = assert!(
-        std::mem::size_of::<AttendCombinePush>() as u32 <= super::super::PUSH_BYTES,
-        "attend_combine.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `attend_split.comp`'s push constants.

@@ -2578,6 +2578,75 @@ fn attention_over_a_kv_cache_matches_its_definition() {
     });
 }
 
+/// A decode step's attention splits each query's cache rows among work groups, and the last
+/// of them combines the shares (counting them in scratch it leaves zeroed). Run again and
+/// again with new queries and positions, one built graph gives the definition each time.
+#[test]
+fn a_split_attention_runs_again_and_again() {
+    each_precision("split_attention_again", |dev, dtype| {
+        let (hq, hk, d, max) = (4usize, 2usize, 16usize, 300usize);
+        let mut g = GraphBuilder::new();
+        g.set_float(dtype);
+        let q = g.input("q", DType::F32, &[1, 1, hq, d]).unwrap();
+        let q = g.cast(q, dtype).unwrap();
+        let pos = g.input("pos", DType::I32, &[1]).unwrap();
+        let (kc, vc) = (rand_vec(191, max * hk * d), rand_vec(192, max * hk * d));
+        let caches = [("kc", &kc), ("vc", &vc)].map(|(name, data)| {
+            let c = g.constant_f32(name, &[1, max, hk, d], data).unwrap();
+            g.cast(c, dtype).unwrap()
+        });
+        let sdpa = ops::find("llama::custom_sdpa").unwrap();
+        let mut args = vec![
+            Arg::Tensor(q),
+            Arg::Tensor(caches[0]),
+            Arg::Tensor(caches[1]),
+        ];
+        args.push(Arg::DeviceInt {
+            value: pos,
+            plus: 0,
+        });
+        let y = sdpa.call(&mut g, args).unwrap()[0];
+        let y = g.cast(y, DType::F32).unwrap();
+        g.output(y).unwrap();
+        let mut built = g.build(dev).unwrap();
+        assert!(
+            built.kernels().iter().any(|k| k.starts_with("AttendSplit")),
+            "{:?}",
+            built.kernels()
+        );
+        for (step, at) in [250usize, 3, 299, 64].into_iter().enumerate() {
+            let qv = rand_vec(193 + step as u64, hq * d);
+            let inputs = [
+                HostTensor::from_f32(vec![1, 1, hq, d], &qv),
+                HostTensor::from_i32(vec![1], &[at as i32]),
+            ]
+            .map(Result::unwrap);
+            let got = built.execute(&inputs).unwrap()[0].to_f32().unwrap();
+            let mut want = vec![0f32; hq * d];
+            for h in 0..hq {
+                let kv = h / (hq / hk);
+                let qrow = &qv[h * d..][..d];
+                let scores: Vec<f32> = (0..=at)
+                    .map(|t| {
+                        let krow = &kc[(t * hk + kv) * d..][..d];
+                        qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f32>() / (d as f32).sqrt()
+                    })
+                    .collect();
+                let top = scores.iter().fold(f32::MIN, |m, &v| m.max(v));
+                let p: Vec<f32> = scores.iter().map(|v| (v - top).exp()).collect();
+                let sum: f32 = p.iter().sum();
+                for e in 0..d {
+                    want[h * d + e] = (0..=at)
+                        .map(|t| p[t] * vc[(t * hk + kv) * d + e])
+                        .sum::<f32>()
+                        / sum;
+                }
+            }
+            assert_close(&got, &want, dtype, &format!("step {step}, position {at}"));
+        }
+    });
+}
+
 /// A rotary embedding whose results only a KV cache write and an attention over the cache
 /// read (a language model's layer) is computed by them: the keys rotated straight into the
 /// cache, the queries as the attention loads them. Fused and unfused graphs agree over three

@@ -91,6 +91,27 @@ fn layout(kernel: Kernel, groups: u32, subgroups: bool) -> Kernel {
 }
 
 impl Lowerer<'_> {
+    /// The scratch storages a kernel binds after its operands, each written: for a split
+    /// attention, its shares' partial results (a temporary) and each query's count of shares
+    /// done (zeros uploaded at build, which the kernel leaves as it found them).
+    fn scratch(&mut self, kernel: Kernel, push: &[u32], tensor: TensorId) -> Vec<(usize, bool)> {
+        if kernel != Kernel::AttendSplit {
+            return Vec::new();
+        }
+        use push::AttendCachePush as P;
+        let field = |at: usize| push.get(at / 4).map_or(0, |&w| w as usize);
+        let groups = field(std::mem::offset_of!(P, groups));
+        let chunks = field(std::mem::offset_of!(P, chunks));
+        let d = field(std::mem::offset_of!(P, d));
+        let parts = self.temp(tensor, groups * chunks * (d + 2));
+        self.storages.push(Storage {
+            kind: StorageKind::Const(vec![0u8; groups * 4].into()),
+            bytes: storage_bytes(DType::I32, &[groups]),
+            tensor,
+        });
+        vec![(parts, true), (self.storages.len() - 1, true)]
+    }
+
     /// `gemv_t.comp`, or its subgroup form where the device has subgroup arithmetic with
     /// subgroups that split a column's 64 lanes evenly.
     pub(crate) fn gemv_t_kernel(&self) -> Kernel {
@@ -332,6 +353,7 @@ impl Lowerer<'_> {
                 // then the output bound.
                 let mut bindings: Vec<(usize, bool)> =
                     inputs.iter().map(|&x| (self.st(x), false)).collect();
+                bindings.extend(self.scratch(*kernel, push, t.out));
                 bindings.push((t.o, true));
                 let g = match groups {
                     Some(n) => (*n).clamp(1, 65535) as u32,

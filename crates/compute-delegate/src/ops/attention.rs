@@ -399,9 +399,9 @@ impl GraphBuilder {
 
     /// [`GraphBuilder::cached_attention`] in one dispatch (`attend_cache.comp`) where its
     /// scores fit in shared memory (at most 4096 cache rows) and the head size divides 128;
-    /// `None` elsewhere. Fewer than [`SPLIT_BELOW`] queries (a decode step) take two
-    /// dispatches instead: the rows in shares (`attend_split.comp`), then the shares
-    /// combined (`attend_combine.comp`), so that a long cache keeps the GPU busy.
+    /// `None` elsewhere. Fewer than [`SPLIT_BELOW`] queries (a decode step) take the rows in
+    /// shares instead, a work group each (`attend_split.comp`, whose last share of a query
+    /// combines them), so that a long cache keeps the GPU busy.
     fn attend_cache(
         &mut self,
         q: TensorId,
@@ -440,8 +440,8 @@ impl GraphBuilder {
             spec: vec![0, d as u32],
         };
         // Few queries (a decode step): each query's rows in shares of SPLIT_ROWS, one work
-        // group each, then the shares combined. Both kernels read one push block
-        // (`attend_cache.glsl`).
+        // group each, the last of a query's shares combining them. Both kernels read one push
+        // block (`attend_cache.glsl`).
         let chunks = max.div_ceil(SPLIT_ROWS);
         let split = groups < SPLIT_BELOW && chunks >= 2;
         let (shares, share_rows) = if split {
@@ -471,24 +471,15 @@ impl GraphBuilder {
                 &push,
             )?));
         }
-        let parts = KernelOut {
-            dtype: DType::F32,
-            shape: vec![groups * chunks * (d + 2)],
-            storage: None,
+        // The shares' partial results and counts are scratch bindings the lowering adds.
+        let out = KernelOut {
             groups: Some((groups * chunks) as u64),
-            precision: Some(qi.dtype),
-            spec: vec![0, d as u32],
-        };
-        let part = self.kernel_node_into(OP, Kernel::AttendSplit, &operands, parts, &push)?;
-        let push = push::AttendCombinePush {
-            groups: word(groups)?,
-            chunks: word(chunks)?,
-            d: word(d)?,
+            ..out
         };
         Ok(Some(self.kernel_node_into(
             OP,
-            Kernel::AttendCombine,
-            &[part],
+            Kernel::AttendSplit,
+            &operands,
             out,
             &push,
         )?))
