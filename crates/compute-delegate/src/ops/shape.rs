@@ -760,6 +760,11 @@ impl GraphBuilder {
         let len = ((e - s) as usize).div_ceil(step);
         let mut shape = xi.shape.clone();
         shape[d] = len;
+        if s == 0 && len as isize == size {
+            // The whole dim (a decode step's "last position" of one): a view, no copy.
+            let same: Vec<isize> = shape.iter().map(|&v| v as isize).collect();
+            return self.reshape(x, &same);
+        }
         Ok(self.node(
             Op::Slice {
                 x,
