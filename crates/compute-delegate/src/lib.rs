@@ -86,6 +86,7 @@ mod error;
 mod graph;
 mod kernels;
 mod lower;
+mod merge;
 pub mod ops;
 pub use ops::Math;
 mod fusion;

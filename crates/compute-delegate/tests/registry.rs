@@ -2664,7 +2664,7 @@ fn rotations_fuse_into_the_cache_write_and_the_attention() {
         ] {
             let mut g = GraphBuilder::new();
             g.set_float(dtype);
-            let mut input = |g: &mut GraphBuilder, name: &str, shape: &[usize]| {
+            let input = |g: &mut GraphBuilder, name: &str, shape: &[usize]| {
                 let x = g.input(name, DType::F32, shape).unwrap();
                 g.cast(x, dtype).unwrap()
             };

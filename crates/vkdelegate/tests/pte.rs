@@ -201,6 +201,46 @@ fn vulkan_backend_programs_match_pytorch() {
     }
 }
 
+/// A plan's delegate calls and the CPU kernels between them (the reduced ViT of the zoo in
+/// fp16: five delegates, six `mul.Scalar` and `any` kernels) run as one compute graph step,
+/// without the casts their f32 staging put at each boundary, and still match PyTorch.
+#[test]
+fn consecutive_compute_steps_run_as_one_graph() {
+    let _serial = serial();
+    testing::validate_every_instance();
+    let dir = testing::fixture("zoo").join("vit_fp16");
+    let file: Arc<[u8]> = std::fs::read(dir.join("model.pte")).unwrap().into();
+    let mut program = match program_builder(file, None).unwrap().build() {
+        Ok(p) => p,
+        Err(e) => return testing::skip("vit_fp16", &e.to_string()),
+    };
+    let steps = program.steps();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert!(
+        steps[0].0.starts_with("VulkanBackend_0..VulkanBackend_"),
+        "{steps:?}"
+    );
+    let input = npy(dir.join("input_0.npy"));
+    let out = program.execute(&[input]).unwrap();
+    let want = npy(dir.join("expected_output_0.npy"));
+    assert_eq!(out[0].shape(), want.shape());
+    let (a, b) = (out[0].to_f32().unwrap(), want.to_f32().unwrap());
+    let worst = judge("vit_fp16", 0, &a, &b, FP16);
+    assert!(worst <= 1.0, "{worst} x the tolerance");
+    // Each of the 11 steps cast its f32 staging inputs to f16 and its outputs back; joined,
+    // the round trips between them are gone.
+    let casts = program
+        .profile()
+        .unwrap()
+        .iter()
+        .filter(|d| d.op.contains("[Cast"))
+        .count();
+    assert!(casts <= 20, "{casts} casts");
+    let instance = program.device().instance().clone();
+    drop(program);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
 /// A load decodes the program once, decodes and lowers each `VulkanBackend` graph once (its
 /// wiring (`io`), requirements and load share that one lowering) and decodes each VGF payload
 /// once; also an fp16 graph on a device without the f16 features, which a pass widens to
@@ -229,9 +269,23 @@ fn a_load_decodes_the_program_and_lowers_each_graph_once() {
         cases.push(("mobilenet_v2_fp16", DeviceChoice::Device(device.clone())));
     }
     for (model, device) in cases {
+        // Consecutive compute steps are joined into one, so the graphs are counted in the
+        // file: each VulkanBackend delegate call of its plan.
+        let file = bytes(model);
+        let decoded = vkdelegate::pte::format::Program::decode(&file).unwrap();
+        let plan = decoded.forward().unwrap();
+        let graphs = plan
+            .instructions()
+            .filter(|i| match i {
+                vkdelegate::pte::format::Instruction::DelegateCall { delegate_index, .. } => {
+                    plan.delegates[*delegate_index as usize].id == "VulkanBackend"
+                }
+                _ => false,
+            })
+            .count() as u64;
         let vgf_before = vkdelegate::vgf::decode_count();
         let before = counts();
-        let builder = program_builder(bytes(model), None).unwrap().device(device);
+        let builder = program_builder(file, None).unwrap().device(device);
         builder.io().unwrap();
         let program = match builder.build() {
             Ok(p) => p,
@@ -245,7 +299,6 @@ fn a_load_decodes_the_program_and_lowers_each_graph_once() {
                 .filter(|(name, _)| name.starts_with(prefix))
                 .count() as u64
         };
-        let graphs = steps("VulkanBackend_");
         assert!(graphs > 0, "{model}");
         assert_eq!(
             vkdelegate::vgf::decode_count() - vgf_before,

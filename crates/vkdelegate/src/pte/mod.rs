@@ -12,6 +12,8 @@
 //! with where it is.
 
 #[cfg(feature = "compute")]
+mod join;
+#[cfg(feature = "compute")]
 pub(crate) mod lower;
 
 #[cfg(feature = "compute")]
@@ -188,6 +190,8 @@ pub(crate) fn builder_of(
         return Err(PteError::Unsupported(unsupported));
     }
     let outputs: Vec<String> = plan.outputs.iter().map(|&v| value_name(plan, v)).collect();
+    #[cfg(feature = "compute")]
+    let steps = join::joined(steps, &outputs);
     let names: Vec<&str> = outputs.iter().map(String::as_str).collect();
     Ok(steps
         .into_iter()

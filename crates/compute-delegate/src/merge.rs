@@ -1,0 +1,164 @@
+//! Graphs joined into one: [`GraphBuilder::append`] adds another graph's nodes to a graph,
+//! its inputs read from tensors the graph already has, so that a program's consecutive
+//! compute steps become one graph (one memory plan, one recording, the passes across what
+//! were step boundaries). [`GraphBuilder::with_round_trip_casts_removed`] then drops the
+//! casts those boundaries leave: a value cast from f16 to f32 and back reads the f16 one.
+
+use crate::error::{Error, Result};
+use crate::graph::{GraphBuilder, Node, Op, StorageKind, TensorId, TensorInfo};
+use crate::passes::retain;
+use vk_core::DType;
+
+impl GraphBuilder {
+    /// Adds `other`'s tensors and nodes to this graph. `other`'s input `i` reads `bind[i]`
+    /// where that is given (a tensor of this graph of the same dtype and element count),
+    /// else becomes a new input of this graph; `other`'s outputs become outputs of this graph,
+    /// after its own. Returns the tensors `other`'s inputs and outputs are here, in order.
+    pub fn append(
+        &mut self,
+        other: &GraphBuilder,
+        bind: &[Option<TensorId>],
+    ) -> Result<(Vec<TensorId>, Vec<TensorId>)> {
+        if bind.len() != other.inputs.len() {
+            return Err(Error::Graph(format!(
+                "{} bindings for a graph of {} inputs",
+                bind.len(),
+                other.inputs.len()
+            )));
+        }
+        // Where each of `other`'s storages is here: a bound input's is its tensor's.
+        let mut storage_at: Vec<Option<usize>> = vec![None; other.storages.len()];
+        for (&input, bound) in other.inputs.iter().zip(bind) {
+            let Some(b) = *bound else { continue };
+            let (oi, bi) = (&other.tensors[input.0], self.info("append", b)?);
+            if oi.dtype != bi.dtype || oi.numel() != bi.numel() {
+                return Err(Error::Graph(format!(
+                    "input '{}' {:?} {:?} bound to '{}' {:?} {:?}",
+                    oi.name, oi.dtype, oi.shape, bi.name, bi.dtype, bi.shape
+                )));
+            }
+            storage_at[oi.storage] = Some(bi.storage);
+        }
+        let base = self.tensors.len();
+        for (s, st) in other.storages.iter().enumerate() {
+            if storage_at[s].is_none() {
+                let mut st = st.clone();
+                st.tensor = TensorId(base + st.tensor.0);
+                self.storages.push(st);
+                storage_at[s] = Some(self.storages.len() - 1);
+            }
+        }
+        for t in &other.tensors {
+            self.tensors.push(TensorInfo {
+                storage: storage_at[t.storage].unwrap_or_default(),
+                ..t.clone()
+            });
+        }
+        let at = |t: TensorId| TensorId(base + t.0);
+        for n in &other.nodes {
+            let mut op = n.op.clone();
+            op.map_inputs(&at);
+            self.nodes.push(Node { op, out: at(n.out) });
+        }
+        for (&input, bound) in other.inputs.iter().zip(bind) {
+            if bound.is_none() {
+                self.inputs.push(at(input));
+            }
+        }
+        let outputs: Vec<TensorId> = other.outputs.iter().map(|&t| at(t)).collect();
+        self.outputs.extend(&outputs);
+        Ok((other.inputs.iter().map(|&t| at(t)).collect(), outputs))
+    }
+
+    /// The tensors of the graph's inputs, in order.
+    pub fn input_tensors(&self) -> &[TensorId] {
+        &self.inputs
+    }
+
+    /// The tensors of the graph's outputs, in order.
+    pub fn output_tensors(&self) -> &[TensorId] {
+        &self.outputs
+    }
+
+    /// Keeps output `i` where `keep[i]` (a missing entry keeps it); the others become
+    /// intermediate values (and the copies that made some of them, dead nodes, which
+    /// [`GraphBuilder::without_dead_nodes`] then drops).
+    pub fn keep_outputs(&mut self, keep: &[bool]) {
+        let kept: Vec<TensorId> = self
+            .outputs
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| keep.get(i).copied().unwrap_or(true))
+            .map(|(_, &t)| t)
+            .collect();
+        for &t in &self.outputs {
+            let st = self.tensors[t.0].storage;
+            let still = kept.iter().any(|k| self.tensors[k.0].storage == st);
+            if !still && matches!(self.storages[st].kind, StorageKind::Output) {
+                self.storages[st].kind = StorageKind::Temp;
+            }
+        }
+        self.outputs = kept;
+    }
+
+    /// The graph with each `f16 -> f32 -> f16` round trip of casts (lossless) gone: readers
+    /// of the second cast read the first one's input. Only where the second cast alone writes
+    /// a storage of its own that is no graph output, and the first cast's input is complete
+    /// before it. `None` where there is none.
+    pub(crate) fn with_round_trip_casts_removed(&self) -> Option<GraphBuilder> {
+        let mut writers = vec![Vec::new(); self.storages.len()];
+        for (k, n) in self.nodes.iter().enumerate() {
+            writers[self.tensors[n.out.0].storage].push(k);
+        }
+        let producer = |t: TensorId| match writers[self.tensors[t.0].storage][..] {
+            [j] if self.storages[self.tensors[t.0].storage].tensor == self.nodes[j].out => Some(j),
+            _ => None,
+        };
+        let outputs: Vec<usize> = self
+            .outputs
+            .iter()
+            .map(|t| self.tensors[t.0].storage)
+            .collect();
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, n) in self.nodes.iter().enumerate() {
+            let Op::Cast {
+                x: wide,
+                to: DType::F16,
+            } = n.op
+            else {
+                continue;
+            };
+            let Some(j) = producer(wide) else { continue };
+            let Op::Cast {
+                x: narrow,
+                to: DType::F32,
+            } = self.nodes[j].op
+            else {
+                continue;
+            };
+            let (st, from) = (
+                self.tensors[n.out.0].storage,
+                self.tensors[narrow.0].storage,
+            );
+            let fits = self.tensors[narrow.0].dtype == DType::F16
+                && self.tensors[narrow.0].numel() == self.tensors[n.out.0].numel()
+                && writers[st] == [k]
+                && self.storages[st].tensor == n.out
+                && matches!(self.storages[st].kind, StorageKind::Temp)
+                && !outputs.contains(&st)
+                && writers[from].iter().all(|&w| w < j);
+            if !fits {
+                continue;
+            }
+            // Every view of the second cast's result reads the f16 value instead.
+            for t in &mut g.tensors {
+                if t.storage == st {
+                    t.storage = from;
+                }
+            }
+            drop[k] = true;
+        }
+        retain(g, &drop)
+    }
+}
