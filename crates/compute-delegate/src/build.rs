@@ -56,6 +56,9 @@ impl GraphBuilder {
         if let Some(fewer) = self.with_round_trip_casts_removed() {
             return fewer.build_with(device, options);
         }
+        if let Some(fewer) = self.with_elementwise_kept_in_f16() {
+            return fewer.build_with(device, options);
+        }
         if options.fuses() {
             let fused = self.with_gated_products_fused();
             let fused = fused

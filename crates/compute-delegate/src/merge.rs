@@ -2,7 +2,9 @@
 //! its inputs read from tensors the graph already has, so that a program's consecutive
 //! compute steps become one graph (one memory plan, one recording, the passes across what
 //! were step boundaries). [`GraphBuilder::with_round_trip_casts_removed`] then drops the
-//! casts those boundaries leave: a value cast from f16 to f32 and back reads the f16 one.
+//! casts those boundaries leave: a value cast from f16 to f32 and back reads the f16 one;
+//! [`GraphBuilder::with_elementwise_kept_in_f16`] runs in f16 the elementwise ops that f32
+//! staging left between such casts (a CPU kernel between two fp16 delegates).
 
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Node, Op, StorageKind, TensorId, TensorInfo};
@@ -158,6 +160,114 @@ impl GraphBuilder {
                 }
             }
             drop[k] = true;
+        }
+        retain(g, &drop)
+    }
+}
+
+impl GraphBuilder {
+    /// The graph with each elementwise op computed in f32 between casts, `f16 -> f32 -> op ->
+    /// f16`, computed in f16 instead: the op reads the f16 values and stores f16, and both
+    /// casts go. The f16 kernels compute in f32 and round once as they store, so the results
+    /// are those of the casts. Where every operand is a cast's whole result, the op's result
+    /// is read only by the cast back, and neither is a graph output. `None` where there is
+    /// none.
+    pub(crate) fn with_elementwise_kept_in_f16(&self) -> Option<GraphBuilder> {
+        let n_st = self.storages.len();
+        let (mut writers, mut readers) = (vec![Vec::new(); n_st], vec![0usize; n_st]);
+        for (k, n) in self.nodes.iter().enumerate() {
+            writers[self.tensors[n.out.0].storage].push(k);
+            for t in n.op.inputs() {
+                readers[self.tensors[t.0].storage] += 1;
+            }
+        }
+        for t in &self.outputs {
+            readers[self.tensors[t.0].storage] += 1;
+        }
+        let st = |t: TensorId| self.tensors[t.0].storage;
+        // The node that alone writes `t`'s storage, `t` its result or a view of it of the same
+        // shape (a joined step's input reads its producer's output so).
+        let sole = |t: TensorId| match writers[st(t)][..] {
+            [j] if self.tensors[self.nodes[j].out.0].shape == self.tensors[t.0].shape
+                && self.storages[st(t)].tensor == self.nodes[j].out =>
+            {
+                Some(j)
+            }
+            _ => None,
+        };
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, n) in self.nodes.iter().enumerate() {
+            let operands = match n.op {
+                Op::Unary { x, .. } => vec![x],
+                Op::Binary { a, b, .. } => vec![a, b],
+                _ => continue,
+            };
+            if self.tensors[n.out.0].dtype != DType::F32 || drop[k] {
+                continue;
+            }
+            // Each operand's f16 source and the cast that widened it.
+            let widened: Option<Vec<(TensorId, usize)>> = operands
+                .iter()
+                .map(|&t| {
+                    let j = sole(t)?;
+                    match self.nodes[j].op {
+                        Op::Cast { x, to: DType::F32 }
+                            if self.tensors[x.0].dtype == DType::F16
+                                && writers[st(x)].iter().all(|&w| w < j) =>
+                        {
+                            Some((x, j))
+                        }
+                        _ => None,
+                    }
+                })
+                .collect();
+            let Some(widened) = widened else { continue };
+            // The one reader of the result: a cast back to f16 of it, whole.
+            let back = self.nodes.iter().enumerate().skip(k + 1).find(|(_, c)| {
+                matches!(c.op, Op::Cast { x, to: DType::F16 }
+                    if st(x) == st(n.out)
+                        && self.tensors[x.0].shape == self.tensors[n.out.0].shape)
+            });
+            let Some((c, cast)) = back else { continue };
+            let narrow = cast.out;
+            let fits = readers[st(n.out)] == 1
+                && sole(n.out) == Some(k)
+                && sole(narrow) == Some(c)
+                && matches!(self.storages[st(narrow)].kind, StorageKind::Temp)
+                && readers[st(narrow)] > 0
+                && !self.outputs.iter().any(|o| st(*o) == st(narrow));
+            if !fits {
+                continue;
+            }
+            let mut op = n.op.clone();
+            let sources: Vec<(TensorId, TensorId)> = operands
+                .iter()
+                .zip(&widened)
+                .map(|(&t, &(x, _))| (t, x))
+                .collect();
+            op.map_inputs(&|t| {
+                sources
+                    .iter()
+                    .find(|(from, _)| *from == t)
+                    .map_or(t, |&(_, to)| to)
+            });
+            g.nodes[k].op = op;
+            g.tensors[n.out.0].dtype = DType::F16;
+            for t in &mut g.tensors {
+                if t.storage == st(narrow) {
+                    t.storage = st(n.out);
+                }
+            }
+            drop[c] = true;
+            // A widening cast nothing else reads goes too.
+            for &(_, j) in &widened {
+                let at = st(self.nodes[j].out);
+                let reads = operands.iter().filter(|&&o| st(o) == at).count();
+                if readers[at] == reads {
+                    drop[j] = true;
+                }
+            }
         }
         retain(g, &drop)
     }

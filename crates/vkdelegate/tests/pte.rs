@@ -203,7 +203,7 @@ fn vulkan_backend_programs_match_pytorch() {
 
 /// A plan's delegate calls and the CPU kernels between them (the reduced ViT of the zoo in
 /// fp16: five delegates, six `mul.Scalar` and `any` kernels) run as one compute graph step,
-/// without the casts their f32 staging put at each boundary, and still match PyTorch.
+/// without most of the casts their f32 staging put at each boundary, and still match PyTorch.
 #[test]
 fn consecutive_compute_steps_run_as_one_graph() {
     let _serial = serial();
@@ -227,15 +227,16 @@ fn consecutive_compute_steps_run_as_one_graph() {
     let (a, b) = (out[0].to_f32().unwrap(), want.to_f32().unwrap());
     let worst = judge("vit_fp16", 0, &a, &b, FP16);
     assert!(worst <= 1.0, "{worst} x the tolerance");
-    // Each of the 11 steps cast its f32 staging inputs to f16 and its outputs back; joined,
-    // the round trips between them are gone.
+    // Each of the 11 steps cast its f32 staging inputs to f16 and its outputs back (26
+    // casts); joined, the round trips between them are gone, and the CPU kernels' elementwise
+    // ops run in f16 between the delegates.
     let casts = program
         .profile()
         .unwrap()
         .iter()
         .filter(|d| d.op.contains("[Cast"))
         .count();
-    assert!(casts <= 20, "{casts} casts");
+    assert!(casts <= 12, "{casts} casts");
     let instance = program.device().instance().clone();
     drop(program);
     assert_no_validation_errors_of_ours(&instance);
