@@ -2549,28 +2549,12 @@ fn attention_over_a_kv_cache_matches_its_definition() {
                 c
             };
             let (kc, vc) = (write(&kc, &k), write(&vc, &v));
-            let mut want = vec![0f32; s * hq * d];
+            let mut want = Vec::with_capacity(s * hq * d);
             for i in 0..s {
                 for h in 0..hq {
-                    let kv = h / (hq / hk);
                     let qrow = &q[(i * hq + h) * d..][..d];
-                    let rows = start + i + 1;
-                    let scores: Vec<f32> = (0..rows)
-                        .map(|t| {
-                            let krow = &kc[(t * hk + kv) * d..][..d];
-                            qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f32>()
-                                / (d as f32).sqrt()
-                        })
-                        .collect();
-                    let top = scores.iter().fold(f32::MIN, |m, &v| m.max(v));
-                    let p: Vec<f32> = scores.iter().map(|v| (v - top).exp()).collect();
-                    let sum: f32 = p.iter().sum();
-                    for e in 0..d {
-                        want[(i * hq + h) * d + e] = (0..rows)
-                            .map(|t| p[t] * vc[(t * hk + kv) * d + e])
-                            .sum::<f32>()
-                            / sum;
-                    }
+                    let kv = (h / (hq / hk), hk);
+                    want.extend(attend_ref(qrow, [&kc, &vc], kv, start + i + 1));
                 }
             }
             assert_close(&got, &want, dtype, &format!("{max} rows of {d}"));
@@ -2622,26 +2606,11 @@ fn a_split_attention_runs_again_and_again() {
             ]
             .map(Result::unwrap);
             let got = built.execute(&inputs).unwrap()[0].to_f32().unwrap();
-            let mut want = vec![0f32; hq * d];
-            for h in 0..hq {
-                let kv = h / (hq / hk);
-                let qrow = &qv[h * d..][..d];
-                let scores: Vec<f32> = (0..=at)
-                    .map(|t| {
-                        let krow = &kc[(t * hk + kv) * d..][..d];
-                        qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f32>() / (d as f32).sqrt()
-                    })
-                    .collect();
-                let top = scores.iter().fold(f32::MIN, |m, &v| m.max(v));
-                let p: Vec<f32> = scores.iter().map(|v| (v - top).exp()).collect();
-                let sum: f32 = p.iter().sum();
-                for e in 0..d {
-                    want[h * d + e] = (0..=at)
-                        .map(|t| p[t] * vc[(t * hk + kv) * d + e])
-                        .sum::<f32>()
-                        / sum;
-                }
-            }
+            let want: Vec<f32> = (0..hq)
+                .flat_map(|h| {
+                    attend_ref(&qv[h * d..][..d], [&kc, &vc], (h / (hq / hk), hk), at + 1)
+                })
+                .collect();
             assert_close(&got, &want, dtype, &format!("step {step}, position {at}"));
         }
     });
@@ -2753,6 +2722,30 @@ fn rotations_fuse_into_the_cache_write_and_the_attention() {
             }
         }
     });
+}
+
+/// One query row's attention over the first `rows` rows of key head `kv` of `kv_heads` in the
+/// caches (`[rows, kv_heads, d]`): `softmax(q . k / sqrt(d)) v`, the definition.
+fn attend_ref(
+    q: &[f32],
+    [kc, vc]: [&[f32]; 2],
+    (kv, kv_heads): (usize, usize),
+    rows: usize,
+) -> Vec<f32> {
+    let d = q.len();
+    let at = |t: usize| (t * kv_heads + kv) * d;
+    let scores: Vec<f32> = (0..rows)
+        .map(|t| {
+            let k = &kc[at(t)..][..d];
+            q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() / (d as f32).sqrt()
+        })
+        .collect();
+    let top = scores.iter().fold(f32::MIN, |m, &v| m.max(v));
+    let p: Vec<f32> = scores.iter().map(|v| (v - top).exp()).collect();
+    let sum: f32 = p.iter().sum();
+    (0..d)
+        .map(|e| (0..rows).map(|t| p[t] * vc[at(t) + e]).sum::<f32>() / sum)
+        .collect()
 }
 
 /// `linear_q4gsw` of one to four rows reads its weights packed on the device (`gemv_q4.comp`);
