@@ -119,9 +119,12 @@ void main() {
                     vec4 v = vec4(x4[base4 + j]);
                     float vm = max(max(v.x, v.y), max(v.z, v.w));
                     float mm = max(m, vm);
-                    vec4 e = exp(v - mm);
-                    s = s * exp(m - mm) + (e.x + e.y) + (e.z + e.w);
-                    m = mm;
+                    // Nothing to add while every element so far is -inf.
+                    if (mm != -1.0 / 0.0) {
+                        vec4 e = exp(v - mm);
+                        s = s * exp(m - mm) + (e.x + e.y) + (e.z + e.w);
+                        m = mm;
+                    }
                 }
             } else {
                 for (uint j = t; j < pc.d; j += 256) {
@@ -129,7 +132,7 @@ void main() {
                     if (v > m) {
                         s = s * exp(m - v) + 1.0;
                         m = v;
-                    } else {
+                    } else if (m != -1.0 / 0.0) {
                         s += exp(v - m);
                     }
                 }
@@ -182,7 +185,7 @@ void main() {
                 if (v > m) {
                     s = s * exp(m - v) + 1.0;
                     m = v;
-                } else {
+                } else if (m != -1.0 / 0.0) {
                     s += exp(v - m);
                 }
             }

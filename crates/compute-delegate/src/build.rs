@@ -60,8 +60,10 @@ impl GraphBuilder {
             return fewer.build_with(device, options);
         }
         if options.fuses() {
-            let fused = self.with_gated_products_fused();
+            let shared = device.capabilities().limits.max_compute_shared_memory_size;
+            let fused = self.with_attention_fused(shared);
             let fused = fused
+                .or_else(|| self.with_gated_products_fused())
                 .or_else(|| self.with_residuals_fused())
                 .or_else(|| self.with_norms_fused())
                 .or_else(|| self.with_rotations_fused());

@@ -24,15 +24,15 @@ use crate::lower::GEMV_MAX_ROWS;
 use crate::passes::retain;
 
 /// Who reads and writes each storage of a graph.
-struct Uses {
+pub(crate) struct Uses {
     /// Reads by nodes, plus one for a graph output.
-    readers: Vec<usize>,
+    pub(crate) readers: Vec<usize>,
     /// The nodes writing it, in order.
-    writers: Vec<Vec<usize>>,
+    pub(crate) writers: Vec<Vec<usize>>,
 }
 
 impl Uses {
-    fn of(g: &GraphBuilder) -> Uses {
+    pub(crate) fn of(g: &GraphBuilder) -> Uses {
         let mut readers = vec![0usize; g.storages.len()];
         let mut writers = vec![Vec::new(); g.storages.len()];
         for (k, n) in g.nodes.iter().enumerate() {

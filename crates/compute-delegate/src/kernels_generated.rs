@@ -6,6 +6,8 @@
 pub(crate) enum Kernel {
     /// `arg_reduce.comp`.
     ArgReduce,
+    /// `attend.comp`.
+    Attend,
     /// `attend_cache.comp`.
     AttendCache,
     /// `attend_cache_sg.comp`.
@@ -103,8 +105,9 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 47] = [
+    pub(crate) const ALL: [Kernel; 48] = [
         Kernel::ArgReduce,
+        Kernel::Attend,
         Kernel::AttendCache,
         Kernel::AttendCacheSg,
         Kernel::AttendSplit,
@@ -157,6 +160,7 @@ impl Kernel {
     pub(crate) fn spirv(self) -> &'static [u8] {
         match self {
             Kernel::ArgReduce => include_bytes!("../spirv/arg_reduce.spv"),
+            Kernel::Attend => include_bytes!("../spirv/attend.spv"),
             Kernel::AttendCache => include_bytes!("../spirv/attend_cache.spv"),
             Kernel::AttendCacheSg => include_bytes!("../spirv/attend_cache_sg.spv"),
             Kernel::AttendSplit => include_bytes!("../spirv/attend_split.spv"),
@@ -211,6 +215,7 @@ impl Kernel {
     pub(crate) fn spirv_f16(self) -> Option<&'static [u8]> {
         match self {
             Kernel::ArgReduce => None,
+            Kernel::Attend => Some(include_bytes!("../spirv/attend_f16.spv")),
             Kernel::AttendCache => Some(include_bytes!("../spirv/attend_cache_f16.spv")),
             Kernel::AttendCacheSg => Some(include_bytes!("../spirv/attend_cache_sg_f16.spv")),
             Kernel::AttendSplit => Some(include_bytes!("../spirv/attend_split_f16.spv")),
@@ -264,6 +269,7 @@ impl Kernel {
     pub(crate) fn bindings(self) -> usize {
         match self {
             Kernel::ArgReduce => 2,
+            Kernel::Attend => 7,
             Kernel::AttendCache => 7,
             Kernel::AttendCacheSg => 7,
             Kernel::AttendSplit => 9,
@@ -350,6 +356,25 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<ArgReducePush>() as u32 <= super::super::PUSH_BYTES,
         "arg_reduce.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `attend.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct AttendPush {
+        pub items: u32,
+        pub qblocks: u32,
+        pub sq: u32,
+        pub sk: u32,
+        pub scale: f32,
+        pub guard: u32,
+        pub n1: u32,
+        pub n2: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<AttendPush>() as u32 <= super::super::PUSH_BYTES,
+        "attend.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `attend_cache.comp`'s push constants.

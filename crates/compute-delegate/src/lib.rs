@@ -77,6 +77,7 @@
 //! softmax, sum/mean and layer_norm; it is never required. Cooperative matrices are not used.
 //! It never names a symbol of the ARM ML extensions and knows nothing of VGF files.
 
+mod attention_fusion;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod build;

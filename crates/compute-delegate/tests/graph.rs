@@ -968,3 +968,141 @@ fn silu_is_one_dispatch() {
     }
     assert_no_validation_errors(&inst);
 }
+
+/// The attention compositions exporters write run as one `attend.comp` dispatch each, with the
+/// same results as the graph as written (built unfused), in fp32 and fp16:
+/// - a ViT's: heads sliced and permuted out of one QKV product, both operands scaled, PyTorch's
+///   guard for rows of -inf scores, the output permuted back;
+/// - a BERT's: a mask added (one row all -inf, which the guard turns to zeros), a quotient;
+/// - a Swin's: a bias per head, then a mask per window added in a view that splits the batch.
+#[test]
+fn attention_compositions_run_as_one_dispatch() {
+    use compute_delegate::Compare;
+    let test = "attention_compositions_run_as_one_dispatch";
+    for dtype in [DType::F32, DType::F16] {
+        let found = if dtype == DType::F16 {
+            testing::device(test, &compute_delegate::f16_requirements())
+        } else {
+            device(test)
+        };
+        let Some((inst, dev)) = found else {
+            return;
+        };
+        let (s, h, d) = (19usize, 3usize, 8usize);
+        let mut b = GraphBuilder::new();
+        b.set_float(dtype);
+        let input = |b: &mut GraphBuilder, name: &str, shape: &[usize]| {
+            let x = b.input(name, DType::F32, shape).unwrap();
+            b.cast(x, dtype).unwrap()
+        };
+        let guarded = |b: &mut GraphBuilder, scores| {
+            let inf = b
+                .compare_scalar(scores, Compare::Eq, f32::NEG_INFINITY)
+                .unwrap();
+            let live = b.logical_not(inf).unwrap();
+            let any = b.any(live, &[-1], true).unwrap();
+            let dead = b.logical_not(any).unwrap();
+            let p = b.softmax(scores, -1).unwrap();
+            let zeros = b.full_as("zeros", &[1], 0.0, dtype).unwrap();
+            b.where_(dead, zeros, p).unwrap()
+        };
+        // ViT: [s, 3 h d] -> q, k, v [h, s, d].
+        let qkv = input(&mut b, "qkv", &[s, 3 * h * d]);
+        let qkv = b
+            .reshape(qkv, &[s as isize, 3, h as isize, d as isize])
+            .unwrap();
+        let qkv = b.permute(qkv, &[1, 2, 0, 3]).unwrap();
+        let [q, k, v] = [0, 1, 2].map(|i| {
+            let t = b.slice(qkv, 0, i, i + 1, 1).unwrap();
+            b.reshape(t, &[h as isize, s as isize, d as isize]).unwrap()
+        });
+        let q = b.mul_scalar(q, 0.5).unwrap();
+        let kt = b.permute(k, &[0, 2, 1]).unwrap();
+        let kt = b.mul_scalar(kt, 0.7).unwrap();
+        let scores = b.matmul(q, kt).unwrap();
+        let p = guarded(&mut b, scores);
+        let y = b.matmul(p, v).unwrap();
+        let vit = b.permute(y, &[1, 0, 2]).unwrap();
+        // BERT: q, k, v [1, h, s, d], a mask [1, 1, s, s] with row 2 all -inf.
+        let [q, k, v] = ["q", "k", "v"].map(|n| input(&mut b, n, &[1, h, s, d]));
+        let mut mask = data(7, s * s);
+        for (i, m) in mask.iter_mut().enumerate() {
+            if i / s == 2 || i % 5 == 0 {
+                *m = f32::NEG_INFINITY;
+            }
+        }
+        let mask = b.constant_f32("mask", &[1, 1, s, s], &mask).unwrap();
+        let mask = b.cast(mask, dtype).unwrap();
+        let kt = b.permute(k, &[0, 1, 3, 2]).unwrap();
+        let scores = b.matmul(q, kt).unwrap();
+        let scores = b.div_scalar(scores, 2.0).unwrap();
+        let scores = b.add(scores, mask).unwrap();
+        let p = guarded(&mut b, scores);
+        let bert = b.matmul(p, v).unwrap();
+        // Swin: 2 images of 2 windows, [4, h, s, d]; a bias per head, a mask per window.
+        let [q, k, v] = ["wq", "wk", "wv"].map(|n| input(&mut b, n, &[4, h, s, d]));
+        let bias = b
+            .constant_f32("bias", &[h, s, s], &data(8, h * s * s))
+            .unwrap();
+        let bias = b.cast(bias, dtype).unwrap();
+        let wmask = b
+            .constant_f32("wmask", &[2, 1, s, s], &data(9, 2 * s * s))
+            .unwrap();
+        let wmask = b.cast(wmask, dtype).unwrap();
+        let kt = b.permute(k, &[0, 1, 3, 2]).unwrap();
+        let scores = b.matmul(q, kt).unwrap();
+        let scores = b.add(scores, bias).unwrap();
+        let split = [2, 2, h as isize, s as isize, s as isize];
+        let scores = b.reshape(scores, &split).unwrap();
+        let scores = b.add(scores, wmask).unwrap();
+        let scores = b
+            .reshape(scores, &[4, h as isize, s as isize, s as isize])
+            .unwrap();
+        let p = b.softmax(scores, -1).unwrap();
+        let swin = b.matmul(p, v).unwrap();
+        for o in [vit, bert, swin] {
+            let o = b.cast(o, DType::F32).unwrap();
+            b.output(o).unwrap();
+        }
+        let inputs: Vec<HostTensor> = b
+            .input_specs()
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let n = spec.shape.iter().product();
+                HostTensor::from_f32(spec.shape.clone(), &data(20 + i as u32, n)).unwrap()
+            })
+            .collect();
+        let mut built = [false, true].map(|unfused| {
+            let options = BuildOptions {
+                unfused,
+                ..Default::default()
+            };
+            b.build_with(&dev, &options).unwrap()
+        });
+        let kernels = built[0].kernels();
+        let count = |name: &str| kernels.iter().filter(|k| k.starts_with(name)).count();
+        assert_eq!(count("Attend"), 3, "{kernels:?}");
+        assert_eq!(
+            count("Softmax") + count("Gemm") + count("Where"),
+            0,
+            "{kernels:?}"
+        );
+        let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
+        for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+            let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
+            let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+            let tol = if dtype == DType::F16 { 2e-2 } else { 1e-5 } * scale;
+            for (e, (a, w)) in f.iter().zip(&u).enumerate() {
+                assert!(
+                    (a - w).abs() <= tol,
+                    "{dtype:?} output {i}[{e}]: fused {a}, unfused {w}"
+                );
+            }
+        }
+        // The guarded row of -inf scores is zeros.
+        let bert = fused[1].to_f32().unwrap();
+        assert!(bert[2 * d..3 * d].iter().all(|&v| v == 0.0), "{bert:?}");
+        assert_no_validation_errors(&inst);
+    }
+}

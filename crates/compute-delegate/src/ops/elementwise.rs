@@ -89,7 +89,14 @@ fn integer_pair(g: &GraphBuilder, a: TensorId, b: TensorId) -> Result<Option<DTy
 
 /// A function of `self` and the scalar `other` (times `alpha` where the op has one).
 fn scalar(c: &mut Call<'_>, op: fn(f32) -> UnaryOp) -> Result<Vec<TensorId>> {
-    let s = (c.float(1)? * alpha(c)?).clamp(f64::from(f32::MIN), f64::from(f32::MAX)) as f32;
+    // Infinities stay infinite (`x == -inf` is PyTorch's safe-softmax test); other values
+    // past f32's range clamp to it.
+    let v = c.float(1)? * alpha(c)?;
+    let s = if v.is_infinite() {
+        v as f32
+    } else {
+        v.clamp(f64::from(f32::MIN), f64::from(f32::MAX)) as f32
+    };
     let x = c.tensor(0)?;
     let dtype = c.g.info("scalar", x)?.dtype;
     if matches!(dtype, DType::F32 | DType::F16) {

@@ -1,0 +1,847 @@
+//! Attention fusion, a pass over the graph IR like those of `fusion.rs`: the composition of
+//! scaled dot-product attention that exporters write out, `softmax(scale * Q K^T + biases) V`
+//! (a matmul, scalar products, added biases or masks, a softmax, perhaps PyTorch's guard for
+//! rows with every score `-inf`, then a matmul), becomes one `attend.comp` dispatch that never
+//! writes the score matrix to memory.
+//!
+//! Its operands are read through strides: permutes, slices and views between the tensors the
+//! graph computes and the attention's operands (heads split from a fused QKV product, keys
+//! transposed) are folded into the kernel's indexing, and the copies that made them go when
+//! nothing else reads them.
+//!
+//! [`GraphBuilder::with_attention_fused`] applies where the operands' batch dims fit the
+//! kernel's three (after merging), the head sizes are at most [`MAX_HEAD`], every operand has
+//! the output's dtype, and every tensor the kernel reads is written once, before it runs.
+
+use crate::fusion::Uses;
+use crate::graph::{BinaryOp, Compare, GraphBuilder, Op, TensorId, UnaryOp};
+use crate::kernels::{Kernel, push::AttendPush};
+use crate::passes::retain;
+use vk_core::HostTensor;
+
+/// The largest head size (of queries and keys, and of values) the fused kernel takes.
+pub(crate) const MAX_HEAD: usize = 128;
+/// Query rows of a work group (`attend.comp`'s `BQ`).
+const QUERY_ROWS: usize = 16;
+/// Threads of a query row (`attend.comp`'s `LANES`).
+const LANES: usize = 4;
+/// Added biases the kernel takes.
+const MAX_BIASES: usize = 2;
+
+/// Where a tensor's elements are: in `src`'s storage, at `off` plus the strides (one per dim
+/// of the tensor, in elements).
+struct Strided {
+    src: TensorId,
+    off: usize,
+    strides: Vec<usize>,
+}
+
+/// An operand of the fused kernel: its elements `(b, row, col)` in `src`'s storage at `off`,
+/// with the batch dims (size, stride; outermost first) of its own frame, then (after
+/// [`one_frame`]) of the kernel's three.
+struct Operand {
+    src: TensorId,
+    off: usize,
+    batch: Vec<(usize, usize)>,
+    row: usize,
+    col: usize,
+}
+
+/// What a match found: the operands (q, k, v, the biases) and what the kernel computes.
+struct Attention {
+    q: Operand,
+    k: Operand,
+    v: Operand,
+    biases: Vec<Operand>,
+    scale: f32,
+    guard: bool,
+    d: usize,
+    e: usize,
+    sq: usize,
+    sk: usize,
+}
+
+impl GraphBuilder {
+    /// The graph with each attention composition ending in node `k`'s matmul computed by one
+    /// `attend.comp` dispatch (see the module's header), its blocks of keys sized to fit
+    /// `shared_bytes` of shared memory. `None` where there is none.
+    pub(crate) fn with_attention_fused(&self, shared_bytes: u32) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut absorbed = vec![false; self.nodes.len()];
+        let mut fused = false;
+        for k in 0..self.nodes.len() {
+            let Some(found) = self.attention_at(&uses, k) else {
+                continue;
+            };
+            let Some(op) = g.attend_op(found.0, k, shared_bytes) else {
+                continue;
+            };
+            g.nodes[k].op = op;
+            for j in found.1 {
+                absorbed[j] = true;
+            }
+            fused = true;
+        }
+        fused.then(|| without_unread(g, &absorbed)).flatten()
+    }
+
+    /// The attention whose last matmul is node `k`, and the nodes it absorbs.
+    fn attention_at(&self, uses: &Uses, k: usize) -> Option<(Attention, Vec<usize>)> {
+        let Op::Matmul {
+            a: p,
+            b: v,
+            bias: None,
+            linear: false,
+        } = self.nodes[k].op
+        else {
+            return None;
+        };
+        let out = &self.tensors[self.nodes[k].out.0];
+        let (sq, e) = last2(&out.shape)?;
+        let (_, sk) = last2(&self.tensors[p.0].shape)?;
+        let mut absorbed = Vec::new();
+        // The probabilities: a softmax over the keys, perhaps behind PyTorch's guard.
+        let p = self.unscaled_by_one(uses, p, &mut absorbed);
+        let (mut probs, mut guarded) = (p, None);
+        let (j, op) = self.writer(uses, p)?;
+        if let Op::Where { cond, a, b } = op {
+            let zeros = self.constant_values(*a)?;
+            if zeros.is_empty() || zeros.iter().any(|&z| z != 0.0) {
+                return None;
+            }
+            guarded = Some(self.guarded_scores(uses, *cond, &mut absorbed)?);
+            absorbed.push(j);
+            probs = *b;
+        }
+        let probs = self.unscaled_by_one(uses, probs, &mut absorbed);
+        let (j, op) = self.writer(uses, probs)?;
+        let &Op::Softmax {
+            x: scores,
+            dim,
+            log: false,
+        } = op
+        else {
+            return None;
+        };
+        let rank = self.tensors[self.nodes[j].out.0].shape.len();
+        if dim + 1 != rank || last2(&self.tensors[scores.0].shape)? != (sq, sk) {
+            return None;
+        }
+        absorbed.push(j);
+        if let Some(s) = guarded {
+            if self.tensors[s.0].storage != self.tensors[scores.0].storage {
+                return None;
+            }
+        }
+        let (qa, kt, biases, mut scale) = self.score_chain(uses, scores, sq, sk, &mut absorbed)?;
+        let (qa, qs) = self.unscaled(uses, qa, &mut absorbed);
+        let (kt, ks) = self.unscaled(uses, kt, &mut absorbed);
+        scale *= qs * ks;
+        let (qsq, d) = last2(&self.tensors[qa.0].shape)?;
+        let (kd, ksk) = last2(&self.tensors[kt.0].shape)?;
+        let (vsk, ve) = last2(&self.tensors[v.0].shape)?;
+        if qsq != sq || kd != d || ksk != sk || vsk != sk || ve != e || d > MAX_HEAD || e > MAX_HEAD
+        {
+            return None;
+        }
+        let frame = |t: TensorId| self.tensors[t.0].shape.clone();
+        let s_frame = batch_of(&frame(self.first_scores(uses, scores)?));
+        let y_frame = batch_of(&out.shape);
+        let q = self.operand(uses, qa, &s_frame, false, &mut absorbed)?;
+        let kop = self.operand(uses, kt, &s_frame, true, &mut absorbed)?;
+        let vop = self.operand(uses, v, &y_frame, false, &mut absorbed)?;
+        let mut ops = Vec::with_capacity(biases.len());
+        for (t, shape) in biases {
+            ops.push(self.operand(uses, t, &batch_of(&shape), false, &mut absorbed)?);
+        }
+        let biases = ops;
+        let dtype = out.dtype;
+        let srcs = [q.src, kop.src, vop.src];
+        let all = srcs.iter().chain(biases.iter().map(|b| &b.src));
+        for &t in all {
+            let st = self.tensors[t.0].storage;
+            if self.tensors[t.0].dtype != dtype || !uses.writers[st].iter().all(|&w| w < k) {
+                return None;
+            }
+        }
+        let found = Attention {
+            q,
+            k: kop,
+            v: vop,
+            biases,
+            scale,
+            guard: guarded.is_some(),
+            d,
+            e,
+            sq,
+            sk,
+        };
+        Some((found, absorbed))
+    }
+
+    /// `(q, k^T, biases with the shapes they were added in, scale)` of the scores `s`, walking
+    /// back from the softmax: added biases (at most two, after any scaling), scalar products
+    /// and quotients, then the matmul.
+    #[allow(clippy::type_complexity)]
+    fn score_chain(
+        &self,
+        uses: &Uses,
+        s: TensorId,
+        sq: usize,
+        sk: usize,
+        absorbed: &mut Vec<usize>,
+    ) -> Option<(TensorId, TensorId, Vec<(TensorId, Vec<usize>)>, f32)> {
+        let (mut cur, mut scale, mut biases) = (s, 1.0f32, Vec::new());
+        loop {
+            let (j, op) = self.writer(uses, cur)?;
+            let shape = &self.tensors[self.nodes[j].out.0].shape;
+            if last2(shape)? != (sq, sk) {
+                return None;
+            }
+            absorbed.push(j);
+            cur = match *op {
+                Op::Matmul {
+                    a,
+                    b,
+                    bias: None,
+                    linear: false,
+                } => return Some((a, b, biases, scale)),
+                Op::Binary {
+                    op: BinaryOp::Add,
+                    a,
+                    b,
+                } => {
+                    // A bias added after a scale would be scaled by it.
+                    if scale != 1.0 || biases.len() == MAX_BIASES {
+                        return None;
+                    }
+                    let (chain, bias) = if self.leads_to_scores(uses, a, shape) {
+                        (a, b)
+                    } else {
+                        (b, a)
+                    };
+                    if !self.leads_to_scores(uses, chain, shape) {
+                        return None;
+                    }
+                    biases.push((bias, shape.clone()));
+                    chain
+                }
+                ref op => {
+                    let (x, c) = self.scaled(op)?;
+                    scale *= c;
+                    x
+                }
+            };
+        }
+    }
+
+    /// Whether `t` is the running scores of an attention (of `shape`, computed by a matmul or
+    /// an op of the score chain) rather than a bias added to them.
+    fn leads_to_scores(&self, uses: &Uses, t: TensorId, shape: &[usize]) -> bool {
+        if self.tensors[t.0].shape != shape {
+            return false;
+        }
+        matches!(
+            self.writer(uses, t),
+            Some((
+                _,
+                Op::Matmul { linear: false, .. }
+                    | Op::Binary {
+                        op: BinaryOp::Add | BinaryOp::Mul,
+                        ..
+                    }
+                    | Op::Unary {
+                        op: UnaryOp::MulScalar(_) | UnaryOp::DivScalar(_),
+                        ..
+                    }
+            ))
+        )
+    }
+
+    /// The output of the score chain's matmul (the frame its operands were broadcast in).
+    fn first_scores(&self, uses: &Uses, s: TensorId) -> Option<TensorId> {
+        let mut cur = s;
+        loop {
+            let (j, op) = self.writer(uses, cur)?;
+            cur = match *op {
+                Op::Matmul { .. } => return Some(self.nodes[j].out),
+                Op::Binary { a, b, .. } => {
+                    let shape = self.tensors[self.nodes[j].out.0].shape.clone();
+                    if self.leads_to_scores(uses, a, &shape) {
+                        a
+                    } else {
+                        b
+                    }
+                }
+                Op::Unary { x, .. } => x,
+                _ => return None,
+            };
+        }
+    }
+
+    /// `t` before a scalar product that made it, and that factor (1 where there is none).
+    fn unscaled(&self, uses: &Uses, t: TensorId, absorbed: &mut Vec<usize>) -> (TensorId, f32) {
+        match self
+            .writer(uses, t)
+            .and_then(|(j, op)| Some((j, self.scaled(op)?)))
+        {
+            Some((j, (x, c))) => {
+                absorbed.push(j);
+                (x, c)
+            }
+            None => (t, 1.0),
+        }
+    }
+
+    /// `t` before products by 1 (dropout of probability 0 at inference) that made it.
+    fn unscaled_by_one(&self, uses: &Uses, t: TensorId, absorbed: &mut Vec<usize>) -> TensorId {
+        let mut cur = t;
+        while let Some((j, (x, 1.0))) = self
+            .writer(uses, cur)
+            .and_then(|(j, op)| Some((j, self.scaled(op)?)))
+        {
+            absorbed.push(j);
+            cur = x;
+        }
+        cur
+    }
+
+    /// `(x, c)` where `op` is `x` times (or over) the scalar `c`, in `x`'s shape.
+    fn scaled(&self, op: &Op) -> Option<(TensorId, f32)> {
+        let (x, c) = match *op {
+            Op::Unary { op, x } => (x, scalar_factor(op)?),
+            Op::Binary {
+                op: BinaryOp::Mul,
+                a,
+                b,
+            } => match (self.scalar_constant(a), self.scalar_constant(b)) {
+                (_, Some(c)) => (a, c),
+                (Some(c), _) => (b, c),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        Some((x, c))
+    }
+
+    /// The scores `cond` tests where it is PyTorch's safe-softmax guard: "every score of the
+    /// row is -inf", as `logical_not(any(logical_not(s == -inf), -1))` (casts aside).
+    fn guarded_scores(
+        &self,
+        uses: &Uses,
+        cond: TensorId,
+        absorbed: &mut Vec<usize>,
+    ) -> Option<TensorId> {
+        let not_all = self.step(uses, cond, UnaryOp::LogicalNot, absorbed)?;
+        let count = self.step(uses, not_all, UnaryOp::Compare(Compare::Ne, 0.0), absorbed)?;
+        let count = self.uncast(uses, count, absorbed)?;
+        let (j, op) = self.writer(uses, count)?;
+        let &Op::Reduce {
+            x: live,
+            ref dims,
+            mean: false,
+        } = op
+        else {
+            return None;
+        };
+        if dims[..] != [self.tensors[live.0].shape.len().checked_sub(1)?] {
+            return None;
+        }
+        absorbed.push(j);
+        let live = self.step(uses, live, UnaryOp::Compare(Compare::Ne, 0.0), absorbed)?;
+        let dead = self.step(uses, live, UnaryOp::LogicalNot, absorbed)?;
+        let eq = UnaryOp::Compare(Compare::Eq, f32::NEG_INFINITY);
+        let s = self.step(uses, dead, eq, absorbed)?;
+        self.uncast(uses, s, absorbed)
+    }
+
+    /// The input of the unary op `want` that wrote `t` (casts aside).
+    fn step(
+        &self,
+        uses: &Uses,
+        t: TensorId,
+        want: UnaryOp,
+        absorbed: &mut Vec<usize>,
+    ) -> Option<TensorId> {
+        let t = self.uncast(uses, t, absorbed)?;
+        match self.writer(uses, t)? {
+            (j, &Op::Unary { op, x }) if op == want => {
+                absorbed.push(j);
+                Some(x)
+            }
+            _ => None,
+        }
+    }
+
+    /// `t` before the casts that made it (dtype changes keep a mask's and a -inf's meaning).
+    fn uncast(&self, uses: &Uses, t: TensorId, absorbed: &mut Vec<usize>) -> Option<TensorId> {
+        let mut cur = t;
+        while let Some((j, &Op::Cast { x, .. })) = self.writer(uses, cur) {
+            absorbed.push(j);
+            cur = x;
+        }
+        Some(cur)
+    }
+
+    /// The node that wrote `t` and its op, where that node alone wrote `t`'s storage, whole:
+    /// `t` is its result or a view of it.
+    fn writer(&self, uses: &Uses, t: TensorId) -> Option<(usize, &Op)> {
+        let st = self.tensors[t.0].storage;
+        let [j] = uses.writers[st][..] else {
+            return None;
+        };
+        let out = self.nodes[j].out;
+        let whole = self.storages[st].tensor == out
+            && self.tensors[out.0].numel() == self.tensors[t.0].numel();
+        whole.then(|| (j, &self.nodes[j].op))
+    }
+
+    /// The value of a one-element float constant.
+    fn scalar_constant(&self, t: TensorId) -> Option<f32> {
+        match self.constant_values(t)?[..] {
+            [c] => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Where `t`'s elements are, looking through the permutes and slices (copies) that made
+    /// it, and views, to a tensor written once.
+    fn strided(&self, uses: &Uses, t: TensorId, absorbed: &mut Vec<usize>) -> Strided {
+        let info = &self.tensors[t.0];
+        let plain = Strided {
+            src: t,
+            off: 0,
+            strides: row_major(&info.shape),
+        };
+        let Some((j, op)) = self.writer(uses, t) else {
+            return plain;
+        };
+        let made = self.nodes[j].out;
+        let (src, off, strides) = match *op {
+            Op::Permute { x, ref perm } => {
+                let s = self.strided(uses, x, absorbed);
+                (s.src, s.off, perm.iter().map(|&d| s.strides[d]).collect())
+            }
+            Op::Slice {
+                x,
+                dim,
+                start,
+                step,
+            } => {
+                let s = self.strided(uses, x, absorbed);
+                let mut strides = s.strides.clone();
+                strides[dim] *= step;
+                (s.src, s.off + start * s.strides[dim], strides)
+            }
+            _ => return plain,
+        };
+        let once = uses.writers[self.tensors[src.0].storage].len() <= 1;
+        match view_strides(&self.tensors[made.0].shape, &strides, &info.shape) {
+            Some(strides) if once => {
+                absorbed.push(j);
+                Strided { src, off, strides }
+            }
+            _ => plain,
+        }
+    }
+
+    /// Operand `t` (`[batch.., rows, cols]`, or `[batch.., cols, rows]` when `transposed`)
+    /// in the batch `frame` it is broadcast to.
+    fn operand(
+        &self,
+        uses: &Uses,
+        t: TensorId,
+        frame: &[usize],
+        transposed: bool,
+        absorbed: &mut Vec<usize>,
+    ) -> Option<Operand> {
+        let shape = &self.tensors[t.0].shape;
+        let s = self.strided(uses, t, absorbed);
+        let r = shape.len();
+        let stride_at = |i: usize| if shape[i] == 1 { 0 } else { s.strides[i] };
+        // Biases may lack dims or broadcast rows and columns.
+        let (row_dim, col_dim) = if transposed { (1, 2) } else { (2, 1) };
+        let row = if r >= row_dim {
+            stride_at(r - row_dim)
+        } else {
+            0
+        };
+        let col = if r >= col_dim {
+            stride_at(r - col_dim)
+        } else {
+            0
+        };
+        let own = &shape[..r.saturating_sub(2)];
+        if own.iter().product::<usize>() == frame.iter().product::<usize>() {
+            // Not broadcast: its own dims, however the frame splits the batch.
+            let batch = own
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (n, stride_at(i)))
+                .collect();
+            return Some(Operand {
+                src: s.src,
+                off: s.off,
+                batch,
+                row,
+                col,
+            });
+        }
+        if own.len() > frame.len() {
+            return None;
+        }
+        let lead = frame.len() - own.len();
+        let mut batch = Vec::with_capacity(frame.len());
+        for (i, &n) in frame.iter().enumerate() {
+            let stride = match i.checked_sub(lead) {
+                Some(o) if own[o] == n => stride_at(o),
+                Some(o) if own[o] != 1 => return None,
+                _ => 0,
+            };
+            batch.push((n, stride));
+        }
+        Some(Operand {
+            src: s.src,
+            off: s.off,
+            batch,
+            row,
+            col,
+        })
+    }
+
+    /// The kernel node computing `a` in place of node `k`: its parameter buffer added as a
+    /// constant of this graph.
+    fn attend_op(&mut self, a: Attention, k: usize, shared_bytes: u32) -> Option<Op> {
+        let out = self.nodes[k].out;
+        let info = &self.tensors[out.0];
+        let y = Operand {
+            src: out,
+            off: 0,
+            batch: batch_of(&info.shape)
+                .iter()
+                .zip(row_major(&info.shape))
+                .map(|(&n, s)| (n, s))
+                .collect(),
+            row: a.e,
+            col: 1,
+        };
+        let (q_src, k_src, v_src) = (a.q.src, a.k.src, a.v.src);
+        let bias_srcs: Vec<TensorId> = a.biases.iter().map(|b| b.src).collect();
+        let nbias = bias_srcs.len();
+        let mut ops: Vec<Operand> = vec![a.q, a.k, a.v];
+        ops.extend(a.biases);
+        ops.push(y);
+        let sizes = one_frame(&mut ops)?;
+        let word = |v: usize| u32::try_from(v).ok();
+        // Slots q, k, v, bias 0, bias 1, y; a missing bias's are zeros.
+        let y = ops.len() - 1;
+        let slots = [
+            Some(0),
+            Some(1),
+            Some(2),
+            (nbias > 0).then_some(3),
+            (nbias > 1).then_some(4),
+            Some(y),
+        ];
+        let mut words = Vec::with_capacity(6 * slots.len());
+        for slot in slots {
+            match slot.map(|at| &ops[at]) {
+                Some(o) => {
+                    for v in [
+                        o.off,
+                        o.batch[0].1,
+                        o.batch[1].1,
+                        o.batch[2].1,
+                        o.row,
+                        o.col,
+                    ] {
+                        words.push(i32::try_from(v).ok()?);
+                    }
+                }
+                None => words.extend([0; 6]),
+            }
+        }
+        let qblocks = a.sq.div_ceil(QUERY_ROWS);
+        let items = sizes.iter().product::<usize>() * qblocks;
+        let block = key_block(a.d, a.e, shared_bytes)?;
+        let push = AttendPush {
+            items: word(items)?,
+            qblocks: word(qblocks)?,
+            sq: word(a.sq)?,
+            sk: word(a.sk)?,
+            scale: a.scale,
+            guard: u32::from(a.guard),
+            n1: word(sizes[1])?,
+            n2: word(sizes[2])?,
+        };
+        let name = format!("{}_layout", self.tensors[out.0].name);
+        let table = HostTensor::from_i32(vec![words.len()], &words).ok()?;
+        let layout = self.constant(&name, table).ok()?;
+        let mut inputs = vec![q_src, k_src, v_src];
+        for i in 0..MAX_BIASES {
+            inputs.push(bias_srcs.get(i).copied().unwrap_or(q_src));
+        }
+        inputs.push(layout);
+        let spec = [a.d, a.e, block, nbias]
+            .iter()
+            .map(|&v| word(v))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Op::Kernel {
+            name: "attention",
+            kernel: Kernel::Attend,
+            inputs,
+            push: bytemuck::cast_slice(&[push]).to_vec(),
+            groups: Some(items as u64),
+            precision: None,
+            spec,
+        })
+    }
+}
+
+/// The keys of a block of `attend.comp` (a multiple of its lanes, at most 32) whose shared
+/// memory fits `shared_bytes` for head sizes `d` and `e`.
+fn key_block(d: usize, e: usize, shared_bytes: u32) -> Option<usize> {
+    [32, 16, 8, 4].into_iter().find(|&bk| {
+        let floats = QUERY_ROWS * d + bk * (d + 1) + bk * e + QUERY_ROWS * bk;
+        bk % LANES == 0 && 4 * floats <= shared_bytes as usize
+    })
+}
+
+/// The factor a scalar product or quotient multiplies by.
+fn scalar_factor(op: UnaryOp) -> Option<f32> {
+    match op {
+        UnaryOp::MulScalar(c) => Some(c),
+        UnaryOp::DivScalar(c) if c != 0.0 => Some(1.0 / c),
+        _ => None,
+    }
+}
+
+/// The last two dims.
+fn last2(shape: &[usize]) -> Option<(usize, usize)> {
+    match shape {
+        [.., a, b] => Some((*a, *b)),
+        _ => None,
+    }
+}
+
+/// The batch dims of a `[batch.., rows, cols]` shape.
+fn batch_of(shape: &[usize]) -> Vec<usize> {
+    shape[..shape.len().saturating_sub(2)].to_vec()
+}
+
+fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+/// Strides of `new` (of as many elements as `old`) read as a view of `old` with `strides`,
+/// where it is one (each dim of `new` splits or merges dims of `old` that are laid out as
+/// one); `None` where it is not.
+fn view_strides(old: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
+    if old == new {
+        return Some(strides.to_vec());
+    }
+    // Dims of size 1 carry no layout: their strides are 0.
+    let kept: Vec<(usize, usize)> = old
+        .iter()
+        .zip(strides)
+        .filter(|(n, _)| **n != 1)
+        .map(|(&n, &s)| (n, s))
+        .collect();
+    let want: Vec<(usize, usize)> = new
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, n)| *n != 1)
+        .collect();
+    let mut out = vec![0; new.len()];
+    let (mut o, mut w) = (kept.len(), want.len());
+    while o > 0 {
+        // A run of old dims laid out as one: its elements and its innermost stride.
+        let (mut n, inner) = kept[o - 1];
+        o -= 1;
+        while o > 0 && kept[o - 1].1 == kept[o].1 * kept[o].0 {
+            n *= kept[o - 1].0;
+            o -= 1;
+        }
+        let mut have = 1;
+        while have < n {
+            let (at, m) = *want.get(w.checked_sub(1)?)?;
+            w -= 1;
+            out[at] = inner * have;
+            have *= m;
+        }
+        if have != n {
+            return None;
+        }
+    }
+    (w == 0).then_some(out)
+}
+
+/// The operands' batch dims brought to one frame of three dims `[n0, n1, n2]`: the finest
+/// split of the batch every operand's dims are made of, then merged where every operand's
+/// strides allow, the outer ones padded with dims of 1. `None` where the frames do not meet
+/// or more than three dims remain.
+fn one_frame(ops: &mut [Operand]) -> Option<[usize; 3]> {
+    // Cuts: the products of each operand's innermost dims.
+    let mut cuts = Vec::new();
+    for o in ops.iter() {
+        let mut c = 1;
+        for &(n, _) in o.batch.iter().rev() {
+            c *= n;
+            cuts.push(c);
+        }
+    }
+    cuts.retain(|&c| c > 1);
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut sizes = Vec::new(); // innermost first
+    let mut prev = 1;
+    for &c in &cuts {
+        if c % prev != 0 {
+            return None;
+        }
+        sizes.push(c / prev);
+        prev = c;
+    }
+    let mut strides: Vec<Vec<usize>> = Vec::with_capacity(ops.len());
+    for o in ops.iter() {
+        if o.batch.iter().map(|b| b.0).product::<usize>() != prev {
+            return None;
+        }
+        let mut dims = o.batch.iter().rev().filter(|b| b.0 > 1);
+        let mut cur = dims.next();
+        let mut within = 1;
+        let mut own = Vec::with_capacity(sizes.len());
+        for &n in &sizes {
+            let &(size, stride) = cur?;
+            own.push(stride * within);
+            within *= n;
+            if within == size {
+                cur = dims.next();
+                within = 1;
+            } else if size % within != 0 {
+                return None;
+            }
+        }
+        strides.push(own);
+    }
+    // Merge runs (innermost first) laid out as one in every operand.
+    let mut merged: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        if let Some((m, first)) = merged.last_mut() {
+            let along = strides
+                .iter()
+                .zip(first.iter())
+                .all(|(s, &f)| s[i] == f * *m);
+            if along {
+                *m *= n;
+                continue;
+            }
+        }
+        merged.push((n, strides.iter().map(|s| s[i]).collect()));
+    }
+    if merged.len() > 3 {
+        return None;
+    }
+    while merged.len() < 3 {
+        merged.push((1, vec![0; ops.len()]));
+    }
+    // Outermost first.
+    merged.reverse();
+    for (k, o) in ops.iter_mut().enumerate() {
+        o.batch = merged.iter().map(|(n, s)| (*n, s[k])).collect();
+    }
+    Some([merged[0].0, merged[1].0, merged[2].0])
+}
+
+/// `g` without the `absorbed` nodes whose results nothing reads any more (nor a graph
+/// output), repeated until none is left; `None` where none goes.
+fn without_unread(g: GraphBuilder, absorbed: &[bool]) -> Option<GraphBuilder> {
+    let mut drop = vec![false; g.nodes.len()];
+    loop {
+        let mut readers = vec![0usize; g.storages.len()];
+        let mut writers = vec![0usize; g.storages.len()];
+        for (k, n) in g.nodes.iter().enumerate() {
+            if drop[k] {
+                continue;
+            }
+            for t in n.op.inputs() {
+                readers[g.tensors[t.0].storage] += 1;
+            }
+            writers[g.tensors[n.out.0].storage] += 1;
+        }
+        for t in &g.outputs {
+            readers[g.tensors[t.0].storage] += 1;
+        }
+        let mut changed = false;
+        for (k, n) in g.nodes.iter().enumerate() {
+            let st = g.tensors[n.out.0].storage;
+            if absorbed[k] && !drop[k] && readers[st] == 0 && writers[st] == 1 {
+                drop[k] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // The fused node itself always changed the graph.
+    retain(g.clone(), &drop).or(Some(g))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_of_strided_tensors() {
+        // [2, 3, 4] contiguous, viewed as [6, 4] and [2, 12].
+        let s = row_major(&[2, 3, 4]);
+        assert_eq!(view_strides(&[2, 3, 4], &s, &[6, 4]), Some(vec![4, 1]));
+        assert_eq!(view_strides(&[2, 3, 4], &s, &[2, 12]), Some(vec![12, 1]));
+        assert_eq!(
+            view_strides(&[2, 3, 4], &s, &[1, 2, 3, 1, 4]),
+            Some(vec![0, 12, 4, 0, 1])
+        );
+        // The transpose [4, 3] of a [3, 4] cannot merge into [12].
+        assert_eq!(view_strides(&[4, 3], &[1, 4], &[12]), None);
+        // but splits: [4, 3] -> [2, 2, 3].
+        assert_eq!(
+            view_strides(&[4, 3], &[1, 4], &[2, 2, 3]),
+            Some(vec![2, 1, 4])
+        );
+    }
+
+    #[test]
+    fn frames_meet_in_their_finest_split() {
+        let op = |batch: Vec<(usize, usize)>| Operand {
+            src: TensorId(0),
+            off: 0,
+            batch,
+            row: 0,
+            col: 0,
+        };
+        // [6, 3] against [2, 9]: split to [2, 3, 3], then the outer two merge.
+        let mut ops = vec![op(vec![(6, 40), (3, 10)]), op(vec![(2, 900), (9, 100)])];
+        assert_eq!(one_frame(&mut ops), Some([1, 6, 3]));
+        assert_eq!(ops[0].batch, vec![(1, 0), (6, 40), (3, 10)]);
+        assert_eq!(ops[1].batch, vec![(1, 0), (6, 300), (3, 100)]);
+        // [6, 3] against [2, 9] where nothing merges: [2, 3, 3].
+        let mut ops = vec![op(vec![(6, 40), (3, 10)]), op(vec![(2, 1000), (9, 100)])];
+        assert_eq!(one_frame(&mut ops), Some([2, 3, 3]));
+        assert_eq!(ops[0].batch, vec![(2, 120), (3, 40), (3, 10)]);
+        assert_eq!(ops[1].batch, vec![(2, 1000), (3, 300), (3, 100)]);
+        // [2, 3] against [3, 2] do not meet.
+        let mut ops = vec![op(vec![(2, 3), (3, 1)]), op(vec![(3, 2), (2, 1)])];
+        assert_eq!(one_frame(&mut ops), None);
+        // Contiguous dims merge: [2, 3] → [1, 1, 6].
+        let mut ops = vec![op(vec![(2, 3), (3, 1)])];
+        assert_eq!(one_frame(&mut ops), Some([1, 1, 6]));
+        assert_eq!(ops[0].batch, vec![(1, 0), (1, 0), (6, 1)]);
+    }
+}
