@@ -14,7 +14,7 @@
 //! the output's dtype, and every tensor the kernel reads is written once, before it runs.
 
 use crate::fusion::Uses;
-use crate::graph::{BinaryOp, Compare, GraphBuilder, Op, TensorId, UnaryOp};
+use crate::graph::{BinaryOp, Compare, GraphBuilder, Op, StorageKind, TensorId, UnaryOp};
 use crate::kernels::{Kernel, push::AttendPush};
 use crate::passes::retain;
 use vk_core::HostTensor;
@@ -760,9 +760,13 @@ fn one_frame(ops: &mut [Operand]) -> Option<[usize; 3]> {
 }
 
 /// `g` without the `absorbed` nodes whose results nothing reads any more (nor a graph
-/// output), repeated until none is left; `None` where none goes.
+/// output), and without the unread nodes reading what they computed, repeated until none is left.
 fn without_unread(g: GraphBuilder, absorbed: &[bool]) -> Option<GraphBuilder> {
     let mut drop = vec![false; g.nodes.len()];
+    let mut writers_of = vec![Vec::new(); g.storages.len()];
+    for (k, n) in g.nodes.iter().enumerate() {
+        writers_of[g.tensors[n.out.0].storage].push(k);
+    }
     loop {
         let mut readers = vec![0usize; g.storages.len()];
         let mut writers = vec![0usize; g.storages.len()];
@@ -781,7 +785,15 @@ fn without_unread(g: GraphBuilder, absorbed: &[bool]) -> Option<GraphBuilder> {
         let mut changed = false;
         for (k, n) in g.nodes.iter().enumerate() {
             let st = g.tensors[n.out.0].storage;
-            if absorbed[k] && !drop[k] && readers[st] == 0 && writers[st] == 1 {
+            // Absorbed, or reading an absorbed node's result (a cast of the scores).
+            let candidate = absorbed[k]
+                || n.op.inputs().iter().any(|t| {
+                    writers_of[g.tensors[t.0].storage]
+                        .iter()
+                        .any(|&j| absorbed[j])
+                });
+            let temp = matches!(g.storages[st].kind, StorageKind::Temp);
+            if candidate && temp && !drop[k] && readers[st] == 0 && writers[st] == 1 {
                 drop[k] = true;
                 changed = true;
             }

@@ -1088,6 +1088,8 @@ fn attention_compositions_run_as_one_dispatch() {
             0,
             "{kernels:?}"
         );
+        // The permutes and slices are read through; the ViT's output permute is left.
+        assert_eq!(count("Copy"), 1, "{kernels:?}");
         let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
         for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
             let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
