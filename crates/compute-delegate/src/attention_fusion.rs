@@ -70,20 +70,69 @@ impl GraphBuilder {
         let mut g = self.clone();
         let mut absorbed = vec![false; self.nodes.len()];
         let mut fused = false;
+        let mut gone = vec![false; self.nodes.len()];
         for k in 0..self.nodes.len() {
-            let Some(found) = self.attention_at(&uses, k) else {
+            let Some((found, nodes)) = self.attention_at(&uses, k) else {
                 continue;
             };
-            let Some(op) = g.attend_op(found.0, k, shared_bytes) else {
+            let permuted = self.permuted_output(&uses, k);
+            let Some(op) = g.attend_op(found, k, permuted.as_ref(), shared_bytes) else {
                 continue;
             };
             g.nodes[k].op = op;
-            for j in found.1 {
+            if let Some((r, p, _)) = permuted {
+                // The kernel writes the permute's result in its place.
+                g.nodes[k].out = p;
+                gone[r] = true;
+            }
+            for j in nodes {
                 absorbed[j] = true;
             }
             fused = true;
         }
-        fused.then(|| without_unread(g, &absorbed)).flatten()
+        fused.then(|| without_unread(g, &absorbed, gone)).flatten()
+    }
+
+    /// Where the result of node `k` is read by one permute alone (of it or a view of it) into
+    /// a temporary of its own: that permute's node, its result, and the strides of node `k`'s
+    /// result in it, so that the kernel writes the permuted layout itself.
+    fn permuted_output(&self, uses: &Uses, k: usize) -> Option<(usize, TensorId, Vec<usize>)> {
+        let o = self.nodes[k].out;
+        let st = self.tensors[o.0].storage;
+        if uses.readers[st] != 1 || uses.writers[st][..] != [k] {
+            return None;
+        }
+        let reads = |n: &crate::graph::Node| {
+            n.op.inputs()
+                .iter()
+                .any(|t| self.tensors[t.0].storage == st)
+        };
+        let (r, node) = self
+            .nodes
+            .iter()
+            .enumerate()
+            .skip(k + 1)
+            .find(|(_, n)| reads(n))?;
+        let Op::Permute { x, ref perm } = node.op else {
+            return None;
+        };
+        let p = node.out;
+        let pst = self.tensors[p.0].storage;
+        let fresh = uses.writers[pst][..] == [r]
+            && self.storages[pst].tensor == p
+            && matches!(self.storages[pst].kind, StorageKind::Temp)
+            && self.tensors[x.0].numel() == self.tensors[o.0].numel();
+        if !fresh {
+            return None;
+        }
+        // The permute's input dim perm[i] is its result's dim i.
+        let ps = row_major(&self.tensors[p.0].shape);
+        let mut xs = vec![0; perm.len()];
+        for (i, &d) in perm.iter().enumerate() {
+            xs[d] = ps[i];
+        }
+        let strides = view_strides(&self.tensors[x.0].shape, &xs, &self.tensors[o.0].shape)?;
+        Some((r, p, strides))
     }
 
     /// The attention whose last matmul is node `k`, and the nodes it absorbs.
@@ -512,19 +561,29 @@ impl GraphBuilder {
 
     /// The kernel node computing `a` in place of node `k`: its parameter buffer added as a
     /// constant of this graph.
-    fn attend_op(&mut self, a: Attention, k: usize, shared_bytes: u32) -> Option<Op> {
+    fn attend_op(
+        &mut self,
+        a: Attention,
+        k: usize,
+        permuted: Option<&(usize, TensorId, Vec<usize>)>,
+        shared_bytes: u32,
+    ) -> Option<Op> {
         let out = self.nodes[k].out;
         let info = &self.tensors[out.0];
+        let (src, strides) = match permuted {
+            Some((_, p, strides)) => (*p, strides.clone()),
+            None => (out, row_major(&info.shape)),
+        };
+        let r = strides.len();
         let y = Operand {
-            src: out,
+            src,
             off: 0,
             batch: batch_of(&info.shape)
-                .iter()
-                .zip(row_major(&info.shape))
-                .map(|(&n, s)| (n, s))
+                .into_iter()
+                .zip(strides.iter().copied())
                 .collect(),
-            row: a.e,
-            col: 1,
+            row: strides[r - 2],
+            col: strides[r - 1],
         };
         let (q_src, k_src, v_src) = (a.q.src, a.k.src, a.v.src);
         let bias_srcs: Vec<TensorId> = a.biases.iter().map(|b| b.src).collect();
@@ -759,10 +818,11 @@ fn one_frame(ops: &mut [Operand]) -> Option<[usize; 3]> {
     Some([merged[0].0, merged[1].0, merged[2].0])
 }
 
-/// `g` without the `absorbed` nodes whose results nothing reads any more (nor a graph
+/// `g` without the nodes already `gone` (permutes whose results the kernel writes), the
+/// `absorbed` nodes whose results nothing reads any more (nor a graph
 /// output), and without the unread nodes reading what they computed, repeated until none is left.
-fn without_unread(g: GraphBuilder, absorbed: &[bool]) -> Option<GraphBuilder> {
-    let mut drop = vec![false; g.nodes.len()];
+fn without_unread(g: GraphBuilder, absorbed: &[bool], gone: Vec<bool>) -> Option<GraphBuilder> {
+    let mut drop = gone;
     let mut writers_of = vec![Vec::new(); g.storages.len()];
     for (k, n) in g.nodes.iter().enumerate() {
         writers_of[g.tensors[n.out.0].storage].push(k);

@@ -972,7 +972,7 @@ fn silu_is_one_dispatch() {
 /// The attention compositions exporters write run as one `attend.comp` dispatch each, with the
 /// same results as the graph as written (built unfused), in fp32 and fp16:
 /// - a ViT's: heads sliced and permuted out of one QKV product, both operands scaled, PyTorch's
-///   guard for rows of -inf scores, the output permuted back;
+///   guard for rows of -inf scores, the output permuted back (written so by the kernel);
 /// - a BERT's: a mask added (one row all -inf, which the guard turns to zeros), a quotient;
 /// - a Swin's: a bias per head, then a mask per window added in a view that splits the batch.
 #[test]
@@ -1088,8 +1088,9 @@ fn attention_compositions_run_as_one_dispatch() {
             0,
             "{kernels:?}"
         );
-        // The permutes and slices are read through; the ViT's output permute is left.
-        assert_eq!(count("Copy"), 1, "{kernels:?}");
+        // The permutes and slices are read through, the ViT's output permute written by the
+        // attention.
+        assert_eq!(count("Copy"), 0, "{kernels:?}");
         let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
         for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
             let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
