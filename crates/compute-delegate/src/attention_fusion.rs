@@ -16,7 +16,7 @@
 use crate::fusion::Uses;
 use crate::graph::{BinaryOp, Compare, GraphBuilder, Op, StorageKind, TensorId, UnaryOp};
 use crate::kernels::{Kernel, push::AttendPush};
-use crate::passes::retain;
+use crate::layout::{row_major, view_strides, without_unread};
 use vk_core::HostTensor;
 
 /// The largest head size (of queries and keys, and of values) the fused kernel takes.
@@ -27,14 +27,6 @@ const QUERY_ROWS: usize = 16;
 const LANES: usize = 4;
 /// Added biases the kernel takes.
 const MAX_BIASES: usize = 2;
-
-/// Where a tensor's elements are: in `src`'s storage, at `off` plus the strides (one per dim
-/// of the tensor, in elements).
-struct Strided {
-    src: TensorId,
-    off: usize,
-    strides: Vec<usize>,
-}
 
 /// An operand of the fused kernel: its elements `(b, row, col)` in `src`'s storage at `off`,
 /// with the batch dims (size, stride; outermost first) of its own frame, then (after
@@ -433,65 +425,11 @@ impl GraphBuilder {
         Some(cur)
     }
 
-    /// The node that wrote `t` and its op, where that node alone wrote `t`'s storage, whole:
-    /// `t` is its result or a view of it.
-    fn writer(&self, uses: &Uses, t: TensorId) -> Option<(usize, &Op)> {
-        let st = self.tensors[t.0].storage;
-        let [j] = uses.writers[st][..] else {
-            return None;
-        };
-        let out = self.nodes[j].out;
-        let whole = self.storages[st].tensor == out
-            && self.tensors[out.0].numel() == self.tensors[t.0].numel();
-        whole.then(|| (j, &self.nodes[j].op))
-    }
-
     /// The value of a one-element float constant.
     fn scalar_constant(&self, t: TensorId) -> Option<f32> {
         match self.constant_values(t)?[..] {
             [c] => Some(c),
             _ => None,
-        }
-    }
-
-    /// Where `t`'s elements are, looking through the permutes and slices (copies) that made
-    /// it, and views, to a tensor written once.
-    fn strided(&self, uses: &Uses, t: TensorId, absorbed: &mut Vec<usize>) -> Strided {
-        let info = &self.tensors[t.0];
-        let plain = Strided {
-            src: t,
-            off: 0,
-            strides: row_major(&info.shape),
-        };
-        let Some((j, op)) = self.writer(uses, t) else {
-            return plain;
-        };
-        let made = self.nodes[j].out;
-        let (src, off, strides) = match *op {
-            Op::Permute { x, ref perm } => {
-                let s = self.strided(uses, x, absorbed);
-                (s.src, s.off, perm.iter().map(|&d| s.strides[d]).collect())
-            }
-            Op::Slice {
-                x,
-                dim,
-                start,
-                step,
-            } => {
-                let s = self.strided(uses, x, absorbed);
-                let mut strides = s.strides.clone();
-                strides[dim] *= step;
-                (s.src, s.off + start * s.strides[dim], strides)
-            }
-            _ => return plain,
-        };
-        let once = uses.writers[self.tensors[src.0].storage].len() <= 1;
-        match view_strides(&self.tensors[made.0].shape, &strides, &info.shape) {
-            Some(strides) if once => {
-                absorbed.push(j);
-                Strided { src, off, strides }
-            }
-            _ => plain,
         }
     }
 
@@ -689,58 +627,6 @@ fn batch_of(shape: &[usize]) -> Vec<usize> {
     shape[..shape.len().saturating_sub(2)].to_vec()
 }
 
-fn row_major(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
-    }
-    strides
-}
-
-/// Strides of `new` (of as many elements as `old`) read as a view of `old` with `strides`,
-/// where it is one (each dim of `new` splits or merges dims of `old` that are laid out as
-/// one); `None` where it is not.
-fn view_strides(old: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
-    if old == new {
-        return Some(strides.to_vec());
-    }
-    // Dims of size 1 carry no layout: their strides are 0.
-    let kept: Vec<(usize, usize)> = old
-        .iter()
-        .zip(strides)
-        .filter(|(n, _)| **n != 1)
-        .map(|(&n, &s)| (n, s))
-        .collect();
-    let want: Vec<(usize, usize)> = new
-        .iter()
-        .copied()
-        .enumerate()
-        .filter(|(_, n)| *n != 1)
-        .collect();
-    let mut out = vec![0; new.len()];
-    let (mut o, mut w) = (kept.len(), want.len());
-    while o > 0 {
-        // A run of old dims laid out as one: its elements and its innermost stride.
-        let (mut n, inner) = kept[o - 1];
-        o -= 1;
-        while o > 0 && kept[o - 1].1 == kept[o].1 * kept[o].0 {
-            n *= kept[o - 1].0;
-            o -= 1;
-        }
-        let mut have = 1;
-        while have < n {
-            let (at, m) = *want.get(w.checked_sub(1)?)?;
-            w -= 1;
-            out[at] = inner * have;
-            have *= m;
-        }
-        if have != n {
-            return None;
-        }
-    }
-    (w == 0).then_some(out)
-}
-
 /// The operands' batch dims brought to one frame of three dims `[n0, n1, n2]`: the finest
 /// split of the batch every operand's dims are made of, then merged where every operand's
 /// strides allow, the outer ones padded with dims of 1. `None` where the frames do not meet
@@ -818,76 +704,9 @@ fn one_frame(ops: &mut [Operand]) -> Option<[usize; 3]> {
     Some([merged[0].0, merged[1].0, merged[2].0])
 }
 
-/// `g` without the nodes already `gone` (permutes whose results the kernel writes), the
-/// `absorbed` nodes whose results nothing reads any more (nor a graph
-/// output), and without the unread nodes reading what they computed, repeated until none is left.
-fn without_unread(g: GraphBuilder, absorbed: &[bool], gone: Vec<bool>) -> Option<GraphBuilder> {
-    let mut drop = gone;
-    let mut writers_of = vec![Vec::new(); g.storages.len()];
-    for (k, n) in g.nodes.iter().enumerate() {
-        writers_of[g.tensors[n.out.0].storage].push(k);
-    }
-    loop {
-        let mut readers = vec![0usize; g.storages.len()];
-        let mut writers = vec![0usize; g.storages.len()];
-        for (k, n) in g.nodes.iter().enumerate() {
-            if drop[k] {
-                continue;
-            }
-            for t in n.op.inputs() {
-                readers[g.tensors[t.0].storage] += 1;
-            }
-            writers[g.tensors[n.out.0].storage] += 1;
-        }
-        for t in &g.outputs {
-            readers[g.tensors[t.0].storage] += 1;
-        }
-        let mut changed = false;
-        for (k, n) in g.nodes.iter().enumerate() {
-            let st = g.tensors[n.out.0].storage;
-            // Absorbed, or reading an absorbed node's result (a cast of the scores).
-            let candidate = absorbed[k]
-                || n.op.inputs().iter().any(|t| {
-                    writers_of[g.tensors[t.0].storage]
-                        .iter()
-                        .any(|&j| absorbed[j])
-                });
-            let temp = matches!(g.storages[st].kind, StorageKind::Temp);
-            if candidate && temp && !drop[k] && readers[st] == 0 && writers[st] == 1 {
-                drop[k] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    // The fused node itself always changed the graph.
-    retain(g.clone(), &drop).or(Some(g))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn views_of_strided_tensors() {
-        // [2, 3, 4] contiguous, viewed as [6, 4] and [2, 12].
-        let s = row_major(&[2, 3, 4]);
-        assert_eq!(view_strides(&[2, 3, 4], &s, &[6, 4]), Some(vec![4, 1]));
-        assert_eq!(view_strides(&[2, 3, 4], &s, &[2, 12]), Some(vec![12, 1]));
-        assert_eq!(
-            view_strides(&[2, 3, 4], &s, &[1, 2, 3, 1, 4]),
-            Some(vec![0, 12, 4, 0, 1])
-        );
-        // The transpose [4, 3] of a [3, 4] cannot merge into [12].
-        assert_eq!(view_strides(&[4, 3], &[1, 4], &[12]), None);
-        // but splits: [4, 3] -> [2, 2, 3].
-        assert_eq!(
-            view_strides(&[4, 3], &[1, 4], &[2, 2, 3]),
-            Some(vec![2, 1, 4])
-        );
-    }
 
     #[test]
     fn frames_meet_in_their_finest_split() {

@@ -86,6 +86,7 @@ mod coop;
 mod error;
 mod graph;
 mod kernels;
+mod layout;
 mod lower;
 mod merge;
 pub mod ops;

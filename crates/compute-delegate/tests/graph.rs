@@ -1109,3 +1109,49 @@ fn attention_compositions_run_as_one_dispatch() {
         assert_no_validation_errors(&inst);
     }
 }
+
+/// Permutes that move no element are views, not copies: one moving dims of size 1 only
+/// (a batch-first transpose at batch 1), and one undoing another across a reshape. A real
+/// transpose still copies. Results are the graph's as written.
+#[test]
+fn permutes_that_move_nothing_are_views() {
+    let test = "permutes_that_move_nothing_are_views";
+    let Some((inst, dev)) = device(test) else {
+        return;
+    };
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[1, 5, 6]).unwrap();
+    let y = b.input("y", DType::F32, &[4, 6]).unwrap();
+    let moved = b.permute(x, &[1, 0, 2]).unwrap();
+    let a = b.relu(moved).unwrap();
+    let t = b.permute(y, &[1, 0]).unwrap();
+    let t = b.reshape(t, &[6, 2, 2]).unwrap();
+    let back = b.permute(t, &[1, 2, 0]).unwrap();
+    let back = b.reshape(back, &[4, 6]).unwrap();
+    let c = b.add(back, y).unwrap();
+    let real = b.permute(y, &[1, 0]).unwrap();
+    let d = b.relu(real).unwrap();
+    for o in [a, c, d] {
+        b.output(o).unwrap();
+    }
+    let (xs, ys) = (data(31, 30), data(32, 24));
+    let inputs = [
+        HostTensor::from_f32(vec![1, 5, 6], &xs).unwrap(),
+        HostTensor::from_f32(vec![4, 6], &ys).unwrap(),
+    ];
+    let mut built = [false, true].map(|unfused| {
+        let options = BuildOptions {
+            unfused,
+            ..Default::default()
+        };
+        b.build_with(&dev, &options).unwrap()
+    });
+    let kernels = built[0].kernels();
+    let copies = kernels.iter().filter(|k| k.starts_with("Copy")).count();
+    assert_eq!(copies, 1, "{kernels:?}");
+    let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
+    for (f, u) in fused.iter().zip(&unfused) {
+        assert_eq!(f.to_f32().unwrap(), u.to_f32().unwrap());
+    }
+    assert_no_validation_errors(&inst);
+}

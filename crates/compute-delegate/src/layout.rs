@@ -1,0 +1,258 @@
+//! Tensors read through the copies that made them: where a permute's or a slice's elements
+//! are in the storage of the tensor it copied (`GraphBuilder::strided`, `view_strides`), for
+//! the passes that read operands through strides instead of copies, and the pass that turns
+//! permutes moving no element into views (`with_layout_permutes_as_views`).
+
+use crate::fusion::Uses;
+use crate::graph::{GraphBuilder, Op, StorageKind, TensorId};
+use crate::passes::retain;
+
+/// Where a tensor's elements are: in `src`'s storage, at `off` plus the strides (one per dim
+/// of the tensor, in elements).
+pub(crate) struct Strided {
+    pub(crate) src: TensorId,
+    pub(crate) off: usize,
+    pub(crate) strides: Vec<usize>,
+}
+
+impl GraphBuilder {
+    /// The node that wrote `t` and its op, where that node alone wrote `t`'s storage, whole:
+    /// `t` is its result or a view of it.
+    pub(crate) fn writer(&self, uses: &Uses, t: TensorId) -> Option<(usize, &Op)> {
+        let st = self.tensors[t.0].storage;
+        let [j] = uses.writers[st][..] else {
+            return None;
+        };
+        let out = self.nodes[j].out;
+        let whole = self.storages[st].tensor == out
+            && self.tensors[out.0].numel() == self.tensors[t.0].numel();
+        whole.then(|| (j, &self.nodes[j].op))
+    }
+
+    /// Where `t`'s elements are, looking through the permutes and slices (copies) that made
+    /// it, and views, to a tensor written once.
+    pub(crate) fn strided(&self, uses: &Uses, t: TensorId, absorbed: &mut Vec<usize>) -> Strided {
+        let info = &self.tensors[t.0];
+        let plain = Strided {
+            src: t,
+            off: 0,
+            strides: row_major(&info.shape),
+        };
+        let Some((j, op)) = self.writer(uses, t) else {
+            return plain;
+        };
+        let made = self.nodes[j].out;
+        let (src, off, strides) = match *op {
+            Op::Permute { x, ref perm } => {
+                let s = self.strided(uses, x, absorbed);
+                (s.src, s.off, perm.iter().map(|&d| s.strides[d]).collect())
+            }
+            Op::Slice {
+                x,
+                dim,
+                start,
+                step,
+            } => {
+                let s = self.strided(uses, x, absorbed);
+                let mut strides = s.strides.clone();
+                strides[dim] *= step;
+                (s.src, s.off + start * s.strides[dim], strides)
+            }
+            _ => return plain,
+        };
+        let once = uses.writers[self.tensors[src.0].storage].len() <= 1;
+        match view_strides(&self.tensors[made.0].shape, &strides, &info.shape) {
+            Some(strides) if once => {
+                absorbed.push(j);
+                Strided { src, off, strides }
+            }
+            _ => plain,
+        }
+    }
+
+    /// The graph with each permute whose result has the layout of the tensor it reads
+    /// (through views and other permutes) in that tensor's storage (a permute moving dims of
+    /// size 1 only; a permute undoing another) made a view of that storage: its readers read
+    /// the storage as it is and the copy goes. `None` where there is none.
+    pub(crate) fn with_layout_permutes_as_views(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut gone = vec![false; self.nodes.len()];
+        let mut read_through = vec![false; self.nodes.len()];
+        for (j, node) in self.nodes.iter().enumerate() {
+            let Op::Permute { .. } = node.op else {
+                continue;
+            };
+            let p = node.out;
+            let st = self.tensors[p.0].storage;
+            let own = uses.writers[st][..] == [j]
+                && self.storages[st].tensor == p
+                && matches!(self.storages[st].kind, StorageKind::Temp);
+            if !own {
+                continue;
+            }
+            let mut walked = Vec::new();
+            let s = self.strided(&uses, p, &mut walked);
+            let src = &self.tensors[s.src.0];
+            let shape = &self.tensors[p.0].shape;
+            let dense = |n: usize, a: usize, b: usize| n == 1 || a == b;
+            let in_order = shape
+                .iter()
+                .zip(s.strides.iter().zip(row_major(shape)))
+                .all(|(&n, (&a, b))| dense(n, a, b));
+            let to = src.storage;
+            let fits = s.src != p
+                && s.off == 0
+                && in_order
+                && src.numel() == self.tensors[p.0].numel()
+                && uses.writers[to].iter().all(|&w| w < j)
+                && uses.writers[to].len() <= 1;
+            if !fits {
+                continue;
+            }
+            for t in g.tensors.iter_mut() {
+                if t.storage == st {
+                    t.storage = to;
+                }
+            }
+            gone[j] = true;
+            for w in walked {
+                read_through[w] = true;
+            }
+        }
+        if !gone.contains(&true) {
+            return None;
+        }
+        // The copies read through go where nothing else reads them.
+        without_unread(g, &read_through, gone)
+    }
+}
+
+/// Row-major strides of `shape`, in elements.
+pub(crate) fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+/// Strides of `new` (of as many elements as `old`) read as a view of `old` with `strides`,
+/// where it is one (each dim of `new` splits or merges dims of `old` that are laid out as
+/// one); `None` where it is not.
+pub(crate) fn view_strides(old: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
+    if old == new {
+        return Some(strides.to_vec());
+    }
+    // Dims of size 1 carry no layout: their strides are 0.
+    let kept: Vec<(usize, usize)> = old
+        .iter()
+        .zip(strides)
+        .filter(|(n, _)| **n != 1)
+        .map(|(&n, &s)| (n, s))
+        .collect();
+    let want: Vec<(usize, usize)> = new
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, n)| *n != 1)
+        .collect();
+    let mut out = vec![0; new.len()];
+    let (mut o, mut w) = (kept.len(), want.len());
+    while o > 0 {
+        // A run of old dims laid out as one: its elements and its innermost stride.
+        let (mut n, inner) = kept[o - 1];
+        o -= 1;
+        while o > 0 && kept[o - 1].1 == kept[o].1 * kept[o].0 {
+            n *= kept[o - 1].0;
+            o -= 1;
+        }
+        let mut have = 1;
+        while have < n {
+            let (at, m) = *want.get(w.checked_sub(1)?)?;
+            w -= 1;
+            out[at] = inner * have;
+            have *= m;
+        }
+        if have != n {
+            return None;
+        }
+    }
+    (w == 0).then_some(out)
+}
+
+/// `g` without the nodes already `gone` (permutes whose results the kernel writes), the
+/// `absorbed` nodes whose results nothing reads any more (nor a graph
+/// output), and without the unread nodes reading what they computed, repeated until none is left.
+pub(crate) fn without_unread(
+    g: GraphBuilder,
+    absorbed: &[bool],
+    gone: Vec<bool>,
+) -> Option<GraphBuilder> {
+    let mut drop = gone;
+    let mut writers_of = vec![Vec::new(); g.storages.len()];
+    for (k, n) in g.nodes.iter().enumerate() {
+        writers_of[g.tensors[n.out.0].storage].push(k);
+    }
+    loop {
+        let mut readers = vec![0usize; g.storages.len()];
+        let mut writers = vec![0usize; g.storages.len()];
+        for (k, n) in g.nodes.iter().enumerate() {
+            if drop[k] {
+                continue;
+            }
+            for t in n.op.inputs() {
+                readers[g.tensors[t.0].storage] += 1;
+            }
+            writers[g.tensors[n.out.0].storage] += 1;
+        }
+        for t in &g.outputs {
+            readers[g.tensors[t.0].storage] += 1;
+        }
+        let mut changed = false;
+        for (k, n) in g.nodes.iter().enumerate() {
+            let st = g.tensors[n.out.0].storage;
+            // Absorbed, or reading an absorbed node's result (a cast of the scores).
+            let candidate = absorbed[k]
+                || n.op.inputs().iter().any(|t| {
+                    writers_of[g.tensors[t.0].storage]
+                        .iter()
+                        .any(|&j| absorbed[j])
+                });
+            let temp = matches!(g.storages[st].kind, StorageKind::Temp);
+            if candidate && temp && !drop[k] && readers[st] == 0 && writers[st] == 1 {
+                drop[k] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // The fused node itself always changed the graph.
+    retain(g.clone(), &drop).or(Some(g))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_of_strided_tensors() {
+        // [2, 3, 4] contiguous, viewed as [6, 4] and [2, 12].
+        let s = row_major(&[2, 3, 4]);
+        assert_eq!(view_strides(&[2, 3, 4], &s, &[6, 4]), Some(vec![4, 1]));
+        assert_eq!(view_strides(&[2, 3, 4], &s, &[2, 12]), Some(vec![12, 1]));
+        assert_eq!(
+            view_strides(&[2, 3, 4], &s, &[1, 2, 3, 1, 4]),
+            Some(vec![0, 12, 4, 0, 1])
+        );
+        // The transpose [4, 3] of a [3, 4] cannot merge into [12].
+        assert_eq!(view_strides(&[4, 3], &[1, 4], &[12]), None);
+        // but splits: [4, 3] -> [2, 2, 3].
+        assert_eq!(
+            view_strides(&[4, 3], &[1, 4], &[2, 2, 3]),
+            Some(vec![2, 1, 4])
+        );
+    }
+}
