@@ -47,6 +47,9 @@ impl GraphBuilder {
         if let Some(cut) = self.with_constants_within(limit) {
             return cut.build_with(device, options);
         }
+        if let Some(live) = self.without_dead_temps() {
+            return live.build_with(device, options);
+        }
         if let Some(merged) = self.with_common_nodes_merged() {
             return merged.build_with(device, options);
         }

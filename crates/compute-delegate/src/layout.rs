@@ -181,9 +181,47 @@ pub(crate) fn view_strides(old: &[usize], strides: &[usize], new: &[usize]) -> O
     (w == 0).then_some(out)
 }
 
+impl GraphBuilder {
+    /// The graph without the nodes whose results are temporaries of their own that nothing
+    /// reads (nor a graph output), repeated until none is left: computations the fusions and
+    /// the joining of steps left behind. A node writing state in place (a KV cache) is never
+    /// one. `None` where there is none.
+    pub(crate) fn without_dead_temps(&self) -> Option<GraphBuilder> {
+        let mut drop = vec![false; self.nodes.len()];
+        loop {
+            let mut readers = vec![0usize; self.storages.len()];
+            for (k, n) in self.nodes.iter().enumerate() {
+                if !drop[k] {
+                    for t in n.op.inputs() {
+                        readers[self.tensors[t.0].storage] += 1;
+                    }
+                }
+            }
+            for t in &self.outputs {
+                readers[self.tensors[t.0].storage] += 1;
+            }
+            let mut changed = false;
+            for (k, n) in self.nodes.iter().enumerate() {
+                let st = self.tensors[n.out.0].storage;
+                let own = self.storages[st].tensor == n.out
+                    && matches!(self.storages[st].kind, StorageKind::Temp);
+                if own && !drop[k] && readers[st] == 0 {
+                    drop[k] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        retain(self.clone(), &drop)
+    }
+}
+
 /// `g` without the nodes already `gone` (permutes whose results the kernel writes), the
 /// `absorbed` nodes whose results nothing reads any more (nor a graph
-/// output), and without the unread nodes reading what they computed, repeated until none is left.
+/// output), and without the unread nodes reading what they computed or read only by nodes
+/// that went, repeated until none is left.
 pub(crate) fn without_unread(
     g: GraphBuilder,
     absorbed: &[bool],
@@ -191,8 +229,12 @@ pub(crate) fn without_unread(
 ) -> Option<GraphBuilder> {
     let mut drop = gone;
     let mut writers_of = vec![Vec::new(); g.storages.len()];
+    let mut was_read = vec![false; g.storages.len()];
     for (k, n) in g.nodes.iter().enumerate() {
         writers_of[g.tensors[n.out.0].storage].push(k);
+        for t in n.op.inputs() {
+            was_read[g.tensors[t.0].storage] = true;
+        }
     }
     loop {
         let mut readers = vec![0usize; g.storages.len()];
@@ -212,8 +254,10 @@ pub(crate) fn without_unread(
         let mut changed = false;
         for (k, n) in g.nodes.iter().enumerate() {
             let st = g.tensors[n.out.0].storage;
-            // Absorbed, or reading an absorbed node's result (a cast of the scores).
+            // Absorbed, reading an absorbed node's result (a cast of the scores), or read
+            // only by nodes that went.
             let candidate = absorbed[k]
+                || was_read[st]
                 || n.op.inputs().iter().any(|t| {
                     writers_of[g.tensors[t.0].storage]
                         .iter()
