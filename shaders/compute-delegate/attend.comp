@@ -14,14 +14,15 @@
 // One work group per (b, block of BQ queries), looping over blocks of BK keys held in shared
 // memory, with the running maximum and sum of each row (an online softmax). LANES threads
 // share a query row: each scores BK / LANES keys of a block and sums VAL_D / LANES columns
-// of the output. A row whose scores are all -inf gives 0 with `guard` (PyTorch's safe
+// of the output, four at a time. A row whose scores are all -inf gives 0 with `guard` (PyTorch's safe
 // softmax), NaN without (its plain softmax). fp32 arithmetic in both precisions.
 // variant: f16 -DDTYPE_F16
 #extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
 layout(local_size_x = 64) in;
-// The head sizes of q and k (d) and of v (e), at most 128; the keys of a block (at most 32,
-// a multiple of LANES, small enough for the device's shared memory); the biases (0 to 2).
+// The head sizes of q and k (d) and of v (e), multiples of 4 up to 128; the keys of a block
+// (at most 32, a multiple of LANES, small enough for the device's shared memory); the biases
+// (0 to 2).
 layout(constant_id = 0) const uint HEAD_D = 64;
 layout(constant_id = 1) const uint VAL_D = 64;
 layout(constant_id = 2) const uint BK = 32;
@@ -30,8 +31,12 @@ layout(constant_id = 3) const uint BIASES = 0;
 const uint THREADS = 64;
 const uint LANES = 4;
 const uint BQ = THREADS / LANES;
-const uint MAX_VCOLS = 32;
+const uint MAX_VCOLS = 8;
 const uint MAX_KEYS = 8;
+const uint D4 = HEAD_D / 4;
+const uint E4 = VAL_D / 4;
+// Rows of q and k in shared memory, padded by a vec4 against bank conflicts.
+const uint QK_ROW = D4 + 1;
 
 layout(std430, set = 0, binding = 0) readonly buffer Q { T q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { T k[]; };
@@ -56,9 +61,9 @@ layout(push_constant) uniform Params {
     uint n2;
 } pc;
 
-shared float qs[BQ * HEAD_D];
-shared float ks[BK * (HEAD_D + 1)];
-shared float vs[BK * VAL_D];
+shared vec4 qs[BQ * QK_ROW];
+shared vec4 ks[BK * QK_ROW];
+shared vec4 vs[BK * E4];
 shared float ps[BQ * BK];
 
 const uint OP_Q = 0;
@@ -80,7 +85,7 @@ void main() {
     uint lane = t % LANES;
     const float NEG_INF = uintBitsToFloat(0xff800000u);
     const uint KEYS = BK / LANES;
-    const uint VCOLS = (VAL_D + LANES - 1) / LANES;
+    const uint VCOLS = (E4 + LANES - 1) / LANES;
     uint q_r = lay[OP_Q * 6 + 4], q_c = lay[OP_Q * 6 + 5];
     uint k_r = lay[OP_K * 6 + 4], k_c = lay[OP_K * 6 + 5];
     uint v_r = lay[OP_V * 6 + 4], v_c = lay[OP_V * 6 + 5];
@@ -96,37 +101,56 @@ void main() {
         uint row = row0 + r;
         // The previous item's reads of shared memory are done.
         barrier();
-        for (uint e = t; e < BQ * HEAD_D; e += THREADS) {
-            uint i = row0 + e / HEAD_D;
-            qs[e] = i < pc.sq ? float(q[qb + i * q_r + (e % HEAD_D) * q_c]) * pc.scale : 0.0;
+        for (uint e = t; e < BQ * D4; e += THREADS) {
+            uint i = row0 + e / D4, c = 4 * (e % D4);
+            uint at = qb + i * q_r + c * q_c;
+            vec4 x = vec4(0.0);
+            if (i < pc.sq) {
+                x = vec4(float(q[at]), float(q[at + q_c]), float(q[at + 2 * q_c]),
+                         float(q[at + 3 * q_c])) * pc.scale;
+            }
+            qs[(e / D4) * QK_ROW + e % D4] = x;
         }
         float m = NEG_INF;
         float l = 0.0;
-        float acc[MAX_VCOLS];
+        vec4 acc[MAX_VCOLS];
         [[unroll]] for (uint c = 0; c < VCOLS; ++c) {
-            acc[c] = 0.0;
+            acc[c] = vec4(0.0);
         }
         for (uint k0 = 0; k0 < pc.sk; k0 += BK) {
             barrier();
-            for (uint e = t; e < BK * HEAD_D; e += THREADS) {
-                uint j = e / HEAD_D, dd = e % HEAD_D;
+            for (uint e = t; e < BK * D4; e += THREADS) {
+                uint j = e / D4, c = 4 * (e % D4);
                 uint key = k0 + j;
-                ks[j * (HEAD_D + 1) + dd] = key < pc.sk ? float(k[kb + key * k_r + dd * k_c]) : 0.0;
+                uint at = kb + key * k_r + c * k_c;
+                vec4 x = vec4(0.0);
+                if (key < pc.sk) {
+                    x = vec4(float(k[at]), float(k[at + k_c]), float(k[at + 2 * k_c]),
+                             float(k[at + 3 * k_c]));
+                }
+                ks[j * QK_ROW + e % D4] = x;
             }
-            for (uint e = t; e < BK * VAL_D; e += THREADS) {
-                uint j = e / VAL_D, c = e % VAL_D;
+            for (uint e = t; e < BK * E4; e += THREADS) {
+                uint j = e / E4, c = 4 * (e % E4);
                 uint key = k0 + j;
-                vs[e] = key < pc.sk ? float(v[vb + key * v_r + c * v_c]) : 0.0;
+                uint at = vb + key * v_r + c * v_c;
+                vec4 x = vec4(0.0);
+                if (key < pc.sk) {
+                    x = vec4(float(v[at]), float(v[at + v_c]), float(v[at + 2 * v_c]),
+                             float(v[at + 3 * v_c]));
+                }
+                vs[e] = x;
             }
             barrier();
             float sc[MAX_KEYS];
             [[unroll]] for (uint jj = 0; jj < KEYS; ++jj) {
                 uint j = lane + LANES * jj;
                 uint key = k0 + j;
-                float a = 0.0;
-                [[unroll]] for (uint dd = 0; dd < HEAD_D; ++dd) {
-                    a += qs[r * HEAD_D + dd] * ks[j * (HEAD_D + 1) + dd];
+                vec4 a4 = vec4(0.0);
+                [[unroll]] for (uint i = 0; i < D4; ++i) {
+                    a4 += qs[r * QK_ROW + i] * ks[j * QK_ROW + i];
                 }
+                float a = (a4.x + a4.y) + (a4.z + a4.w);
                 bool live = key < pc.sk && row < pc.sq;
                 if (BIASES > 0 && live) {
                     a += float(bias0[b0b + row * b0_r + key * b0_c]);
@@ -161,9 +185,9 @@ void main() {
             for (uint j = 0; j < BK; ++j) {
                 float p = ps[r * BK + j];
                 [[unroll]] for (uint c = 0; c < VCOLS; ++c) {
-                    uint col = lane + LANES * c;
-                    if (col < VAL_D) {
-                        acc[c] += p * vs[j * VAL_D + col];
+                    uint c4 = lane + LANES * c;
+                    if (c4 < E4) {
+                        acc[c] += p * vs[j * E4 + c4];
                     }
                 }
             }
@@ -180,10 +204,14 @@ void main() {
             float inv = total > 0.0 ? 1.0 / total : 0.0;
             bool nan = total == 0.0 && pc.guard == 0;
             [[unroll]] for (uint c = 0; c < VCOLS; ++c) {
-                uint col = lane + LANES * c;
-                if (col < VAL_D) {
-                    float o = nan ? uintBitsToFloat(0x7fc00000u) : acc[c] * inv;
-                    y[yb + row * y_r + col * y_c] = T(o);
+                uint c4 = lane + LANES * c;
+                if (c4 < E4) {
+                    vec4 o = nan ? vec4(uintBitsToFloat(0x7fc00000u)) : acc[c] * inv;
+                    uint at = yb + row * y_r + 4 * c4 * y_c;
+                    y[at] = T(o.x);
+                    y[at + y_c] = T(o.y);
+                    y[at + 2 * y_c] = T(o.z);
+                    y[at + 3 * y_c] = T(o.w);
                 }
             }
         }

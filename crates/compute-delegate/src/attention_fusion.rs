@@ -10,8 +10,9 @@
 //! nothing else reads them.
 //!
 //! [`GraphBuilder::with_attention_fused`] applies where the operands' batch dims fit the
-//! kernel's three (after merging), the head sizes are at most [`MAX_HEAD`], every operand has
-//! the output's dtype, and every tensor the kernel reads is written once, before it runs.
+//! kernel's three (after merging), the head sizes are multiples of 4 up to [`MAX_HEAD`], every
+//! operand has the output's dtype, and every tensor the kernel reads is written once, before it
+//! runs.
 
 use crate::fusion::Uses;
 use crate::graph::{BinaryOp, Compare, GraphBuilder, Op, StorageKind, TensorId, UnaryOp};
@@ -19,7 +20,8 @@ use crate::kernels::{Kernel, push::AttendPush};
 use crate::layout::{row_major, view_strides, without_unread};
 use vk_core::HostTensor;
 
-/// The largest head size (of queries and keys, and of values) the fused kernel takes.
+/// The largest head size (of queries and keys, and of values) the fused kernel takes; head
+/// sizes are multiples of 4.
 pub(crate) const MAX_HEAD: usize = 128;
 /// Query rows of a work group (`attend.comp`'s `BQ`).
 const QUERY_ROWS: usize = 16;
@@ -182,8 +184,8 @@ impl GraphBuilder {
         let (qsq, d) = last2(&self.tensors[qa.0].shape)?;
         let (kd, ksk) = last2(&self.tensors[kt.0].shape)?;
         let (vsk, ve) = last2(&self.tensors[v.0].shape)?;
-        if qsq != sq || kd != d || ksk != sk || vsk != sk || ve != e || d > MAX_HEAD || e > MAX_HEAD
-        {
+        let sizes = d % 4 == 0 && e % 4 == 0 && d <= MAX_HEAD && e <= MAX_HEAD;
+        if qsq != sq || kd != d || ksk != sk || vsk != sk || ve != e || !sizes {
             return None;
         }
         let frame = |t: TensorId| self.tensors[t.0].shape.clone();
@@ -600,7 +602,8 @@ impl GraphBuilder {
 /// memory fits `shared_bytes` for head sizes `d` and `e`.
 fn key_block(d: usize, e: usize, shared_bytes: u32) -> Option<usize> {
     [32, 16, 8, 4].into_iter().find(|&bk| {
-        let floats = QUERY_ROWS * d + bk * (d + 1) + bk * e + QUERY_ROWS * bk;
+        // q and k rows padded by 4 floats.
+        let floats = QUERY_ROWS * (d + 4) + bk * (d + 4) + bk * e + QUERY_ROWS * bk;
         bk % LANES == 0 && 4 * floats <= shared_bytes as usize
     })
 }
