@@ -142,15 +142,22 @@ void main() {
                 vs[e] = x;
             }
             barrier();
+            // Each element of the query row is loaded once for the thread's keys.
+            vec4 a4[MAX_KEYS];
+            [[unroll]] for (uint jj = 0; jj < KEYS; ++jj) {
+                a4[jj] = vec4(0.0);
+            }
+            [[unroll]] for (uint i = 0; i < D4; ++i) {
+                vec4 qv = qs[r * QK_ROW + i];
+                [[unroll]] for (uint jj = 0; jj < KEYS; ++jj) {
+                    a4[jj] += qv * ks[(lane + LANES * jj) * QK_ROW + i];
+                }
+            }
             float sc[MAX_KEYS];
             [[unroll]] for (uint jj = 0; jj < KEYS; ++jj) {
                 uint j = lane + LANES * jj;
                 uint key = k0 + j;
-                vec4 a4 = vec4(0.0);
-                [[unroll]] for (uint i = 0; i < D4; ++i) {
-                    a4 += qs[r * QK_ROW + i] * ks[j * QK_ROW + i];
-                }
-                float a = (a4.x + a4.y) + (a4.z + a4.w);
+                float a = (a4[jj].x + a4[jj].y) + (a4[jj].z + a4[jj].w);
                 bool live = key < pc.sk && row < pc.sq;
                 if (BIASES > 0 && live) {
                     a += float(bias0[b0b + row * b0_r + key * b0_c]);
