@@ -153,7 +153,9 @@ impl GraphBuilder {
         let (j, op) = self.writer(uses, p)?;
         if let Op::Where { cond, a, b } = op {
             let zeros = self.constant_values(*a)?;
-            if zeros.is_empty() || zeros.iter().any(|&z| z != 0.0) {
+            // The probabilities are the selection's whole shape (not broadcast by it).
+            let whole = self.tensors[b.0].numel() == self.tensors[p.0].numel();
+            if !whole || zeros.is_empty() || zeros.iter().any(|&z| z != 0.0) {
                 return None;
             }
             guarded = Some(self.guarded_scores(uses, *cond, &mut absorbed)?);
