@@ -50,6 +50,12 @@ impl GraphBuilder {
         if let Some(live) = self.without_dead_temps() {
             return live.build_with(device, options);
         }
+        if let Some(folded) = (!options.unfolded)
+            .then(|| self.with_constants_folded(device, options))
+            .flatten()
+        {
+            return folded.build_with(device, options);
+        }
         if let Some(merged) = self.with_common_nodes_merged() {
             return merged.build_with(device, options);
         }

@@ -84,6 +84,7 @@ mod build;
 mod constants;
 mod coop;
 mod error;
+mod fold;
 mod graph;
 mod kernels;
 mod layout;

@@ -55,6 +55,10 @@ pub struct BuildOptions {
     /// comparing the two, and for a diagnosis. [`FUSION_ENV`] set to `off` does the same for
     /// every build.
     pub unfused: bool,
+    /// Build the graph as written, without first running the nodes that read only constants
+    /// (a mask made of fills and concats, a bias table's lookup by a constant index) once on
+    /// the device and making their results constants.
+    pub unfolded: bool,
     /// Constants shared with the other graphs built with a clone of this pool on the same
     /// device: each constant of one name and the same bytes gets one buffer, and state a graph
     /// writes in place (a KV cache) is seen by the others. `None`: the graph's own buffers.

@@ -1,7 +1,7 @@
 //! Graph-level behaviour: errors that name tensors and numbers, input checks, memory reuse,
 //! derived barriers, the pipeline cache and device-resident execution.
 
-use compute_delegate::{BuildOptions, Error, GraphBuilder, Pool2d};
+use compute_delegate::{BuildOptions, Compare, Error, GraphBuilder, Pool2d};
 use vk_core::barrier::{self, Access};
 use vk_core::testing::{self, assert_no_validation_errors};
 use vk_core::{DType, Device, HostPath, HostTensor, Instance, SemaphoreSignal, SemaphoreWait, vk};
@@ -1153,5 +1153,57 @@ fn permutes_that_move_nothing_are_views() {
     for (f, u) in fused.iter().zip(&unfused) {
         assert_eq!(f.to_f32().unwrap(), u.to_f32().unwrap());
     }
+    assert_no_validation_errors(&inst);
+}
+
+#[test]
+fn nodes_that_read_only_constants_run_once_at_build() {
+    let test = "nodes_that_read_only_constants_run_once_at_build";
+    let Some((inst, dev)) = device(test) else {
+        return;
+    };
+    // A shifted-window mask as exporters write it: a fill, its regions numbered by slices
+    // and concats, compared and selected; then added to the scores each execution.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[2, 8, 8]).unwrap();
+    let zero = b.full("zero", &[8, 8], 0.0).unwrap();
+    let mut rows = Vec::new();
+    for (i, (start, end)) in [(0, 4), (4, 6), (6, 8)].into_iter().enumerate() {
+        let band = b.slice(zero, 0, start, end, 1).unwrap();
+        let count = b.add_scalar(band, i as f32).unwrap();
+        rows.push(count);
+    }
+    let ids = b.cat(&rows, 0).unwrap();
+    let left = b.slice(ids, 1, 0, 5, 1).unwrap();
+    let right = b.slice(ids, 1, 5, 8, 1).unwrap();
+    let right = b.mul_scalar(right, 3.0).unwrap();
+    let ids = b.cat(&[left, right], 1).unwrap();
+    let apart = b.compare_scalar(ids, Compare::Ne, 0.0).unwrap();
+    let (neg, none) = (
+        b.full("neg", &[8, 8], -100.0).unwrap(),
+        b.full("none", &[8, 8], 0.0).unwrap(),
+    );
+    let mask = b.where_(apart, neg, none).unwrap();
+    // Positions made at build, cast to floats.
+    let steps = HostTensor::from_i32(vec![8], &[0, 1, 2, 3, 4, 5, 6, 7]).unwrap();
+    let steps = b.constant("steps", steps).unwrap();
+    let steps = b.cast(steps, DType::F32).unwrap();
+    let masked = b.add(x, mask).unwrap();
+    let y = b.add(masked, steps).unwrap();
+    b.output(y).unwrap();
+    let xs = data(41, 128);
+    let inputs = [HostTensor::from_f32(vec![2, 8, 8], &xs).unwrap()];
+    let mut built = [false, true].map(|unfolded| {
+        let options = BuildOptions {
+            unfolded,
+            ..Default::default()
+        };
+        b.build_with(&dev, &options).unwrap()
+    });
+    let (folded, unfolded) = (built[0].kernels(), built[1].kernels());
+    assert_eq!(folded.len(), 2, "the two adds alone run: {folded:?}");
+    assert!(unfolded.len() > 10, "{unfolded:?}");
+    let [f, u] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
+    assert_eq!(f[0].to_f32().unwrap(), u[0].to_f32().unwrap());
     assert_no_validation_errors(&inst);
 }

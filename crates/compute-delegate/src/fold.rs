@@ -1,0 +1,171 @@
+//! Nodes whose results follow from constants alone, run once at build
+//! ([`GraphBuilder::with_constants_folded`]): a shifted-window mask made of fills, slices and
+//! concats, position indices and their casts, a bias table looked up by a constant index.
+//! Their results become constants of the graph, and the nodes go.
+//!
+//! They run on the device, on the graph's own kernels, as a graph of their own, so that a
+//! folded constant holds the bits the unfolded node would have written.
+
+use vk_core::Device;
+
+use crate::error::Result;
+use crate::fusion::Uses;
+use crate::graph::{GraphBuilder, Op, StorageKind, TensorId};
+use crate::options::BuildOptions;
+
+/// A folded result of at most this many bytes is kept whatever its inputs' size.
+const FREE_BYTES: usize = 1 << 20;
+/// No folded result is larger (a weight's permute of a large model stays a node).
+const MAX_BYTES: usize = 64 << 20;
+
+impl GraphBuilder {
+    /// Per node: whether it reads only constants (that no node writes: not state) or results
+    /// of such nodes, writes a temporary of its own, and does not grow what it reads past
+    /// [`FREE_BYTES`] (a dequantized weight stays packed).
+    pub(crate) fn foldable(&self) -> Vec<bool> {
+        let uses = Uses::of(self);
+        let mut constant: Vec<bool> = self
+            .storages
+            .iter()
+            .zip(&uses.writers)
+            .map(|(st, w)| matches!(st.kind, StorageKind::Const(_)) && w.is_empty())
+            .collect();
+        let mut fold = vec![false; self.nodes.len()];
+        for (k, node) in self.nodes.iter().enumerate() {
+            let st = self.tensors[node.out.0].storage;
+            let own = self.storages[st].tensor == node.out
+                && matches!(self.storages[st].kind, StorageKind::Temp)
+                && uses.writers[st] == [k];
+            let inputs = node.op.inputs();
+            let reads_constants = inputs.iter().all(|t| constant[self.tensors[t.0].storage]);
+            if !(own && reads_constants && pure(&node.op)) {
+                continue;
+            }
+            let bytes = |t: &TensorId| self.tensors[t.0].numel() * self.tensors[t.0].dtype.size();
+            let out = bytes(&node.out);
+            let mut read: Vec<(usize, usize)> = inputs
+                .iter()
+                .map(|t| (self.tensors[t.0].storage, bytes(t)))
+                .collect();
+            read.sort_unstable();
+            read.dedup_by_key(|r| r.0);
+            let read: usize = read.iter().map(|r| r.1).sum();
+            if out <= MAX_BYTES && (out <= FREE_BYTES || out <= read) {
+                fold[k] = true;
+                constant[st] = true;
+            }
+        }
+        fold
+    }
+
+    /// The graph with its [`GraphBuilder::foldable`] nodes run once on `device` and their
+    /// results read by other nodes made constants. `None` where there is none, or where they
+    /// could not be run (the graph is then built as written, and fails there if it must).
+    pub(crate) fn with_constants_folded(
+        &self,
+        device: &Device,
+        options: &BuildOptions,
+    ) -> Option<GraphBuilder> {
+        let fold = self.foldable();
+        if !fold.contains(&true) {
+            return None;
+        }
+        match self.fold(device, options, &fold) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                log::debug!("constant nodes left to run with the graph: {e}");
+                None
+            }
+        }
+    }
+
+    fn fold(&self, device: &Device, options: &BuildOptions, fold: &[bool]) -> Result<Self> {
+        // The storages of folded results that the graph's other nodes, or its outputs, read.
+        let mut read_after = vec![false; self.storages.len()];
+        let kept = self.nodes.iter().zip(fold).filter(|&(_, &f)| !f);
+        for t in kept
+            .flat_map(|(n, _)| n.op.inputs())
+            .chain(self.outputs.clone())
+        {
+            read_after[self.tensors[t.0].storage] = true;
+        }
+        let results: Vec<usize> = self
+            .nodes
+            .iter()
+            .zip(fold)
+            .filter(|&(_, &f)| f)
+            .map(|(n, _)| self.tensors[n.out.0].storage)
+            .filter(|&s| read_after[s])
+            .collect();
+        let mut part = self.clone();
+        part.inputs.clear();
+        part.outputs.clear();
+        let mut k = 0;
+        part.nodes.retain(|_| {
+            k += 1;
+            fold[k - 1]
+        });
+        for &s in &results {
+            part.output(self.storages[s].tensor)?;
+        }
+        let once = BuildOptions {
+            unfolded: true,
+            external: Default::default(),
+            embedded: false,
+            constants: None,
+            ..options.clone()
+        };
+        let values = part.build_with(device, &once)?.execute(&[])?;
+        let mut g = self.clone();
+        for (s, v) in results.into_iter().zip(values) {
+            g.storages[s].kind = StorageKind::Const(v.into_bytes().into());
+        }
+        let mut k = 0;
+        g.nodes.retain(|_| {
+            k += 1;
+            !fold[k - 1]
+        });
+        Ok(g)
+    }
+}
+
+/// Whether an op's result depends on its operands alone.
+fn pure(op: &Op) -> bool {
+    match op {
+        #[cfg(feature = "bench")]
+        Op::FmaProbe { .. } => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vk_core::DType;
+
+    use super::*;
+
+    #[test]
+    fn only_what_follows_from_constants_folds() {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, &[4, 4]).unwrap();
+        let c = g.full("c", &[4, 4], 2.0).unwrap();
+        let from_c = g.add_scalar(c, 1.0).unwrap(); // folds
+        let from_both = g.add(from_c, x).unwrap(); // reads an input
+        // State: a constant the graph writes in place is not a constant to fold.
+        let state = g.full("state", &[4, 4], 0.0).unwrap();
+        let read_state = g.relu(state).unwrap();
+        let written = g.assign(state, from_both).unwrap();
+        // Growth: 2 MiB from 256 KiB stays a node.
+        let big = g.full("big", &[65536], 1.0).unwrap();
+        let grown = g.cat(&[big; 8], 0).unwrap();
+        for t in [read_state, written, grown] {
+            g.output(t).unwrap();
+        }
+        let fold = g.foldable();
+        let of = |t: TensorId| fold[g.nodes.iter().position(|n| n.out == t).unwrap()];
+        assert!(of(from_c));
+        assert!(!of(from_both));
+        assert!(!of(read_state));
+        assert!(!of(grown));
+    }
+}
