@@ -58,6 +58,10 @@ struct Attention {
     sk: usize,
 }
 
+/// A permute the kernel writes in its place: its node, its result, and the attention's result
+/// in a shape of its own with its strides in the permute's result.
+type Permuted = (usize, TensorId, Vec<usize>, Vec<usize>);
+
 impl GraphBuilder {
     /// The graph with each attention composition ending in node `k`'s matmul computed by one
     /// `attend.comp` dispatch (see the module's header), its blocks of keys sized to fit
@@ -77,7 +81,7 @@ impl GraphBuilder {
                 continue;
             };
             g.nodes[k].op = op;
-            if let Some((r, p, _)) = permuted {
+            if let Some((r, p, _, _)) = permuted {
                 // The kernel writes the permute's result in its place.
                 g.nodes[k].out = p;
                 gone[r] = true;
@@ -91,9 +95,10 @@ impl GraphBuilder {
     }
 
     /// Where the result of node `k` is read by one permute alone (of it or a view of it) into
-    /// a temporary of its own: that permute's node, its result, and the strides of node `k`'s
-    /// result in it, so that the kernel writes the permuted layout itself.
-    fn permuted_output(&self, uses: &Uses, k: usize) -> Option<(usize, TensorId, Vec<usize>)> {
+    /// a temporary of its own: that permute's node, its result, and a shape of node `k`'s
+    /// result (its own, or the permute's input where that view merges dims) with its strides
+    /// in the permute's result, so that the kernel writes the permuted layout itself.
+    fn permuted_output(&self, uses: &Uses, k: usize) -> Option<Permuted> {
         let o = self.nodes[k].out;
         let st = self.tensors[o.0].storage;
         if uses.readers[st] != 1 || uses.writers[st][..] != [k] {
@@ -128,8 +133,14 @@ impl GraphBuilder {
         for (i, &d) in perm.iter().enumerate() {
             xs[d] = ps[i];
         }
-        let strides = view_strides(&self.tensors[x.0].shape, &xs, &self.tensors[o.0].shape)?;
-        Some((r, p, strides))
+        let (x_shape, o_shape) = (&self.tensors[x.0].shape, &self.tensors[o.0].shape);
+        match view_strides(x_shape, &xs, o_shape) {
+            Some(strides) => Some((r, p, o_shape.clone(), strides)),
+            // A view merging dims no one stride steps through: the result in the permute's
+            // input shape, when its rows and columns are the same.
+            None if last2(x_shape) == last2(o_shape) => Some((r, p, x_shape.clone(), xs)),
+            None => None,
+        }
     }
 
     /// The attention whose last matmul is node `k`, and the nodes it absorbs.
@@ -450,8 +461,8 @@ impl GraphBuilder {
         transposed: bool,
         absorbed: &mut Vec<usize>,
     ) -> Option<Operand> {
-        let shape = &self.tensors[t.0].shape;
-        let s = self.strided(uses, t, absorbed);
+        let s = self.strided_grouped(uses, t, absorbed);
+        let shape = &s.shape;
         let r = shape.len();
         let stride_at = |i: usize| if shape[i] == 1 { 0 } else { s.strides[i] };
         // Biases may lack dims or broadcast rows and columns.
@@ -510,20 +521,20 @@ impl GraphBuilder {
         &mut self,
         a: Attention,
         k: usize,
-        permuted: Option<&(usize, TensorId, Vec<usize>)>,
+        permuted: Option<&Permuted>,
         shared_bytes: u32,
     ) -> Option<Op> {
         let out = self.nodes[k].out;
         let info = &self.tensors[out.0];
-        let (src, strides) = match permuted {
-            Some((_, p, strides)) => (*p, strides.clone()),
-            None => (out, row_major(&info.shape)),
+        let (src, shape, strides) = match permuted {
+            Some((_, p, shape, strides)) => (*p, shape.clone(), strides.clone()),
+            None => (out, info.shape.clone(), row_major(&info.shape)),
         };
         let r = strides.len();
         let y = Operand {
             src,
             off: 0,
-            batch: batch_of(&info.shape)
+            batch: batch_of(&shape)
                 .into_iter()
                 .zip(strides.iter().copied())
                 .collect(),

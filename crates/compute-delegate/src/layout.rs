@@ -8,11 +8,19 @@ use crate::graph::{GraphBuilder, Op, StorageKind, TensorId};
 use crate::passes::retain;
 
 /// Where a tensor's elements are: in `src`'s storage, at `off` plus the strides (one per dim
-/// of the tensor, in elements).
+/// of `shape`, in elements). `shape` is the tensor's own, or (from
+/// [`GraphBuilder::strided_grouped`]) the shape of the copy it views where its own merges dims
+/// that no one stride can step through.
 pub(crate) struct Strided {
     pub(crate) src: TensorId,
     pub(crate) off: usize,
+    pub(crate) shape: Vec<usize>,
     pub(crate) strides: Vec<usize>,
+}
+
+/// The last two dims of a shape of rank 2 or more.
+fn last2_of(shape: &[usize]) -> Option<&[usize]> {
+    shape.len().checked_sub(2).map(|r| &shape[r..])
 }
 
 impl GraphBuilder {
@@ -32,10 +40,34 @@ impl GraphBuilder {
     /// Where `t`'s elements are, looking through the permutes and slices (copies) that made
     /// it, and views, to a tensor written once.
     pub(crate) fn strided(&self, uses: &Uses, t: TensorId, absorbed: &mut Vec<usize>) -> Strided {
+        self.strided_as(uses, t, absorbed, false)
+    }
+
+    /// As [`GraphBuilder::strided`], and where `t` is a view merging dims of the copy that
+    /// made it which no one stride steps through (a `[windows * heads, rows, cols]` view of a
+    /// permute's `[windows, heads, rows, cols]`), in that copy's shape, if its last two dims
+    /// are `t`'s.
+    pub(crate) fn strided_grouped(
+        &self,
+        uses: &Uses,
+        t: TensorId,
+        absorbed: &mut Vec<usize>,
+    ) -> Strided {
+        self.strided_as(uses, t, absorbed, true)
+    }
+
+    fn strided_as(
+        &self,
+        uses: &Uses,
+        t: TensorId,
+        absorbed: &mut Vec<usize>,
+        grouped: bool,
+    ) -> Strided {
         let info = &self.tensors[t.0];
         let plain = Strided {
             src: t,
             off: 0,
+            shape: info.shape.clone(),
             strides: row_major(&info.shape),
         };
         let Some((j, op)) = self.writer(uses, t) else {
@@ -61,10 +93,25 @@ impl GraphBuilder {
             _ => return plain,
         };
         let once = uses.writers[self.tensors[src.0].storage].len() <= 1;
-        match view_strides(&self.tensors[made.0].shape, &strides, &info.shape) {
+        let made_shape = &self.tensors[made.0].shape;
+        match view_strides(made_shape, &strides, &info.shape) {
             Some(strides) if once => {
                 absorbed.push(j);
-                Strided { src, off, strides }
+                Strided {
+                    src,
+                    off,
+                    shape: info.shape.clone(),
+                    strides,
+                }
+            }
+            None if once && grouped && last2_of(made_shape) == last2_of(&info.shape) => {
+                absorbed.push(j);
+                Strided {
+                    src,
+                    off,
+                    shape: made_shape.clone(),
+                    strides,
+                }
             }
             _ => plain,
         }

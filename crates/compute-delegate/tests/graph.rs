@@ -1039,8 +1039,25 @@ fn attention_compositions_run_as_one_dispatch() {
         let scores = b.add(scores, mask).unwrap();
         let p = guarded(&mut b, scores);
         let bert = b.matmul(p, v).unwrap();
-        // Swin: 2 images of 2 windows, [4, h, s, d]; a bias per head, a mask per window.
-        let [q, k, v] = ["wq", "wk", "wv"].map(|n| input(&mut b, n, &[4, h, s, d]));
+        // Swin, as exported: 2 images of 2 windows, q, k and v sliced out of one product
+        // [4, s, 3 h d], k transposed, and each viewed as [4 h, rows, cols] (windows and heads
+        // merged, which no one stride steps through); a bias per head, a mask per window; the
+        // result viewed back as [4, h, s, d] and transposed to [4, s, h, d].
+        let (w, hd) = (4isize, (h * d) as isize);
+        let wqkv = input(&mut b, "wqkv", &[4, s, 3 * h * d]);
+        let wqkv = b
+            .reshape(wqkv, &[w, s as isize, 3, h as isize, d as isize])
+            .unwrap();
+        let wqkv = b.permute(wqkv, &[2, 0, 3, 1, 4]).unwrap();
+        let [q, k, v] = [0, 1, 2].map(|i| {
+            let t = b.slice(wqkv, 0, i, i + 1, 1).unwrap();
+            b.reshape(t, &[w, h as isize, s as isize, d as isize])
+                .unwrap()
+        });
+        let merged = |b: &mut GraphBuilder, t, rows: usize, cols: usize| {
+            b.reshape(t, &[w * h as isize, rows as isize, cols as isize])
+                .unwrap()
+        };
         let bias = b
             .constant_f32("bias", &[h, s, s], &data(8, h * s * s))
             .unwrap();
@@ -1049,17 +1066,28 @@ fn attention_compositions_run_as_one_dispatch() {
             .constant_f32("wmask", &[2, 1, s, s], &data(9, 2 * s * s))
             .unwrap();
         let wmask = b.cast(wmask, dtype).unwrap();
+        let q = b.mul_scalar(q, 0.25).unwrap();
+        let q = merged(&mut b, q, s, d);
         let kt = b.permute(k, &[0, 1, 3, 2]).unwrap();
+        let kt = merged(&mut b, kt, d, s);
+        let v = merged(&mut b, v, s, d);
         let scores = b.matmul(q, kt).unwrap();
+        let heads = [w, h as isize, s as isize, s as isize];
+        let scores = b.reshape(scores, &heads).unwrap();
         let scores = b.add(scores, bias).unwrap();
         let split = [2, 2, h as isize, s as isize, s as isize];
         let scores = b.reshape(scores, &split).unwrap();
         let scores = b.add(scores, wmask).unwrap();
         let scores = b
-            .reshape(scores, &[4, h as isize, s as isize, s as isize])
+            .reshape(scores, &[w * h as isize, s as isize, s as isize])
             .unwrap();
         let p = b.softmax(scores, -1).unwrap();
-        let swin = b.matmul(p, v).unwrap();
+        let y = b.matmul(p, v).unwrap();
+        let y = b
+            .reshape(y, &[w, h as isize, s as isize, d as isize])
+            .unwrap();
+        let y = b.permute(y, &[0, 2, 1, 3]).unwrap();
+        let swin = b.reshape(y, &[w, s as isize, hd]).unwrap();
         for o in [vit, bert, swin] {
             let o = b.cast(o, DType::F32).unwrap();
             b.output(o).unwrap();
@@ -1088,8 +1116,8 @@ fn attention_compositions_run_as_one_dispatch() {
             0,
             "{kernels:?}"
         );
-        // The permutes and slices are read through, the ViT's output permute written by the
-        // attention.
+        // The permutes and slices are read through, the ViT's and the Swin's output permutes
+        // written by the attention.
         assert_eq!(count("Copy"), 0, "{kernels:?}");
         let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
         for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
