@@ -504,6 +504,10 @@ fn conv2d_general_pointwise_and_depthwise() {
         ),
         ([2, 7, 5, 6], [9, 7, 1, 1], Conv2d::default(), true),
         ([2, 8, 4, 4], [12, 8, 1, 1], Conv2d::default(), true),
+        // One pixel (a squeeze-excite layer), as a product of one row: depths that are
+        // multiples of 4 and one that is not.
+        ([1, 24, 1, 1], [40, 24, 1, 1], Conv2d::default(), true),
+        ([1, 6, 1, 1], [5, 6, 1, 1], Conv2d::default(), false),
         (
             [1, 8, 9, 8],
             [16, 8, 3, 3],

@@ -424,9 +424,11 @@ fn f16_conv2d_general_pointwise_and_depthwise() {
         padding: [1, 1],
         ..Conv2d::default()
     };
-    let cases: [([usize; 4], [usize; 4], Conv2d, bool); 4] = [
+    let cases: [([usize; 4], [usize; 4], Conv2d, bool); 5] = [
         ([1, 8, 9, 7], [12, 8, 3, 3], pad1, true),
         ([2, 8, 5, 6], [16, 8, 1, 1], Conv2d::default(), false),
+        // One pixel: a product of one row.
+        ([1, 32, 1, 1], [20, 32, 1, 1], Conv2d::default(), true),
         (
             [1, 8, 7, 7],
             [8, 1, 3, 3],

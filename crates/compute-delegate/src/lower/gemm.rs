@@ -88,6 +88,30 @@ fn tile_layout() -> Option<GemmLayout> {
     }
 }
 
+/// Environment variable for tuning when the plain GEMM splits along K: `MIN_K,PER_SPLIT` (the
+/// depth a product needs before it is split, and the least depth of one split; the default
+/// `256,128`).
+pub const ENV_SPLIT_K: &str = "VKDELEGATE_SPLIT_K";
+
+/// `(min_k, per_split)` of [`ENV_SPLIT_K`], else the default (anything malformed is ignored
+/// with a warning).
+fn split_k_depths() -> (u64, u64) {
+    const DEFAULT: (u64, u64) = (256, 128);
+    let Ok(v) = std::env::var(ENV_SPLIT_K) else {
+        return DEFAULT;
+    };
+    let parsed: Option<Vec<u64>> = v.split(',').map(|p| p.trim().parse().ok()).collect();
+    match parsed.as_deref() {
+        Some(&[min_k, per_split]) if min_k >= 8 && per_split >= 8 => (min_k, per_split),
+        _ => {
+            log::warn!(
+                "{ENV_SPLIT_K}={v}: expected `MIN_K,PER_SPLIT` (8 or more); using the default"
+            );
+            DEFAULT
+        }
+    }
+}
+
 impl Lowerer<'_> {
     /// The plain GEMM kernel and layout for tiles of `8 * tx` columns by `8 * ty` rows in the
     /// current node's precision (the register-tiled `gemm.comp`, fp32 accumulators in both
@@ -148,10 +172,11 @@ impl Lowerer<'_> {
         };
         let mut splits: u64 = 1;
         let t = tiles(tx, ty);
-        if t < SPLIT_BELOW_TILES && k >= 256 {
+        let (min_k, per_split) = split_k_depths();
+        if t < SPLIT_BELOW_TILES && k as u64 >= min_k {
             splits = SPLIT_TARGET_TILES
                 .div_ceil(t)
-                .min(k as u64 / 128)
+                .min(k as u64 / per_split)
                 .clamp(1, 16);
         }
         // The summing pass costs about a small dispatch: a split must at least triple the work

@@ -274,6 +274,14 @@ impl Lowerer<'_> {
                     let m = cout / p.groups;
                     let nn = nb * oh * ow;
                     let k = cin_g * kh * kw;
+                    if pointwise && p.groups == 1 && nn == 1 {
+                        // One pixel (a squeeze-excite block's layers): a linear layer's
+                        // product of one row, the weights `[cout, cin]` read as they are.
+                        let mut params = [0; 26];
+                        let linear = [1, cout, k, 0, k, 1, 0, 1, k, 0, cout, has_bias];
+                        params[..linear.len()].copy_from_slice(&linear);
+                        return self.gemm(1, cout, k, 1, 0, params, bindings, out, act);
+                    }
                     // Gemm bindings: A = weights, B = input, bias, C.
                     let gb = vec![bindings[1], bindings[0], bindings[2], bindings[3]];
                     let with_bias = b.is_some();
