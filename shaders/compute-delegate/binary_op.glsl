@@ -1,7 +1,7 @@
 // The scalar function of the binary kernels (binary.comp, binary_bcast.comp), selected by
 // their OP specialization constant: 0 add, 1 sub, 2 mul, 3 div, 4 minimum, 5 maximum, 6 pow,
 // 7..12 comparisons as masks, 13 logical and, 14 logical or, 15 floor division, 16 trunc
-// division, 17 u * sigmoid(v).
+// division, 17 u * sigmoid(v), 18 u * hardsigmoid(v) (relu6(v + 3) / 6).
 
 #include "power.glsl"
 
@@ -24,5 +24,6 @@ float op2(float u, float v) {
     if (OP == 13) return float(u != 0.0 && v != 0.0);
     if (OP == 14) return float(u != 0.0 || v != 0.0);
     if (OP == 17) return u / (1.0 + exp(-v));
+    if (OP == 18) return u * (clamp(v + 3.0, 0.0, 6.0) / 6.0);
     return rounded_quotient(u, v, OP == 15);
 }

@@ -63,6 +63,10 @@ pub enum BinaryOp {
     /// `a * sigmoid(b)`: a gate, as squeeze-excite blocks apply theirs (made by a graph pass
     /// from a product with a sigmoid nothing else reads).
     MulSigmoid,
+    /// `a * relu6(b + 3) / 6`: a hard gate, as MobileNetV3's squeeze-excite blocks apply
+    /// theirs (made by a graph pass from the product and the hard sigmoid's add, clamp and
+    /// quotient, which nothing else reads).
+    MulHardSigmoid,
 }
 
 impl BinaryOp {
@@ -95,6 +99,7 @@ impl BinaryOp {
             BinaryOp::FloorDiv => "div_floor",
             BinaryOp::TruncDiv => "div_trunc",
             BinaryOp::MulSigmoid => "mul_sigmoid",
+            BinaryOp::MulHardSigmoid => "mul_hardsigmoid",
         }
     }
     pub(crate) fn code(self) -> u32 {

@@ -344,8 +344,9 @@ impl GraphBuilder {
     /// of a tensor and the sigmoid of that same tensor, where nothing else reads the sigmoid,
     /// becomes one dispatch instead of two (a language model's gated MLP, EfficientNet's
     /// activations). The product with the sigmoid of another tensor becomes one
-    /// `BinaryOp::MulSigmoid` (a squeeze-excite block's gate, broadcast over the pixels).
-    /// `None` where there is none.
+    /// `BinaryOp::MulSigmoid` (a squeeze-excite block's gate, broadcast over the pixels), and
+    /// the product with a hard sigmoid's steps one `BinaryOp::MulHardSigmoid` (MobileNetV3's
+    /// gates). `None` where there is none.
     pub(crate) fn with_silu_fused(&self) -> Option<GraphBuilder> {
         let mut readers = vec![0usize; self.storages.len()];
         for n in &self.nodes {
@@ -381,6 +382,21 @@ impl GraphBuilder {
             else {
                 continue;
             };
+            let hard = [(a, b), (b, a)].into_iter().find_map(|(s, x)| {
+                let (nodes, sx) = self.hard_sigmoid_of(&readers, s)?;
+                Some((nodes, x, sx))
+            });
+            if let Some((nodes, x, sx)) = hard {
+                for k in nodes {
+                    drop[k] = true;
+                }
+                node.op = Op::Binary {
+                    op: BinaryOp::MulHardSigmoid,
+                    a: x,
+                    b: sx,
+                };
+                continue;
+            }
             let fused = [(a, b), (b, a)].into_iter().find_map(|(s, x)| {
                 let &(k, sx) = sigmoid_of.get(&s)?;
                 Some((k, x, sx))
@@ -405,6 +421,77 @@ impl GraphBuilder {
             };
         }
         retain(g, &drop)
+    }
+}
+
+impl GraphBuilder {
+    /// Where `t` is `relu6(s + 3) / 6` (a hard sigmoid as exporters decompose it: a sum with a
+    /// constant 3, a clamp to [0, 6] or clamps below and above, a quotient by a constant 6 or
+    /// a product by 1/6), each
+    /// step written by one node into a storage of its own that only the next step reads: those
+    /// nodes, and `s`.
+    fn hard_sigmoid_of(&self, readers: &[usize], t: TensorId) -> Option<(Vec<usize>, TensorId)> {
+        let step = |t: TensorId| -> Option<(usize, &Op)> {
+            let st = self.tensors[t.0].storage;
+            if self.storages[st].tensor != t || readers[st] != 1 {
+                return None;
+            }
+            let k = self.nodes.iter().position(|n| n.out == t)?;
+            Some((k, &self.nodes[k].op))
+        };
+        let is = |t: TensorId, v: f32| matches!(self.constant_values(t).as_deref(), Some(&[c]) if c == v);
+        let (k_div, op) = step(t)?;
+        let c = match *op {
+            Op::Binary {
+                op: BinaryOp::Div,
+                a,
+                b,
+            } if is(b, 6.0) => a,
+            Op::Binary {
+                op: BinaryOp::Mul,
+                a,
+                b,
+            } if is(b, 1.0 / 6.0) => a,
+            Op::Unary {
+                op: UnaryOp::DivScalar(6.0),
+                x,
+            } => x,
+            _ => return None,
+        };
+        // The clamp, perhaps as a lower bound and an upper bound in turn.
+        let (mut nodes, mut sum, mut bounds) = (vec![k_div], c, (f32::MIN, f32::MAX));
+        while let Some((
+            k,
+            &Op::Unary {
+                op: UnaryOp::Clamp(lo, hi),
+                x,
+            },
+        )) = step(sum)
+        {
+            nodes.push(k);
+            bounds = (bounds.0.max(lo), bounds.1.min(hi));
+            sum = x;
+        }
+        if nodes.len() == 1 || bounds != (0.0, 6.0) {
+            return None;
+        }
+        let (k_add, op) = step(sum)?;
+        let s = match *op {
+            Op::Binary {
+                op: BinaryOp::Add,
+                a,
+                b,
+            } if is(b, 3.0) => a,
+            Op::Unary {
+                op: UnaryOp::AddScalar(3.0),
+                x,
+            } => x,
+            _ => return None,
+        };
+        // The gate broadcasts as the product does; `s` itself is not broadcast by the steps.
+        let same = |u: TensorId| self.tensors[u.0].shape == self.tensors[s.0].shape;
+        nodes.push(k_add);
+        (same(sum) && same(c) && same(t)).then_some((nodes, s))
     }
 }
 

@@ -969,6 +969,61 @@ fn silu_is_one_dispatch() {
     assert_no_validation_errors(&inst);
 }
 
+/// MobileNetV3's squeeze-excite gate, `x * relu6(s + 3) / 6` as exporters decompose it (a sum
+/// with a constant, a clamp below then above, a quotient by a constant), is one dispatch; a
+/// hard sigmoid read twice keeps its steps.
+#[test]
+fn hard_gates_are_one_dispatch() {
+    let test = "hard_gates_are_one_dispatch";
+    let Some((inst, dev)) = device(test) else {
+        return;
+    };
+    // Gates on both sides of the clamp's bounds.
+    let xs = data(12, 2 * 6 * 5);
+    let ss: Vec<f32> = data(13, 2 * 6).iter().map(|v| v * 8.0).collect();
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[2, 6, 5]).unwrap();
+    let s = b.input("s", DType::F32, &[2, 6, 1]).unwrap();
+    let hard = |b: &mut GraphBuilder, s| {
+        let three = b.constant_f32("three", &[1], &[3.0]).unwrap();
+        let six = b.constant_f32("six", &[1], &[6.0]).unwrap();
+        let sum = b.add(s, three).unwrap();
+        let low = b.clamp(sum, 0.0, f32::MAX).unwrap();
+        let high = b.clamp(low, f32::MIN, 6.0).unwrap();
+        b.div(high, six).unwrap()
+    };
+    let h = hard(&mut b, s);
+    let gated = b.mul(x, h).unwrap();
+    let s2 = b.input("s2", DType::F32, &[2, 6, 1]).unwrap();
+    let twice = hard(&mut b, s2);
+    let kept = b.mul(twice, x).unwrap();
+    for o in [gated, kept, twice] {
+        b.output(o).unwrap();
+    }
+    let mut g = b.build(&dev).unwrap();
+    // The gate alone; then the read-twice sigmoid's steps (its first clamp applied by the
+    // sum's epilogue) and its product.
+    assert_eq!(g.dispatch_count(), 5, "{:?}", g.kernels());
+    assert_eq!(g.kernels()[0], "BinaryBcast");
+    let out = g
+        .execute(&[
+            HostTensor::from_f32(vec![2, 6, 5], &xs).unwrap(),
+            HostTensor::from_f32(vec![2, 6, 1], &ss).unwrap(),
+            HostTensor::from_f32(vec![2, 6, 1], &ss).unwrap(),
+        ])
+        .unwrap();
+    for (i, o) in out[..2].iter().enumerate() {
+        for (k, g) in o.to_f32().unwrap().iter().enumerate() {
+            let w = xs[k] * ((ss[k / 5] + 3.0).clamp(0.0, 6.0) / 6.0);
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "output {i}[{k}]: {g} vs {w}"
+            );
+        }
+    }
+    assert_no_validation_errors(&inst);
+}
+
 /// The attention compositions exporters write run as one `attend.comp` dispatch each, with the
 /// same results as the graph as written (built unfused), in fp32 and fp16:
 /// - a ViT's: heads sliced and permuted out of one QKV product, both operands scaled, PyTorch's
