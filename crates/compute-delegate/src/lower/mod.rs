@@ -684,7 +684,8 @@ mod tests {
         assert_eq!(d.groups, [1, 3, 1]);
         // Push: m, n, k, strides of A (batch, row), B (batch, row), C (batch, row), bias.
         assert_eq!(&d.push[..10], &[300, 72, 200, 0, 200, 0, 72, 21600, 72, 0]);
-        assert_eq!(shaders(&gemm(DType::F32)), ["Gemm"]);
+        // The plain kernel, split along K (300 x 72 is three tiles) and summed.
+        assert_eq!(shaders(&gemm(DType::F32)), ["Gemm", "SplitSum"]);
     }
 
     #[test]
