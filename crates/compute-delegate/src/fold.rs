@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::fusion::Uses;
 use crate::graph::{GraphBuilder, Op, StorageKind, TensorId};
 use crate::options::BuildOptions;
+use crate::passes::retain;
 
 /// A folded result of at most this many bytes is kept whatever its inputs' size.
 const FREE_BYTES: usize = 1 << 20;
@@ -97,14 +98,10 @@ impl GraphBuilder {
             .map(|(n, _)| self.tensors[n.out.0].storage)
             .filter(|&s| read_after[s])
             .collect();
-        let mut part = self.clone();
+        let kept: Vec<bool> = fold.iter().map(|&f| !f).collect();
+        let mut part = retain(self.clone(), &kept).unwrap_or_else(|| self.clone());
         part.inputs.clear();
         part.outputs.clear();
-        let mut k = 0;
-        part.nodes.retain(|_| {
-            k += 1;
-            fold[k - 1]
-        });
         for &s in &results {
             part.output(self.storages[s].tensor)?;
         }
@@ -116,15 +113,10 @@ impl GraphBuilder {
             ..options.clone()
         };
         let values = part.build_with(device, &once)?.execute(&[])?;
-        let mut g = self.clone();
+        let mut g = retain(self.clone(), fold).unwrap_or_else(|| self.clone());
         for (s, v) in results.into_iter().zip(values) {
             g.storages[s].kind = StorageKind::Const(v.into_bytes().into());
         }
-        let mut k = 0;
-        g.nodes.retain(|_| {
-            k += 1;
-            !fold[k - 1]
-        });
         Ok(g)
     }
 }

@@ -348,15 +348,8 @@ impl GraphBuilder {
     /// the product with a hard sigmoid's steps one `BinaryOp::MulHardSigmoid` (MobileNetV3's
     /// gates). `None` where there is none.
     pub(crate) fn with_silu_fused(&self) -> Option<GraphBuilder> {
-        let mut readers = vec![0usize; self.storages.len()];
-        for n in &self.nodes {
-            for t in n.op.inputs() {
-                readers[self.tensors[t.0].storage] += 1;
-            }
-        }
-        for t in &self.outputs {
-            readers[self.tensors[t.0].storage] += 1;
-        }
+        let uses = crate::fusion::Uses::of(self);
+        let readers = &uses.readers;
         // The sigmoid node writing each tensor (of its own storage, read once).
         let mut sigmoid_of = HashMap::new();
         for (k, n) in self.nodes.iter().enumerate() {
@@ -383,7 +376,7 @@ impl GraphBuilder {
                 continue;
             };
             let hard = [(a, b), (b, a)].into_iter().find_map(|(s, x)| {
-                let (nodes, sx) = self.hard_sigmoid_of(&readers, s)?;
+                let (nodes, sx) = self.hard_sigmoid_of(&uses, s)?;
                 Some((nodes, x, sx))
             });
             if let Some((nodes, x, sx)) = hard {
@@ -427,17 +420,20 @@ impl GraphBuilder {
 impl GraphBuilder {
     /// Where `t` is `relu6(s + 3) / 6` (a hard sigmoid as exporters decompose it: a sum with a
     /// constant 3, a clamp to [0, 6] or clamps below and above, a quotient by a constant 6 or
-    /// a product by 1/6), each
-    /// step written by one node into a storage of its own that only the next step reads: those
-    /// nodes, and `s`.
-    fn hard_sigmoid_of(&self, readers: &[usize], t: TensorId) -> Option<(Vec<usize>, TensorId)> {
+    /// a product by 1/6), each step written by one node into a storage of its own that only
+    /// the next step reads: those nodes, and `s`.
+    fn hard_sigmoid_of(
+        &self,
+        uses: &crate::fusion::Uses,
+        t: TensorId,
+    ) -> Option<(Vec<usize>, TensorId)> {
         let step = |t: TensorId| -> Option<(usize, &Op)> {
             let st = self.tensors[t.0].storage;
-            if self.storages[st].tensor != t || readers[st] != 1 {
+            let [k] = uses.writers[st][..] else {
                 return None;
-            }
-            let k = self.nodes.iter().position(|n| n.out == t)?;
-            Some((k, &self.nodes[k].op))
+            };
+            let own = self.storages[st].tensor == t && self.nodes[k].out == t;
+            (own && uses.readers[st] == 1).then(|| (k, &self.nodes[k].op))
         };
         let is = |t: TensorId, v: f32| matches!(self.constant_values(t).as_deref(), Some(&[c]) if c == v);
         let (k_div, op) = step(t)?;

@@ -710,6 +710,15 @@ fn embedded_graphs_build_no_host_path_and_say_so() {
 }
 
 /// Random f32 data of `n` elements in [-1, 1).
+/// `b` built twice, with `options(false)` then `options(true)` (a pass on, then off).
+fn built_both(
+    b: &GraphBuilder,
+    dev: &Device,
+    options: impl Fn(bool) -> BuildOptions,
+) -> [compute_delegate::Graph; 2] {
+    [false, true].map(|off| b.build_with(dev, &options(off)).expect("the graph builds"))
+}
+
 fn data(seed: u32, n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| {
@@ -1157,12 +1166,9 @@ fn attention_compositions_run_as_one_dispatch() {
                 HostTensor::from_f32(spec.shape.clone(), &data(20 + i as u32, n)).unwrap()
             })
             .collect();
-        let mut built = [false, true].map(|unfused| {
-            let options = BuildOptions {
-                unfused,
-                ..Default::default()
-            };
-            b.build_with(&dev, &options).unwrap()
+        let mut built = built_both(&b, &dev, |unfused| BuildOptions {
+            unfused,
+            ..Default::default()
         });
         let kernels = built[0].kernels();
         let count = |name: &str| kernels.iter().filter(|k| k.starts_with(name)).count();
@@ -1223,12 +1229,9 @@ fn permutes_that_move_nothing_are_views() {
         HostTensor::from_f32(vec![1, 5, 6], &xs).unwrap(),
         HostTensor::from_f32(vec![4, 6], &ys).unwrap(),
     ];
-    let mut built = [false, true].map(|unfused| {
-        let options = BuildOptions {
-            unfused,
-            ..Default::default()
-        };
-        b.build_with(&dev, &options).unwrap()
+    let mut built = built_both(&b, &dev, |unfused| BuildOptions {
+        unfused,
+        ..Default::default()
     });
     let kernels = built[0].kernels();
     let copies = kernels.iter().filter(|k| k.starts_with("Copy")).count();
@@ -1277,12 +1280,9 @@ fn nodes_that_read_only_constants_run_once_at_build() {
     b.output(y).unwrap();
     let xs = data(41, 128);
     let inputs = [HostTensor::from_f32(vec![2, 8, 8], &xs).unwrap()];
-    let mut built = [false, true].map(|unfolded| {
-        let options = BuildOptions {
-            unfolded,
-            ..Default::default()
-        };
-        b.build_with(&dev, &options).unwrap()
+    let mut built = built_both(&b, &dev, |unfolded| BuildOptions {
+        unfolded,
+        ..Default::default()
     });
     let (folded, unfolded) = (built[0].kernels(), built[1].kernels());
     assert_eq!(folded.len(), 2, "the two adds alone run: {folded:?}");
