@@ -1,5 +1,6 @@
 #version 450
 // kernel: QAdd
+#extension GL_GOOGLE_include_directive : require
 // int8 add with TOSA-style rescales, four elements (one packed word) per iteration:
 //   a32 = apply_scale_32((a - a_zp) << left_shift, ma, sa)
 //   b32 = apply_scale_32((b - b_zp) << left_shift, mb, sb)
@@ -26,41 +27,7 @@ layout(push_constant) uniform Params {
     uint so;
 } pc;
 
-int apply_scale_32(int v, int m, uint s) {
-    int hi;
-    int lo_s;
-    imulExtended(v, m, hi, lo_s);
-    uint lo = uint(lo_s);
-    // + 2^(s-1)
-    if (s <= 32) {
-        uint carry;
-        lo = uaddCarry(lo, 1u << (s - 1), carry);
-        hi += int(carry);
-    } else {
-        hi += 1 << (s - 33);
-    }
-    uint rlo;
-    int rhi;
-    if (s < 32) {
-        rlo = (lo >> s) | (uint(hi) << (32 - s));
-        rhi = hi >> s;
-    } else if (s == 32) {
-        rlo = uint(hi);
-        rhi = hi >> 31;
-    } else {
-        rlo = uint(hi >> (s - 32));
-        rhi = hi >> 31;
-    }
-    // Saturate when the 64-bit result does not fit in 32 bits.
-    if (rhi != (int(rlo) >> 31)) {
-        return rhi < 0 ? -2147483647 - 1 : 2147483647;
-    }
-    return int(rlo);
-}
-
-int byte_at(uint w, uint i) {
-    return int(w << (24 - 8 * i)) >> 24;
-}
+#include "requantize.glsl"
 
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;

@@ -1,5 +1,6 @@
 #version 450
 // kernel: QConv
+#extension GL_GOOGLE_include_directive : require
 // int8 conv2d (groups, stride, padding, dilation) with an i32 bias and per-channel TOSA-style
 // rescales: acc = bias[co] + sum (x - x_zp) * (w - w_zp) over the window (padding contributes
 // nothing, as padding with x_zp would), out = clamp(apply_scale_32(acc, mult[co], shift[co])
@@ -36,41 +37,7 @@ layout(push_constant) uniform Params {
     uint has_bias;
 } pc;
 
-int apply_scale_32(int v, int m, uint s) {
-    int hi;
-    int lo_s;
-    imulExtended(v, m, hi, lo_s);
-    uint lo = uint(lo_s);
-    // + 2^(s-1)
-    if (s <= 32) {
-        uint carry;
-        lo = uaddCarry(lo, 1u << (s - 1), carry);
-        hi += int(carry);
-    } else {
-        hi += 1 << (s - 33);
-    }
-    uint rlo;
-    int rhi;
-    if (s < 32) {
-        rlo = (lo >> s) | (uint(hi) << (32 - s));
-        rhi = hi >> s;
-    } else if (s == 32) {
-        rlo = uint(hi);
-        rhi = hi >> 31;
-    } else {
-        rlo = uint(hi >> (s - 32));
-        rhi = hi >> 31;
-    }
-    // Saturate when the 64-bit result does not fit in 32 bits.
-    if (rhi != (int(rlo) >> 31)) {
-        return rhi < 0 ? -2147483647 - 1 : 2147483647;
-    }
-    return int(rlo);
-}
-
-int byte_at(uint w, uint i) {
-    return int(w << (24 - 8 * i)) >> 24;
-}
+#include "requantize.glsl"
 
 int load_i8_x(uint i) {
     return byte_at(x[i >> 2], i & 3u);

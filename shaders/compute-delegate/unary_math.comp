@@ -5,7 +5,7 @@
 // op: 0 abs, 1 neg, 2 exp, 3 log, 4 log10, 5 sqrt, 6 rsqrt, 7 sin, 8 cos, 9 tan,
 //     10 round (halves to even), 11 floor, 12 ceil, 13 reciprocal, 14 pow(x, p0),
 //     15 leaky_relu (slope p0), 16 hardshrink (lambda p0), 17 hardsigmoid, 18 fmod(x, p0)
-//     (the remainder of a division rounded toward zero, the sign of x).
+//     (the remainder of a division rounded toward zero, the sign of x), 19 erf.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -21,6 +21,14 @@ layout(push_constant) uniform Params {
 
 #include "power.glsl"
 #include "quotient.glsl"
+
+// Abramowitz and Stegun 7.1.26 (max abs error 1.5e-7), as unary.comp's GELU has it.
+float erf1(float v) {
+    float a = abs(v);
+    float t = 1.0 / (1.0 + 0.3275911 * a);
+    float poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    return sign(v) * (1.0 - poly * exp(-a * a));
+}
 
 float apply(float v) {
     switch (pc.op) {
@@ -43,6 +51,7 @@ float apply(float v) {
         case 16u: return abs(v) > pc.p0 ? v : 0.0;
         case 17u: return clamp(v + 3.0, 0.0, 6.0) / 6.0;
         case 18u: return fma(-rounded_quotient(v, pc.p0, false), pc.p0, v);
+        case 19u: return erf1(v);
     }
     return v;
 }

@@ -338,6 +338,10 @@ pub struct QConv {
     pub w_zp: i32,
     /// Output zero point.
     pub out_zp: i32,
+    /// The padding at the bottom and right where it is not `conv.padding`'s (which is then
+    /// the top and left): TOSA's uneven padding of stride-2 layers. Padding adds no terms to
+    /// the sums, so it only sets the output's size.
+    pub pad_end: Option<[usize; 2]>,
 }
 
 #[derive(Debug, Clone)]

@@ -78,6 +78,8 @@ pub(crate) enum Kernel {
     QAdd,
     /// `qconv.comp`.
     QConv,
+    /// `qpool.comp`.
+    QPool,
     /// `reduce.comp`.
     Reduce,
     /// `reduce_dim.comp`.
@@ -105,7 +107,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 48] = [
+    pub(crate) const ALL: [Kernel; 49] = [
         Kernel::ArgReduce,
         Kernel::Attend,
         Kernel::AttendCache,
@@ -143,6 +145,7 @@ impl Kernel {
         Kernel::Pool2x2,
         Kernel::QAdd,
         Kernel::QConv,
+        Kernel::QPool,
         Kernel::Reduce,
         Kernel::ReduceDim,
         Kernel::ReduceSg,
@@ -196,6 +199,7 @@ impl Kernel {
             Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2.spv"),
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
             Kernel::QConv => include_bytes!("../spirv/qconv.spv"),
+            Kernel::QPool => include_bytes!("../spirv/qpool.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::ReduceDim => include_bytes!("../spirv/reduce_dim.spv"),
             Kernel::ReduceSg => include_bytes!("../spirv/reduce_sg.spv"),
@@ -251,6 +255,7 @@ impl Kernel {
             Kernel::Pool2x2 => Some(include_bytes!("../spirv/pool2x2_f16.spv")),
             Kernel::QAdd => None,
             Kernel::QConv => None,
+            Kernel::QPool => None,
             Kernel::Reduce => Some(include_bytes!("../spirv/reduce_f16.spv")),
             Kernel::ReduceDim => Some(include_bytes!("../spirv/reduce_dim_f16.spv")),
             Kernel::ReduceSg => Some(include_bytes!("../spirv/reduce_sg_f16.spv")),
@@ -305,6 +310,7 @@ impl Kernel {
             Kernel::Pool2x2 => 2,
             Kernel::QAdd => 3,
             Kernel::QConv => 6,
+            Kernel::QPool => 3,
             Kernel::Reduce => 2,
             Kernel::ReduceDim => 2,
             Kernel::ReduceSg => 2,
@@ -1082,6 +1088,30 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<QConvPush>() as u32 <= super::super::PUSH_BYTES,
         "qconv.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `qpool.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct QPoolPush {
+        pub total: u32,
+        pub h: u32,
+        pub w: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub kh: u32,
+        pub kw: u32,
+        pub sh: u32,
+        pub sw: u32,
+        pub ph: u32,
+        pub pw: u32,
+        pub in_zp: i32,
+        pub out_zp: i32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<QPoolPush>() as u32 <= super::super::PUSH_BYTES,
+        "qpool.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `reduce.comp`'s push constants.

@@ -122,6 +122,7 @@ fn int8_add_and_conv_match_integer_references() {
             x_zp: 3,
             w_zp: -1,
             out_zp: -4,
+            pad_end: None,
         };
         let mut g = GraphBuilder::new();
         let tx = g.input("x", DType::I8, &xs).unwrap();
@@ -193,6 +194,7 @@ fn int8_add_and_conv_match_integer_references() {
                 x_zp: 0,
                 w_zp: 0,
                 out_zp: 0,
+                pad_end: None,
             },
         )
         .unwrap_err()

@@ -317,6 +317,7 @@ fn unary_math_matches_the_reference() {
         ("aten.rsqrt.default", vec![], (0.1, 3.0), |v| 1.0 / v.sqrt()),
         ("aten.sin.default", vec![], (-2.0, 2.0), f32::sin),
         ("aten.cos.default", vec![], (-2.0, 2.0), f32::cos),
+        ("aten.erf.default", vec![], (-3.0, 3.0), libm::erff),
         ("aten.tan.default", vec![], (-1.2, 1.2), f32::tan),
         (
             "aten.round.default",

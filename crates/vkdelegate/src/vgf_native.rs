@@ -11,7 +11,7 @@
 //! single rounding. Operators it cannot lower are named all at once, each with its word
 //! offset in the module.
 
-use compute_delegate::ops::Arg;
+use compute_delegate::ops::{Arg, Math};
 use compute_delegate::{BinaryOp, Conv2d, GraphBuilder, Pool2d, TensorId, UnaryOp};
 use std::collections::HashMap;
 use vgf_delegate::format::ModuleType;
@@ -72,31 +72,77 @@ fn unsupported(what: String) -> NativeError {
     NativeError::Unsupported(vec![what])
 }
 
-/// The operators the native path lowers, on float tensors.
+/// The operators the native path lowers on float tensors (comparisons give booleans of float
+/// operands).
 fn lowered(op: Operator) -> bool {
     use Operator::*;
-    matches!(
-        op,
-        Add | Sub
-            | Mul
-            | Maximum
-            | Minimum
-            | Clamp
-            | Sigmoid
-            | Tanh
-            | Transpose
-            | Reshape
-            | Conv2d
-            | DepthwiseConv2d
-            | AvgPool2d
-            | MaxPool2d
-            | ReduceSum
-            | ReduceMax
-            | ReduceMin
-            | Concat
-            | Slice
-            | Rescale
-    )
+    math_of(op).is_some()
+        || matches!(
+            op,
+            Add | Sub
+                | Mul
+                | Maximum
+                | Minimum
+                | Pow
+                | Clamp
+                | Sigmoid
+                | Tanh
+                | Negate
+                | Greater
+                | GreaterEqual
+                | Equal
+                | Select
+                | Transpose
+                | Reshape
+                | Conv2d
+                | DepthwiseConv2d
+                | TransposeConv2d
+                | Matmul
+                | AvgPool2d
+                | MaxPool2d
+                | ReduceSum
+                | ReduceMax
+                | ReduceMin
+                | Concat
+                | Slice
+                | Pad
+                | Tile
+                | Rescale
+        )
+}
+
+/// The float math functions of one operand, by operator.
+fn math_of(op: Operator) -> Option<Math> {
+    use Operator::*;
+    Some(match op {
+        Abs => Math::Abs,
+        Exp => Math::Exp,
+        Log => Math::Log,
+        Floor => Math::Floor,
+        Ceil => Math::Ceil,
+        Rsqrt => Math::Rsqrt,
+        Reciprocal => Math::Reciprocal,
+        Sin => Math::Sin,
+        Cos => Math::Cos,
+        Erf => Math::Erf,
+        _ => return None,
+    })
+}
+
+/// Whether an operator's result type is one the native path computes: floats, booleans of
+/// comparisons, and the integer patterns [`quantized`] lowers (int8 and int32 values between
+/// RESCALEs, int8 pooling and data movement).
+fn typed(n: &Node) -> bool {
+    use Operator::*;
+    match (n.op, n.result.element) {
+        (_, Element::Float(16 | 32)) => true,
+        (Greater | GreaterEqual | Equal, Element::Bool) => true,
+        (Rescale, Element::Int(8 | 32)) => true,
+        (Conv2d | DepthwiseConv2d | Add, Element::Int(32)) => true,
+        // Edge transposes of int8 tensors cancel against NCHW convolutions.
+        (Transpose | Reshape | AvgPool2d, Element::Int(8)) => true,
+        _ => false,
+    }
 }
 
 /// Every operator the native path cannot run, at once.
@@ -104,25 +150,16 @@ fn check(graph: &TosaGraph) -> Result<()> {
     let bad: Vec<String> = graph
         .nodes
         .iter()
-        .filter_map(|n| {
-            let float = matches!(n.result.element, Element::Float(16 | 32))
-                || matches!(
-                    (n.op, n.result.element),
-                    (Operator::Rescale, Element::Int(8 | 32))
-                        | (Operator::Conv2d | Operator::Add, Element::Int(32))
-                        // Edge transposes of int8 tensors cancel against NCHW convolutions.
-                        | (Operator::Transpose, Element::Int(8))
-                );
-            match (lowered(n.op), float) {
-                (true, true) => None,
-                (true, false) => Some(format!(
-                    "{} on {:?} at word {} (integer operators run natively only as int8 convolutions and additions between RESCALEs)",
-                    n.op.name(),
-                    n.result.element,
-                    n.at
-                )),
-                (false, _) => Some(format!("{} at word {}", n.op.name(), n.at)),
-            }
+        .filter_map(|n| match (lowered(n.op), typed(n)) {
+            (true, true) => None,
+            (true, false) => Some(format!(
+                "{} on {:?} at word {} (integer operators run natively as int8 convolutions, \
+                 additions and pools between RESCALEs)",
+                n.op.name(),
+                n.result.element,
+                n.at
+            )),
+            (false, _) => Some(format!("{} at word {}", n.op.name(), n.at)),
         })
         .collect();
     match bad.is_empty() {
@@ -267,7 +304,7 @@ impl<'a> Lowering<'a> {
                     if let Some(&done) = self.nhwc.get(n) {
                         return Ok(done);
                     }
-                    let done = self.g.permute(t, &TO_NHWC)?;
+                    let done = self.relayout(t, &TO_NHWC)?;
                     self.nhwc.insert(*n, done);
                     Ok(done)
                 }
@@ -303,7 +340,19 @@ impl<'a> Lowering<'a> {
             return Ok(t);
         }
         let t = self.tensor(o)?;
-        Ok(self.g.permute(t, &TO_NCHW)?)
+        self.relayout(t, &TO_NCHW)
+    }
+
+    /// `t` permuted: a reshape where only dims of size 1 move.
+    fn relayout(&mut self, t: TensorId, perm: &[isize]) -> Result<TensorId> {
+        let shape = self.shape(t);
+        let size = |p: isize| shape.get(p as usize).copied().unwrap_or(0);
+        let moved: Vec<isize> = perm.iter().copied().filter(|&p| size(p) != 1).collect();
+        if moved.windows(2).all(|w| w[0] < w[1]) {
+            let to: Vec<isize> = perm.iter().map(|&p| size(p) as isize).collect();
+            return Ok(self.g.reshape(t, &to)?);
+        }
+        Ok(self.g.permute(t, perm)?)
     }
 
     /// The operand's value where it is held in NCHW.
@@ -418,7 +467,9 @@ impl<'a> Lowering<'a> {
         let o = &n.operands;
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
         use Operator::*;
-        if n.result.element == Element::Int(32) && matches!(n.op, Conv2d | Add | Rescale) {
+        if n.result.element == Element::Int(32)
+            && matches!(n.op, Conv2d | DepthwiseConv2d | Add | Rescale)
+        {
             return Ok(Value::Pending);
         }
         let t = match n.op {
@@ -442,6 +493,44 @@ impl<'a> Lowering<'a> {
             }
             Sigmoid => self.unary(UnaryOp::Sigmoid, &o[0])?,
             Tanh => self.unary(UnaryOp::Tanh, &o[0])?,
+            op if math_of(op).is_some() => {
+                let f = math_of(op).ok_or_else(|| bad("not a math function"))?;
+                self.each(&o[0], |g, x| g.math(f, x, 0.0))?
+            }
+            Negate => {
+                if [&o[1], &o[2]]
+                    .iter()
+                    .any(|z| scalar_f32(z).is_some_and(|v| v != 0.0))
+                {
+                    return Err(bad("zero points on floats"));
+                }
+                self.each(&o[0], |g, x| g.math(Math::Neg, x, 0.0))?
+            }
+            Pow => self.binary(BinaryOp::Pow, &o[0], &o[1])?,
+            Greater => self.binary(BinaryOp::Gt, &o[0], &o[1])?,
+            GreaterEqual => self.binary(BinaryOp::Ge, &o[0], &o[1])?,
+            Equal => self.binary(BinaryOp::Eq, &o[0], &o[1])?,
+            Select => self.select(&o[0], &o[1], &o[2])?,
+            Matmul => {
+                if [&o[2], &o[3]]
+                    .iter()
+                    .any(|z| scalar_f32(z).is_some_and(|v| v != 0.0))
+                {
+                    return Err(bad("zero points on floats"));
+                }
+                let (a, b) = (self.tensor(&o[0])?, self.tensor(&o[1])?);
+                Value::Tosa(self.g.bmm(a, b)?)
+            }
+            Pad => Value::Tosa(self.pad(n, &bad)?),
+            Tile => {
+                let times = ints(&o[1]).ok_or_else(|| bad("multiples that are not constant"))?;
+                let x = self.tensor(&o[0])?;
+                Value::Tosa(self.registry(
+                    "aten.repeat.default",
+                    vec![Arg::Tensor(x), Arg::Ints(times)],
+                )?)
+            }
+            TransposeConv2d => Value::Nchw(self.conv_transpose(n, &bad)?),
             Transpose => {
                 let perm = ints(&o[0]).ok_or_else(|| bad("perms that are not constants"))?;
                 let perm = to_isize(&perm);
@@ -463,6 +552,7 @@ impl<'a> Lowering<'a> {
                 Value::Tosa(self.g.reshape(x, &to_isize(&shape))?)
             }
             Conv2d | DepthwiseConv2d => Value::Nchw(self.conv(n, &bad)?),
+            AvgPool2d if n.result.element == Element::Int(8) => Value::Nchw(self.pool_q8(n, &bad)?),
             AvgPool2d | MaxPool2d => Value::Nchw(self.pool(n, &bad)?),
             ReduceSum | ReduceMax | ReduceMin => {
                 let axis = ints(&o[0]).and_then(|a| a.first().copied());
@@ -511,7 +601,7 @@ impl<'a> Lowering<'a> {
         if n.result.element != Element::Int(8) {
             return Err(bad("a result other than int8 or int32"));
         }
-        let out = rescale_of(n)?;
+        let out = self.rescale_of(n)?;
         if out.in_zp != 0 {
             return Err(bad("an int32 input with a zero point"));
         }
@@ -520,7 +610,9 @@ impl<'a> Lowering<'a> {
         };
         let inner = &self.graph.nodes[k];
         match inner.op {
-            Operator::Conv2d => Ok(Value::Nchw(self.conv_q8(inner, &out)?)),
+            Operator::Conv2d | Operator::DepthwiseConv2d => {
+                Ok(Value::Nchw(self.conv_q8(inner, &out)?))
+            }
             Operator::Add => {
                 let sides = [&inner.operands[0], &inner.operands[1]].map(|o| match o {
                     Operand::Node(j) if self.graph.nodes[*j].op == Operator::Rescale => {
@@ -531,7 +623,7 @@ impl<'a> Lowering<'a> {
                 let [Some(a), Some(b)] = sides else {
                     return Err(bad("an ADD whose operands are not RESCALEs of int8"));
                 };
-                let (ra, rb) = (rescale_of(a)?, rescale_of(b)?);
+                let (ra, rb) = (self.rescale_of(a)?, self.rescale_of(b)?);
                 let one = |r: &Requantize| -> Result<compute_delegate::Rescale> {
                     match (&r.scales[..], r.out_zp) {
                         ([s], 0) => Ok(*s),
@@ -552,40 +644,118 @@ impl<'a> Lowering<'a> {
                         ..out.clone()
                     })?,
                 };
-                let (x, y) = (self.tensor(&a.operands[5])?, self.tensor(&b.operands[5])?);
+                let (x, y) = (&a.operands[5], &b.operands[5]);
+                // Elementwise: in NCHW where both are held so.
+                if let (Some(x), Some(y)) = (self.held_nchw(x), self.held_nchw(y))
+                    && self.shape(x) == self.shape(y)
+                {
+                    return Ok(Value::Nchw(self.g.add_q8(x, y, &q)?));
+                }
+                let (x, y) = (self.tensor(x)?, self.tensor(y)?);
                 Ok(Value::Tosa(self.g.add_q8(x, y, &q)?))
             }
-            _ => Err(bad("an input that is not an int32 CONV2D or ADD")),
+            _ => Err(bad("an input that is not an int32 convolution or ADD")),
         }
     }
 
-    /// An int8 CONV2D with int32 accumulators, requantized by `out`, in NCHW.
+    /// An int8 AVG_POOL2D (`avg_pool2d_q8`), its result in NCHW.
+    fn pool_q8(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
+        let o = &n.operands;
+        let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
+        let (kernel, stride, pad) = (attr(0)?, attr(1)?, attr(2)?);
+        let (padding, stride, kernel) = conv_geometry(&pad, &stride, &kernel)
+            .ok_or_else(|| bad("uneven padding (top != bottom or left != right)"))?;
+        let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0) as i32;
+        let x = self.nchw(&o[4])?;
+        let p = Pool2d {
+            kernel,
+            stride,
+            padding,
+            ceil_mode: false,
+            count_include_pad: false,
+        };
+        Ok(self.g.avg_pool2d_q8(x, p, zp(5), zp(6))?)
+    }
+
+    /// A RESCALE's parameters, where it is one the int8 kernels compute: 32-bit multipliers,
+    /// single rounding, signed input and output.
+    fn rescale_of(&self, n: &Node) -> Result<Requantize> {
+        let o = &n.operands;
+        let bad = |why: &str| unsupported(format!("RESCALE at word {}: {why}", n.at));
+        let flag = |i: usize| match &o[i] {
+            Operand::Constant(c) => c.values.first().map(|&v| v != 0),
+            _ => None,
+        };
+        let rounding = ints(&o[1]).and_then(|v| v.first().copied());
+        if flag(0) != Some(true) || rounding != Some(1) {
+            return Err(bad("other than 32-bit multipliers with single rounding"));
+        }
+        if flag(3) != Some(false) || flag(4) != Some(false) {
+            return Err(bad("an unsigned input or output"));
+        }
+        let (Some(m), Some(sh)) = (self.ints_of(&o[6])?, self.ints_of(&o[7])?) else {
+            return Err(bad("multipliers or shifts that are not constants"));
+        };
+        let scales = m
+            .iter()
+            .zip(&sh)
+            .map(|(&m, &s)| match (i32::try_from(m), u32::try_from(s)) {
+                (Ok(multiplier), Ok(shift)) if (1..=62).contains(&shift) && multiplier >= 0 => {
+                    Ok(compute_delegate::Rescale { multiplier, shift })
+                }
+                _ => Err(bad(&format!("multiplier {m} with shift {s}"))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0);
+        Ok(Requantize {
+            scales,
+            in_zp: zp(8),
+            out_zp: zp(9),
+        })
+    }
+
+    /// An integer constant operand's values: a tensor constant, or a graph constant read from
+    /// the file (`None` for other operands).
+    fn ints_of(&self, o: &Operand) -> Result<Option<Vec<i64>>> {
+        let Operand::GraphConstant { id, ty } = o else {
+            return Ok(ints(o));
+        };
+        let data = self.constant_data(*id)?;
+        let v = match ty.element {
+            Element::Int(8) => data.iter().map(|&b| i64::from(b as i8)).collect(),
+            Element::Int(16) => data
+                .chunks_exact(2)
+                .map(|b| i64::from(i16::from_le_bytes([b[0], b[1]])))
+                .collect(),
+            Element::Int(32) => data
+                .chunks_exact(4)
+                .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                .collect(),
+            _ => return Ok(None),
+        };
+        Ok(Some(v))
+    }
+
+    /// An int8 CONV2D or DEPTHWISE_CONV2D with int32 accumulators, requantized by `out`, in
+    /// NCHW.
     fn conv_q8(&mut self, n: &Node, out: &Requantize) -> Result<TensorId> {
         let o = &n.operands;
-        let bad = |why: &str| unsupported(format!("CONV2D at word {}: {why}", n.at));
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
         let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
         let (pad, stride, dilation) = (attr(0)?, attr(1)?, attr(2)?);
-        let (padding, stride, dilation) =
-            conv_geometry(&pad, &stride, &dilation).ok_or_else(|| bad("uneven padding"))?;
+        // Padding adds no terms: the bottom and right's only set the output's size.
+        let &[t, b, l, r] = &pad[..] else {
+            return Err(bad(&format!("padding {pad:?}")));
+        };
+        let (padding, stride, dilation) = conv_geometry(&[t, t, l, l], &stride, &dilation)
+            .ok_or_else(|| bad("negative padding, strides or dilations"))?;
+        let end = [b, r]
+            .map(|p| usize::try_from(p).map_err(|_| bad(&format!("padding {pad:?}"))))
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?;
         let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0) as i32;
         let x = self.nchw(&o[5])?;
-        let w = match &o[6] {
-            Operand::GraphConstant { id, ty } if ty.element == Element::Int(8) => {
-                let data = self.constant_data(*id)?;
-                let shape = dims(ty.shape.as_deref(), "the weights")?;
-                let Ok(shape4) = <[usize; 4]>::try_from(shape.as_slice()) else {
-                    return Err(bad("weights that are not 4-D"));
-                };
-                let values: Vec<f32> = data.iter().map(|&b| f32::from(b as i8)).collect();
-                let (values, shape) = permute4(&values, shape4, [0, 3, 1, 2]);
-                let bytes = values.iter().map(|&v| v as i8 as u8).collect();
-                let t =
-                    HostTensor::new(DType::I8, shape, bytes).map_err(|e| bad(&e.to_string()))?;
-                let name = format!("weights_{}", self.nodes.len());
-                self.g.constant(&name, t)?
-            }
-            _ => return Err(bad("weights that are not an int8 graph constant")),
-        };
+        let (w, groups) = self.weights_q8(n, &bad)?;
         let bias = match &o[7] {
             Operand::Constant(c) if c.element == Element::Int(32) => {
                 let v = c.ints().unwrap_or_default();
@@ -605,22 +775,139 @@ impl<'a> Lowering<'a> {
                 stride,
                 padding,
                 dilation,
-                groups: 1,
+                groups,
             },
             x_zp: zp(8),
             w_zp: zp(9),
             out_zp: out.out_zp as i32,
+            pad_end: (end[..] != padding[..]).then_some([end[0], end[1]]),
         };
         Ok(self.g.conv2d_q8(x, w, bias, &out.scales, &q)?)
     }
 
+    /// An int8 convolution's constant weights in the compute delegate's layout, and its
+    /// groups: CONV2D's `[OC, KH, KW, IC]` as `[OC, IC, KH, KW]`; DEPTHWISE_CONV2D's
+    /// `[KH, KW, C, M]` as `[C * M, 1, KH, KW]` in C groups.
+    fn weights_q8(
+        &mut self,
+        n: &Node,
+        bad: &dyn Fn(&str) -> NativeError,
+    ) -> Result<(TensorId, usize)> {
+        let Operand::GraphConstant { id, ty } = &n.operands[6] else {
+            return Err(bad("weights that are not an int8 graph constant"));
+        };
+        if ty.element != Element::Int(8) {
+            return Err(bad("weights that are not an int8 graph constant"));
+        }
+        let data = self.constant_data(*id)?;
+        let shape = dims(ty.shape.as_deref(), "the weights")?;
+        let Ok(shape4) = <[usize; 4]>::try_from(shape.as_slice()) else {
+            return Err(bad("weights that are not 4-D"));
+        };
+        let values: Vec<f32> = data.iter().map(|&b| f32::from(b as i8)).collect();
+        let (values, shape, groups) = match n.op {
+            Operator::DepthwiseConv2d => {
+                let (v, s) = permute4(&values, shape4, [2, 3, 0, 1]);
+                (v, vec![s[0] * s[1], 1, s[2], s[3]], shape4[2])
+            }
+            _ => {
+                let (v, s) = permute4(&values, shape4, [0, 3, 1, 2]);
+                (v, s, 1)
+            }
+        };
+        let bytes = values.iter().map(|&v| v as i8 as u8).collect();
+        let t = HostTensor::new(DType::I8, shape, bytes).map_err(|e| bad(&e.to_string()))?;
+        let name = format!("weights_{}", self.nodes.len());
+        Ok((self.g.constant(&name, t)?, groups))
+    }
+
     /// An elementwise op of one operand, in the operand's layout.
     fn unary(&mut self, op: UnaryOp, x: &Operand) -> Result<Value> {
+        self.each(x, |g, t| g.unary(op, t))
+    }
+
+    /// `f` of one operand, element by element, in the operand's layout.
+    fn each(
+        &mut self,
+        x: &Operand,
+        f: impl FnOnce(&mut GraphBuilder, TensorId) -> compute_delegate::Result<TensorId>,
+    ) -> Result<Value> {
         if let Some(t) = self.held_nchw(x) {
-            return Ok(Value::Nchw(self.g.unary(op, t)?));
+            return Ok(Value::Nchw(f(&mut self.g, t)?));
         }
         let x = self.tensor(x)?;
-        Ok(Value::Tosa(self.g.unary(op, x)?))
+        Ok(Value::Tosa(f(&mut self.g, x)?))
+    }
+
+    /// SELECT: `a` where `cond` holds, else `b`; in NCHW where all three are held so with one
+    /// shape.
+    fn select(&mut self, cond: &Operand, a: &Operand, b: &Operand) -> Result<Value> {
+        let held = [cond, a, b].map(|o| self.held_nchw(o));
+        if let [Some(c), Some(x), Some(y)] = held
+            && self.shape(c) == self.shape(x)
+            && self.shape(x) == self.shape(y)
+        {
+            return Ok(Value::Nchw(self.g.where_(c, x, y)?));
+        }
+        let (c, x, y) = (self.tensor(cond)?, self.tensor(a)?, self.tensor(b)?);
+        Ok(Value::Tosa(self.g.where_(c, x, y)?))
+    }
+
+    /// An op of the compute delegate's registry, by name, and its one result.
+    fn registry(&mut self, name: &str, args: Vec<Arg>) -> Result<TensorId> {
+        let def = compute_delegate::ops::find(name)
+            .ok_or_else(|| unsupported(format!("the registry has no {name}")))?;
+        Ok(def.call(&mut self.g, args)?[0])
+    }
+
+    /// PAD with a constant: TOSA's `[before, after]` per dim, in TOSA's layout.
+    fn pad(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
+        let o = &n.operands;
+        let pads = ints(&o[1]).ok_or_else(|| bad("padding that is not constant"))?;
+        let value = scalar_f32(&o[2]).ok_or_else(|| bad("a pad value that is not a constant"))?;
+        let x = self.tensor(&o[0])?;
+        // The registry's pad lists the last dim first.
+        let pad: Vec<i64> = pads.chunks(2).rev().flatten().copied().collect();
+        self.registry(
+            "aten.constant_pad_nd.default",
+            vec![Arg::Tensor(x), Arg::Ints(pad), Arg::Float(f64::from(value))],
+        )
+    }
+
+    /// TRANSPOSE_CONV2D (weights `[OC, KH, KW, IC]`, `out_pad` `[top, bottom, left, right]`),
+    /// its result in NCHW: PyTorch's transposed convolution with padding `-top` and
+    /// `-left`, the rest output padding.
+    fn conv_transpose(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
+        let o = &n.operands;
+        let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
+        let (out_pad, stride) = (attr(0)?, attr(1)?);
+        let (&[t, b, l, r], &[sy, sx]) = (&out_pad[..], &stride[..]) else {
+            return Err(bad(
+                "out_pad of other than 4 values or stride of other than 2",
+            ));
+        };
+        if t > 0 || l > 0 || b < t || r < l || sy < 1 || sx < 1 {
+            return Err(bad(&format!("out_pad {out_pad:?} with stride {stride:?}")));
+        }
+        let x = self.nchw(&o[4])?;
+        let w = self.weights(&o[5], [3, 0, 1, 2])?;
+        let bias = self.tensor(&o[6])?;
+        let oc = self.shape(w).get(1).copied().unwrap_or(0);
+        let per_channel = self.shape(bias).iter().product::<usize>() == oc;
+        let p = Conv2d {
+            stride: [sy as usize, sx as usize],
+            padding: [(-t) as usize, (-l) as usize],
+            dilation: [1, 1],
+            groups: 1,
+        };
+        let extra = [(b - t) as usize, (r - l) as usize];
+        let y = self
+            .g
+            .conv_transpose2d(x, w, per_channel.then_some(bias), p, extra)?;
+        Ok(match per_channel {
+            true => y,
+            false => self.g.add(y, bias)?,
+        })
     }
 
     /// An elementwise op of two operands: in NCHW where both are held so with one shape.
@@ -648,12 +935,10 @@ impl<'a> Lowering<'a> {
         if extra.iter().any(|&p| p != 0) {
             // The uneven part first, as zeros: (left, right) of W, then (top, bottom) of H.
             let pad = vec![extra[2], extra[3], extra[0], extra[1]];
-            let def = compute_delegate::ops::find("aten.constant_pad_nd.default")
-                .ok_or_else(|| bad("no pad op"))?;
-            x = def.call(
-                &mut self.g,
+            x = self.registry(
+                "aten.constant_pad_nd.default",
                 vec![Arg::Tensor(x), Arg::Ints(pad), Arg::Float(0.0)],
-            )?[0];
+            )?;
         }
         let (w, groups) = match n.op {
             Operator::DepthwiseConv2d => {
@@ -774,43 +1059,6 @@ struct Requantize {
     scales: Vec<compute_delegate::Rescale>,
     in_zp: i64,
     out_zp: i64,
-}
-
-/// A RESCALE's parameters, where it is one the int8 kernels compute: 32-bit multipliers,
-/// single rounding, signed input and output.
-fn rescale_of(n: &Node) -> Result<Requantize> {
-    let o = &n.operands;
-    let bad = |why: &str| unsupported(format!("RESCALE at word {}: {why}", n.at));
-    let flag = |i: usize| match &o[i] {
-        Operand::Constant(c) => c.values.first().map(|&v| v != 0),
-        _ => None,
-    };
-    let rounding = ints(&o[1]).and_then(|v| v.first().copied());
-    if flag(0) != Some(true) || rounding != Some(1) {
-        return Err(bad("other than 32-bit multipliers with single rounding"));
-    }
-    if flag(3) != Some(false) || flag(4) != Some(false) {
-        return Err(bad("an unsigned input or output"));
-    }
-    let (Some(m), Some(sh)) = (ints(&o[6]), ints(&o[7])) else {
-        return Err(bad("multipliers or shifts that are not constants"));
-    };
-    let scales = m
-        .iter()
-        .zip(&sh)
-        .map(|(&m, &s)| match (i32::try_from(m), u32::try_from(s)) {
-            (Ok(multiplier), Ok(shift)) if (1..=62).contains(&shift) && multiplier >= 0 => {
-                Ok(compute_delegate::Rescale { multiplier, shift })
-            }
-            _ => Err(bad(&format!("multiplier {m} with shift {s}"))),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0);
-    Ok(Requantize {
-        scales,
-        in_zp: zp(8),
-        out_zp: zp(9),
-    })
 }
 
 /// A constant operand's integers.

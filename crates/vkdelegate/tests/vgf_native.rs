@@ -75,21 +75,45 @@ fn native_device(test: &str, requirements: &Requirements) -> Option<(Instance, D
     }
 }
 
-/// A corpus model lowered, built and run on its fixture inputs: its kernels, its first
-/// output and scenario-runner's (same shape, checked).
-fn run_natively(dev: &Device, model: &str) -> (Vec<String>, HostTensor, HostTensor) {
+/// A corpus model lowered, built and run on its fixture inputs: its kernels, its outputs and
+/// scenario-runner's (same shapes, checked).
+fn run_natively(dev: &Device, model: &str) -> (Vec<String>, Vec<(HostTensor, HostTensor)>) {
     let g = graph_of(&file(model)).unwrap_or_else(|e| panic!("{model}: {e}"));
     let mut built = g.build(dev).unwrap_or_else(|e| panic!("{model}: {e}"));
     let inputs: Vec<HostTensor> = (0..g.input_specs().len())
         .map(|i| npy(&dir(model).join(format!("input_{i}.npy"))))
         .collect();
-    let mut out = built
+    let out = built
         .execute(&inputs)
         .unwrap_or_else(|e| panic!("{model}: {e}"));
-    let want = npy(&dir(model).join("vgf_output_0.npy"));
-    assert_eq!(out[0].shape(), want.shape(), "{model}");
+    let pairs: Vec<(HostTensor, HostTensor)> = out
+        .into_iter()
+        .enumerate()
+        .map(|(i, got)| {
+            let want = npy(&dir(model).join(format!("vgf_output_{i}.npy")));
+            assert_eq!(got.shape(), want.shape(), "{model}: output {i}");
+            (got, want)
+        })
+        .collect();
+    assert!(!pairs.is_empty(), "{model}: no outputs");
     let kernels = built.kernels().iter().map(|k| k.to_string()).collect();
-    (kernels, out.swap_remove(0), want)
+    (kernels, pairs)
+}
+
+/// The worst of `|ours - reference| - RTOL * |reference|` over every output.
+fn worst_fp32(model: &str, pairs: &[(HostTensor, HostTensor)]) -> f32 {
+    let mut worst = f32::MIN;
+    for (i, (out, want)) in pairs.iter().enumerate() {
+        let (a, b) = (out.to_f32().unwrap(), want.to_f32().unwrap());
+        let w = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs() - RTOL * y.abs())
+            .fold(f32::MIN, f32::max);
+        assert!(!w.is_nan(), "{model}: output {i} holds NaN");
+        worst = worst.max(w);
+    }
+    worst
 }
 
 #[test]
@@ -102,6 +126,9 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
         "conv",
         "mlp",
         "mobilenet_v2",
+        "elementwise",
+        "movement",
+        "gelu_mlp",
     ];
     // Only the compute delegate's needs: no ARM extension.
     let g = graph_of(&file("add")).unwrap();
@@ -109,7 +136,7 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
         return;
     };
     for model in models {
-        let (kernels, out, want) = run_natively(&dev, model);
+        let (kernels, pairs) = run_natively(&dev, model);
         // The files' own NCHW-to-NHWC transposes cancel against the NCHW convolutions and
         // pools, and constant weights are laid out at build: no copy is left.
         match model {
@@ -117,39 +144,56 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
             "avgpool" => assert_eq!(kernels, ["Pool2x2"], "{model}"),
             _ => {}
         }
-        let (a, b) = (out.to_f32().unwrap(), want.to_f32().unwrap());
-        let worst = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs() - RTOL * y.abs())
-            .fold(f32::MIN, f32::max);
+        let worst = worst_fp32(model, &pairs);
         assert!(worst <= ATOL, "{model}: {worst} over the tolerance");
     }
     assert_no_validation_errors(&instance);
 }
 
-/// The int8 models (RESCALEs around an ADD; a CONV2D and its per-channel RESCALE) run on the
-/// int8 kernels, bit-exact with scenario-runner.
+/// The int8 models run on the int8 kernels, bit-exact with scenario-runner: RESCALEs around
+/// an ADD; a CONV2D and its per-channel RESCALE; MobileNetV2's blocks (convolutions,
+/// depthwise convolutions, residual additions, the average pool and the classifier).
 #[test]
 fn int8_vgf_models_run_natively_bit_exact() {
     let g = graph_of(&file("add_int8")).unwrap();
     let Some((instance, dev)) = native_device("vgf_native_int8", &g.requirements()) else {
         return;
     };
-    for model in ["add_int8", "conv_int8"] {
-        let (_, out, want) = run_natively(&dev, model);
-        assert_eq!(out.bytes(), want.bytes(), "{model}");
+    for model in ["add_int8", "conv_int8", "mobilenet_v2_small_int8"] {
+        let (kernels, pairs) = run_natively(&dev, model);
+        for (out, want) in &pairs {
+            assert_eq!(out.bytes(), want.bytes(), "{model}");
+        }
+        if model == "mobilenet_v2_small_int8" {
+            let count = |k: &str| kernels.iter().filter(|&n| n == k).count();
+            // 52 convolutions and the classifier, 10 additions, 1 pool: nothing else runs.
+            assert_eq!(
+                (count("QConv"), count("QAdd"), count("QPool"), kernels.len()),
+                (53, 10, 1, 64),
+                "{kernels:?}"
+            );
+        }
     }
     assert_no_validation_errors(&instance);
 }
 
 /// What the native path cannot lower is named, each operator with its word offset, all at
-/// once.
+/// once: an int8 transformer block's lookup tables and integer arithmetic.
 #[test]
 fn unsupported_operators_are_named_at_once() {
-    let e = NativeError::Unsupported(vec!["TABLE at word 12".into(), "ERF at word 40".into()]);
-    assert_eq!(
-        e.to_string(),
-        "not runnable natively: TABLE at word 12; ERF at word 40"
+    let Err(NativeError::Unsupported(what)) = graph_of(&file("gelu_mlp_int8")) else {
+        panic!("gelu_mlp_int8 lowered");
+    };
+    let tables = what
+        .iter()
+        .filter(|w| w.starts_with("TABLE at word "))
+        .count();
+    assert_eq!(tables, 4, "{what:?}");
+    assert!(
+        what.iter()
+            .any(|w| w.starts_with("MUL on Int(32) at word ")),
+        "{what:?}"
     );
+    let e = NativeError::Unsupported(what.clone());
+    assert!(e.to_string().starts_with("not runnable natively: "), "{e}");
 }

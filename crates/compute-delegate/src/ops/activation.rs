@@ -32,6 +32,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.sqrt.default", "sqrt"], &[SELF], |c| math(c, Math::Sqrt)),
     OpDef::new(&["aten.rsqrt.default", "rsqrt"], &[SELF], |c| math(c, Math::Rsqrt)),
     OpDef::new(&["aten.sin.default", "sin"], &[SELF], |c| math(c, Math::Sin)),
+    OpDef::new(&["aten.erf.default", "erf"], &[SELF], |c| math(c, Math::Erf)),
     OpDef::new(&["aten.cos.default", "cos"], &[SELF], |c| math(c, Math::Cos)),
     OpDef::new(&["aten.tan.default", "tan"], &[SELF], |c| math(c, Math::Tan)),
     OpDef::new(&["aten.round.default", "round"], &[SELF], |c| math(c, Math::Round)),
@@ -86,6 +87,8 @@ pub enum Math {
     Hardsigmoid,
     /// `x - trunc(x / p) * p` (C's `fmod`: the sign of `x`).
     Fmod,
+    /// The error function (max abs error 1.5e-7).
+    Erf,
 }
 
 impl Math {
@@ -110,6 +113,7 @@ impl Math {
             Math::Hardshrink => "hardshrink",
             Math::Hardsigmoid => "hardsigmoid",
             Math::Fmod => "fmod",
+            Math::Erf => "erf",
         }
     }
 }

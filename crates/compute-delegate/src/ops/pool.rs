@@ -2,7 +2,9 @@
 
 use super::{Call, Fallback, Kind, Math, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::{BinaryOp, Compare, GraphBuilder, Op, Pool2d, TensorId, pool_out, shape_err};
+use crate::graph::{
+    BinaryOp, Compare, GraphBuilder, Op, Pool2d, TensorId, TensorInfo, pool_out, shape_err,
+};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
 use vk_core::DType;
@@ -330,42 +332,7 @@ impl GraphBuilder {
     fn pool_impl(&mut self, x: TensorId, p: Pool2d, max: bool) -> Result<TensorId> {
         let op = if max { "max_pool2d" } else { "avg_pool2d" };
         let xi = self.float_operand(op, x)?;
-        let r = xi.shape.len();
-        if r < 3 {
-            return Err(shape_err(
-                op,
-                format!(
-                    "'{}' {:?} needs rank 3 or 4 ([c, h, w] or [n, c, h, w])",
-                    xi.name, xi.shape
-                ),
-            ));
-        }
-        let (h, w) = (xi.shape[r - 2], xi.shape[r - 1]);
-        let mut out = xi.shape.clone();
-        for i in 0..2 {
-            let (k, s, pad) = (p.kernel[i], p.stride[i], p.padding[i]);
-            if k == 0 || s == 0 || pad * 2 > k {
-                return Err(shape_err(
-                    op,
-                    format!(
-                        "kernel {:?}, stride {:?}, padding {:?}: need kernel and stride >= 1 \
-                         and padding at most half the kernel",
-                        p.kernel, p.stride, p.padding
-                    ),
-                ));
-            }
-            let size = [h, w][i];
-            let o = pool_out(size, k, s, pad, p.ceil_mode).ok_or_else(|| {
-                shape_err(
-                    op,
-                    format!(
-                        "'{}' {:?}: kernel {k} with padding {pad} does not fit a dim of {size}",
-                        xi.name, xi.shape
-                    ),
-                )
-            })?;
-            out[r - 2 + i] = o;
-        }
+        let out = pool_shape(op, &xi, &p)?;
         Ok(self.node(Op::Pool { x, max, p }, op, xi.dtype, out))
     }
 
@@ -378,6 +345,47 @@ impl GraphBuilder {
     pub fn max_pool2d(&mut self, x: TensorId, p: Pool2d) -> Result<TensorId> {
         self.pool_impl(x, p, true)
     }
+}
+
+/// The output shape of pooling `xi` (`[c, h, w]` or `[n, c, h, w]`) with `p`.
+pub(crate) fn pool_shape(op: &'static str, xi: &TensorInfo, p: &Pool2d) -> Result<Vec<usize>> {
+    let r = xi.shape.len();
+    if r < 3 {
+        return Err(shape_err(
+            op,
+            format!(
+                "'{}' {:?} needs rank 3 or 4 ([c, h, w] or [n, c, h, w])",
+                xi.name, xi.shape
+            ),
+        ));
+    }
+    let (h, w) = (xi.shape[r - 2], xi.shape[r - 1]);
+    let mut out = xi.shape.clone();
+    for i in 0..2 {
+        let (k, s, pad) = (p.kernel[i], p.stride[i], p.padding[i]);
+        if k == 0 || s == 0 || pad * 2 > k {
+            return Err(shape_err(
+                op,
+                format!(
+                    "kernel {:?}, stride {:?}, padding {:?}: need kernel and stride >= 1 \
+                     and padding at most half the kernel",
+                    p.kernel, p.stride, p.padding
+                ),
+            ));
+        }
+        let size = [h, w][i];
+        let o = pool_out(size, k, s, pad, p.ceil_mode).ok_or_else(|| {
+            shape_err(
+                op,
+                format!(
+                    "'{}' {:?}: kernel {k} with padding {pad} does not fit a dim of {size}",
+                    xi.name, xi.shape
+                ),
+            )
+        })?;
+        out[r - 2 + i] = o;
+    }
+    Ok(out)
 }
 
 // Recording: what this family's nodes become, dispatches of the op library.

@@ -8,8 +8,8 @@ use vk_core::{DType, HostTensor};
 use super::{Arg, Call, Fallback, Kind, Math, OpDef, Param, one};
 use crate::error::Result;
 use crate::graph::{
-    GraphBuilder, KernelOut, Op, QAdd, QConv, Rescale, TensorId, check_bias, check_zero_point,
-    conv_shape, shape_err,
+    GraphBuilder, KernelOut, Op, Pool2d, QAdd, QConv, Rescale, TensorId, check_bias,
+    check_zero_point, conv_shape, shape_err,
 };
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
@@ -306,6 +306,72 @@ impl GraphBuilder {
         Ok(self.node(Op::QAdd { a, b, q: *q }, OP, DType::I8, ai.shape))
     }
 
+    /// int8 average pooling of `x` `[n, c, h, w]` as TOSA's AVG_POOL2D computes it: the sum
+    /// of `x - in_zp` over the window's positions inside the input (padding neither adds nor
+    /// counts), scaled by TOSA's reciprocal of that count with one rounding, plus `out_zp`,
+    /// saturated to int8.
+    pub fn avg_pool2d_q8(
+        &mut self,
+        x: TensorId,
+        p: Pool2d,
+        in_zp: i32,
+        out_zp: i32,
+    ) -> Result<TensorId> {
+        const OP: &str = "avg_pool2d_q8";
+        let xi = self.typed_operand(OP, x, DType::I8)?;
+        let &[_, _, h, w] = &xi.shape[..] else {
+            return Err(shape_err(
+                OP,
+                format!("'{}' {:?} is not [n, c, h, w]", xi.name, xi.shape),
+            ));
+        };
+        if p.ceil_mode || p.count_include_pad {
+            return Err(shape_err(
+                OP,
+                "rounds its size down and counts only the input's positions".into(),
+            ));
+        }
+        let shape = super::pool::pool_shape(OP, &xi, &p)?;
+        for (name, zp) in [("in_zp", in_zp), ("out_zp", out_zp)] {
+            check_zero_point(OP, name, zp)?;
+        }
+        let most = p.kernel[0] * p.kernel[1];
+        let table: Vec<i32> = (0..=most as u32)
+            .flat_map(|count| {
+                let r = reciprocal_scale(count.max(1));
+                [r.multiplier, r.shift as i32]
+            })
+            .collect();
+        let table = HostTensor::from_i32(vec![table.len()], &table)
+            .map_err(|e| shape_err(OP, format!("reciprocal scales: {e}")))?;
+        let scale = self.constant(&format!("{}_pool_scales", xi.name), table)?;
+        let push = push::QPoolPush {
+            total: shape.iter().product::<usize>() as u32,
+            h: h as u32,
+            w: w as u32,
+            oh: shape[2] as u32,
+            ow: shape[3] as u32,
+            kh: p.kernel[0] as u32,
+            kw: p.kernel[1] as u32,
+            sh: p.stride[0] as u32,
+            sw: p.stride[1] as u32,
+            ph: p.padding[0] as u32,
+            pw: p.padding[1] as u32,
+            in_zp,
+            out_zp,
+        };
+        let words = shape.iter().product::<usize>().div_ceil(4) as u64;
+        let out = KernelOut {
+            dtype: DType::I8,
+            shape,
+            storage: None,
+            groups: Some(words.div_ceil(256).max(1)),
+            precision: None,
+            spec: vec![],
+        };
+        self.kernel_node_into(OP, Kernel::QPool, &[x, scale], out, &push)
+    }
+
     /// int8 conv2d: `x` and `w` i8, `bias` i32 `[c_out]`, accumulation in i32 and a TOSA-style
     /// rescale per output channel (`rescale` has one entry, for every channel, or `c_out`).
     pub fn conv2d_q8(
@@ -319,7 +385,22 @@ impl GraphBuilder {
         const OP: &str = "conv2d_q8";
         let xi = self.typed_operand(OP, x, DType::I8)?;
         let wi = self.typed_operand(OP, w, DType::I8)?;
-        let shape = conv_shape(OP, &xi, &wi, &q.conv)?;
+        // The size as if padded by `conv.padding` on both sides.
+        let mut padded = xi.clone();
+        if let (Some(end), [.., h, w]) = (q.pad_end, &mut padded.shape[..]) {
+            for (d, (e, p)) in [h, w].into_iter().zip(end.into_iter().zip(q.conv.padding)) {
+                *d = (*d + e).checked_sub(p).ok_or_else(|| {
+                    shape_err(
+                        OP,
+                        format!(
+                            "padding {:?} then {end:?} of '{}' {:?}",
+                            q.conv.padding, xi.name, xi.shape
+                        ),
+                    )
+                })?;
+            }
+        }
+        let shape = conv_shape(OP, &padded, &wi, &q.conv)?;
         let cout = shape[1];
         if let Some(b) = bias {
             let bi = self.typed_operand(OP, b, DType::I32)?;
@@ -1262,4 +1343,15 @@ fn widened_range(
     let scale = g.div_scalar(range, steps)?;
     let scale = g.clamp(scale, eps, f32::MAX)?;
     Ok((low, high, scale))
+}
+
+/// TOSA's `reciprocal_scale`: a multiplier in `[2^30, 2^31)` and a shift such that
+/// `apply_scale_32(v, multiplier, shift)` is `v / count` rounded (AVG_POOL2D's division).
+pub(crate) fn reciprocal_scale(count: u32) -> Rescale {
+    let k = 32 - (count - 1).leading_zeros();
+    let numerator = ((1i64 << 30) + 1) << k;
+    Rescale {
+        multiplier: (numerator / i64::from(count)) as i32,
+        shift: 30 + k,
+    }
 }
