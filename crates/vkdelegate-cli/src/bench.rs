@@ -221,6 +221,17 @@ fn vgf(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> 
                 Err(e) => println!("  {mode:?}: not measured: {e}"),
             }
         }
+        #[cfg(feature = "compute")]
+        match native(path, &bytes, args) {
+            Ok(n) => {
+                let ratio = n["median_ms"].as_f64().unwrap_or(f64::NAN) / ms(r.per_inference);
+                println!(
+                    "  native / data graph, host to host medians: {ratio:.2} (below 1 is faster)"
+                );
+                entry["native"] = n;
+            }
+            Err(e) => println!("  native: not measured: {e}"),
+        }
         if let Some(runner) = &runner {
             match scenario_runner(runner, path, args.repeat) {
                 Ok((gpu_ms, wall_ms)) => {
@@ -242,6 +253,17 @@ fn vgf(device: &vkdelegate::vk_core::Device, args: &BenchArgs) -> Result<Value> 
         out.push(entry);
     }
     Ok(Value::Array(out))
+}
+
+/// A VGF file run natively, on the compute delegate's kernels, timed as a program.
+#[cfg(all(feature = "vgf", feature = "compute"))]
+fn native(path: &Path, bytes: &[u8], args: &BenchArgs) -> Result<Value> {
+    use vkdelegate::program::{ProgramBuilder, StepSpec, VgfPath};
+    let t = std::time::Instant::now();
+    let step = StepSpec::vgf_model("native", bytes.to_vec().into())?;
+    let builder = ProgramBuilder::new().step(step).vgf_path(VgfPath::Native);
+    let label = format!("  native {}", path.display());
+    time_program(builder, &label, (t, t.elapsed()), args.repeat, args.dispatches)
 }
 
 #[cfg(not(feature = "vgf"))]
@@ -334,7 +356,6 @@ const WARM_UP: Duration = Duration::from_millis(500);
 #[cfg(any(feature = "vgf", feature = "compute"))]
 fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
     use std::time::Instant;
-    use vkdelegate::vk_core::{HostTensor, Summary};
     let mut out = Vec::new();
     for path in paths {
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -343,79 +364,97 @@ fn pte(paths: &[PathBuf], repeat: usize, dispatches: bool) -> Result<Value> {
         let t = Instant::now();
         let builder = vkdelegate::pte::program_builder(bytes.into(), None)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let decode = t.elapsed();
-        // Each program on its own device, made with its own requirements (a shared context
-        // keeps the features of whichever program made it: an fp32 program's would leave an
-        // fp16 one computing in fp32).
-        let builder = builder.device(vkdelegate::program::DeviceChoice::Standalone);
-        let mut p = crate::progress::build(builder, &path.display().to_string())?;
-        let load = t.elapsed();
-        let inputs: Vec<HostTensor> = p
-            .inputs()
-            .iter()
-            .map(|s| HostTensor::zeros(s.dtype, s.shape.clone()))
-            .collect::<std::result::Result<_, _>>()?;
-        // Warm-up: at least three runs and half a second, so that the GPU's clocks have
-        // ramped up (right after a fast load, the first hundreds of runs of a small program
-        // ran at half speed on an NVIDIA H200).
-        let warm = Instant::now();
-        for i in 0.. {
-            if i >= 3 && warm.elapsed() >= WARM_UP {
-                break;
-            }
-            p.execute(&inputs)?;
-        }
-        let (mut totals, mut overheads) = (Vec::new(), Vec::new());
-        let (mut ups, mut downs) = (Vec::new(), Vec::new());
-        let mut per_step: Vec<Vec<Duration>> = vec![Vec::new(); p.steps().len()];
-        for _ in 0..repeat.max(10) {
-            p.execute(&inputs)?;
-            let t = p.last_timings();
-            let device: Duration = t.steps.iter().map(|(_, d)| *d).sum();
-            totals.push(t.total);
-            ups.push(t.host_upload);
-            downs.push(t.host_download);
-            overheads.push(t.total.saturating_sub(device));
-            for (k, (_, d)) in t.steps.iter().enumerate() {
-                per_step[k].push(*d);
-            }
-        }
-        let total = Summary::of_durations(&totals).ok_or("no runs")?;
-        let overhead = Summary::of_durations(&overheads).ok_or("no runs")?;
-        let up = Summary::of_durations(&ups).ok_or("no runs")?;
-        let down = Summary::of_durations(&downs).ok_or("no runs")?;
-        println!(
-            "\nExecuTorch program {}: load {:.1} ms (decode and lower {:.1} ms, build {:.1} ms); host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us (host side of the copies: in {:.1} us, out {:.1} us)",
-            path.display(),
-            ms(load),
-            ms(decode),
-            ms(load.saturating_sub(decode)),
-            total.min,
-            total.median,
-            total.max,
-            total.runs,
-            if total.is_noisy(0.10) { " NOISY" } else { "" },
-            overhead.median * 1e3,
-            up.median * 1e3,
-            down.median * 1e3
-        );
-        let top = top_ops(&mut p, dispatches)?;
-        let mut steps = Vec::new();
-        for ((name, kind), ds) in p.steps().iter().zip(&per_step) {
-            if let Some(s) = Summary::of_durations(ds) {
-                println!("  {name:<20} ({kind:<7}) device median {:.3} ms", s.median);
-                steps.push(json!({"step": name, "kind": kind, "device_median_ms": s.median}));
-            }
-        }
-        out.push(json!({
-            "program": path.display().to_string(), "load_ms": ms(load),
-            "decode_lower_ms": ms(decode), "build_ms": ms(load.saturating_sub(decode)),
-            "min_ms": total.min, "median_ms": total.median, "max_ms": total.max,
-            "host_overhead_us": overhead.median * 1e3, "host_upload_us": up.median * 1e3, "host_download_us": down.median * 1e3,
-            "steps": steps, "ops": top,
-        }));
+        let label = format!("ExecuTorch program {}", path.display());
+        let mut entry = time_program(builder, &label, (t, t.elapsed()), repeat, dispatches)?;
+        entry["program"] = json!(path.display().to_string());
+        out.push(entry);
     }
     Ok(Value::Array(out))
+}
+
+/// A program built from `builder` (on its own device) and timed: `(start, decode)` is when
+/// its load began and how long decoding and lowering took. Prints and returns load time,
+/// per-inference time (host input to host output), device time per step, host overhead and
+/// the top ops.
+#[cfg(any(feature = "vgf", feature = "compute"))]
+fn time_program(
+    builder: vkdelegate::program::ProgramBuilder,
+    label: &str,
+    (t, decode): (std::time::Instant, Duration),
+    repeat: usize,
+    dispatches: bool,
+) -> Result<Value> {
+    use std::time::Instant;
+    use vkdelegate::vk_core::{HostTensor, Summary};
+    // Each program on its own device, made with its own requirements (a shared context
+    // keeps the features of whichever program made it: an fp32 program's would leave an
+    // fp16 one computing in fp32).
+    let builder = builder.device(vkdelegate::program::DeviceChoice::Standalone);
+    let mut p = crate::progress::build(builder, label)?;
+    let load = t.elapsed();
+    let inputs: Vec<HostTensor> = p
+        .inputs()
+        .iter()
+        .map(|s| HostTensor::zeros(s.dtype, s.shape.clone()))
+        .collect::<std::result::Result<_, _>>()?;
+    // Warm-up: at least three runs and half a second, so that the GPU's clocks have
+    // ramped up (right after a fast load, the first hundreds of runs of a small program
+    // ran at half speed on an NVIDIA H200).
+    let warm = Instant::now();
+    for i in 0.. {
+        if i >= 3 && warm.elapsed() >= WARM_UP {
+            break;
+        }
+        p.execute(&inputs)?;
+    }
+    let (mut totals, mut overheads) = (Vec::new(), Vec::new());
+    let (mut ups, mut downs) = (Vec::new(), Vec::new());
+    let mut per_step: Vec<Vec<Duration>> = vec![Vec::new(); p.steps().len()];
+    for _ in 0..repeat.max(10) {
+        p.execute(&inputs)?;
+        let t = p.last_timings();
+        let device: Duration = t.steps.iter().map(|(_, d)| *d).sum();
+        totals.push(t.total);
+        ups.push(t.host_upload);
+        downs.push(t.host_download);
+        overheads.push(t.total.saturating_sub(device));
+        for (k, (_, d)) in t.steps.iter().enumerate() {
+            per_step[k].push(*d);
+        }
+    }
+    let total = Summary::of_durations(&totals).ok_or("no runs")?;
+    let overhead = Summary::of_durations(&overheads).ok_or("no runs")?;
+    let up = Summary::of_durations(&ups).ok_or("no runs")?;
+    let down = Summary::of_durations(&downs).ok_or("no runs")?;
+    println!(
+        "\n{label}: load {:.1} ms (decode and lower {:.1} ms, build {:.1} ms); host input to host output min {:.3} / median {:.3} / max {:.3} ms over {} runs{}; host overhead median {:.1} us (host side of the copies: in {:.1} us, out {:.1} us)",
+        ms(load),
+        ms(decode),
+        ms(load.saturating_sub(decode)),
+        total.min,
+        total.median,
+        total.max,
+        total.runs,
+        if total.is_noisy(0.10) { " NOISY" } else { "" },
+        overhead.median * 1e3,
+        up.median * 1e3,
+        down.median * 1e3
+    );
+    let top = top_ops(&mut p, dispatches)?;
+    let mut steps = Vec::new();
+    for ((name, kind), ds) in p.steps().iter().zip(&per_step) {
+        if let Some(s) = Summary::of_durations(ds) {
+            println!("  {name:<20} ({kind:<7}) device median {:.3} ms", s.median);
+            steps.push(json!({"step": name, "kind": kind, "device_median_ms": s.median}));
+        }
+    }
+    Ok(json!({
+        "load_ms": ms(load),
+        "decode_lower_ms": ms(decode), "build_ms": ms(load.saturating_sub(decode)),
+        "min_ms": total.min, "median_ms": total.median, "max_ms": total.max,
+        "host_overhead_us": overhead.median * 1e3, "host_upload_us": up.median * 1e3, "host_download_us": down.median * 1e3,
+        "steps": steps, "ops": top,
+    }))
 }
 
 /// The per-op device profile of a program's compute steps, summed by op and kernel, largest
