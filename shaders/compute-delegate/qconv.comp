@@ -1,10 +1,15 @@
 #version 450
 // kernel: QConv
+// kernel: QConvPw variant=pw
 #extension GL_GOOGLE_include_directive : require
 // int8 conv2d (groups, stride, padding, dilation) with an i32 bias and per-channel TOSA-style
 // rescales: acc = bias[co] + sum (x - x_zp) * (w - w_zp) over the window (padding contributes
 // nothing, as padding with x_zp would), out = clamp(apply_scale_32(acc, mult[co], shift[co])
 // + out_zp, -128, 127). One thread per packed output word (four outputs).
+// The pw variant (POINTWISE) is for 1x1 convolutions of stride 1, no padding, one group, over
+// planes of a multiple of 4 pixels: one thread per 4 pixels (one word of x per input channel)
+// and 4 output channels, 16 sums, so that each load of x serves four output channels.
+// variant: pw -DPOINTWISE
 layout(local_size_x = 256) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { uint x[]; };
@@ -47,6 +52,46 @@ int load_i8_w(uint i) {
     return byte_at(wt[i >> 2], i & 3u);
 }
 
+#ifdef POINTWISE
+void main() {
+    uint quads = (pc.h * pc.w) / 4;
+    uint blocks = (pc.c_out + 3) / 4;
+    uint count = quads * blocks * (pc.total / (pc.c_out * pc.h * pc.w));
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < count; i += stride) {
+        uint q = i % quads;
+        uint t = i / quads;
+        uint co0 = (t % blocks) * 4;
+        uint n = t / blocks;
+        int acc[4][4];
+        for (uint j = 0; j < 4; ++j) {
+            int b = (pc.has_bias == 1 && co0 + j < pc.c_out) ? bias[co0 + j] : 0;
+            for (uint e = 0; e < 4; ++e) acc[j][e] = b;
+        }
+        uint xbase = n * pc.c_in * quads + q;
+        for (uint ci = 0; ci < pc.c_in; ++ci) {
+            uint xw = x[xbase + ci * quads];
+            int xv[4];
+            for (uint e = 0; e < 4; ++e) xv[e] = byte_at(xw, e) - pc.x_zp;
+            for (uint j = 0; j < 4; ++j) {
+                uint co = min(co0 + j, pc.c_out - 1);
+                int wv = load_i8_w(co * pc.c_in + ci) - pc.w_zp;
+                for (uint e = 0; e < 4; ++e) acc[j][e] += xv[e] * wv;
+            }
+        }
+        for (uint j = 0; j < 4; ++j) {
+            uint co = co0 + j;
+            if (co >= pc.c_out) break;
+            uint r = 0;
+            for (uint e = 0; e < 4; ++e) {
+                int o = clamp(apply_scale_32(acc[j][e], mult[co], shift[co]) + pc.out_zp, -128, 127);
+                r |= (uint(o) & 0xFFu) << (8 * e);
+            }
+            y[(n * pc.c_out + co) * quads + q] = r;
+        }
+    }
+}
+#else
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     uint words = (pc.total + 3) / 4;
@@ -88,3 +133,4 @@ void main() {
         y[q] = r;
     }
 }
+#endif

@@ -78,6 +78,8 @@ pub(crate) enum Kernel {
     QAdd,
     /// `qconv.comp`.
     QConv,
+    /// `qconv.comp`, variant `pw`.
+    QConvPw,
     /// `qpool.comp`.
     QPool,
     /// `reduce.comp`.
@@ -107,7 +109,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 49] = [
+    pub(crate) const ALL: [Kernel; 50] = [
         Kernel::ArgReduce,
         Kernel::Attend,
         Kernel::AttendCache,
@@ -145,6 +147,7 @@ impl Kernel {
         Kernel::Pool2x2,
         Kernel::QAdd,
         Kernel::QConv,
+        Kernel::QConvPw,
         Kernel::QPool,
         Kernel::Reduce,
         Kernel::ReduceDim,
@@ -199,6 +202,7 @@ impl Kernel {
             Kernel::Pool2x2 => include_bytes!("../spirv/pool2x2.spv"),
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
             Kernel::QConv => include_bytes!("../spirv/qconv.spv"),
+            Kernel::QConvPw => include_bytes!("../spirv/qconv_pw.spv"),
             Kernel::QPool => include_bytes!("../spirv/qpool.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::ReduceDim => include_bytes!("../spirv/reduce_dim.spv"),
@@ -255,6 +259,7 @@ impl Kernel {
             Kernel::Pool2x2 => Some(include_bytes!("../spirv/pool2x2_f16.spv")),
             Kernel::QAdd => None,
             Kernel::QConv => None,
+            Kernel::QConvPw => None,
             Kernel::QPool => None,
             Kernel::Reduce => Some(include_bytes!("../spirv/reduce_f16.spv")),
             Kernel::ReduceDim => Some(include_bytes!("../spirv/reduce_dim_f16.spv")),
@@ -310,6 +315,7 @@ impl Kernel {
             Kernel::Pool2x2 => 2,
             Kernel::QAdd => 3,
             Kernel::QConv => 6,
+            Kernel::QConvPw => 6,
             Kernel::QPool => 3,
             Kernel::Reduce => 2,
             Kernel::ReduceDim => 2,

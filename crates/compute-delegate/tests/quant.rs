@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] functions
 
-use compute_delegate::{Conv2d, GraphBuilder, QAdd, QConv, Rescale};
+use compute_delegate::{Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vk_core::testing::{self, assert_no_validation_errors};
@@ -85,7 +85,9 @@ fn int8_add_and_conv_match_integer_references() {
     assert_eq!(out[0].to_i8().unwrap(), want);
     assert!(want.iter().any(|&v| v == 127 || v == -128) || want.iter().any(|&v| v != 0));
 
-    // conv: per-channel and per-tensor rescales, groups, padding, stride.
+    // conv: per-channel and per-tensor rescales, groups, padding, stride; more padding at the
+    // bottom and right than at the top and left; 1x1 on the pointwise kernel (output
+    // channels not a multiple of 4, two images).
     let cases = [
         (
             [1usize, 4, 7, 6],
@@ -95,6 +97,8 @@ fn int8_add_and_conv_match_integer_references() {
                 ..Conv2d::default()
             },
             true,
+            None,
+            "QConv",
         ),
         (
             [2, 4, 5, 5],
@@ -105,9 +109,30 @@ fn int8_add_and_conv_match_integer_references() {
                 ..Conv2d::default()
             },
             false,
+            None,
+            "QConv",
+        ),
+        (
+            [1, 3, 8, 6],
+            [5, 3, 3, 3],
+            Conv2d {
+                stride: [2, 2],
+                ..Conv2d::default()
+            },
+            true,
+            Some([1, 1]),
+            "QConv",
+        ),
+        (
+            [2, 5, 4, 6],
+            [7, 5, 1, 1],
+            Conv2d::default(),
+            true,
+            None,
+            "QConvPw",
         ),
     ];
-    for (xs, ws, p, per_channel) in cases {
+    for (xs, ws, p, per_channel, pad_end, kernel) in cases {
         let nx: usize = xs.iter().product();
         let nw: usize = ws.iter().product();
         let x: Vec<i8> = (0..nx).map(|_| rng.r#gen()).collect();
@@ -122,7 +147,7 @@ fn int8_add_and_conv_match_integer_references() {
             x_zp: 3,
             w_zp: -1,
             out_zp: -4,
-            pad_end: None,
+            pad_end,
         };
         let mut g = GraphBuilder::new();
         let tx = g.input("x", DType::I8, &xs).unwrap();
@@ -136,6 +161,8 @@ fn int8_add_and_conv_match_integer_references() {
         g.output(y).unwrap();
         let os = g.shape(y).unwrap().to_vec();
         let mut graph = g.build(&dev).unwrap();
+        let kernels: Vec<String> = graph.kernels().iter().map(|k| k.to_string()).collect();
+        assert_eq!(kernels, [kernel], "{xs:?} {ws:?}");
         let got = graph
             .execute(&[HostTensor::from_i8(xs.to_vec(), &x).unwrap()])
             .unwrap()[0]
@@ -203,6 +230,72 @@ fn int8_add_and_conv_match_integer_references() {
         e.contains("'xf'") && e.contains("f32") && e.contains("i8"),
         "{e}"
     );
+    drop(graph);
+    assert_no_validation_errors(&instance);
+}
+
+/// int8 average pooling as TOSA's AVG_POOL2D: sums of `x - in_zp` over the positions inside
+/// the input, divided by their count through TOSA's reciprocal scale, plus `out_zp`.
+#[test]
+fn int8_average_pooling_matches_tosa() {
+    let Some((instance, dev)) = testing::device(
+        "int8_average_pooling_matches_tosa",
+        &compute_delegate::requirements(),
+    ) else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(11);
+    let (xs, in_zp, out_zp) = ([2usize, 3, 5, 6], -2, 3);
+    let x: Vec<i8> = (0..xs.iter().product()).map(|_| rng.r#gen()).collect();
+    let p = Pool2d {
+        kernel: [3, 3],
+        stride: [2, 2],
+        padding: [1, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+    };
+    let mut g = GraphBuilder::new();
+    let tx = g.input("x", DType::I8, &xs).unwrap();
+    let y = g.avg_pool2d_q8(tx, p, in_zp, out_zp).unwrap();
+    g.output(y).unwrap();
+    let os = g.shape(y).unwrap().to_vec();
+    assert_eq!(os, [2, 3, 3, 3]);
+    let mut graph = g.build(&dev).unwrap();
+    let got = graph
+        .execute(&[HostTensor::from_i8(xs.to_vec(), &x).unwrap()])
+        .unwrap()[0]
+        .to_i8()
+        .unwrap();
+    // TOSA's reciprocal_scale.
+    let reciprocal = |count: u32| {
+        let k = 32 - (count - 1).leading_zeros();
+        Rescale {
+            multiplier: ((((1i64 << 30) + 1) << k) / i64::from(count)) as i32,
+            shift: 30 + k,
+        }
+    };
+    let mut want = Vec::new();
+    for plane in 0..xs[0] * xs[1] {
+        for oy in 0..os[2] {
+            for ox in 0..os[3] {
+                let (mut acc, mut count) = (0i32, 0u32);
+                for ky in 0..3 {
+                    for kx in 0..3 {
+                        let (iy, ix) = ((oy * 2 + ky) as i64 - 1, (ox * 2 + kx) as i64 - 1);
+                        if iy < 0 || ix < 0 || iy >= xs[2] as i64 || ix >= xs[3] as i64 {
+                            continue;
+                        }
+                        let at = (plane * xs[2] + iy as usize) * xs[3] + ix as usize;
+                        acc += i32::from(x[at]) - in_zp;
+                        count += 1;
+                    }
+                }
+                let v = scale(acc, reciprocal(count)) + out_zp;
+                want.push(v.clamp(-128, 127) as i8);
+            }
+        }
+    }
+    assert_eq!(got, want);
     drop(graph);
     assert_no_validation_errors(&instance);
 }

@@ -263,7 +263,13 @@ fn native(path: &Path, bytes: &[u8], args: &BenchArgs) -> Result<Value> {
     let step = StepSpec::vgf_model("native", bytes.to_vec().into())?;
     let builder = ProgramBuilder::new().step(step).vgf_path(VgfPath::Native);
     let label = format!("  native {}", path.display());
-    time_program(builder, &label, (t, t.elapsed()), args.repeat, args.dispatches)
+    time_program(
+        builder,
+        &label,
+        (t, t.elapsed()),
+        args.repeat,
+        args.dispatches,
+    )
 }
 
 #[cfg(not(feature = "vgf"))]

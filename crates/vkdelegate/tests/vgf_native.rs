@@ -167,9 +167,16 @@ fn int8_vgf_models_run_natively_bit_exact() {
         if model == "mobilenet_v2_small_int8" {
             let count = |k: &str| kernels.iter().filter(|&n| n == k).count();
             // 52 convolutions and the classifier, 10 additions, 1 pool: nothing else runs.
+            // The 1x1 convolutions over planes of whole words take the pointwise kernel.
             assert_eq!(
-                (count("QConv"), count("QAdd"), count("QPool"), kernels.len()),
-                (53, 10, 1, 64),
+                (
+                    count("QConv") + count("QConvPw"),
+                    count("QConvPw"),
+                    count("QAdd"),
+                    count("QPool"),
+                    kernels.len()
+                ),
+                (53, 34, 10, 1, 64),
                 "{kernels:?}"
             );
         }

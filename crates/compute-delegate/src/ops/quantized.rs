@@ -519,8 +519,24 @@ impl Lowerer<'_> {
                     has_bias: u32::from(b.is_some()),
                 };
                 let (sm, ss) = (self.st(*mult), self.st(*shift));
+                // 1x1, stride 1, unpadded, one group, planes of whole words: four output
+                // channels a thread, each word of x read once for them.
+                let plane = xi.shape[2] * xi.shape[3];
+                let pointwise = wi.shape[2..] == [1, 1]
+                    && p.stride == [1, 1]
+                    && p.padding == [0, 0]
+                    && q.pad_end.is_none()
+                    && p.groups == 1
+                    && plane % 4 == 0;
+                let (kernel, g) = match pointwise {
+                    true => {
+                        let threads = xi.shape[0] * oi.shape[1].div_ceil(4) * plane / 4;
+                        (Kernel::QConvPw, self.linear_groups(threads as u64))
+                    }
+                    false => (Kernel::QConv, g),
+                };
                 self.push(
-                    Kernel::QConv,
+                    kernel,
                     vec![],
                     vec![
                         (xi.storage, false),
