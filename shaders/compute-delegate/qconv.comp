@@ -1,6 +1,7 @@
 #version 450
 // kernel: QConv
 // kernel: QConvPw variant=pw
+// kernel: QConvSplit variant=split
 #extension GL_GOOGLE_include_directive : require
 // int8 conv2d (groups, stride, padding, dilation) with an i32 bias and per-channel TOSA-style
 // rescales: acc = bias[co] + sum (x - x_zp) * (w - w_zp) over the window (padding contributes
@@ -10,7 +11,16 @@
 // planes of a multiple of 4 pixels: one thread per 4 pixels (one word of x per input channel)
 // and 4 output channels, 16 sums, so that each load of x serves four output channels.
 // variant: pw -DPOINTWISE
+// The split variant (SPLIT) is for convolutions of few outputs and deep sums (a classifier, the
+// last blocks' 1x1 layers): one work group of 64 lanes per output word, the lanes sharing
+// each output's sum, added up in shared memory.
+// variant: split -DSPLIT
+#ifdef SPLIT
+#define LANES 64
+layout(local_size_x = LANES) in;
+#else
 layout(local_size_x = 256) in;
+#endif
 
 layout(std430, set = 0, binding = 0) readonly buffer X { uint x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { uint wt[]; };
@@ -52,7 +62,66 @@ int load_i8_w(uint i) {
     return byte_at(wt[i >> 2], i & 3u);
 }
 
-#ifdef POINTWISE
+#ifdef SPLIT
+shared int partial[4][LANES];
+
+void main() {
+    uint lane = gl_LocalInvocationID.x;
+    uint q = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint words = (pc.total + 3) / 4;
+    uint cin_g = pc.c_in / pc.groups;
+    uint cout_g = pc.c_out / pc.groups;
+    uint taps = pc.kh * pc.kw;
+    uint depth = cin_g * taps;
+    for (uint e = 0; e < 4; ++e) {
+        uint i = q * 4 + e;
+        int acc = 0;
+        if (q < words && i < pc.total) {
+            uint ox = i % pc.ow;
+            uint t = i / pc.ow;
+            uint oy = t % pc.oh;
+            t /= pc.oh;
+            uint co = t % pc.c_out;
+            uint n = t / pc.c_out;
+            uint g = co / cout_g;
+            int y0 = int(oy * pc.sh) - int(pc.ph);
+            int x0 = int(ox * pc.sw) - int(pc.pw);
+            uint xbase = (n * pc.c_in + g * cin_g) * pc.h * pc.w;
+            uint wbase = co * depth;
+            for (uint k = lane; k < depth; k += LANES) {
+                uint ci = k / taps;
+                uint r = k - ci * taps;
+                uint ky = r / pc.kw;
+                uint kx = r - ky * pc.kw;
+                int yy = y0 + int(ky * pc.dh);
+                int xx = x0 + int(kx * pc.dw);
+                if (yy < 0 || yy >= int(pc.h) || xx < 0 || xx >= int(pc.w)) continue;
+                int xv = load_i8_x(xbase + ci * pc.h * pc.w + uint(yy) * pc.w + uint(xx)) - pc.x_zp;
+                acc += xv * (load_i8_w(wbase + k) - pc.w_zp);
+            }
+        }
+        partial[e][lane] = acc;
+    }
+    barrier();
+    for (uint half_ = LANES / 2; half_ > 0; half_ /= 2) {
+        if (lane < half_) {
+            for (uint e = 0; e < 4; ++e) partial[e][lane] += partial[e][lane + half_];
+        }
+        barrier();
+    }
+    if (lane != 0 || q >= words) return;
+    uint r = 0;
+    for (uint e = 0; e < 4; ++e) {
+        uint i = q * 4 + e;
+        if (i >= pc.total) break;
+        uint co = (i / (pc.ow * pc.oh)) % pc.c_out;
+        int acc = partial[e][0] + ((pc.has_bias == 1) ? bias[co] : 0);
+        int o = clamp(apply_scale_32(acc, mult[co], shift[co]) + pc.out_zp, -128, 127);
+        r |= (uint(o) & 0xFFu) << (8 * e);
+    }
+    y[q] = r;
+}
+#elif defined(POINTWISE)
 void main() {
     uint quads = (pc.h * pc.w) / 4;
     uint blocks = (pc.c_out + 3) / 4;

@@ -80,6 +80,8 @@ pub(crate) enum Kernel {
     QConv,
     /// `qconv.comp`, variant `pw`.
     QConvPw,
+    /// `qconv.comp`, variant `split`.
+    QConvSplit,
     /// `qpool.comp`.
     QPool,
     /// `reduce.comp`.
@@ -109,7 +111,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 50] = [
+    pub(crate) const ALL: [Kernel; 51] = [
         Kernel::ArgReduce,
         Kernel::Attend,
         Kernel::AttendCache,
@@ -148,6 +150,7 @@ impl Kernel {
         Kernel::QAdd,
         Kernel::QConv,
         Kernel::QConvPw,
+        Kernel::QConvSplit,
         Kernel::QPool,
         Kernel::Reduce,
         Kernel::ReduceDim,
@@ -203,6 +206,7 @@ impl Kernel {
             Kernel::QAdd => include_bytes!("../spirv/qadd.spv"),
             Kernel::QConv => include_bytes!("../spirv/qconv.spv"),
             Kernel::QConvPw => include_bytes!("../spirv/qconv_pw.spv"),
+            Kernel::QConvSplit => include_bytes!("../spirv/qconv_split.spv"),
             Kernel::QPool => include_bytes!("../spirv/qpool.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::ReduceDim => include_bytes!("../spirv/reduce_dim.spv"),
@@ -260,6 +264,7 @@ impl Kernel {
             Kernel::QAdd => None,
             Kernel::QConv => None,
             Kernel::QConvPw => None,
+            Kernel::QConvSplit => None,
             Kernel::QPool => None,
             Kernel::Reduce => Some(include_bytes!("../spirv/reduce_f16.spv")),
             Kernel::ReduceDim => Some(include_bytes!("../spirv/reduce_dim_f16.spv")),
@@ -316,6 +321,7 @@ impl Kernel {
             Kernel::QAdd => 3,
             Kernel::QConv => 6,
             Kernel::QConvPw => 6,
+            Kernel::QConvSplit => 6,
             Kernel::QPool => 3,
             Kernel::Reduce => 2,
             Kernel::ReduceDim => 2,

@@ -87,7 +87,8 @@ fn int8_add_and_conv_match_integer_references() {
 
     // conv: per-channel and per-tensor rescales, groups, padding, stride; more padding at the
     // bottom and right than at the top and left; 1x1 on the pointwise kernel (output
-    // channels not a multiple of 4, two images).
+    // channels not a multiple of 4, two images); few outputs of deep sums on the split
+    // kernel (a 3x3 layer, a classifier).
     let cases = [
         (
             [1usize, 4, 7, 6],
@@ -98,7 +99,15 @@ fn int8_add_and_conv_match_integer_references() {
             },
             true,
             None,
-            "QConv",
+            "QConvSplit",
+        ),
+        (
+            [2, 64, 1, 1],
+            [10, 64, 1, 1],
+            Conv2d::default(),
+            false,
+            None,
+            "QConvSplit",
         ),
         (
             [2, 4, 5, 5],

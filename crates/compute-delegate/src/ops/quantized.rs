@@ -452,6 +452,11 @@ impl GraphBuilder {
     }
 }
 
+/// Below this many threads (one per output word, or per four words of four channels on the
+/// pointwise kernel) an int8 convolution of sums of 32 terms or more runs on `qconv.comp`'s
+/// split variant: a work group per output word.
+const QCONV_SPLIT_BELOW: usize = 32 * 1024;
+
 // Recording: what this family's nodes become, dispatches of the op library.
 impl Lowerer<'_> {
     /// Records a node of this family.
@@ -528,12 +533,19 @@ impl Lowerer<'_> {
                     && q.pad_end.is_none()
                     && p.groups == 1
                     && plane % 4 == 0;
-                let (kernel, g) = match pointwise {
-                    true => {
-                        let threads = xi.shape[0] * oi.shape[1].div_ceil(4) * plane / 4;
-                        (Kernel::QConvPw, self.linear_groups(threads as u64))
-                    }
-                    false => (Kernel::QConv, g),
+                let threads = match pointwise {
+                    true => xi.shape[0] * oi.shape[1].div_ceil(4) * plane / 4,
+                    false => packed,
+                };
+                // Too few threads to fill a GPU, each with a deep sum: 64 lanes an output
+                // word share its sums instead.
+                let depth = wi.shape[1] * wi.shape[2] * wi.shape[3];
+                let (kernel, g) = if threads < QCONV_SPLIT_BELOW && depth >= 32 {
+                    (Kernel::QConvSplit, packed as u32)
+                } else if pointwise {
+                    (Kernel::QConvPw, self.linear_groups(threads as u64))
+                } else {
+                    (Kernel::QConv, g)
                 };
                 self.push(
                     kernel,
