@@ -88,7 +88,7 @@ fn int8_add_and_conv_match_integer_references() {
     // conv: per-channel and per-tensor rescales, groups, padding, stride; more padding at the
     // bottom and right than at the top and left; 1x1 on the pointwise kernel (output
     // channels not a multiple of 4, two images); few outputs of deep sums on the split
-    // kernel (a 3x3 layer, a classifier).
+    // kernel (a 3x3 layer, a classifier, and 73728 output words: two rows of work groups).
     let cases = [
         (
             [1usize, 4, 7, 6],
@@ -106,6 +106,14 @@ fn int8_add_and_conv_match_integer_references() {
             [10, 64, 1, 1],
             Conv2d::default(),
             false,
+            None,
+            "QConvSplit",
+        ),
+        (
+            [1, 32, 64, 72],
+            [64, 32, 1, 1],
+            Conv2d::default(),
+            true,
             None,
             "QConvSplit",
         ),

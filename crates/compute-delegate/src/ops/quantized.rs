@@ -540,12 +540,15 @@ impl Lowerer<'_> {
                 // Too few threads to fill a GPU, each with a deep sum: 64 lanes an output
                 // word share its sums instead.
                 let depth = wi.shape[1] * wi.shape[2] * wi.shape[3];
+                // A work group per output word, in rows of at most 65535.
+                let rows = packed.div_ceil(65535);
                 let (kernel, g) = if threads < QCONV_SPLIT_BELOW && depth >= 32 {
-                    (Kernel::QConvSplit, packed as u32)
+                    let g = self.check_groups([packed.div_ceil(rows) as u64, rows as u64, 1])?;
+                    (Kernel::QConvSplit, g)
                 } else if pointwise {
-                    (Kernel::QConvPw, self.linear_groups(threads as u64))
+                    (Kernel::QConvPw, [self.linear_groups(threads as u64), 1, 1])
                 } else {
-                    (Kernel::QConv, g)
+                    (Kernel::QConv, [g, 1, 1])
                 };
                 self.push(
                     kernel,
@@ -559,7 +562,7 @@ impl Lowerer<'_> {
                         (o, true),
                     ],
                     &push,
-                    [g, 1, 1],
+                    g,
                 );
             }
             _ => return Err(self.not_in_family()),
