@@ -927,19 +927,7 @@ impl<'a> Lowering<'a> {
         let o = &n.operands;
         let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
         let (pad, stride, dilation) = (attr(0)?, attr(1)?, attr(2)?);
-        let (even, extra) =
-            split_padding(&pad).ok_or_else(|| bad("a padding of other than 4 values"))?;
-        let (padding, stride, dilation) = conv_geometry(&even, &stride, &dilation)
-            .ok_or_else(|| bad("negative padding, strides or dilations"))?;
         let mut x = self.nchw(&o[5])?;
-        if extra.iter().any(|&p| p != 0) {
-            // The uneven part first, as zeros: (left, right) of W, then (top, bottom) of H.
-            let pad = vec![extra[2], extra[3], extra[0], extra[1]];
-            x = self.registry(
-                "aten.constant_pad_nd.default",
-                vec![Arg::Tensor(x), Arg::Ints(pad), Arg::Float(0.0)],
-            )?;
-        }
         let (w, groups) = match n.op {
             Operator::DepthwiseConv2d => {
                 // [KH, KW, C, M] to [C, M, KH, KW], read as [C * M, 1, KH, KW].
@@ -955,6 +943,16 @@ impl<'a> Lowering<'a> {
             }
             _ => (self.weights(&o[6], [0, 3, 1, 2])?, 1),
         };
+        let (padding, stride, dilation, extra) =
+            self.conv_padding(n, x, w, &pad, &stride, &dilation)?;
+        if extra.iter().any(|&p| p != 0) {
+            // The uneven part first, as zeros: (left, right) of W, then (top, bottom) of H.
+            let pad = vec![extra[2], extra[3], extra[0], extra[1]];
+            x = self.registry(
+                "aten.constant_pad_nd.default",
+                vec![Arg::Tensor(x), Arg::Ints(pad), Arg::Float(0.0)],
+            )?;
+        }
         let oc = self.shape(w).first().copied().unwrap_or(0);
         let bias = self.tensor(&o[7])?;
         let per_channel = self.shape(bias).iter().product::<usize>() == oc;
@@ -969,6 +967,49 @@ impl<'a> Lowering<'a> {
             true => y,
             false => self.g.add(y, bias)?,
         })
+    }
+
+    /// A float convolution's padding as the compute delegate's symmetric padding (with its
+    /// strides and dilations), and what is left to pad first. TOSA pads stride-2 layers
+    /// unevenly; where the top and left pad more, padding all sides as much gives TOSA's
+    /// output (the extra bottom and right rows fall past the last window), and nothing is
+    /// left; otherwise the sides' common part is the convolution's and the rest a pad.
+    #[allow(clippy::type_complexity)]
+    fn conv_padding(
+        &self,
+        n: &Node,
+        x: TensorId,
+        w: TensorId,
+        pad: &[i64],
+        stride: &[i64],
+        dilation: &[i64],
+    ) -> Result<([usize; 2], [usize; 2], [usize; 2], [i64; 4])> {
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
+        let (xs, ws) = (self.shape(x), self.shape(w));
+        let want = n.result.shape.as_deref().unwrap_or(&[]);
+        if let ([t, b, l, r], [_, _, h, wd], [_, _, kh, kw], [_, oh, ow, _]) =
+            (pad, &xs[..], &ws[..], want)
+            && t >= b
+            && l >= r
+            && let Some(geometry @ ([pt, pl], [sy, sx], [dy, dx])) =
+                conv_geometry(&[*t, *t, *l, *l], stride, dilation)
+        {
+            let out = |size: usize, p: usize, k: usize, s: usize, d: usize| {
+                (size + 2 * p)
+                    .checked_sub(d * k.saturating_sub(1) + 1)
+                    .map(|v| v / s + 1)
+            };
+            if out(*h, pt, *kh, sy, dy) == Some(*oh as usize)
+                && out(*wd, pl, *kw, sx, dx) == Some(*ow as usize)
+            {
+                return Ok((geometry.0, geometry.1, geometry.2, [0; 4]));
+            }
+        }
+        let (even, extra) =
+            split_padding(pad).ok_or_else(|| bad("a padding of other than 4 values"))?;
+        let (padding, stride, dilation) = conv_geometry(&even, stride, dilation)
+            .ok_or_else(|| bad("negative padding, strides or dilations"))?;
+        Ok((padding, stride, dilation, extra))
     }
 
     /// AVG_POOL2D and MAX_POOL2D, the result in NCHW.
