@@ -45,15 +45,33 @@ fn load_npy(path: &Path) -> HostTensor {
     match dtype.as_str() {
         "<f4" => HostTensor::from_f32(shape, &npy.into_vec::<f32>().unwrap()).unwrap(),
         "|i1" => HostTensor::from_i8(shape, &npy.into_vec::<i8>().unwrap()).unwrap(),
+        "<f2" => {
+            let v: Vec<half::f16> = npy.into_vec().unwrap();
+            let bytes = v.iter().flat_map(|b| b.to_le_bytes()).collect();
+            HostTensor::new(DType::F16, shape, bytes).unwrap()
+        }
         "<i4" => HostTensor::from_i32(shape, &npy.into_vec::<i32>().unwrap()).unwrap(),
         other => panic!("{}: unsupported dtype {other}", path.display()),
     }
+}
+
+/// An fp16 tensor's values, widened.
+fn f16_values(t: &HostTensor) -> Vec<f32> {
+    t.bytes()
+        .chunks_exact(2)
+        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect()
 }
 
 fn max_abs_diff(a: &HostTensor, b: &HostTensor) -> f32 {
     assert_eq!(a.dtype(), b.dtype());
     assert_eq!(a.shape(), b.shape());
     match a.dtype() {
+        DType::F16 => f16_values(a)
+            .iter()
+            .zip(f16_values(b))
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max),
         DType::F32 => a
             .to_f32()
             .unwrap()
@@ -128,6 +146,15 @@ fn every_corpus_model_matches_scenario_runner_and_pytorch() {
                                  {FP32_ATOL:e} + {FP32_RTOL:e} * |{what}|"
                             );
                         }
+                    }
+                }
+                DType::F16 => {
+                    // fp16 tolerance, relative to the output's scale (docs/testing.md).
+                    let scale = f16_values(&reference)
+                        .iter()
+                        .fold(0f32, |m, v| m.max(v.abs()));
+                    for (what, d) in [("scenario-runner", vs_ref), ("PyTorch", vs_torch)] {
+                        assert!(d <= 1e-2 * scale, "{name}: {d} from {what}, scale {scale}");
                     }
                 }
                 DType::I8 => {

@@ -32,6 +32,11 @@ fn npy(path: &Path) -> HostTensor {
         let v: Vec<i8> = npy.into_vec().unwrap();
         return HostTensor::new(DType::I8, shape, v.iter().map(|&b| b as u8).collect()).unwrap();
     }
+    if matches!(npy.dtype(), npyz::DType::Plain(t) if t.to_string() == "<f2") {
+        let v: Vec<half::f16> = npy.into_vec().unwrap();
+        let bytes = v.iter().flat_map(|b| b.to_le_bytes()).collect();
+        return HostTensor::new(DType::F16, shape, bytes).unwrap();
+    }
     HostTensor::from_f32(shape, &npy.into_vec::<f32>().unwrap()).unwrap()
 }
 
@@ -154,6 +159,36 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
         }
         let worst = worst_fp32(model, &pairs);
         assert!(worst <= ATOL, "{model}: {worst} over the tolerance");
+    }
+    assert_no_validation_errors(&instance);
+}
+
+/// An fp16 file (fp16 inputs, weights and outputs) runs natively in fp16, within the fp16
+/// tolerance of scenario-runner's output, relative to its scale (docs/testing.md).
+#[test]
+fn fp16_vgf_models_run_natively() {
+    let g = graph_of(&file("conv_fp16")).unwrap();
+    let Some((instance, dev)) = native_device("vgf_native_fp16", &g.requirements()) else {
+        return;
+    };
+    let (kernels, pairs) = run_natively(&dev, "conv_fp16");
+    assert_eq!(kernels, ["Gemm_f16"]);
+    let widen = |t: &HostTensor| -> Vec<f32> {
+        assert_eq!(t.dtype(), DType::F16);
+        t.bytes()
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect()
+    };
+    for (out, want) in &pairs {
+        let (a, b) = (widen(out), widen(want));
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 1e-2 * scale, "{worst} against a scale of {scale}");
     }
     assert_no_validation_errors(&instance);
 }
