@@ -37,6 +37,7 @@ fn every_corpus_graph_decodes_with_its_operators() {
         ("add_int8", &[("ADD", 1), ("RESCALE", 3)]),
         ("avgpool", &[("AVG_POOL2D", 1), ("TRANSPOSE", 2)]),
         ("conv", &[("CONV2D", 1), ("TRANSPOSE", 2)]),
+        ("conv_fp16", &[("CONV2D", 1), ("TRANSPOSE", 2)]),
         (
             "conv_int8",
             &[("CONV2D", 1), ("RESCALE", 1), ("TRANSPOSE", 2)],
