@@ -110,8 +110,8 @@ fn int8_add_and_conv_match_integer_references() {
             "QConvSplit",
         ),
         (
-            [1, 32, 64, 72],
-            [64, 32, 1, 1],
+            [1, 192, 64, 72],
+            [64, 192, 1, 1],
             Conv2d::default(),
             true,
             None,

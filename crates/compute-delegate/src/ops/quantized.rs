@@ -453,8 +453,8 @@ impl GraphBuilder {
 }
 
 /// Below this many threads (one per output word, or per four words of four channels on the
-/// pointwise kernel) an int8 convolution of sums of 32 terms or more runs on `qconv.comp`'s
-/// split variant: a work group per output word.
+/// pointwise kernel) an int8 convolution of deep sums (32 terms or more; 192 or more for the
+/// pointwise kernel) runs on `qconv.comp`'s split variant: a work group per output word.
 const QCONV_SPLIT_BELOW: usize = 32 * 1024;
 
 // Recording: what this family's nodes become, dispatches of the op library.
@@ -538,11 +538,14 @@ impl Lowerer<'_> {
                     false => packed,
                 };
                 // Too few threads to fill a GPU, each with a deep sum: 64 lanes an output
-                // word share its sums instead.
+                // word share its sums instead. The pointwise kernel's sums are four times
+                // cheaper a term, so it keeps them up to a deeper sum (an H200's crossover
+                // lies between 144 and 192 terms).
                 let depth = wi.shape[1] * wi.shape[2] * wi.shape[3];
+                let deep = depth >= if pointwise { 192 } else { 32 };
                 // A work group per output word, in rows of at most 65535.
                 let rows = packed.div_ceil(65535);
-                let (kernel, g) = if threads < QCONV_SPLIT_BELOW && depth >= 32 {
+                let (kernel, g) = if threads < QCONV_SPLIT_BELOW && deep {
                     let g = self.check_groups([packed.div_ceil(rows) as u64, rows as u64, 1])?;
                     (Kernel::QConvSplit, g)
                 } else if pointwise {
