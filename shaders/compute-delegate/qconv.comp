@@ -73,6 +73,27 @@ void main() {
     uint cout_g = pc.c_out / pc.groups;
     uint taps = pc.kh * pc.kw;
     uint depth = cin_g * taps;
+    uint plane = pc.h * pc.w;
+    // 1x1, stride 1, unpadded, over planes of whole words: a word's four outputs are four
+    // pixels of one channel, and each term one word of x for all four.
+    if (taps == 1 && pc.sh == 1 && pc.sw == 1 && pc.ph == 0 && pc.pw == 0 && plane % 4 == 0) {
+        uint quads = plane / 4;
+        int acc[4] = int[4](0, 0, 0, 0);
+        if (q < words) {
+            uint t = q / quads;
+            uint co = t % pc.c_out;
+            uint n = t / pc.c_out;
+            uint g = co / cout_g;
+            uint xbase = (n * pc.c_in + g * cin_g) * quads + q % quads;
+            uint wbase = co * depth;
+            for (uint k = lane; k < depth; k += LANES) {
+                uint xw = x[xbase + k * quads];
+                int wv = load_i8_w(wbase + k) - pc.w_zp;
+                for (uint e = 0; e < 4; ++e) acc[e] += (byte_at(xw, e) - pc.x_zp) * wv;
+            }
+        }
+        for (uint e = 0; e < 4; ++e) partial[e][lane] = acc[e];
+    } else {
     for (uint e = 0; e < 4; ++e) {
         uint i = q * 4 + e;
         int acc = 0;
@@ -101,6 +122,7 @@ void main() {
             }
         }
         partial[e][lane] = acc;
+    }
     }
     barrier();
     for (uint half_ = LANES / 2; half_ > 0; half_ /= 2) {
