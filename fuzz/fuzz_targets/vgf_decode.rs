@@ -1,6 +1,7 @@
 //! Fuzzes the VGF decoder: any input must decode or give an error, never panic, and whatever
-//! decodes must describe itself (inspect JSON), have its SPIR-V scanned and its GRAPH modules'
-//! data graphs decoded.
+//! decodes must describe itself (inspect JSON), have its SPIR-V scanned, its GRAPH modules'
+//! data graphs decoded, and its graph lowered for the native path (no device: the lowering
+//! only builds the compute graph).
 //!
 //! Run: `cargo xtask fuzz` (every target, seeded from the fixtures), or
 //! `RUSTC_BOOTSTRAP=1 cargo fuzz run vgf_decode fuzz/corpus/vgf_decode`.
@@ -25,6 +26,10 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(e) => {
             let _ = e.to_string();
+            return;
         }
+    }
+    if let Ok(file) = vkdelegate::vgf::VgfFile::decode(data.to_vec().into()) {
+        let _ = vkdelegate::vgf_native::graph_of(&file).map_err(|e| e.to_string());
     }
 });

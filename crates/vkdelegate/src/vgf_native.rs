@@ -434,7 +434,7 @@ impl<'a> Lowering<'a> {
             _ => return Ok(None),
         };
         let shape = dims(shape.as_deref(), "a constant")?;
-        if shape.iter().product::<usize>() != values.len() {
+        if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(values.len()) {
             return Err(unsupported(format!(
                 "a constant of shape {shape:?} holds {} values",
                 values.len()
@@ -804,6 +804,9 @@ impl<'a> Lowering<'a> {
         let Ok(shape4) = <[usize; 4]>::try_from(shape.as_slice()) else {
             return Err(bad("weights that are not 4-D"));
         };
+        if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(data.len()) {
+            return Err(bad(&format!("weights {shape:?} of {} bytes", data.len())));
+        }
         let values: Vec<f32> = data.iter().map(|&b| f32::from(b as i8)).collect();
         let (values, shape, groups) = match n.op {
             Operator::DepthwiseConv2d => {
@@ -893,7 +896,11 @@ impl<'a> Lowering<'a> {
         let w = self.weights(&o[5], [3, 0, 1, 2])?;
         let bias = self.tensor(&o[6])?;
         let oc = self.shape(w).get(1).copied().unwrap_or(0);
-        let per_channel = self.shape(bias).iter().product::<usize>() == oc;
+        let per_channel = self
+            .shape(bias)
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            == Some(oc);
         let p = Conv2d {
             stride: [sy as usize, sx as usize],
             padding: [(-t) as usize, (-l) as usize],
@@ -955,7 +962,11 @@ impl<'a> Lowering<'a> {
         }
         let oc = self.shape(w).first().copied().unwrap_or(0);
         let bias = self.tensor(&o[7])?;
-        let per_channel = self.shape(bias).iter().product::<usize>() == oc;
+        let per_channel = self
+            .shape(bias)
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            == Some(oc);
         let p = Conv2d {
             stride,
             padding,
@@ -995,9 +1006,9 @@ impl<'a> Lowering<'a> {
                 conv_geometry(&[*t, *t, *l, *l], stride, dilation)
         {
             let out = |size: usize, p: usize, k: usize, s: usize, d: usize| {
-                (size + 2 * p)
-                    .checked_sub(d * k.saturating_sub(1) + 1)
-                    .map(|v| v / s + 1)
+                let span = d.saturating_mul(k.saturating_sub(1)).saturating_add(1);
+                let padded = size.saturating_add(p.saturating_mul(2));
+                padded.checked_sub(span).map(|v| v / s.max(1) + 1)
             };
             if out(*h, pt, *kh, sy, dy) == Some(*oh as usize)
                 && out(*wd, pl, *kw, sx, dx) == Some(*ow as usize)

@@ -335,7 +335,13 @@ impl GraphBuilder {
         for (name, zp) in [("in_zp", in_zp), ("out_zp", out_zp)] {
             check_zero_point(OP, name, zp)?;
         }
-        let most = p.kernel[0] * p.kernel[1];
+        let most = p.kernel[0].saturating_mul(p.kernel[1]);
+        if most > QPOOL_MOST {
+            return Err(shape_err(
+                OP,
+                format!("a window of {:?}: at most {QPOOL_MOST} positions", p.kernel),
+            ));
+        }
         let table: Vec<i32> = (0..=most as u32)
             .flat_map(|count| {
                 let r = reciprocal_scale(count.max(1));
@@ -345,8 +351,13 @@ impl GraphBuilder {
         let table = HostTensor::from_i32(vec![table.len()], &table)
             .map_err(|e| shape_err(OP, format!("reciprocal scales: {e}")))?;
         let scale = self.constant(&format!("{}_pool_scales", xi.name), table)?;
+        let total = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| shape_err(OP, format!("{shape:?}: over 2^32 elements")))?;
         let push = push::QPoolPush {
-            total: shape.iter().product::<usize>() as u32,
+            total,
             h: h as u32,
             w: w as u32,
             oh: shape[2] as u32,
@@ -360,7 +371,7 @@ impl GraphBuilder {
             in_zp,
             out_zp,
         };
-        let words = shape.iter().product::<usize>().div_ceil(4) as u64;
+        let words = u64::from(total).div_ceil(4);
         let out = KernelOut {
             dtype: DType::I8,
             shape,
@@ -451,6 +462,10 @@ impl GraphBuilder {
         ))
     }
 }
+
+/// The most positions of an int8 average pool's window: its reciprocal scales are a table of
+/// one entry a count.
+const QPOOL_MOST: usize = 1 << 20;
 
 /// Below this many threads (one per output word, or per four words of four channels on the
 /// pointwise kernel) an int8 convolution of deep sums (32 terms or more; 192 or more for the
