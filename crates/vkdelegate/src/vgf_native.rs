@@ -130,8 +130,8 @@ fn math_of(op: Operator) -> Option<Math> {
 }
 
 /// Whether an operator's result type is one the native path computes: floats, booleans of
-/// comparisons, and the integer patterns `Lowering::quantized` lowers (int8 and int32 values between
-/// RESCALEs, int8 pooling and data movement).
+/// comparisons, and the integer patterns `Lowering::quantized` lowers (int8 and int32 values
+/// between RESCALEs, int8 pooling and data movement).
 fn typed(n: &Node) -> bool {
     use Operator::*;
     match (n.op, n.result.element) {
