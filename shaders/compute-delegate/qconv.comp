@@ -76,7 +76,8 @@ void main() {
     uint plane = pc.h * pc.w;
     // 1x1, stride 1, unpadded, over planes of whole words: a word's four outputs are four
     // pixels of one channel, and each term one word of x for all four.
-    if (taps == 1 && pc.sh == 1 && pc.sw == 1 && pc.ph == 0 && pc.pw == 0 && plane % 4 == 0) {
+    if (taps == 1 && pc.sh == 1 && pc.sw == 1 && pc.ph == 0 && pc.pw == 0 && pc.oh == pc.h
+        && pc.ow == pc.w && plane % 4 == 0) {
         uint quads = plane / 4;
         int acc[4] = int[4](0, 0, 0, 0);
         if (q < words) {

@@ -1130,8 +1130,10 @@ pub(crate) fn conv_shape(
     }
     let mut o = [0usize; 2];
     for i in 0..2 {
-        let size = [h, wd][i] + 2 * p.padding[i];
-        let span = p.dilation[i] * ([kh, kw][i] - 1) + 1;
+        let size = [h, wd][i].saturating_add(p.padding[i].saturating_mul(2));
+        let span = p.dilation[i]
+            .saturating_mul([kh, kw][i].saturating_sub(1))
+            .saturating_add(1);
         if span > size {
             return Err(shape_err(
                 op,

@@ -88,7 +88,8 @@ fn int8_add_and_conv_match_integer_references() {
     // conv: per-channel and per-tensor rescales, groups, padding, stride; more padding at the
     // bottom and right than at the top and left; 1x1 on the pointwise kernel (output
     // channels not a multiple of 4, two images); few outputs of deep sums on the split
-    // kernel (a 3x3 layer, a classifier, and 73728 output words: two rows of work groups).
+    // kernel (a 3x3 layer, a classifier, 73728 output words in two rows of work groups, and a
+    // 1x1 layer padded at the bottom and right, whose outputs are not its input's pixels).
     let cases = [
         (
             [1usize, 4, 7, 6],
@@ -139,6 +140,14 @@ fn int8_add_and_conv_match_integer_references() {
             true,
             Some([1, 1]),
             "QConv",
+        ),
+        (
+            [1, 40, 4, 4],
+            [6, 40, 1, 1],
+            Conv2d::default(),
+            true,
+            Some([1, 1]),
+            "QConvSplit",
         ),
         (
             [2, 5, 4, 6],

@@ -260,6 +260,7 @@ impl<'a> Lowering<'a> {
         }
         for node in &self.graph.nodes {
             let v = self.node(node)?;
+            let v = self.typed_as(node, v)?;
             self.nodes.push(v);
         }
         let outs: Vec<Option<u32>> = self
@@ -282,6 +283,26 @@ impl<'a> Lowering<'a> {
             self.g.output(t)?;
         }
         Ok(self.g)
+    }
+
+    /// `v` in its operator's float result type where it was made in another (an fp16 MATMUL
+    /// with an fp32 result).
+    fn typed_as(&mut self, n: &Node, v: Value) -> Result<Value> {
+        let Element::Float(_) = n.result.element else {
+            return Ok(v);
+        };
+        let want = dtype(n.result.element, n.op.name())?;
+        let cast = |g: &mut GraphBuilder, t: TensorId| -> Result<TensorId> {
+            match g.dtype(t) {
+                Some(d) if d != want => Ok(g.cast(t, want)?),
+                _ => Ok(t),
+            }
+        };
+        Ok(match v {
+            Value::Tosa(t) => Value::Tosa(cast(&mut self.g, t)?),
+            Value::Nchw(t) => Value::Nchw(cast(&mut self.g, t)?),
+            Value::Pending => Value::Pending,
+        })
     }
 
     /// An operand as a tensor of the graph.
@@ -665,7 +686,6 @@ impl<'a> Lowering<'a> {
         let (kernel, stride, pad) = (attr(0)?, attr(1)?, attr(2)?);
         let (padding, stride, kernel) = conv_geometry(&pad, &stride, &kernel)
             .ok_or_else(|| bad("uneven padding (top != bottom or left != right)"))?;
-        let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0) as i32;
         let x = self.nchw(&o[4])?;
         let p = Pool2d {
             kernel,
@@ -674,7 +694,8 @@ impl<'a> Lowering<'a> {
             ceil_mode: false,
             count_include_pad: false,
         };
-        Ok(self.g.avg_pool2d_q8(x, p, zp(5), zp(6))?)
+        let (in_zp, out_zp) = (self.zero_point(n, 5)?, self.zero_point(n, 6)?);
+        Ok(self.g.avg_pool2d_q8(x, p, in_zp, out_zp)?)
     }
 
     /// A RESCALE's parameters, where it is one the int8 kernels compute: 32-bit multipliers,
@@ -706,12 +727,20 @@ impl<'a> Lowering<'a> {
                 _ => Err(bad(&format!("multiplier {m} with shift {s}"))),
             })
             .collect::<Result<Vec<_>>>()?;
-        let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0);
         Ok(Requantize {
             scales,
-            in_zp: zp(8),
-            out_zp: zp(9),
+            in_zp: self.zero_point(n, 8)?.into(),
+            out_zp: self.zero_point(n, 9)?.into(),
         })
+    }
+
+    /// Operand `i` of `n` as a zero point: the first value of an integer constant (a tensor or
+    /// graph constant), 0 where it holds none, an error where it is not an integer constant
+    /// or outside 32 bits.
+    fn zero_point(&self, n: &Node, i: usize) -> Result<i32> {
+        let bad = || unsupported(format!("{} at word {}: zero point {i}", n.op.name(), n.at));
+        let v = self.ints_of(&n.operands[i])?.ok_or_else(bad)?;
+        i32::try_from(v.first().copied().unwrap_or(0)).map_err(|_| bad())
     }
 
     /// An integer constant operand's values: a tensor constant, or a graph constant read from
@@ -753,7 +782,7 @@ impl<'a> Lowering<'a> {
             .map(|p| usize::try_from(p).map_err(|_| bad(&format!("padding {pad:?}"))))
             .into_iter()
             .collect::<Result<Vec<_>>>()?;
-        let zp = |i: usize| ints(&o[i]).and_then(|v| v.first().copied()).unwrap_or(0) as i32;
+        let (x_zp, w_zp) = (self.zero_point(n, 8)?, self.zero_point(n, 9)?);
         let x = self.nchw(&o[5])?;
         let (w, groups) = self.weights_q8(n, &bad)?;
         let bias = match &o[7] {
@@ -777,8 +806,8 @@ impl<'a> Lowering<'a> {
                 dilation,
                 groups,
             },
-            x_zp: zp(8),
-            w_zp: zp(9),
+            x_zp,
+            w_zp,
             out_zp: out.out_zp as i32,
             pad_end: (end[..] != padding[..]).then_some([end[0], end[1]]),
         };
@@ -889,9 +918,21 @@ impl<'a> Lowering<'a> {
                 "out_pad of other than 4 values or stride of other than 2",
             ));
         };
-        if t > 0 || l > 0 || b < t || r < l || sy < 1 || sx < 1 {
+        let geometry = (|| {
+            let pad = [
+                usize::try_from(t.checked_neg()?).ok()?,
+                usize::try_from(l.checked_neg()?).ok()?,
+            ];
+            let extra = [
+                usize::try_from(b.checked_sub(t)?).ok()?,
+                usize::try_from(r.checked_sub(l)?).ok()?,
+            ];
+            let stride = [usize::try_from(sy).ok()?, usize::try_from(sx).ok()?];
+            (stride.iter().all(|&s| (1..=1 << 16).contains(&s))).then_some((pad, extra, stride))
+        })();
+        let Some((padding, extra, stride)) = geometry else {
             return Err(bad(&format!("out_pad {out_pad:?} with stride {stride:?}")));
-        }
+        };
         let x = self.nchw(&o[4])?;
         let w = self.weights(&o[5], [3, 0, 1, 2])?;
         let bias = self.tensor(&o[6])?;
@@ -902,12 +943,11 @@ impl<'a> Lowering<'a> {
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             == Some(oc);
         let p = Conv2d {
-            stride: [sy as usize, sx as usize],
-            padding: [(-t) as usize, (-l) as usize],
+            stride,
+            padding,
             dilation: [1, 1],
             groups: 1,
         };
-        let extra = [(b - t) as usize, (r - l) as usize];
         let y = self
             .g
             .conv_transpose2d(x, w, per_channel.then_some(bias), p, extra)?;

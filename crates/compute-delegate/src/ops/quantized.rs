@@ -412,6 +412,16 @@ impl GraphBuilder {
             }
         }
         let shape = conv_shape(OP, &padded, &wi, &q.conv)?;
+        let fits = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .is_some_and(|n| n <= u32::MAX as usize);
+        if !fits {
+            return Err(shape_err(
+                OP,
+                format!("an output of {shape:?}: over 2^32 elements"),
+            ));
+        }
         let cout = shape[1];
         if let Some(b) = bias {
             let bi = self.typed_operand(OP, b, DType::I32)?;

@@ -58,6 +58,14 @@ fn repeat(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 /// along each dim, by concatenation.
 fn tile(c: &mut Call<'_>, x: TensorId, repeats: &[usize]) -> Result<TensorId> {
     let shape = c.shape(x);
+    let total = shape
+        .iter()
+        .chain(repeats)
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= u32::MAX as usize);
+    if total.is_none() {
+        return Err(c.err(1, format!("{repeats:?} of {shape:?}: over 2^32 elements")));
+    }
     let mut full: Vec<isize> = vec![1; repeats.len() - shape.len()];
     full.extend(shape.iter().map(|&s| s as isize));
     let mut y = c.g.reshape(x, &full)?;
@@ -336,8 +344,8 @@ fn constant_pad(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
         let size = c.shape(x)[dim] as i64;
         let (before, after) = (pair[0], pair[1]);
         if before < 0 || after < 0 {
-            let start = (-before).max(0) as isize;
-            let end = (size - (-after).max(0)) as isize;
+            let start = before.saturating_neg().max(0) as isize;
+            let end = (size - after.saturating_neg().max(0)) as isize;
             if end < start {
                 return Err(c.err(1, format!("{pad:?} cuts more than dim {dim}'s {size}")));
             }
