@@ -573,7 +573,6 @@ impl<'a> Lowering<'a> {
                 Value::Tosa(self.g.reshape(x, &to_isize(&shape))?)
             }
             Conv2d | DepthwiseConv2d => Value::Nchw(self.conv(n, &bad)?),
-            AvgPool2d if n.result.element == Element::Int(8) => Value::Nchw(self.pool_q8(n, &bad)?),
             AvgPool2d | MaxPool2d => Value::Nchw(self.pool(n, &bad)?),
             ReduceSum | ReduceMax | ReduceMin => {
                 let axis = ints(&o[0]).and_then(|a| a.first().copied());
@@ -677,25 +676,6 @@ impl<'a> Lowering<'a> {
             }
             _ => Err(bad("an input that is not an int32 convolution or ADD")),
         }
-    }
-
-    /// An int8 AVG_POOL2D (`avg_pool2d_q8`), its result in NCHW.
-    fn pool_q8(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
-        let o = &n.operands;
-        let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
-        let (kernel, stride, pad) = (attr(0)?, attr(1)?, attr(2)?);
-        let (padding, stride, kernel) = conv_geometry(&pad, &stride, &kernel)
-            .ok_or_else(|| bad("uneven padding (top != bottom or left != right)"))?;
-        let x = self.nchw(&o[4])?;
-        let p = Pool2d {
-            kernel,
-            stride,
-            padding,
-            ceil_mode: false,
-            count_include_pad: false,
-        };
-        let (in_zp, out_zp) = (self.zero_point(n, 5)?, self.zero_point(n, 6)?);
-        Ok(self.g.avg_pool2d_q8(x, p, in_zp, out_zp)?)
     }
 
     /// A RESCALE's parameters, where it is one the int8 kernels compute: 32-bit multipliers,
@@ -1063,7 +1043,7 @@ impl<'a> Lowering<'a> {
         Ok((padding, stride, dilation, extra))
     }
 
-    /// AVG_POOL2D and MAX_POOL2D, the result in NCHW.
+    /// AVG_POOL2D (float, or int8 on `avg_pool2d_q8`) and MAX_POOL2D, the result in NCHW.
     fn pool(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
         let o = &n.operands;
         let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
@@ -1079,8 +1059,12 @@ impl<'a> Lowering<'a> {
             ceil_mode: false,
             count_include_pad: false,
         };
-        Ok(match n.op {
-            Operator::AvgPool2d => self.g.avg_pool2d(x, p)?,
+        Ok(match (n.op, n.result.element) {
+            (Operator::AvgPool2d, Element::Int(8)) => {
+                let (in_zp, out_zp) = (self.zero_point(n, 5)?, self.zero_point(n, 6)?);
+                self.g.avg_pool2d_q8(x, p, in_zp, out_zp)?
+            }
+            (Operator::AvgPool2d, _) => self.g.avg_pool2d(x, p)?,
             _ => self.g.max_pool2d(x, p)?,
         })
     }
