@@ -26,8 +26,9 @@ use vk_core::{
 };
 
 use crate::error::{Error, Result};
-use crate::graph::{Conv2d, GraphBuilder, Pool2d};
+use crate::graph::{Conv2d, GraphBuilder, Pool2d, TensorId};
 use crate::kernels::{Kernel, Precision, Shader};
+use crate::ops::Arg;
 use crate::runtime::Graph;
 
 /// A row whose device or end-to-end spread, `(max - min) / median`, is above this is flagged
@@ -716,6 +717,11 @@ struct Sizes {
     /// More GEMM shapes: `(batch, m, k, n)`.
     gemms: Vec<(usize, usize, usize, usize)>,
     softmax: [usize; 2],
+    /// 4-bit products of one row, `(n, k, chain)`, as a decode step runs them (a square one
+    /// as a chain of products, each reading the last: the time of dependent dispatches) ...
+    q4: Vec<(usize, usize, usize)>,
+    /// ... and a gated MLP `(hidden, dim)` on an RMS norm, with its residual.
+    mlp_q4: (usize, usize),
     copy_bytes: u64,
     fma: (u32, u32),
     e2e_runs: usize,
@@ -731,6 +737,8 @@ impl Sizes {
                 matmul: 256,
                 gemms: vec![(1, 1, 256, 256), (1, 256, 256, 16), (4, 64, 64, 64)],
                 softmax: [256, 1024],
+                q4: vec![(64, 256, 1), (64, 64, 4), (8200, 64, 1)],
+                mlp_q4: (512, 128),
                 copy_bytes: 16 << 20,
                 fma: (64, 256),
                 e2e_runs: 5,
@@ -743,6 +751,16 @@ impl Sizes {
                 matmul: 4096,
                 gemms: vec![(1, 1, 4096, 4096), (1, 4096, 4096, 64), (16, 256, 256, 256)],
                 softmax: [16384, 4096],
+                // Llama-3.2-1B's: q and o, k and v, down, the output matrix.
+                // The first: the floor of a dependent dispatch.
+                q4: vec![
+                    (64, 64, 16),
+                    (2048, 2048, 16),
+                    (512, 2048, 1),
+                    (2048, 8192, 1),
+                    (128256, 2048, 1),
+                ],
+                mlp_q4: (8192, 2048),
                 copy_bytes: 1 << 30,
                 fma: (8192, 4096),
                 e2e_runs: 3,
@@ -1029,6 +1047,97 @@ fn cases(s: &Sizes) -> Vec<Case> {
         });
     }
     cases.extend(f16_cases(s));
+    cases.extend(decode_cases(s));
+    cases
+}
+
+/// Bytes of a 4-bit weight `[n, k]` in groups of 32 with its f32 scales.
+fn q4_bytes(n: usize, k: usize) -> f64 {
+    (n * k / 2 + n * k / 32 * 4) as f64
+}
+
+/// A 4-bit product `x W^T` of `et_vk.linear_q4gsw`, `W` `[n, k]` in groups of 32, with
+/// patterned weights and scales.
+fn q4_linear(
+    g: &mut GraphBuilder,
+    x: TensorId,
+    seed: usize,
+    n: usize,
+    k: usize,
+) -> Result<TensorId> {
+    let packed: Vec<u8> = (0..n * k / 2)
+        .map(|i| ((i * 7 + seed * 13) % 251) as u8)
+        .collect();
+    let w = HostTensor::new(DType::U8, vec![n, k / 2], packed)
+        .map_err(|e| Error::Graph(format!("bench weights: {e}")))?;
+    let w = g.constant(&format!("w{seed}"), w)?;
+    let scales: Vec<f32> = (0..n * k / 32)
+        .map(|i| 0.01 + ((i * 3 + seed) % 17) as f32 * 1e-3)
+        .collect();
+    let s = g.constant_f32(&format!("s{seed}"), &[k / 32, n], &scales)?;
+    let args = vec![
+        Arg::Tensor(x),
+        Arg::Tensor(w),
+        Arg::Tensor(s),
+        Arg::Int(32),
+        Arg::None,
+    ];
+    let op = crate::ops::find("et_vk.linear_q4gsw.default")
+        .ok_or_else(|| Error::Graph("bench: no et_vk.linear_q4gsw".into()))?;
+    Ok(op.call(g, args)?[0])
+}
+
+/// A language model's decode step: 4-bit products of one row (weights, scales, x and y in
+/// the bytes), and a gated MLP on an RMS norm with its residual (two dispatches once fused).
+fn decode_cases(s: &Sizes) -> Vec<Case> {
+    let f32_t = DType::F32;
+    let mut cases = Vec::new();
+    for &(n, k, chain) in &s.q4 {
+        let chain = if n == k { chain.max(1) } else { 1 };
+        let times = if chain > 1 {
+            format!(" x{chain}")
+        } else {
+            String::new()
+        };
+        cases.push(Case {
+            op: "linear_q4",
+            f32_op: None,
+            shape: format!("[1,{k}]x[{n},{k}]^T{times}"),
+            work: Work::Bytes(chain as f64 * (q4_bytes(n, k) + 4.0 * (n + k) as f64)),
+            make: Box::new(move || {
+                let mut g = GraphBuilder::new();
+                let mut y = g.input("x", f32_t, &[1, k])?;
+                for seed in 0..chain {
+                    y = q4_linear(&mut g, y, seed + 1, n, k)?;
+                }
+                g.output(y)?;
+                Ok((g, vec![pattern(&[1, k], 1)?]))
+            }),
+        });
+    }
+    let (hidden, dim) = s.mlp_q4;
+    cases.push(Case {
+        op: "mlp_q4",
+        f32_op: None,
+        shape: format!("{dim}->2x{hidden}->{dim}"),
+        work: Work::Bytes(3.0 * q4_bytes(hidden, dim)),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", f32_t, &[1, dim])?;
+            let nw = g.constant("nw", pattern(&[dim], 5)?)?;
+            let n = g.rms_norm(x, nw, 1e-5)?;
+            let gate = q4_linear(&mut g, n, 2, hidden, dim)?;
+            let up = q4_linear(&mut g, n, 3, hidden, dim)?;
+            let silu = crate::ops::find("aten.silu.default")
+                .ok_or_else(|| Error::Graph("bench: no aten.silu".into()))?;
+            let act = silu.call(&mut g, vec![Arg::Tensor(gate)])?[0];
+            let h = g.mul(act, up)?;
+            let d = q4_linear(&mut g, h, 4, dim, hidden)?;
+            let y = g.add(x, d)?;
+            g.output(y)?;
+            Ok((g, vec![pattern(&[1, dim], 1)?]))
+        }),
+    });
     cases
 }
 

@@ -83,10 +83,30 @@ pub(crate) const GEMV_Q4_TEAMS_FROM: u32 = 1024;
 /// and push block.
 fn layout(kernel: Kernel, groups: u32, subgroups: bool) -> Kernel {
     match kernel {
-        Kernel::GemvQ4 if groups >= GEMV_Q4_TEAMS_FROM => Kernel::GemvQ4Teams,
+        Kernel::GemvQ4 => gemv_q4_layout(groups, subgroups),
         Kernel::AttendSplit if subgroups => Kernel::AttendSplitSg,
         Kernel::AttendCache if subgroups => Kernel::AttendCacheSg,
         k => k,
+    }
+}
+
+/// Environment variable for tuning the packed 4-bit products' layout: `narrow`
+/// (`gemv_q4.comp`), `teams` (`gemv_q4_teams.comp`) or `subgroups` (`gemv_q4_sg.comp`, where
+/// the device has subgroup arithmetic); unset or anything else, the default by width.
+pub const ENV_GEMV_Q4: &str = "VKDELEGATE_GEMV_Q4";
+
+/// The packed 4-bit product's kernel for a node of `groups` work groups of 8 columns.
+fn gemv_q4_layout(groups: u32, subgroups: bool) -> Kernel {
+    match std::env::var(ENV_GEMV_Q4).as_deref() {
+        Ok("narrow") => return Kernel::GemvQ4,
+        Ok("teams") => return Kernel::GemvQ4Teams,
+        Ok("subgroups") if subgroups => return Kernel::GemvQ4Sg,
+        _ => {}
+    }
+    if groups >= GEMV_Q4_TEAMS_FROM {
+        Kernel::GemvQ4Teams
+    } else {
+        Kernel::GemvQ4
     }
 }
 
