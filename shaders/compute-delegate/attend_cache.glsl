@@ -217,7 +217,8 @@ void main() {
         // The work group that writes a query's last share combines the shares: for share c
         // with maximum m_c, sum l_c and unnormalised output o_c,
         //   y[g] = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c,   M = max_c m_c,
-        // and 0 where no share had a row.
+        // and 0 where no share had a row. Only the shares that hold rows are read, in one
+        // pass (the maximum so far rescales the sums), four shares' loads in flight at once.
         barrier();
         if (t == 0) {
             last_share = atomicAdd(done[g], 1u) == pc.chunks - 1;
@@ -228,18 +229,30 @@ void main() {
             if (t < pc.d) {
                 uint stride = pc.d + 2;
                 uint base = g * pc.chunks * stride;
+                uint used = min(pc.chunks, (rows + pc.chunk_rows - 1) / pc.chunk_rows);
                 float m = -3.0e38;
-                for (uint c = 0; c < pc.chunks; ++c) {
-                    m = max(m, part[base + c * stride]);
-                }
                 float l = 0.0;
                 float o = 0.0;
-                for (uint c = 0; c < pc.chunks; ++c) {
-                    uint at = base + c * stride;
-                    float lc = part[at + 1];
-                    float wc = lc > 0.0 ? exp(part[at] - m) : 0.0;
-                    l += wc * lc;
-                    o += wc * part[at + 2 + t];
+                for (uint c0 = 0; c0 < used; c0 += 4) {
+                    float mc[4];
+                    float lc[4];
+                    float oc[4];
+                    [[unroll]] for (uint u = 0; u < 4; ++u) {
+                        uint at = base + min(c0 + u, used - 1) * stride;
+                        mc[u] = part[at];
+                        lc[u] = part[at + 1];
+                        oc[u] = part[at + 2 + t];
+                    }
+                    [[unroll]] for (uint u = 0; u < 4; ++u) {
+                        if (c0 + u < used && lc[u] > 0.0) {
+                            float top = max(m, mc[u]);
+                            float was = exp(m - top);
+                            float now = exp(mc[u] - top);
+                            l = l * was + lc[u] * now;
+                            o = o * was + oc[u] * now;
+                            m = top;
+                        }
+                    }
                 }
                 y[qbase + t] = T(l > 0.0 ? o / l : 0.0);
             }

@@ -12,17 +12,20 @@
 // (a bias with bias_row 0, a residual of y's shape with bias_row n); with GLU, the gated
 // product of two such weights, w (the gate) and w2 (the up): y = silu(x w^T) * (x w2^T), as a
 // language model's MLP computes it. A prologue too: with NORM, x is first RMS-normalised,
-// x[r][k] * norm_w[k] / sqrt(mean_k(x[r]^2) + eps), as the norm before a product computes it.
+// x[r][k] * norm_w[k] / sqrt(mean_k(x[r]^2) + eps), as the norm before a product computes it:
+// the sums take x * norm_w, and the norm's factor (from the squares of the x the lanes read
+// on the way) scales them at the end, so no pass over x comes before the weights' loads.
 //
 // A work group is 64 lanes and 8 columns (with GLU, 4 columns of each weight). Lane x reads
 // the 16-byte words x, x + 64, .. (32 weights each) of all 8 packed rows, so that each slice
-// of x it loads serves 8 columns; the lanes of a column read it contiguously. The lanes' sums
-// then meet in shared memory, one output a thread. Work group g of a grid-stride loop over
-// the groups of columns. This layout suits products of few work groups (n up to a few
-// thousand): each lane has all of its weights in flight at once for k up to 2048. Wider
-// products run gemv_q4_teams.comp, which keeps more lanes busy per column.
+// of x it loads serves 8 columns; the lanes of a column read it contiguously; DEPTH words of
+// each row are in flight at once. The lanes' sums then meet in shared memory, one output a
+// thread. Work group g of a grid-stride loop over the groups of columns. The values are
+// unpacked in their places (q4.glsl). Gated products of over a thousand work groups run
+// gemv_q4_teams.comp, which keeps more lanes busy per column.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
+#include "q4.glsl"
 layout(local_size_x = 64) in;
 // Rows of x and y (1 to 4).
 layout(constant_id = 0) const uint ROWS = 1;
@@ -30,6 +33,8 @@ layout(constant_id = 0) const uint ROWS = 1;
 layout(constant_id = 1) const uint GLU = 0;
 // 1: x RMS-normalised first (NORM above).
 layout(constant_id = 2) const uint NORM = 0;
+// Words of each packed row a lane has in flight at once (2 for deep products).
+layout(constant_id = 3) const uint DEPTH = 1;
 
 const uint LANES = 64;
 const uint COLS = 8;
@@ -56,20 +61,11 @@ layout(push_constant) uniform Params {
     float eps;
 } pc;
 
-// Each output's (column c, row r at c * MAX_ROWS + r) partial sums, one per lane; rows padded
-// by one word so that the summing threads read different banks.
-shared float part[COLS * MAX_ROWS][LANES + 1];
-
-// The eight 4-bit values q of a word, low nibble first, minus 8: each nibble is set into the
-// mantissa of 2^23 (so the float is 2^23 + q exactly) and 2^23 + 8 subtracted, which costs no
-// integer-to-float conversion.
-void nibbles(uint word, out vec4 lo, out vec4 hi) {
-    const uint BASE = 0x4B000000u;
-    const float OFFSET = 8388616.0;
-    lo = uintBitsToFloat((uvec4(word, word >> 4, word >> 8, word >> 12) & 15u) | BASE) - OFFSET;
-    hi = uintBitsToFloat((uvec4(word >> 16, word >> 20, word >> 24, word >> 28) & 15u) | BASE)
-        - OFFSET;
-}
+// Each output's (column c, row r at c * MAX_ROWS + r) partial sums, one per lane, and with
+// NORM each row r's sums of squares of x at SQUARES + r; rows padded by one word so that the
+// summing threads read different banks.
+const uint SQUARES = COLS * MAX_ROWS;
+shared float part[SQUARES + MAX_ROWS][LANES + 1];
 
 float scale(bool up, uint at) {
     return up ? s2[at] : s[at];
@@ -92,33 +88,6 @@ void main() {
     const bool glu = GLU != 0;
     // Output columns a work group computes: 8, or 4 gated ones (slots 4..7 the up weights').
     const uint per = GLU != 0 ? COLS / 2 : COLS;
-    // With NORM, each row's 1 / sqrt(mean square + eps), from the lanes' sums of the slices
-    // of x they read.
-    float rstd[MAX_ROWS];
-    [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-        rstd[r] = 1.0;
-    }
-    if (NORM != 0) {
-        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-            if (r < ROWS) {
-                float ss = 0.0;
-                for (uint i = lane; i < words; i += LANES) {
-                    [[unroll]] for (uint v = 0; v < 8; ++v) {
-                        vec4 xv = vec4(x4[(r * pc.k) / 4 + i * 8 + v]);
-                        ss += dot(xv, xv);
-                    }
-                }
-                part[r][lane] = ss;
-            }
-        }
-        barrier();
-        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-            if (r < ROWS) {
-                rstd[r] = inversesqrt(lanes_sum(r) / float(pc.k) + pc.eps);
-            }
-        }
-        barrier();
-    }
     for (uint g = gl_WorkGroupID.x; g < pc.col_groups; g += gl_NumWorkGroups.x) {
         uint col0 = g * per;
         // The weight row of each slot (clamped into range; such slots' sums are not stored).
@@ -132,53 +101,74 @@ void main() {
                 acc[c][r] = 0.0;
             }
         }
-        for (uint i = lane; i < words; i += LANES) {
-            uvec4 q[COLS];
-            [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                q[c] = (glu && c >= per) ? w2[row[c] * words + i] : w[row[c] * words + i];
-            }
-            float d[COLS][MAX_ROWS];
-            [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                    d[c][r] = 0.0;
-                }
-            }
-            [[unroll]] for (uint p = 0; p < 4; ++p) {
-                uint kk = i * 32 + p * 8;
-                vec4 xa[MAX_ROWS];
-                vec4 xb[MAX_ROWS];
-                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                    if (r < ROWS) {
-                        uint at = (r * pc.k + kk) / 4;
-                        xa[r] = vec4(x4[at]);
-                        xb[r] = vec4(x4[at + 1]);
-                        if (NORM != 0) {
-                            xa[r] *= rstd[r] * vec4(nw4[kk / 4]);
-                            xb[r] *= rstd[r] * vec4(nw4[kk / 4 + 1]);
-                        }
-                    }
-                }
+        // With NORM, the sums of squares of the x this lane reads: the lanes read all of it
+        // once, and the norm scales the sums at the end.
+        float ss[MAX_ROWS];
+        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+            ss[r] = 0.0;
+        }
+        for (uint i0 = lane; i0 < words; i0 += LANES * DEPTH) {
+            uvec4 q[DEPTH][COLS];
+            [[unroll]] for (uint u = 0; u < DEPTH; ++u) {
+                uint i = min(i0 + u * LANES, words - 1);
                 [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                    float sc = 1.0;
-                    if (fine) {
-                        sc = scale(glu && c >= per, row[c] * pc.groups + (kk >> pc.group_shift));
-                    }
-                    vec4 lo, hi;
-                    nibbles(q[c][p], lo, hi);
-                    [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                        if (r < ROWS) {
-                            d[c][r] += sc * (dot(lo, xa[r]) + dot(hi, xb[r]));
-                        }
-                    }
+                    q[u][c] = (glu && c >= per) ? w2[row[c] * words + i] : w[row[c] * words + i];
                 }
             }
-            [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                float sc = 1.0;
-                if (!fine) {
-                    sc = scale(glu && c >= per, row[c] * pc.groups + ((i * 32) >> pc.group_shift));
-                }
-                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                    acc[c][r] += sc * d[c][r];
+            [[unroll]] for (uint u = 0; u < DEPTH; ++u) {
+                uint i = i0 + u * LANES;
+                if (i < words) {
+                    float d[COLS][MAX_ROWS];
+                    [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                            d[c][r] = 0.0;
+                        }
+                    }
+                    [[unroll]] for (uint p = 0; p < 4; ++p) {
+                        uint kk = i * 32 + p * 8;
+                        vec4 sa = Q4_X_LO;
+                        vec4 sb = Q4_X_HI;
+                        if (NORM != 0) {
+                            sa *= vec4(nw4[kk / 4]);
+                            sb *= vec4(nw4[kk / 4 + 1]);
+                        }
+                        vec4 xa[MAX_ROWS];
+                        vec4 xb[MAX_ROWS];
+                        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                            if (r < ROWS) {
+                                uint at = (r * pc.k + kk) / 4;
+                                xa[r] = vec4(x4[at]);
+                                xb[r] = vec4(x4[at + 1]);
+                                if (NORM != 0) {
+                                    ss[r] += dot(xa[r], xa[r]) + dot(xb[r], xb[r]);
+                                }
+                                xa[r] *= sa;
+                                xb[r] *= sb;
+                            }
+                        }
+                        [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                            float sc = 1.0;
+                            if (fine) {
+                                sc = scale(glu && c >= per, row[c] * pc.groups + (kk >> pc.group_shift));
+                            }
+                            vec4 lo, hi;
+                            nibbles(q[u][c][p], lo, hi);
+                            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                                if (r < ROWS) {
+                                    d[c][r] += sc * (dot(lo, xa[r]) + dot(hi, xb[r]));
+                                }
+                            }
+                        }
+                    }
+                    [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                        float sc = 1.0;
+                        if (!fine) {
+                            sc = scale(glu && c >= per, row[c] * pc.groups + ((i * 32) >> pc.group_shift));
+                        }
+                        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                            acc[c][r] += sc * d[c][r];
+                        }
+                    }
                 }
             }
         }
@@ -187,14 +177,23 @@ void main() {
                 part[c * MAX_ROWS + r][lane] = acc[c][r];
             }
         }
+        if (NORM != 0) {
+            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                part[SQUARES + r][lane] = ss[r];
+            }
+        }
         barrier();
         if (lane < per * MAX_ROWS) {
             uint c = lane / MAX_ROWS;
             uint r = lane % MAX_ROWS;
             if (r < ROWS && col0 + c < pc.n) {
-                float v = lanes_sum(lane);
+                float rs = 1.0;
+                if (NORM != 0) {
+                    rs = inversesqrt(lanes_sum(SQUARES + r) / float(pc.k) + pc.eps);
+                }
+                float v = lanes_sum(lane) * rs;
                 if (glu) {
-                    float up = lanes_sum((c + per) * MAX_ROWS + r);
+                    float up = lanes_sum((c + per) * MAX_ROWS + r) * rs;
                     v = v / (1.0 + exp(-v)) * up;
                 }
                 if (pc.has_bias != 0) {

@@ -14,6 +14,7 @@
 // columns' groups s, s + (all subgroups), ..
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
+#include "q4.glsl"
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint ROWS = 1;
 layout(constant_id = 1) const uint GLU = 0;
@@ -43,15 +44,6 @@ layout(push_constant) uniform Params {
     uint bias_row;
     float eps;
 } pc;
-
-// The eight 4-bit values of a word, low nibble first, minus 8 (see gemv_q4.comp).
-void nibbles(uint word, out vec4 lo, out vec4 hi) {
-    const uint BASE = 0x4B000000u;
-    const float OFFSET = 8388616.0;
-    lo = uintBitsToFloat((uvec4(word, word >> 4, word >> 8, word >> 12) & 15u) | BASE) - OFFSET;
-    hi = uintBitsToFloat((uvec4(word >> 16, word >> 20, word >> 24, word >> 28) & 15u) | BASE)
-        - OFFSET;
-}
 
 void main() {
     uint lane = gl_SubgroupInvocationID;
@@ -98,8 +90,8 @@ void main() {
                         uint kk = i * 32 + p * 8;
                         vec4 xa[MAX_ROWS];
                         vec4 xb[MAX_ROWS];
-                        vec4 nwa = NORM != 0 ? vec4(nw4[kk / 4]) : vec4(1.0);
-                        vec4 nwb = NORM != 0 ? vec4(nw4[kk / 4 + 1]) : vec4(1.0);
+                        vec4 nwa = NORM != 0 ? vec4(nw4[kk / 4]) * Q4_X_LO : Q4_X_LO;
+                        vec4 nwb = NORM != 0 ? vec4(nw4[kk / 4 + 1]) * Q4_X_HI : Q4_X_HI;
                         [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
                             if (r < ROWS) {
                                 uint at = (r * pc.k + kk) / 4;
@@ -107,9 +99,9 @@ void main() {
                                 xb[r] = vec4(x4[at + 1]);
                                 if (NORM != 0) {
                                     ss[r] += dot(xa[r], xa[r]) + dot(xb[r], xb[r]);
-                                    xa[r] *= nwa;
-                                    xb[r] *= nwb;
                                 }
+                                xa[r] *= nwa;
+                                xb[r] *= nwb;
                             }
                         }
                         [[unroll]] for (uint c = 0; c < COLS; ++c) {

@@ -12,6 +12,7 @@
 // the sums are scaled at the end. The teams' sums meet in shared memory, one output a thread.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
+#include "q4.glsl"
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint ROWS = 1;
 layout(constant_id = 1) const uint GLU = 0;
@@ -47,15 +48,6 @@ layout(push_constant) uniform Params {
 // The partial sums of each (column slot c, row r) at c * ROWS + r, one per lane of its
 // team; with NORM, row r's sums of squares at (8 + r) * ROWS.
 shared float part[(COLS + MAX_ROWS) * MAX_ROWS][TEAM + 1];
-
-// The eight 4-bit values of a word, low nibble first, minus 8 (see gemv_q4.comp).
-void nibbles(uint word, out vec4 lo, out vec4 hi) {
-    const uint BASE = 0x4B000000u;
-    const float OFFSET = 8388616.0;
-    lo = uintBitsToFloat((uvec4(word, word >> 4, word >> 8, word >> 12) & 15u) | BASE) - OFFSET;
-    hi = uintBitsToFloat((uvec4(word >> 16, word >> 20, word >> 24, word >> 28) & 15u) | BASE)
-        - OFFSET;
-}
 
 // A team's partial sums of slot `at`.
 float team_sum(uint at) {
@@ -105,8 +97,8 @@ void main() {
             [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
                 uint i = i0 + u * TEAM;
                 if (i < words) {
-                    vec4 nwa = NORM != 0 ? vec4(nw4[i * 2]) : vec4(1.0);
-                    vec4 nwb = NORM != 0 ? vec4(nw4[i * 2 + 1]) : vec4(1.0);
+                    vec4 nwa = NORM != 0 ? vec4(nw4[i * 2]) * Q4_X_LO : Q4_X_LO;
+                    vec4 nwb = NORM != 0 ? vec4(nw4[i * 2 + 1]) * Q4_X_HI : Q4_X_HI;
                     vec4 lo[2], hi[2];
                     [[unroll]] for (uint c = 0; c < 2; ++c) {
                         nibbles(q[u][c], lo[c], hi[c]);
@@ -117,9 +109,9 @@ void main() {
                         vec4 xb = vec4(x4[at + 1]);
                         if (NORM != 0) {
                             ss[r] += dot(xa, xa) + dot(xb, xb);
-                            xa *= nwa;
-                            xb *= nwb;
                         }
+                        xa *= nwa;
+                        xb *= nwb;
                         [[unroll]] for (uint c = 0; c < 2; ++c) {
                             acc[c][r] += sc[u][c] * (dot(lo[c], xa) + dot(hi[c], xb));
                         }

@@ -1117,6 +1117,21 @@ fn decode_cases(s: &Sizes) -> Vec<Case> {
     }
     let (hidden, dim) = s.mlp_q4;
     cases.push(Case {
+        op: "norm_linear_q4",
+        f32_op: None,
+        shape: format!("rms_norm [1,{dim}] x[{dim},{dim}]^T"),
+        work: Work::Bytes(q4_bytes(dim, dim)),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", f32_t, &[1, dim])?;
+            let nw = g.constant("nw", pattern(&[dim], 5)?)?;
+            let n = g.rms_norm(x, nw, 1e-5)?;
+            let y = q4_linear(&mut g, n, 6, dim, dim)?;
+            g.output(y)?;
+            Ok((g, vec![pattern(&[1, dim], 1)?]))
+        }),
+    });
+    cases.push(Case {
         op: "mlp_q4",
         f32_op: None,
         shape: format!("{dim}->2x{hidden}->{dim}"),

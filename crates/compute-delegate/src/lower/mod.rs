@@ -81,9 +81,9 @@ pub(crate) const GEMV_Q4_TEAMS_FROM: u32 = 1024;
 /// product the layout that suits its width; for attention over a cache its subgroup form
 /// where the device has subgroup arithmetic (`subgroups`). Each pair takes the same bindings
 /// and push block.
-fn layout(kernel: Kernel, groups: u32, subgroups: bool) -> Kernel {
+fn layout(kernel: Kernel, groups: u32, spec: &[u32], subgroups: bool) -> Kernel {
     match kernel {
-        Kernel::GemvQ4 => gemv_q4_layout(groups, subgroups),
+        Kernel::GemvQ4 => gemv_q4_layout(groups, spec.get(1) == Some(&1), subgroups),
         Kernel::AttendSplit if subgroups => Kernel::AttendSplitSg,
         Kernel::AttendCache if subgroups => Kernel::AttendCacheSg,
         k => k,
@@ -95,19 +95,35 @@ fn layout(kernel: Kernel, groups: u32, subgroups: bool) -> Kernel {
 /// the device has subgroup arithmetic); unset or anything else, the default by width.
 pub const ENV_GEMV_Q4: &str = "VKDELEGATE_GEMV_Q4";
 
-/// The packed 4-bit product's kernel for a node of `groups` work groups of 8 columns.
-fn gemv_q4_layout(groups: u32, subgroups: bool) -> Kernel {
+/// The packed 4-bit product's kernel for a node of `groups` work groups of 8 columns (4 gated
+/// ones where `gated`): the teams' layout for wide gated products, else `gemv_q4.comp`.
+fn gemv_q4_layout(groups: u32, gated: bool, subgroups: bool) -> Kernel {
     match std::env::var(ENV_GEMV_Q4).as_deref() {
         Ok("narrow") => return Kernel::GemvQ4,
         Ok("teams") => return Kernel::GemvQ4Teams,
         Ok("subgroups") if subgroups => return Kernel::GemvQ4Sg,
         _ => {}
     }
-    if groups >= GEMV_Q4_TEAMS_FROM {
+    if gated && groups >= GEMV_Q4_TEAMS_FROM {
         Kernel::GemvQ4Teams
     } else {
         Kernel::GemvQ4
     }
+}
+
+/// `gemv_q4.comp` keeps two words of each row in flight per lane (its `DEPTH`) where a row
+/// has more words than a work group has lanes.
+fn gemv_q4_depth(kernel: Kernel, push: &[u32], spec: &[u32]) -> Vec<u32> {
+    let mut spec = spec.to_vec();
+    let k = push
+        .get(std::mem::offset_of!(push::GemvQ4Push, k) / 4)
+        .copied()
+        .unwrap_or(0);
+    if kernel == Kernel::GemvQ4 && k / 32 > 64 {
+        spec.resize(4, 0);
+        spec[3] = 2;
+    }
+    spec
 }
 
 impl Lowerer<'_> {
@@ -379,11 +395,12 @@ impl Lowerer<'_> {
                     Some(n) => (*n).clamp(1, 65535) as u32,
                     None => self.linear_groups(t.info.numel() as u64),
                 };
-                let kernel = match layout(*kernel, g, self.subgroups) {
+                let kernel = match layout(*kernel, g, spec, self.subgroups) {
                     Kernel::GemvT => self.gemv_t_kernel(),
                     k => k,
                 };
-                self.push_words(kernel, spec.clone(), bindings, push.clone(), [g, 1, 1]);
+                let spec = gemv_q4_depth(kernel, push, spec);
+                self.push_words(kernel, spec, bindings, push.clone(), [g, 1, 1]);
                 Ok(())
             }
             #[cfg(feature = "bench")]
