@@ -181,6 +181,18 @@ fn profile(model: &mut LanguageModel) -> Result {
         let each = t.as_secs_f64() * 1e6 / n.max(1) as f64;
         println!("  {what:60} {n:5} {:9.3} ms {each:8.1}", ms(t));
     }
+    // The step's opening in order (the position prelude, then the first layer), each
+    // dispatch's time with `|` where a barrier precedes it.
+    println!("the first 24 dispatches in order (us; | a barrier before):");
+    for d in rows.iter().take(24) {
+        let mark = if d.barrier_before { '|' } else { ' ' };
+        let each = d.time.as_secs_f64() * 1e6;
+        println!(
+            "  {mark} {:44} {:24} {each:8.1}",
+            &d.op,
+            format!("{:?}", d.shape)
+        );
+    }
     Ok(())
 }
 

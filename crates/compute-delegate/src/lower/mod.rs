@@ -111,19 +111,44 @@ fn gemv_q4_layout(groups: u32, gated: bool, subgroups: bool) -> Kernel {
     }
 }
 
-/// `gemv_q4.comp` keeps two words of each row in flight per lane (its `DEPTH`) where a row
-/// has more words than a work group has lanes.
-fn gemv_q4_depth(kernel: Kernel, push: &[u32], spec: &[u32]) -> Vec<u32> {
-    let mut spec = spec.to_vec();
-    let k = push
-        .get(std::mem::offset_of!(push::GemvQ4Push, k) / 4)
+/// Environment variable for tuning `gemv_q4.comp`'s columns per work group: 4, 8 or 16
+/// (default 8).
+pub const ENV_GEMV_Q4_COLUMNS: &str = "VKDELEGATE_GEMV_Q4_COLUMNS";
+
+/// `gemv_q4.comp`'s columns per work group (its `COLS`), with the push block's count of column
+/// groups and the work groups to match; other kernels as they are.
+fn gemv_q4_columns(
+    kernel: Kernel,
+    spec: &[u32],
+    push: &[u32],
+    groups: u32,
+) -> (Vec<u32>, Vec<u32>, u32) {
+    let (mut spec, mut push) = (spec.to_vec(), push.to_vec());
+    let cols = match std::env::var(ENV_GEMV_Q4_COLUMNS).as_deref() {
+        Ok("4") => 4,
+        Ok("16") => 16,
+        _ => 8,
+    };
+    if kernel != Kernel::GemvQ4 || cols == 8 {
+        return (spec, push, groups);
+    }
+    use push::GemvQ4Push as P;
+    let n = push
+        .get(std::mem::offset_of!(P, n) / 4)
         .copied()
         .unwrap_or(0);
-    if kernel == Kernel::GemvQ4 && k / 32 > 64 {
-        spec.resize(4, 0);
-        spec[3] = 2;
+    let per = if spec.get(1) == Some(&1) {
+        cols / 2
+    } else {
+        cols
+    };
+    let col_groups = n.div_ceil(per);
+    if let Some(w) = push.get_mut(std::mem::offset_of!(P, col_groups) / 4) {
+        *w = col_groups;
     }
-    spec
+    spec.resize(4, 0);
+    spec[3] = cols;
+    (spec, push, col_groups.clamp(1, 65535))
 }
 
 impl Lowerer<'_> {
@@ -399,8 +424,8 @@ impl Lowerer<'_> {
                     Kernel::GemvT => self.gemv_t_kernel(),
                     k => k,
                 };
-                let spec = gemv_q4_depth(kernel, push, spec);
-                self.push_words(kernel, spec, bindings, push.clone(), [g, 1, 1]);
+                let (spec, push, g) = gemv_q4_columns(kernel, spec, push, g);
+                self.push_words(kernel, spec, bindings, push, [g, 1, 1]);
                 Ok(())
             }
             #[cfg(feature = "bench")]
