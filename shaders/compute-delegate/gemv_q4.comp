@@ -16,6 +16,12 @@
 // the sums take x * norm_w, and the norm's factor (from the squares of the x the lanes read
 // on the way) scales them at the end, so no pass over x comes before the weights' loads.
 //
+// CACHE, fused by the graph's passes in place of a KV cache write: with cache_rows, row r of
+// y is stored as row start + r of a cache [cache_rows, heads, head_d] (start = pos[0] + plus
+// where the position is on the device, has_pos, else plus; rows outside the cache dropped),
+// each (even, odd) pair of a head first rotated by the rotary tables cos and sin as rope.comp
+// rotates it where `rope` is set. A pair's two columns are in one work group.
+//
 // A work group is 64 lanes and 8 columns (with GLU, 4 columns of each weight). Lane x reads
 // the 16-byte words x, x + 64, .. (32 weights each) of all 8 packed rows, so that each slice
 // of x it loads serves 8 columns; the lanes of a column read it contiguously; DEPTH words of
@@ -49,7 +55,10 @@ layout(std430, set = 0, binding = 3) readonly buffer W2 { uvec4 w2[]; };
 layout(std430, set = 0, binding = 4) readonly buffer S2 { float s2[]; };
 layout(std430, set = 0, binding = 5) readonly buffer Bias { T bias[]; };
 layout(std430, set = 0, binding = 6) readonly buffer NormW { T4 nw4[]; };
-layout(std430, set = 0, binding = 7) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 7) readonly buffer Pos { int pos[]; };
+layout(std430, set = 0, binding = 8) readonly buffer Cos { T cos_[]; };
+layout(std430, set = 0, binding = 9) readonly buffer Sin { T sin_[]; };
+layout(std430, set = 0, binding = 10) writeonly buffer Y { T y[]; };
 
 // Rust: `kernels::push::GemvQ4Push`, generated from this block.
 layout(push_constant) uniform Params {
@@ -61,6 +70,14 @@ layout(push_constant) uniform Params {
     uint has_bias;
     uint bias_row;
     float eps;
+    // With cache_rows: y is a KV cache [cache_rows, heads, head_d] (CACHE above).
+    uint cache_rows;
+    uint heads;
+    uint head_d;
+    int plus;
+    uint has_pos;
+    // 0: no rotation; 1: tables of [rows, head_d / 2]; 2: of [rows, heads, head_d / 2].
+    uint rope;
 } pc;
 
 // Each output's (column c, row r at c * MAX_ROWS + r) partial sums, one per lane, and with
@@ -80,6 +97,28 @@ float lanes_sum(uint at) {
         sum += vec4(part[at][l], part[at][l + 1], part[at][l + 2], part[at][l + 3]);
     }
     return sum.x + sum.y + sum.z + sum.w;
+}
+
+// Stores output (column c of this work group, row r) into the cache (CACHE above), rotated
+// with its pair's output where `rope` is set; `rs` the norm's factor of row r.
+void into_cache(float v, uint c, uint r, float rs, uint col0) {
+    uint col = col0 + c;
+    uint e = col % pc.head_d;
+    uint head = col / pc.head_d;
+    if (pc.rope != 0) {
+        float other = lanes_sum((c ^ 1u) * MAX_ROWS + r) * rs;
+        bool even = (e & 1u) == 0u;
+        float re = even ? v : other;
+        float im = even ? other : v;
+        uint f = (pc.rope == 2 ? r * pc.heads + head : r) * (pc.head_d / 2) + e / 2;
+        float cs = float(cos_[f]);
+        float sn = float(sin_[f]);
+        v = even ? re * cs - im * sn : re * sn + im * cs;
+    }
+    int at = pc.plus + (pc.has_pos == 1 ? pos[0] : 0) + int(r);
+    if (at >= 0 && at < int(pc.cache_rows)) {
+        y[(uint(at) * pc.heads + head) * pc.head_d + e] = T(v);
+    }
 }
 
 void main() {
@@ -201,7 +240,11 @@ void main() {
                 if (pc.has_bias != 0) {
                     v += float(bias[r * pc.bias_row + col0 + c]);
                 }
-                y[r * pc.n + col0 + c] = T(v);
+                if (pc.cache_rows == 0) {
+                    y[r * pc.n + col0 + c] = T(v);
+                } else {
+                    into_cache(v, c, r, rs, col0);
+                }
             }
         }
         barrier();

@@ -32,7 +32,11 @@ layout(std430, set = 0, binding = 3) readonly buffer W2 { uvec4 w2[]; };
 layout(std430, set = 0, binding = 4) readonly buffer S2 { float s2[]; };
 layout(std430, set = 0, binding = 5) readonly buffer Bias { T bias[]; };
 layout(std430, set = 0, binding = 6) readonly buffer NormW { T4 nw4[]; };
-layout(std430, set = 0, binding = 7) writeonly buffer Y { T y[]; };
+// Bindings 7 to 9 (a KV cache's position and rotary tables) are gemv_q4.comp's alone.
+layout(std430, set = 0, binding = 7) readonly buffer Pos { int pos[]; };
+layout(std430, set = 0, binding = 8) readonly buffer Cos { T cos_[]; };
+layout(std430, set = 0, binding = 9) readonly buffer Sin { T sin_[]; };
+layout(std430, set = 0, binding = 10) writeonly buffer Y { T y[]; };
 
 layout(push_constant) uniform Params {
     uint n;
@@ -43,6 +47,13 @@ layout(push_constant) uniform Params {
     uint has_bias;
     uint bias_row;
     float eps;
+    // gemv_q4.comp's KV cache epilogue, which this layout does not take (cache_rows 0).
+    uint cache_rows;
+    uint heads;
+    uint head_d;
+    int plus;
+    uint has_pos;
+    uint rope;
 } pc;
 
 void main() {

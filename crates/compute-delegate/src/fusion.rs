@@ -12,7 +12,9 @@
 //!   as one dispatch reading both weights;
 //! - [`GraphBuilder::with_rotations_fused`]: a rotary embedding computed by its one
 //!   consumer, a KV cache write (the keys rotated straight into the cache) or an attention
-//!   over the cache (the queries rotated as they are loaded).
+//!   over the cache (the queries rotated as they are loaded);
+//! - [`GraphBuilder::with_cache_writes_fused`]: a KV cache write (of keys rotated on the way,
+//!   or of values) of a packed 4-bit product's rows, done by the product as it stores them.
 //!
 //! Each applies only where the intermediate results have no other reader, are no graph
 //! output, and are written by their node alone; [`crate::BuildOptions::unfused`] builds a graph
@@ -100,6 +102,8 @@ struct NormSlots {
     weights: usize,
     /// Its `NORM` specialization constant.
     flag: usize,
+    /// Inputs bound to `x` until a pass gives them (a cache's position and rotary tables).
+    spare: &'static [usize],
     /// Byte offset of its push block's bias flag.
     has_bias: usize,
     /// Byte offset of its push block's epsilon.
@@ -110,10 +114,11 @@ impl NormSlots {
     fn of(kernel: Kernel) -> Option<NormSlots> {
         match kernel {
             Kernel::GemvQ4 => Some(NormSlots {
-                inputs: 7,
+                inputs: 10,
                 bias: 5,
                 weights: 6,
                 flag: 2,
+                spare: &[7, 8, 9],
                 has_bias: HAS_BIAS,
                 eps: EPS,
             }),
@@ -122,6 +127,7 @@ impl NormSlots {
                 bias: 2,
                 weights: 4,
                 flag: 3,
+                spare: &[],
                 has_bias: std::mem::offset_of!(push::GemvTPush, has_bias),
                 eps: std::mem::offset_of!(push::GemvTPush, eps),
             }),
@@ -400,7 +406,9 @@ fn gated_q4(g: &Op, u: &Op, same: impl Fn(TensorId, TensorId) -> bool) -> Option
     Some(Op::Kernel {
         name: "gated_linear_q4gsw",
         kernel: Kernel::GemvQ4,
-        inputs: vec![gi[0], gi[1], gi[2], ui[1], ui[2], gi[0], gi[0]],
+        inputs: vec![
+            gi[0], gi[1], gi[2], ui[1], ui[2], gi[0], gi[0], gi[0], gi[0], gi[0],
+        ],
         push,
         groups: Some(u64::from(col_groups)),
         precision: None,
@@ -514,7 +522,11 @@ impl GraphBuilder {
             && inputs.len() == slots.inputs
             && at(&inputs[0])
             && inputs.iter().enumerate().all(|(p, t)| {
-                !at(t) || p == 0 || (p == slots.bias && unused_bias) || p == slots.weights
+                !at(t)
+                    || p == 0
+                    || (p == slots.bias && unused_bias)
+                    || p == slots.weights
+                    || slots.spare.contains(&p)
             });
         fits.then_some(op)
     }
@@ -684,5 +696,185 @@ fn rotated(op: &Op, rope: Rotation<'_>) -> Option<Op> {
             })
         }
         _ => None,
+    }
+}
+
+impl GraphBuilder {
+    /// The graph with each KV cache write whose new rows are a packed 4-bit product's result,
+    /// read by nothing else, done by that product (`gemv_q4.comp`'s CACHE epilogue): a
+    /// `cache_write.comp` node, or a rotation into the cache (`rope.comp` with cache rows),
+    /// whose rotation the product then does too. One dispatch, and one level of the step's
+    /// dependences, where there were two. `None` where there is none.
+    pub(crate) fn with_cache_writes_fused(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, node) in self.nodes.iter().enumerate() {
+            let Some(write) = CacheWrite::of(&node.op) else {
+                continue;
+            };
+            let Some(j) = self.sole_product(&uses, write.new) else {
+                continue;
+            };
+            if drop[j] || drop[k] {
+                continue;
+            }
+            let product = &self.nodes[j].op;
+            if !product
+                .inputs()
+                .iter()
+                .all(|&t| uses.ready_before(self, t, j))
+            {
+                continue;
+            }
+            let Some(op) = self.product_into_cache(product, &write) else {
+                continue;
+            };
+            // At the product's place where the position and tables are ready by then (every
+            // layer after the first) and nothing between touches the cache, else at the
+            // write's: the product's own operands are all written before it.
+            let ready = |at: usize| op.inputs().iter().all(|&t| uses.ready_before(self, t, at));
+            let cache = self.tensors[node.out.0].storage;
+            let between = (j + 1..k).any(|m| touches(self, &self.nodes[m], cache));
+            let at = if ready(j) && !between {
+                j
+            } else if ready(k) {
+                k
+            } else {
+                continue;
+            };
+            g.nodes[at] = Node { op, out: node.out };
+            drop[if at == j { k } else { j }] = true;
+        }
+        retain(g, &drop)
+    }
+
+    /// The node writing `t`'s storage where it is a packed 4-bit product without an epilogue
+    /// whose whole result, read once, `t` is (in any shape).
+    fn sole_product(&self, uses: &Uses, t: TensorId) -> Option<usize> {
+        let st = self.tensors[t.0].storage;
+        let [j] = uses.writers[st][..] else {
+            return None;
+        };
+        let out = self.nodes[j].out;
+        let whole = self.storages[st].tensor == out
+            && self.tensors[out.0].numel() == self.tensors[t.0].numel()
+            && uses.readers[st] == 1;
+        (whole && plain_q4(&self.nodes[j].op).is_some()).then_some(j)
+    }
+
+    /// Product `op` storing its rows into `write`'s cache; `None` where the shapes do not fit
+    /// (a batch of one, `n` = heads x head size, even heads for a rotation).
+    fn product_into_cache(&self, op: &Op, write: &CacheWrite) -> Option<Op> {
+        let Op::Kernel {
+            inputs,
+            push,
+            spec,
+            groups,
+            ..
+        } = op
+        else {
+            return None;
+        };
+        let new = &self.tensors[write.new.0];
+        let (&[1, s, h, d], true) = (&new.shape[..], inputs.len() == 10) else {
+            return None;
+        };
+        let rows = spec.first().copied().unwrap_or(1) as usize;
+        if rows != s || word(push, N) as usize != h * d || d % 2 != 0 {
+            return None;
+        }
+        use push::GemvQ4Push as P;
+        let mut words = push.to_vec();
+        let mut at = |field: usize, v: u32| set_word(&mut words, field, v);
+        at(std::mem::offset_of!(P, cache_rows), write.max_rows);
+        at(std::mem::offset_of!(P, heads), h as u32);
+        at(std::mem::offset_of!(P, head_d), d as u32);
+        at(std::mem::offset_of!(P, plus), write.plus);
+        at(std::mem::offset_of!(P, has_pos), write.has_pos);
+        at(
+            std::mem::offset_of!(P, rope),
+            write.rope.map_or(0, |r| 1 + r.per_head),
+        );
+        let mut inputs = inputs.clone();
+        inputs[7] = write.pos;
+        if let Some(r) = &write.rope {
+            inputs[8] = r.cos;
+            inputs[9] = r.sin;
+        }
+        Some(Op::Kernel {
+            name: if write.rope.is_some() {
+                "linear_q4gsw_rotated_into_cache"
+            } else {
+                "linear_q4gsw_into_cache"
+            },
+            kernel: Kernel::GemvQ4,
+            inputs,
+            push: words,
+            groups: *groups,
+            precision: None,
+            spec: spec.clone(),
+        })
+    }
+}
+
+/// A KV cache write's new rows, position and cache, with its rotation where it has one.
+struct CacheWrite {
+    new: TensorId,
+    pos: TensorId,
+    max_rows: u32,
+    plus: u32,
+    has_pos: u32,
+    rope: Option<CacheRope>,
+}
+
+/// A rotation into the cache: its tables, and whether they hold a row per head.
+#[derive(Clone, Copy)]
+struct CacheRope {
+    cos: TensorId,
+    sin: TensorId,
+    per_head: u32,
+}
+
+impl CacheWrite {
+    fn of(op: &Op) -> Option<CacheWrite> {
+        let Op::Kernel {
+            kernel,
+            inputs,
+            push,
+            ..
+        } = op
+        else {
+            return None;
+        };
+        match (kernel, &inputs[..]) {
+            (Kernel::CacheWrite, &[new, pos]) => {
+                use push::CacheWritePush as P;
+                Some(CacheWrite {
+                    new,
+                    pos,
+                    max_rows: word(push, std::mem::offset_of!(P, max_rows)),
+                    plus: word(push, std::mem::offset_of!(P, plus)),
+                    has_pos: word(push, std::mem::offset_of!(P, has_pos)),
+                    rope: None,
+                })
+            }
+            (Kernel::Rope, &[new, cos, sin, pos]) if word(push, ROPE_CACHE_ROWS) > 0 => {
+                use push::RopePush as P;
+                Some(CacheWrite {
+                    new,
+                    pos,
+                    max_rows: word(push, ROPE_CACHE_ROWS),
+                    plus: word(push, std::mem::offset_of!(P, plus)),
+                    has_pos: word(push, std::mem::offset_of!(P, has_pos)),
+                    rope: Some(CacheRope {
+                        cos,
+                        sin,
+                        per_head: word(push, ROPE_PER_HEAD),
+                    }),
+                })
+            }
+            _ => None,
+        }
     }
 }

@@ -312,9 +312,9 @@ impl Kernel {
             Kernel::GemmCoop => 4,
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
-            Kernel::GemvQ4 => 8,
-            Kernel::GemvQ4Sg => 8,
-            Kernel::GemvQ4Teams => 8,
+            Kernel::GemvQ4 => 11,
+            Kernel::GemvQ4Sg => 11,
+            Kernel::GemvQ4Teams => 11,
             Kernel::GemvT => 6,
             Kernel::GemvTSg => 6,
             Kernel::Im2col => 2,
@@ -857,6 +857,12 @@ pub(crate) mod push {
         pub has_bias: u32,
         pub bias_row: u32,
         pub eps: f32,
+        pub cache_rows: u32,
+        pub heads: u32,
+        pub head_d: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub rope: u32,
     }
 
     const _: () = assert!(
@@ -876,6 +882,12 @@ pub(crate) mod push {
         pub has_bias: u32,
         pub bias_row: u32,
         pub eps: f32,
+        pub cache_rows: u32,
+        pub heads: u32,
+        pub head_d: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub rope: u32,
     }
 
     const _: () = assert!(
@@ -895,6 +907,12 @@ pub(crate) mod push {
         pub has_bias: u32,
         pub bias_row: u32,
         pub eps: f32,
+        pub cache_rows: u32,
+        pub heads: u32,
+        pub head_d: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub rope: u32,
     }
 
     const _: () = assert!(

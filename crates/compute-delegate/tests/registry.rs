@@ -2725,6 +2725,112 @@ fn rotations_fuse_into_the_cache_write_and_the_attention() {
     });
 }
 
+/// A decode step's key and value products store their rows straight into the KV caches (the
+/// keys rotated on the way), as `gemv_q4.comp`'s cache epilogue: no rotation or cache-write
+/// dispatch is left, and the attention over the caches gives what the unfused graph gives,
+/// over three steps at positions known only on the device. fp32 and fp16; one and three
+/// rows; tables shared by the heads and tables per head.
+#[test]
+fn four_bit_products_write_the_kv_cache_directly() {
+    each_precision("products_into_cache", |dev, dtype| {
+        // (rows, query heads, key heads, head size, cache rows, tables per head)
+        for (s, hq, hk, d, max, per_head) in [
+            (1usize, 4usize, 2usize, 16usize, 300usize, false),
+            (3, 4, 2, 8, 12, false),
+            (2, 2, 2, 8, 200, true),
+        ] {
+            let dim = 64;
+            let mut g = GraphBuilder::new();
+            g.set_float(dtype);
+            let x = g.input("x", DType::F32, &[1, s, dim]).unwrap();
+            let x = g.cast(x, dtype).unwrap();
+            let nw = g.constant_f32("nw", &[dim], &rand_vec(190, dim)).unwrap();
+            let nw = g.cast(nw, dtype).unwrap();
+            let xn = g.rms_norm(x, nw, 1e-5).unwrap();
+            let pos = g.input("pos", DType::I32, &[1]).unwrap();
+            let heads = |g: &mut GraphBuilder, seed: u64, h: usize| {
+                let y = q4_linear(g, xn, seed, [h * d, dim, 32]);
+                g.reshape(y, &[1, s as isize, h as isize, d as isize])
+                    .unwrap()
+            };
+            let (q, k, v) = (
+                heads(&mut g, 191, hq),
+                heads(&mut g, 193, hk),
+                heads(&mut g, 195, hk),
+            );
+            let table = if per_head {
+                vec![s, hq, d / 2]
+            } else {
+                vec![s, d / 2]
+            };
+            let n: usize = table.iter().product();
+            let angles = rand_vec(197, n);
+            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+            let cos = g.constant_f32("cos", &table, &cos).unwrap();
+            let sin = g.constant_f32("sin", &table, &sin).unwrap();
+            let caches = [198, 199].map(|seed| {
+                let c = g
+                    .constant_f32(
+                        &format!("cache{seed}"),
+                        &[1, max, hk, d],
+                        &rand_vec(seed, max * hk * d),
+                    )
+                    .unwrap();
+                g.cast(c, dtype).unwrap()
+            });
+            let rope = ops::find("et_vk.apply_rotary_emb.default").unwrap();
+            let rotated = rope
+                .call(&mut g, [q, k, cos, sin].map(Arg::Tensor).to_vec())
+                .unwrap();
+            let sdpa = ops::find("llama::sdpa_with_kv_cache").unwrap();
+            let mut args: Vec<Arg> = [rotated[0], rotated[1], v, caches[0], caches[1]]
+                .map(Arg::Tensor)
+                .to_vec();
+            args.push(Arg::DeviceInt {
+                value: pos,
+                plus: 0,
+            });
+            let y = sdpa.call(&mut g, args).unwrap()[0];
+            let y = g.cast(y, DType::F32).unwrap();
+            g.output(y).unwrap();
+            let mut built = [false, true].map(|unfused| {
+                let options = compute_delegate::BuildOptions {
+                    unfused,
+                    ..Default::default()
+                };
+                g.build_with(dev, &options).unwrap()
+            });
+            let kernels = built.each_ref().map(|b| b.kernels());
+            let count =
+                |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
+            let what = format!("{s} rows, {max} cache rows: {kernels:?}");
+            assert_eq!((count(0, "Rope"), count(0, "CacheWrite")), (0, 0), "{what}");
+            assert_eq!(count(0, "GemvQ4"), 3, "{what}");
+            assert_eq!((count(1, "Rope"), count(1, "CacheWrite")), (2, 2), "{what}");
+            for (step, at) in [0usize, 5, 9].into_iter().enumerate() {
+                let inputs = [
+                    HostTensor::from_f32(vec![1, s, dim], &rand_vec(200 + step as u64, s * dim)),
+                    HostTensor::from_i32(vec![1], &[at as i32]),
+                ]
+                .map(Result::unwrap);
+                let [fused, unfused] = built
+                    .each_mut()
+                    .map(|b| b.execute(&inputs).unwrap()[0].to_f32().unwrap());
+                // The fused keys are rotated before they are rounded to the graph's dtype.
+                let scale = unfused.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+                let tol = if dtype == DType::F16 { 2e-2 } else { 2e-5 } * scale;
+                for (e, (a, b)) in fused.iter().zip(&unfused).enumerate() {
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "{what}, step {step}, element {e}: fused {a}, unfused {b}"
+                    );
+                }
+            }
+        }
+    });
+}
+
 /// One query row's attention over the first `rows` rows of key head `kv` of `kv_heads` in the
 /// caches (`[rows, kv_heads, d]`): `softmax(q . k / sqrt(d)) v`, the definition.
 fn attend_ref(

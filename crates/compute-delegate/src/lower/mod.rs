@@ -81,8 +81,14 @@ pub(crate) const GEMV_Q4_TEAMS_FROM: u32 = 1024;
 /// product the layout that suits its width; for attention over a cache its subgroup form
 /// where the device has subgroup arithmetic (`subgroups`). Each pair takes the same bindings
 /// and push block.
-fn layout(kernel: Kernel, groups: u32, spec: &[u32], subgroups: bool) -> Kernel {
+fn layout(kernel: Kernel, groups: u32, spec: &[u32], push: &[u32], subgroups: bool) -> Kernel {
+    let cache_rows = push
+        .get(std::mem::offset_of!(push::GemvQ4Push, cache_rows) / 4)
+        .copied()
+        .unwrap_or(0);
     match kernel {
+        // Only gemv_q4.comp writes into a KV cache.
+        Kernel::GemvQ4 if cache_rows > 0 => Kernel::GemvQ4,
         Kernel::GemvQ4 => gemv_q4_layout(groups, spec.get(1) == Some(&1), subgroups),
         Kernel::AttendSplit if subgroups => Kernel::AttendSplitSg,
         Kernel::AttendCache if subgroups => Kernel::AttendCacheSg,
@@ -420,7 +426,7 @@ impl Lowerer<'_> {
                     Some(n) => (*n).clamp(1, 65535) as u32,
                     None => self.linear_groups(t.info.numel() as u64),
                 };
-                let kernel = match layout(*kernel, g, spec, self.subgroups) {
+                let kernel = match layout(*kernel, g, spec, push, self.subgroups) {
                     Kernel::GemvT => self.gemv_t_kernel(),
                     k => k,
                 };

@@ -878,6 +878,12 @@ fn packed_q4_rows(
         has_bias: 0,
         bias_row: 0,
         eps: 0.0,
+        cache_rows: 0,
+        heads: 0,
+        head_d: 0,
+        plus: 0,
+        has_pos: 0,
+        rope: 0,
     };
     let mut shape = xs.clone();
     if let Some(last) = shape.last_mut() {
@@ -891,9 +897,10 @@ fn packed_q4_rows(
         precision: None,
         spec: vec![word(rows)?, 0, 0],
     };
-    // The second weights, the bias and the norm's weights are bound to the first and to `x`
-    // until a fusion pass gives them (see `fusion.rs`).
-    let inputs = [x, w, scales, w, scales, x, x];
+    // The second weights, the bias, the norm's weights and a cache's position and rotary
+    // tables are bound to the first weights and to `x` until a fusion pass gives them (see
+    // `fusion.rs`).
+    let inputs = [x, w, scales, w, scales, x, x, x, x, x];
     let y =
         c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &inputs, out, &push)?;
     Ok(Some(y))
