@@ -54,8 +54,6 @@ pub(crate) enum Kernel {
     Gemv,
     /// `gemv_q4.comp`.
     GemvQ4,
-    /// `gemv_q4_sg.comp`.
-    GemvQ4Sg,
     /// `gemv_q4_teams.comp`.
     GemvQ4Teams,
     /// `gemv_t.comp`.
@@ -113,7 +111,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 52] = [
+    pub(crate) const ALL: [Kernel; 51] = [
         Kernel::ArgReduce,
         Kernel::Attend,
         Kernel::AttendCache,
@@ -139,7 +137,6 @@ impl Kernel {
         Kernel::GemmCoop2,
         Kernel::Gemv,
         Kernel::GemvQ4,
-        Kernel::GemvQ4Sg,
         Kernel::GemvQ4Teams,
         Kernel::GemvT,
         Kernel::GemvTSg,
@@ -196,7 +193,6 @@ impl Kernel {
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
             Kernel::GemvQ4 => include_bytes!("../spirv/gemv_q4.spv"),
-            Kernel::GemvQ4Sg => include_bytes!("../spirv/gemv_q4_sg.spv"),
             Kernel::GemvQ4Teams => include_bytes!("../spirv/gemv_q4_teams.spv"),
             Kernel::GemvT => include_bytes!("../spirv/gemv_t.spv"),
             Kernel::GemvTSg => include_bytes!("../spirv/gemv_t_sg.spv"),
@@ -255,7 +251,6 @@ impl Kernel {
             Kernel::GemmCoop2 => Some(include_bytes!("../spirv/gemm_coop2.spv")),
             Kernel::Gemv => Some(include_bytes!("../spirv/gemv_f16.spv")),
             Kernel::GemvQ4 => Some(include_bytes!("../spirv/gemv_q4_f16.spv")),
-            Kernel::GemvQ4Sg => Some(include_bytes!("../spirv/gemv_q4_sg_f16.spv")),
             Kernel::GemvQ4Teams => Some(include_bytes!("../spirv/gemv_q4_teams_f16.spv")),
             Kernel::GemvT => Some(include_bytes!("../spirv/gemv_t_f16.spv")),
             Kernel::GemvTSg => Some(include_bytes!("../spirv/gemv_t_sg_f16.spv")),
@@ -313,7 +308,6 @@ impl Kernel {
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,
             Kernel::GemvQ4 => 11,
-            Kernel::GemvQ4Sg => 11,
             Kernel::GemvQ4Teams => 11,
             Kernel::GemvT => 6,
             Kernel::GemvTSg => 6,
@@ -868,31 +862,6 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<GemvQ4Push>() as u32 <= super::super::PUSH_BYTES,
         "gemv_q4.comp's push constants exceed the pipeline layouts' range"
-    );
-
-    /// `gemv_q4_sg.comp`'s push constants.
-    #[repr(C)]
-    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
-    pub(crate) struct GemvQ4SgPush {
-        pub n: u32,
-        pub k: u32,
-        pub group_shift: u32,
-        pub groups: u32,
-        pub col_groups: u32,
-        pub has_bias: u32,
-        pub bias_row: u32,
-        pub eps: f32,
-        pub cache_rows: u32,
-        pub heads: u32,
-        pub head_d: u32,
-        pub plus: i32,
-        pub has_pos: u32,
-        pub rope: u32,
-    }
-
-    const _: () = assert!(
-        std::mem::size_of::<GemvQ4SgPush>() as u32 <= super::super::PUSH_BYTES,
-        "gemv_q4_sg.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `gemv_q4_teams.comp`'s push constants.

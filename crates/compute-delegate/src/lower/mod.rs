@@ -72,9 +72,11 @@ pub(crate) const GEMV_MAX_ROWS: usize = 4;
 pub(crate) const GEMV_COLUMNS: u64 = 256;
 /// ... and splits K no finer than this.
 pub(crate) const GEMV_MIN_K_SPLIT: u64 = 64;
-/// Packed 4-bit products of at least this many work groups (of 8 columns, or 4 gated ones) run
-/// `gemv_q4_teams.comp`, fewer `gemv_q4.comp` (measured on an H200: the teams' layout is
-/// 1.2x faster from 2048 work groups and 1.3x slower at 256 or fewer).
+/// Packed 4-bit gated products of at least this many work groups (of 4 gated columns) run
+/// `gemv_q4_teams.comp`; every other packed product runs `gemv_q4.comp`. Measured on an H200:
+/// Llama-3.2-1B's gated product (2 x 8192 columns of 2048) took 21-22 us on the teams' layout
+/// against 30-34 on `gemv_q4.comp`, while its 128256-column output matrix took 75-81 us on
+/// `gemv_q4.comp` against 99 on the teams'.
 pub(crate) const GEMV_Q4_TEAMS_FROM: u32 = 1024;
 
 /// The shader a kernel node of `groups` work groups runs: its own; for a packed 4-bit
@@ -89,7 +91,7 @@ fn layout(kernel: Kernel, groups: u32, spec: &[u32], push: &[u32], subgroups: bo
     match kernel {
         // Only gemv_q4.comp writes into a KV cache.
         Kernel::GemvQ4 if cache_rows > 0 => Kernel::GemvQ4,
-        Kernel::GemvQ4 => gemv_q4_layout(groups, spec.get(1) == Some(&1), subgroups),
+        Kernel::GemvQ4 => gemv_q4_layout(groups, spec.get(1) == Some(&1)),
         Kernel::AttendSplit if subgroups => Kernel::AttendSplitSg,
         Kernel::AttendCache if subgroups => Kernel::AttendCacheSg,
         k => k,
@@ -97,17 +99,16 @@ fn layout(kernel: Kernel, groups: u32, spec: &[u32], push: &[u32], subgroups: bo
 }
 
 /// Environment variable for tuning the packed 4-bit products' layout: `narrow`
-/// (`gemv_q4.comp`), `teams` (`gemv_q4_teams.comp`) or `subgroups` (`gemv_q4_sg.comp`, where
-/// the device has subgroup arithmetic); unset or anything else, the default by width.
+/// (`gemv_q4.comp`) or `teams` (`gemv_q4_teams.comp`); unset or anything else, the default by
+/// width.
 pub const ENV_GEMV_Q4: &str = "VKDELEGATE_GEMV_Q4";
 
 /// The packed 4-bit product's kernel for a node of `groups` work groups of 8 columns (4 gated
 /// ones where `gated`): the teams' layout for wide gated products, else `gemv_q4.comp`.
-fn gemv_q4_layout(groups: u32, gated: bool, subgroups: bool) -> Kernel {
+fn gemv_q4_layout(groups: u32, gated: bool) -> Kernel {
     match std::env::var(ENV_GEMV_Q4).as_deref() {
         Ok("narrow") => return Kernel::GemvQ4,
         Ok("teams") => return Kernel::GemvQ4Teams,
-        Ok("subgroups") if subgroups => return Kernel::GemvQ4Sg,
         _ => {}
     }
     if gated && groups >= GEMV_Q4_TEAMS_FROM {
