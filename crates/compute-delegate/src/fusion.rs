@@ -244,7 +244,7 @@ impl GraphBuilder {
                     set_word(push, HAS_BIAS, 1);
                     set_word(push, BIAS_ROW, if bias_of_n { 0 } else { n as u32 });
                 }
-                debug_assert_eq!(inputs.len(), 7);
+                debug_assert_eq!(inputs.len(), 10);
                 Some(op)
             }
             _ => None,
