@@ -22,13 +22,14 @@
 // each (even, odd) pair of a head first rotated by the rotary tables cos and sin as rope.comp
 // rotates it where `rope` is set. A pair's two columns are in one work group.
 //
-// A work group is 64 lanes and 8 columns (with GLU, 4 columns of each weight). Lane x reads
-// the 16-byte words x, x + 64, .. (32 weights each) of all 8 packed rows, so that each slice
-// of x it loads serves 8 columns; the lanes of a column read it contiguously; DEPTH words of
-// each row are in flight at once. The lanes' sums then meet in shared memory, one output a
-// thread. Work group g of a grid-stride loop over the groups of columns. The values are
-// unpacked in their places (q4.glsl). Gated products of over a thousand work groups run
-// gemv_q4_teams.comp, which keeps more lanes busy per column.
+// A work group is 64 lanes and COLS columns, 8 unless tuned (with GLU, half of them of each
+// weight). Lane x reads the 16-byte words x, x + 64, .. (32 weights each) of all its packed
+// rows, so that each slice of x it loads serves every column; the lanes of a column read it
+// contiguously (two words of a row in flight a lane ran a deep product 20% slower on an
+// H200). The lanes' sums then meet in shared memory, one output a thread. Work group g of a
+// grid-stride loop over the groups of columns. The values are unpacked in their places
+// (q4.glsl). Gated products of over a thousand work groups run gemv_q4_teams.comp, which
+// keeps more lanes busy per column.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 #include "q4.glsl"
@@ -41,9 +42,6 @@ layout(constant_id = 1) const uint GLU = 0;
 layout(constant_id = 2) const uint NORM = 0;
 // Columns of a work group (with GLU, half of them gated columns, half their up columns).
 layout(constant_id = 3) const uint COLS = 8;
-// Words of each packed row a lane has in flight at once (2 ran a deep product, 8192 by 2048,
-// 20% slower on an H200).
-const uint DEPTH = 1;
 
 const uint LANES = 64;
 const uint MAX_ROWS = 4;
@@ -148,68 +146,60 @@ void main() {
         [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
             ss[r] = 0.0;
         }
-        for (uint i0 = lane; i0 < words; i0 += LANES * DEPTH) {
-            uvec4 q[DEPTH][COLS];
-            [[unroll]] for (uint u = 0; u < DEPTH; ++u) {
-                uint i = min(i0 + u * LANES, words - 1);
-                [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                    q[u][c] = (glu && c >= per) ? w2[row[c] * words + i] : w[row[c] * words + i];
+        for (uint i = lane; i < words; i += LANES) {
+            uvec4 q[COLS];
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                q[c] = (glu && c >= per) ? w2[row[c] * words + i] : w[row[c] * words + i];
+            }
+            float d[COLS][MAX_ROWS];
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                    d[c][r] = 0.0;
                 }
             }
-            [[unroll]] for (uint u = 0; u < DEPTH; ++u) {
-                uint i = i0 + u * LANES;
-                if (i < words) {
-                    float d[COLS][MAX_ROWS];
-                    [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                            d[c][r] = 0.0;
-                        }
-                    }
-                    [[unroll]] for (uint p = 0; p < 4; ++p) {
-                        uint kk = i * 32 + p * 8;
-                        vec4 sa = Q4_X_LO;
-                        vec4 sb = Q4_X_HI;
+            [[unroll]] for (uint p = 0; p < 4; ++p) {
+                uint kk = i * 32 + p * 8;
+                vec4 sa = Q4_X_LO;
+                vec4 sb = Q4_X_HI;
+                if (NORM != 0) {
+                    sa *= vec4(nw4[kk / 4]);
+                    sb *= vec4(nw4[kk / 4 + 1]);
+                }
+                vec4 xa[MAX_ROWS];
+                vec4 xb[MAX_ROWS];
+                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                    if (r < ROWS) {
+                        uint at = (r * pc.k + kk) / 4;
+                        xa[r] = vec4(x4[at]);
+                        xb[r] = vec4(x4[at + 1]);
                         if (NORM != 0) {
-                            sa *= vec4(nw4[kk / 4]);
-                            sb *= vec4(nw4[kk / 4 + 1]);
+                            ss[r] += dot(xa[r], xa[r]) + dot(xb[r], xb[r]);
                         }
-                        vec4 xa[MAX_ROWS];
-                        vec4 xb[MAX_ROWS];
-                        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                            if (r < ROWS) {
-                                uint at = (r * pc.k + kk) / 4;
-                                xa[r] = vec4(x4[at]);
-                                xb[r] = vec4(x4[at + 1]);
-                                if (NORM != 0) {
-                                    ss[r] += dot(xa[r], xa[r]) + dot(xb[r], xb[r]);
-                                }
-                                xa[r] *= sa;
-                                xb[r] *= sb;
-                            }
-                        }
-                        [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                            float sc = 1.0;
-                            if (fine) {
-                                sc = scale(glu && c >= per, row[c] * pc.groups + (kk >> pc.group_shift));
-                            }
-                            vec4 lo, hi;
-                            nibbles(q[u][c][p], lo, hi);
-                            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                                if (r < ROWS) {
-                                    d[c][r] += sc * (dot(lo, xa[r]) + dot(hi, xb[r]));
-                                }
-                            }
+                        xa[r] *= sa;
+                        xb[r] *= sb;
+                    }
+                }
+                [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                    float sc = 1.0;
+                    if (fine) {
+                        sc = scale(glu && c >= per, row[c] * pc.groups + (kk >> pc.group_shift));
+                    }
+                    vec4 lo, hi;
+                    nibbles(q[c][p], lo, hi);
+                    [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                        if (r < ROWS) {
+                            d[c][r] += sc * (dot(lo, xa[r]) + dot(hi, xb[r]));
                         }
                     }
-                    [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                        float sc = 1.0;
-                        if (!fine) {
-                            sc = scale(glu && c >= per, row[c] * pc.groups + ((i * 32) >> pc.group_shift));
-                        }
-                        [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                            acc[c][r] += sc * d[c][r];
-                        }
-                    }
+                }
+            }
+            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                float sc = 1.0;
+                if (!fine) {
+                    sc = scale(glu && c >= per, row[c] * pc.groups + ((i * 32) >> pc.group_shift));
+                }
+                [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+                    acc[c][r] += sc * d[c][r];
                 }
             }
         }

@@ -2642,48 +2642,8 @@ fn rotations_fuse_into_the_cache_write_and_the_attention() {
             let k = input(&mut g, "k", &[1, s, hk, d]);
             let v = input(&mut g, "v", &[1, s, hk, d]);
             let pos = g.input("pos", DType::I32, &[1]).unwrap();
-            let table = if per_head {
-                vec![s, hq, d / 2]
-            } else {
-                vec![s, d / 2]
-            };
-            let n: usize = table.iter().product();
-            let angles = rand_vec(171, n);
-            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
-            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-            let cos = g.constant_f32("cos", &table, &cos).unwrap();
-            let sin = g.constant_f32("sin", &table, &sin).unwrap();
-            let caches = [172, 173].map(|seed| {
-                let c = g
-                    .constant_f32(
-                        &format!("cache{seed}"),
-                        &[1, max, hk, d],
-                        &rand_vec(seed, max * hk * d),
-                    )
-                    .unwrap();
-                g.cast(c, dtype).unwrap()
-            });
-            let rope = ops::find("et_vk.apply_rotary_emb.default").unwrap();
-            let args = [q, k, cos, sin].map(Arg::Tensor).to_vec();
-            let rotated = rope.call(&mut g, args).unwrap();
-            let sdpa = ops::find("llama::sdpa_with_kv_cache").unwrap();
-            let mut args: Vec<Arg> = [rotated[0], rotated[1], v, caches[0], caches[1]]
-                .map(Arg::Tensor)
-                .to_vec();
-            args.push(Arg::DeviceInt {
-                value: pos,
-                plus: 0,
-            });
-            let y = sdpa.call(&mut g, args).unwrap()[0];
-            let y = g.cast(y, DType::F32).unwrap();
-            g.output(y).unwrap();
-            let mut built = [false, true].map(|unfused| {
-                let options = compute_delegate::BuildOptions {
-                    unfused,
-                    ..Default::default()
-                };
-                g.build_with(dev, &options).unwrap()
-            });
+            rotated_attention_over_caches(&mut g, [q, k, v], pos, (per_head, max), 171);
+            let mut built = fused_and_unfused(&g, dev);
             let kernels = built.each_ref().map(|b| b.kernels());
             let count =
                 |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
@@ -2691,8 +2651,8 @@ fn rotations_fuse_into_the_cache_write_and_the_attention() {
             // Fused: one rotation (the keys' into the cache), one cache write (the values').
             assert_eq!((count(0, "Rope"), count(0, "CacheWrite")), (1, 1), "{what}");
             assert_eq!((count(1, "Rope"), count(1, "CacheWrite")), (2, 2), "{what}");
-            for (step, at) in [0usize, 5, 9].into_iter().enumerate() {
-                let inputs = [
+            fused_matches_unfused(&mut built, dtype, &what, |step, at| {
+                [
                     HostTensor::from_f32(
                         vec![1, s, hq, d],
                         &rand_vec(174 + step as u64, s * hq * d),
@@ -2707,20 +2667,9 @@ fn rotations_fuse_into_the_cache_write_and_the_attention() {
                     ),
                     HostTensor::from_i32(vec![1], &[at as i32]),
                 ]
-                .map(Result::unwrap);
-                let [fused, unfused] = built
-                    .each_mut()
-                    .map(|b| b.execute(&inputs).unwrap()[0].to_f32().unwrap());
-                // The fused queries are not rounded to the graph's dtype after rotation.
-                let scale = unfused.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
-                let tol = if dtype == DType::F16 { 2e-2 } else { 2e-5 } * scale;
-                for (e, (a, b)) in fused.iter().zip(&unfused).enumerate() {
-                    assert!(
-                        (a - b).abs() <= tol,
-                        "{what}, step {step}, element {e}: fused {a}, unfused {b}"
-                    );
-                }
-            }
+                .map(Result::unwrap)
+                .to_vec()
+            });
         }
     });
 }
@@ -2758,49 +2707,8 @@ fn four_bit_products_write_the_kv_cache_directly() {
                 heads(&mut g, 193, hk),
                 heads(&mut g, 195, hk),
             );
-            let table = if per_head {
-                vec![s, hq, d / 2]
-            } else {
-                vec![s, d / 2]
-            };
-            let n: usize = table.iter().product();
-            let angles = rand_vec(197, n);
-            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
-            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-            let cos = g.constant_f32("cos", &table, &cos).unwrap();
-            let sin = g.constant_f32("sin", &table, &sin).unwrap();
-            let caches = [198, 199].map(|seed| {
-                let c = g
-                    .constant_f32(
-                        &format!("cache{seed}"),
-                        &[1, max, hk, d],
-                        &rand_vec(seed, max * hk * d),
-                    )
-                    .unwrap();
-                g.cast(c, dtype).unwrap()
-            });
-            let rope = ops::find("et_vk.apply_rotary_emb.default").unwrap();
-            let rotated = rope
-                .call(&mut g, [q, k, cos, sin].map(Arg::Tensor).to_vec())
-                .unwrap();
-            let sdpa = ops::find("llama::sdpa_with_kv_cache").unwrap();
-            let mut args: Vec<Arg> = [rotated[0], rotated[1], v, caches[0], caches[1]]
-                .map(Arg::Tensor)
-                .to_vec();
-            args.push(Arg::DeviceInt {
-                value: pos,
-                plus: 0,
-            });
-            let y = sdpa.call(&mut g, args).unwrap()[0];
-            let y = g.cast(y, DType::F32).unwrap();
-            g.output(y).unwrap();
-            let mut built = [false, true].map(|unfused| {
-                let options = compute_delegate::BuildOptions {
-                    unfused,
-                    ..Default::default()
-                };
-                g.build_with(dev, &options).unwrap()
-            });
+            rotated_attention_over_caches(&mut g, [q, k, v], pos, (per_head, max), 197);
+            let mut built = fused_and_unfused(&g, dev);
             let kernels = built.each_ref().map(|b| b.kernels());
             let count =
                 |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
@@ -2808,27 +2716,105 @@ fn four_bit_products_write_the_kv_cache_directly() {
             assert_eq!((count(0, "Rope"), count(0, "CacheWrite")), (0, 0), "{what}");
             assert_eq!(count(0, "GemvQ4"), 3, "{what}");
             assert_eq!((count(1, "Rope"), count(1, "CacheWrite")), (2, 2), "{what}");
-            for (step, at) in [0usize, 5, 9].into_iter().enumerate() {
-                let inputs = [
+            fused_matches_unfused(&mut built, dtype, &what, |step, at| {
+                [
                     HostTensor::from_f32(vec![1, s, dim], &rand_vec(200 + step as u64, s * dim)),
                     HostTensor::from_i32(vec![1], &[at as i32]),
                 ]
-                .map(Result::unwrap);
-                let [fused, unfused] = built
-                    .each_mut()
-                    .map(|b| b.execute(&inputs).unwrap()[0].to_f32().unwrap());
-                // The fused keys are rotated before they are rounded to the graph's dtype.
-                let scale = unfused.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
-                let tol = if dtype == DType::F16 { 2e-2 } else { 2e-5 } * scale;
-                for (e, (a, b)) in fused.iter().zip(&unfused).enumerate() {
-                    assert!(
-                        (a - b).abs() <= tol,
-                        "{what}, step {step}, element {e}: fused {a}, unfused {b}"
-                    );
-                }
-            }
+                .map(Result::unwrap)
+                .to_vec()
+            });
         }
     });
+}
+
+/// `sdpa_with_kv_cache` of `q` and `k` rotated (`et_vk.apply_rotary_emb`) and `v`, over two
+/// random caches of `max` rows at the device position `pos`, cast to f32 as the graph's
+/// output: rotary tables of `[s, d / 2]`, or `[s, hq, d / 2]` with `per_head`, from `seed`
+/// (the caches from the next two seeds).
+fn rotated_attention_over_caches(
+    g: &mut GraphBuilder,
+    [q, k, v]: [compute_delegate::TensorId; 3],
+    pos: compute_delegate::TensorId,
+    (per_head, max): (bool, usize),
+    seed: u64,
+) {
+    let (&[_, s, hq, d], &[_, _, hk, _]) = (g.shape(q).unwrap(), g.shape(k).unwrap()) else {
+        panic!("q and k are [1, s, heads, d]");
+    };
+    let dtype = g.dtype(q).unwrap();
+    let table = if per_head {
+        vec![s, hq, d / 2]
+    } else {
+        vec![s, d / 2]
+    };
+    let n: usize = table.iter().product();
+    let angles = rand_vec(seed, n);
+    let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+    let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+    let cos = g.constant_f32("cos", &table, &cos).unwrap();
+    let sin = g.constant_f32("sin", &table, &sin).unwrap();
+    let caches = [seed + 1, seed + 2].map(|seed| {
+        let c = g
+            .constant_f32(
+                &format!("cache{seed}"),
+                &[1, max, hk, d],
+                &rand_vec(seed, max * hk * d),
+            )
+            .unwrap();
+        g.cast(c, dtype).unwrap()
+    });
+    let rope = ops::find("et_vk.apply_rotary_emb.default").unwrap();
+    let rotated = rope
+        .call(g, [q, k, cos, sin].map(Arg::Tensor).to_vec())
+        .unwrap();
+    let sdpa = ops::find("llama::sdpa_with_kv_cache").unwrap();
+    let mut args: Vec<Arg> = [rotated[0], rotated[1], v, caches[0], caches[1]]
+        .map(Arg::Tensor)
+        .to_vec();
+    args.push(Arg::DeviceInt {
+        value: pos,
+        plus: 0,
+    });
+    let y = sdpa.call(g, args).unwrap()[0];
+    let y = g.cast(y, DType::F32).unwrap();
+    g.output(y).unwrap();
+}
+
+/// `g` built with its fusions, then with `BuildOptions::unfused`.
+fn fused_and_unfused(g: &GraphBuilder, dev: &Device) -> [compute_delegate::Graph; 2] {
+    [false, true].map(|unfused| {
+        let options = compute_delegate::BuildOptions {
+            unfused,
+            ..Default::default()
+        };
+        g.build_with(dev, &options).unwrap()
+    })
+}
+
+/// The fused and unfused builds give the same first output over three steps at positions 0,
+/// 5 and 9 (`inputs(step, position)`), within `2e-5` of the output's scale in fp32 and `2e-2`
+/// in fp16: a fused rotation is not rounded to the graph's dtype before its consumer.
+fn fused_matches_unfused(
+    built: &mut [compute_delegate::Graph; 2],
+    dtype: DType,
+    what: &str,
+    inputs: impl Fn(usize, usize) -> Vec<HostTensor>,
+) {
+    for (step, at) in [0usize, 5, 9].into_iter().enumerate() {
+        let inputs = inputs(step, at);
+        let [fused, unfused] = built
+            .each_mut()
+            .map(|b| b.execute(&inputs).unwrap()[0].to_f32().unwrap());
+        let scale = unfused.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+        let tol = if dtype == DType::F16 { 2e-2 } else { 2e-5 } * scale;
+        for (e, (a, b)) in fused.iter().zip(&unfused).enumerate() {
+            assert!(
+                (a - b).abs() <= tol,
+                "{what}, step {step}, element {e}: fused {a}, unfused {b}"
+            );
+        }
+    }
 }
 
 /// One query row's attention over the first `rows` rows of key head `kv` of `kv_heads` in the
@@ -3057,13 +3043,7 @@ fn fused_epilogues_equal_the_unfused_graph() {
                 g.output(t).unwrap();
             }
             let input = [HostTensor::from_f32(vec![rows, k], &rand_vec(19, rows * k)).unwrap()];
-            let mut built = [false, true].map(|unfused| {
-                let options = compute_delegate::BuildOptions {
-                    unfused,
-                    ..Default::default()
-                };
-                g.build_with(dev, &options).unwrap()
-            });
+            let mut built = fused_and_unfused(&g, dev);
             let kernels = built.each_ref().map(|b| b.kernels());
             let count =
                 |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();

@@ -84,14 +84,8 @@ pub(crate) const GEMV_Q4_TEAMS_FROM: u32 = 1024;
 /// where the device has subgroup arithmetic (`subgroups`). Each pair takes the same bindings
 /// and push block.
 fn layout(kernel: Kernel, groups: u32, spec: &[u32], push: &[u32], subgroups: bool) -> Kernel {
-    let cache_rows = push
-        .get(std::mem::offset_of!(push::GemvQ4Push, cache_rows) / 4)
-        .copied()
-        .unwrap_or(0);
     match kernel {
-        // Only gemv_q4.comp writes into a KV cache.
-        Kernel::GemvQ4 if cache_rows > 0 => Kernel::GemvQ4,
-        Kernel::GemvQ4 => gemv_q4_layout(groups, spec.get(1) == Some(&1)),
+        Kernel::GemvQ4 => gemv_q4_layout(groups, spec, push),
         Kernel::AttendSplit if subgroups => Kernel::AttendSplitSg,
         Kernel::AttendCache if subgroups => Kernel::AttendCacheSg,
         k => k,
@@ -104,8 +98,15 @@ fn layout(kernel: Kernel, groups: u32, spec: &[u32], push: &[u32], subgroups: bo
 pub const ENV_GEMV_Q4: &str = "VKDELEGATE_GEMV_Q4";
 
 /// The packed 4-bit product's kernel for a node of `groups` work groups of 8 columns (4 gated
-/// ones where `gated`): the teams' layout for wide gated products, else `gemv_q4.comp`.
-fn gemv_q4_layout(groups: u32, gated: bool) -> Kernel {
+/// ones where its `GLU` is set): the teams' layout for wide gated products, else
+/// `gemv_q4.comp`, which alone writes into a KV cache.
+fn gemv_q4_layout(groups: u32, spec: &[u32], push: &[u32]) -> Kernel {
+    use push::GemvQ4Push as P;
+    let into_cache = push.get(std::mem::offset_of!(P, cache_rows) / 4) > Some(&0);
+    if into_cache {
+        return Kernel::GemvQ4;
+    }
+    let gated = spec.get(1) == Some(&1);
     match std::env::var(ENV_GEMV_Q4).as_deref() {
         Ok("narrow") => return Kernel::GemvQ4,
         Ok("teams") => return Kernel::GemvQ4Teams,
