@@ -4,6 +4,10 @@
 /// A compute shader of `shaders/compute-delegate/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Kernel {
+    /// `arg_pairs.comp`.
+    ArgPairs,
+    /// `arg_part.comp`.
+    ArgPart,
     /// `arg_reduce.comp`.
     ArgReduce,
     /// `attend.comp`.
@@ -111,7 +115,9 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 51] = [
+    pub(crate) const ALL: [Kernel; 53] = [
+        Kernel::ArgPairs,
+        Kernel::ArgPart,
         Kernel::ArgReduce,
         Kernel::Attend,
         Kernel::AttendCache,
@@ -168,6 +174,8 @@ impl Kernel {
     /// The SPIR-V words of the plain (fp32) module, as bytes.
     pub(crate) fn spirv(self) -> &'static [u8] {
         match self {
+            Kernel::ArgPairs => include_bytes!("../spirv/arg_pairs.spv"),
+            Kernel::ArgPart => include_bytes!("../spirv/arg_part.spv"),
             Kernel::ArgReduce => include_bytes!("../spirv/arg_reduce.spv"),
             Kernel::Attend => include_bytes!("../spirv/attend.spv"),
             Kernel::AttendCache => include_bytes!("../spirv/attend_cache.spv"),
@@ -226,6 +234,8 @@ impl Kernel {
     /// for kernels that have it.
     pub(crate) fn spirv_f16(self) -> Option<&'static [u8]> {
         match self {
+            Kernel::ArgPairs => None,
+            Kernel::ArgPart => Some(include_bytes!("../spirv/arg_part_f16.spv")),
             Kernel::ArgReduce => None,
             Kernel::Attend => Some(include_bytes!("../spirv/attend_f16.spv")),
             Kernel::AttendCache => Some(include_bytes!("../spirv/attend_cache_f16.spv")),
@@ -283,6 +293,8 @@ impl Kernel {
     /// Number of storage-buffer bindings (set 0, bindings 0..n), reflected from the SPIR-V.
     pub(crate) fn bindings(self) -> usize {
         match self {
+            Kernel::ArgPairs => 2,
+            Kernel::ArgPart => 2,
             Kernel::ArgReduce => 2,
             Kernel::Attend => 7,
             Kernel::AttendCache => 7,
@@ -361,6 +373,34 @@ impl Kernel {
     reason = "a kernel of the table may be unused in some builds"
 )]
 pub(crate) mod push {
+    /// `arg_pairs.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ArgPairsPush {
+        pub chunks: u32,
+        pub mode: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<ArgPairsPush>() as u32 <= super::super::PUSH_BYTES,
+        "arg_pairs.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `arg_part.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ArgPartPush {
+        pub d: u32,
+        pub chunk: u32,
+        pub chunks: u32,
+        pub mode: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<ArgPartPush>() as u32 <= super::super::PUSH_BYTES,
+        "arg_part.comp's push constants exceed the pipeline layouts' range"
+    );
+
     /// `arg_reduce.comp`'s push constants.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]

@@ -924,6 +924,67 @@ fn extremes_their_indices_and_variance() {
     assert_no_validation_errors(&instance);
 }
 
+/// argmax and argmin along rows long enough for the two-pass kernels (a language model's
+/// logits), in fp32 and fp16: values on a grid of 1/8 (exact in fp16, full of ties: the
+/// first of equals wins), a row with NaNs (the first NaN wins), a row of one value, and the
+/// flattened tensor.
+#[test]
+fn arg_extremes_of_long_rows_take_the_first_of_equals() {
+    let (rows, d) = (3usize, 10007usize);
+    let mut x: Vec<f32> = rand_vec(41, rows * d)
+        .iter()
+        .map(|v| (v * 32.0).round() / 8.0)
+        .collect();
+    x[d + 7000] = f32::NAN;
+    x[d + 9000] = f32::NAN;
+    x[2 * d..].fill(0.5);
+    let pick = |v: &[f32], min: bool| -> i32 {
+        let mut at = 0;
+        for (k, &e) in v.iter().enumerate() {
+            let b = v[at];
+            if b.is_nan() {
+                break;
+            }
+            if e.is_nan() || (if min { e < b } else { e > b }) {
+                at = k;
+            }
+        }
+        at as i32
+    };
+    for dtype in [DType::F32, DType::F16] {
+        let Some((instance, dev)) = device("long argmax", dtype == DType::F16) else {
+            return;
+        };
+        for (name, dim) in [
+            ("aten.argmax.default", Arg::Int(-1)),
+            ("aten.argmin.default", Arg::Int(1)),
+            ("aten.argmax.default", Arg::None),
+        ] {
+            let min = name.contains("argmin");
+            let mut g = GraphBuilder::new();
+            let t = g.input("x", DType::F32, &[rows, d]).unwrap();
+            let t = if dtype == DType::F32 {
+                t
+            } else {
+                g.cast(t, dtype).unwrap()
+            };
+            let y = ops::find(name)
+                .unwrap()
+                .call(&mut g, vec![Arg::Tensor(t), dim.clone(), Arg::Bool(false)])
+                .unwrap()[0];
+            g.output(y).unwrap();
+            let input = HostTensor::from_f32(vec![rows, d], &x).unwrap();
+            let out = g.build(&dev).unwrap().execute(&[input]).unwrap().remove(0);
+            let want: Vec<i32> = match dim {
+                Arg::None => vec![pick(&x, min)],
+                _ => x.chunks(d).map(|r| pick(r, min)).collect(),
+            };
+            assert_eq!(out.to_i32().unwrap(), want, "{name} {dim:?} {dtype:?}");
+        }
+        assert_no_validation_errors(&instance);
+    }
+}
+
 /// PyTorch's conv_transpose2d of x [n, cin, h, w] with w [cin, cout / g, kh, kw].
 #[allow(clippy::too_many_arguments)]
 fn conv_transpose_ref(

@@ -36,15 +36,14 @@ pub fn run(r: &GenerateArgs) -> Result {
     }
     print!("{text}");
     std::io::stdout().flush()?;
+    let mut sampler = sampler(r);
     let t = Instant::now();
-    let mut logits = model.prefill(&prompt)?;
+    let mut next = feed(&mut model, &mut sampler, &prompt)?;
     let prefill = t.elapsed();
-    let mut sampler = Sampler::new(r.temperature, r.top_p, r.seed);
     let mut made: Vec<i64> = Vec::new();
     let mut shown = String::new();
     let t = Instant::now();
     while made.len() < r.tokens {
-        let next = sampler.pick(&logits);
         made.push(next);
         let text = tokenizer.decode(&made);
         if let Some(new) = text.get(shown.len()..) {
@@ -55,7 +54,7 @@ pub fn run(r: &GenerateArgs) -> Result {
         if meta.eos.contains(&next) || model.position() >= meta.max_context_len {
             break;
         }
-        logits = model.step(next)?;
+        next = feed(&mut model, &mut sampler, &[next])?;
     }
     let decode = t.elapsed();
     println!();
@@ -72,6 +71,20 @@ pub fn run(r: &GenerateArgs) -> Result {
     eprintln!("prompt token ids: {prompt:?}");
     eprintln!("generated token ids: {made:?}");
     Ok(())
+}
+
+/// The host sampler at a temperature above 0; none at 0, where the device picks.
+fn sampler(r: &GenerateArgs) -> Option<Sampler> {
+    (r.temperature > 0.0).then(|| Sampler::new(r.temperature, r.top_p, r.seed))
+}
+
+/// Feeds `tokens`; the next token. Without a sampler the device computes the greedy token
+/// after the model and only it is read back; with one the logits are, and it picks.
+fn feed(model: &mut LanguageModel, sampler: &mut Option<Sampler>, tokens: &[i64]) -> Result<i64> {
+    Ok(match sampler {
+        None => model.prefill_greedy(tokens)?,
+        Some(s) => s.pick(&model.prefill(tokens)?),
+    })
 }
 
 fn load(r: &GenerateArgs) -> Result<LanguageModel> {
@@ -102,6 +115,7 @@ fn bench(r: &GenerateArgs) -> Result {
         return Err("give --tokenizer and --prompt, or --bench LENGTHS".into());
     }
     let mut model = load(r)?;
+    let mut sampler = sampler(r);
     let vocab = model.metadata().vocab_size.max(1) as u64;
     let mut state = r.seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     let mut draw = move || {
@@ -117,12 +131,11 @@ fn bench(r: &GenerateArgs) -> Result {
         for k in 0..=r.repeat.max(1) {
             model.reset();
             let t = Instant::now();
-            let mut logits = model.prefill(&prompt)?;
+            let mut next = feed(&mut model, &mut sampler, &prompt)?;
             let p = t.elapsed();
             let t = Instant::now();
             for _ in 0..r.tokens {
-                let next = Sampler::greedy().pick(&logits);
-                logits = model.step(next)?;
+                next = feed(&mut model, &mut sampler, &[next])?;
             }
             if k > 0 {
                 pre.push(p);

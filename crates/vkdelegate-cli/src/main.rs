@@ -192,8 +192,9 @@ struct GenerateArgs {
     /// Tokens to generate at most.
     #[arg(short = 'n', long = "tokens", default_value_t = 32)]
     tokens: usize,
-    /// 0 picks the likeliest token; above 0, tokens are drawn from the softmax at this
-    /// temperature.
+    /// 0 picks the likeliest token, on the device (only the token is read back); above 0,
+    /// the logits are read back and tokens drawn from their softmax at this temperature
+    /// (with `--bench` too, which measures that path then).
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
     /// Draw only from the likeliest tokens whose probabilities add up to this.

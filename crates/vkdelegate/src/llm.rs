@@ -25,7 +25,7 @@ use rand::SeedableRng;
 use rand::distributions::{Distribution, WeightedIndex};
 use vk_core::{DType, Device, HostTensor};
 
-use crate::program::{DeviceChoice, Program};
+use crate::program::{ComputeStep, DeviceChoice, Program, StepKind, StepSpec};
 use crate::pte::{PteError, builder_of};
 
 /// Why a language model cannot load or step.
@@ -85,10 +85,12 @@ pub struct LanguageModel {
     bytes: Arc<[u8]>,
     device: Device,
     pool: ConstantPool,
-    /// The program per token count fed at once (1: decoding).
-    programs: BTreeMap<usize, Program>,
+    /// The program per token count fed at once (1: decoding) and what it reads back.
+    programs: BTreeMap<(usize, Readback), Program>,
     metadata: Metadata,
     position: usize,
+    /// What the last run read back ([`LanguageModel::program`] is that run's program).
+    last_read: Readback,
 }
 
 impl LanguageModel {
@@ -123,9 +125,10 @@ impl LanguageModel {
             device: program.device().clone(),
             bytes,
             pool,
-            programs: BTreeMap::from([(1, program)]),
+            programs: BTreeMap::from([((1, Readback::Logits), program)]),
             metadata,
             position: 0,
+            last_read: Readback::Logits,
         })
     }
 
@@ -146,13 +149,17 @@ impl LanguageModel {
 
     /// The one-token program (its device, timings and profile).
     pub fn program(&mut self) -> &mut Program {
-        self.program_for(1)
+        let read = self.last_read;
+        self.program_for(1, read)
             .expect("the one-token program is built at load")
     }
 
-    /// The token counts built so far, and the constants they share (count, bytes).
+    /// The token counts built so far (each once, whatever it reads back), and the constants
+    /// they share (count, bytes).
     pub fn built(&self) -> (Vec<usize>, (usize, u64)) {
-        (self.programs.keys().copied().collect(), self.pool.usage())
+        let mut lengths: Vec<usize> = self.programs.keys().map(|k| k.0).collect();
+        lengths.dedup();
+        (lengths, self.pool.usage())
     }
 
     /// Feeds `token` at the next position; the logits after it.
@@ -160,21 +167,44 @@ impl LanguageModel {
         self.feed(&[token])
     }
 
+    /// Feeds `token` at the next position; the greedy next token (the first of the largest
+    /// logits, as [`Sampler::greedy`] picks). The argmax runs on the device, after the
+    /// model, in the same submission: only the token is read back, not the logits.
+    pub fn step_greedy(&mut self, token: i64) -> Result<i64, LlmError> {
+        self.feed_greedy(&[token])
+    }
+
+    /// [`LanguageModel::prefill`] reading back only the greedy next token, as
+    /// [`LanguageModel::step_greedy`] does.
+    pub fn prefill_greedy(&mut self, tokens: &[i64]) -> Result<i64, LlmError> {
+        self.chunks(tokens, Self::feed_greedy)
+    }
+
     /// Feeds `tokens` at the next positions, in chunks of powers of two; the logits after the
     /// last.
     pub fn prefill(&mut self, tokens: &[i64]) -> Result<Vec<f32>, LlmError> {
+        self.chunks(tokens, Self::feed)
+    }
+
+    /// Feeds `tokens` with `feed` in chunks of powers of two; the last chunk's result.
+    fn chunks<T>(
+        &mut self,
+        tokens: &[i64],
+        feed: fn(&mut Self, &[i64]) -> Result<T, LlmError>,
+    ) -> Result<T, LlmError> {
         if tokens.is_empty() {
             return Err(LlmError::EmptyPrompt);
         }
         self.room(tokens.len())?;
-        let mut logits = Vec::new();
         let mut rest = tokens;
-        while !rest.is_empty() {
+        loop {
             let n = chunk_len(rest.len(), self.metadata.max_chunk);
-            logits = self.feed(&rest[..n])?;
+            let out = feed(self, &rest[..n])?;
             rest = &rest[n..];
+            if rest.is_empty() {
+                return Ok(out);
+            }
         }
-        Ok(logits)
     }
 
     /// Starts a new sequence at position 0.
@@ -193,8 +223,9 @@ impl LanguageModel {
         Ok(())
     }
 
-    /// Runs the program of `tokens.len()` tokens at the current position.
-    fn feed(&mut self, tokens: &[i64]) -> Result<Vec<f32>, LlmError> {
+    /// Runs the program of `tokens.len()` tokens at the current position, reading back
+    /// `read`; its one output.
+    fn run(&mut self, tokens: &[i64], read: Readback) -> Result<HostTensor, LlmError> {
         self.room(tokens.len())?;
         let n = tokens.len();
         let bytes = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
@@ -203,9 +234,25 @@ impl LanguageModel {
         let pos = (self.position as i64).to_le_bytes().to_vec();
         let pos = HostTensor::new(DType::I64, vec![1], pos)
             .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
-        let out = self.program_for(n)?.execute(&[ids, pos])?;
+        let mut out = self.program_for(n, read)?.execute(&[ids, pos])?;
         self.position += n;
-        let logits = out[0]
+        self.last_read = read;
+        Ok(out.swap_remove(0))
+    }
+
+    /// [`LanguageModel::run`] reading back the greedy token after the last of `tokens`.
+    fn feed_greedy(&mut self, tokens: &[i64]) -> Result<i64, LlmError> {
+        let out = self.run(tokens, Readback::Greedy)?;
+        out.to_i32()
+            .and_then(|t| t.last().copied())
+            .map(i64::from)
+            .ok_or_else(|| LlmError::NotALanguageModel("the argmax is not an i32".into()))
+    }
+
+    /// [`LanguageModel::run`] reading back the logits after the last of `tokens`.
+    fn feed(&mut self, tokens: &[i64]) -> Result<Vec<f32>, LlmError> {
+        let out = self.run(tokens, Readback::Logits)?;
+        let logits = out
             .to_f32()
             .ok_or_else(|| LlmError::NotALanguageModel("the logits are not f32".into()))?;
         // A program returning every position's logits: the last row.
@@ -216,17 +263,30 @@ impl LanguageModel {
         })
     }
 
-    /// The program for `n` tokens at once, built on first use with the shared constants.
-    fn program_for(&mut self, n: usize) -> Result<&mut Program, LlmError> {
-        if !self.programs.contains_key(&n) {
+    /// The program for `n` tokens at once reading back `read`, built on first use with the
+    /// shared constants (and so the shared KV cache).
+    fn program_for(&mut self, n: usize, read: Readback) -> Result<&mut Program, LlmError> {
+        if !self.programs.contains_key(&(n, read)) {
             let pte = Pte::decode(&self.bytes).map_err(PteError::from)?;
-            let program = builder_of(&pte, &self.bytes, None, &[vec![1, n], vec![1]])?
+            let mut builder = builder_of(&pte, &self.bytes, None, &[vec![1, n], vec![1]])?
                 .device(DeviceChoice::Device(self.device.clone()))
-                .constants(self.pool.clone())
-                .build()?;
-            self.programs.insert(n, program);
+                .constants(self.pool.clone());
+            if read == Readback::Greedy {
+                let logits = builder.output_names().first().cloned().ok_or_else(|| {
+                    LlmError::NotALanguageModel("the program has no output".into())
+                })?;
+                builder = builder
+                    .step(StepSpec {
+                        name: "greedy".into(),
+                        kind: StepKind::Compute(ComputeStep::new("argmax").with("dim", -1)),
+                        inputs: vec![logits],
+                        outputs: vec![GREEDY.into()],
+                    })
+                    .outputs(&[GREEDY]);
+            }
+            self.programs.insert((n, read), builder.build()?);
         }
-        Ok(self.programs.get_mut(&n).expect("inserted above"))
+        Ok(self.programs.get_mut(&(n, read)).expect("inserted above"))
     }
 
     /// The model on a thread of its own, driven by submit and poll.
@@ -259,6 +319,18 @@ impl LanguageModel {
         }
     }
 }
+
+/// What a program reads back after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Readback {
+    /// The logits.
+    Logits,
+    /// The index of the largest logit after the last token, computed on the device.
+    Greedy,
+}
+
+/// The output name of the greedy programs' argmax.
+const GREEDY: &str = "greedy_token";
 
 /// The largest power of two at most `left` and `max` (at least 1).
 fn chunk_len(left: usize, max: usize) -> usize {

@@ -235,6 +235,47 @@ fn a_prompt_prefilled_in_chunks_continues_as_pytorch() {
     }
 }
 
+/// Greedy decoding with the argmax on the device (`prefill_greedy`, `step_greedy`: only the
+/// token is read back) continues the prompt as PyTorch's greedy choice does, for each
+/// quantization; the greedy programs share the cache with the logits programs.
+#[test]
+fn greedy_tokens_picked_on_the_device_are_pytorchs() {
+    testing::validate_every_instance();
+    for model in ["tiny_llama", "tiny_llama_4w", "tiny_llama_8da4w"] {
+        let bytes: std::sync::Arc<[u8]> =
+            std::fs::read(dir(model).join("model.pte")).unwrap().into();
+        let choice = vkdelegate::program::DeviceChoice::Standalone;
+        let mut lm = match vkdelegate::llm::LanguageModel::load(bytes, choice) {
+            Ok(m) => m,
+            Err(e) => return testing::skip(model, &e.to_string()),
+        };
+        let (_, tokens) = npy::<i64>(model, "tokens.npy");
+        // The prompt through the logits programs up to its last token, then greedy.
+        lm.prefill(&tokens[..7]).unwrap();
+        let mut got = vec![lm.prefill_greedy(&tokens[7..8]).unwrap()];
+        for &token in &tokens[8..15] {
+            got.push(lm.step_greedy(token).unwrap());
+        }
+        assert_eq!(got, &tokens[8..16], "{model}: greedy continuation");
+        let out = &lm.program().outputs()[0];
+        assert_eq!(
+            (out.dtype, out.shape.iter().product::<usize>()),
+            (DType::I32, 1),
+            "{model}: the greedy program reads back one token"
+        );
+        // The whole prompt greedily from a reset: the same first token.
+        lm.reset();
+        assert_eq!(
+            lm.prefill_greedy(&tokens[..8]).unwrap(),
+            tokens[8],
+            "{model}"
+        );
+        let instance = lm.device().instance().clone();
+        drop(lm);
+        assert_no_validation_errors_of_ours(&instance);
+    }
+}
+
 fn close(model: &str, pos: usize, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{model} position {pos}");
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));

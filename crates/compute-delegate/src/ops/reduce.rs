@@ -3,13 +3,18 @@
 
 use super::{Call, Fallback, Kind, OpDef, Param, one};
 use crate::error::Result;
-use crate::graph::{Compare, GraphBuilder, Op, TensorId, norm_dim, shape_err};
+use crate::graph::{Compare, GraphBuilder, KernelOut, Op, TensorId, norm_dim, shape_err};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, ROW_GROUPS, ROW_KERNEL_MIN, Target};
 use vk_core::DType;
 
 const SELF: Param = Param::tensor("self");
 const DIMS: Param = Param::new("dim|dims", Kind::Ints, Fallback::Null);
+/// Rows at least this long (along the last dim) take the two-pass argmax and argmin.
+const ARG_SPLIT_FROM: usize = 4096;
+/// Elements of a row that one work group of the first pass reduces.
+const ARG_CHUNK: usize = 2048;
+
 const KEEPDIM: Param = Param::new("keepdim", Kind::Bool, Fallback::Bool(false));
 
 /// The ops of this family, one registration line each.
@@ -186,6 +191,11 @@ impl GraphBuilder {
         let op = if min { "argmin" } else { "argmax" };
         let xi = self.float_operand(op, x)?;
         let d = norm_dim(op, &xi.name, dim, xi.shape.len())?;
+        let s = &xi.shape;
+        if d + 1 == s.len() && s[d] >= ARG_SPLIT_FROM {
+            let y = self.arg_extreme_rows(op, x, xi.dtype, s, min)?;
+            return self.reduced_shape(y, s, &[d], keepdim);
+        }
         let x = if xi.dtype == DType::F16 {
             self.cast(x, DType::F32)?
         } else {
@@ -201,6 +211,56 @@ impl GraphBuilder {
             u32::from(min),
         )?;
         self.reduced_shape(y, s, &[d], keepdim)
+    }
+
+    /// [`GraphBuilder::arg_extreme`] along the last dim of `x` (shape `s`) in two passes,
+    /// for long rows: `arg_part.comp`'s work groups each reduce `ARG_CHUNK` elements of a row
+    /// to a (value, index) pair, `arg_pairs.comp` a row's pairs to its index. One invocation
+    /// a row would read a language model's logits (128256 a row) alone.
+    fn arg_extreme_rows(
+        &mut self,
+        op: &'static str,
+        x: TensorId,
+        dtype: DType,
+        s: &[usize],
+        min: bool,
+    ) -> Result<TensorId> {
+        let d = s[s.len() - 1];
+        let rows: usize = s[..s.len() - 1].iter().product();
+        let chunks = d.div_ceil(ARG_CHUNK);
+        let word = |v: usize| {
+            u32::try_from(v).map_err(|_| shape_err(op, format!("{v} elements are over 2^32")))
+        };
+        let mode = u32::from(min);
+        let part = push::ArgPartPush {
+            d: word(d)?,
+            chunk: ARG_CHUNK as u32,
+            chunks: word(chunks)?,
+            mode,
+        };
+        let pairs = word(rows.max(1) * chunks * 2)?;
+        let out = KernelOut {
+            dtype: DType::I32,
+            shape: vec![pairs as usize],
+            storage: None,
+            groups: Some(u64::from(pairs / 2)),
+            precision: Some(dtype),
+            spec: vec![],
+        };
+        let p = self.kernel_node_into(op, Kernel::ArgPart, &[x], out, &part)?;
+        let push = push::ArgPairsPush {
+            chunks: part.chunks,
+            mode,
+        };
+        let out = KernelOut {
+            dtype: DType::I32,
+            shape: vec![rows.max(1)],
+            storage: None,
+            groups: Some(rows.max(1) as u64),
+            precision: None,
+            spec: vec![],
+        };
+        self.kernel_node_into(op, Kernel::ArgPairs, &[p], out, &push)
     }
 
     /// One `[outer, d, inner] -> [outer, inner]` pass of `kernel` (its mode `mode`); the

@@ -204,6 +204,11 @@ impl ProgramBuilder {
         self
     }
 
+    /// The outputs declared so far, by name.
+    pub fn output_names(&self) -> &[String] {
+        &self.outputs
+    }
+
     /// Chooses the device.
     pub fn device(mut self, choice: DeviceChoice) -> Self {
         self.device = choice;
