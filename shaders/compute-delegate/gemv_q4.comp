@@ -22,18 +22,21 @@
 // each (even, odd) pair of a head first rotated by the rotary tables cos and sin as rope.comp
 // rotates it where `rope` is set. A pair's two columns are in one work group.
 //
-// A work group is 64 lanes and COLS columns, 8 unless tuned (with GLU, half of them of each
-// weight). Lane x reads the 16-byte words x, x + 64, .. (32 weights each) of all its packed
-// rows, so that each slice of x it loads serves every column; the lanes of a column read it
-// contiguously (two words of a row in flight a lane ran a deep product 20% slower on an
-// H200). The lanes' sums then meet in shared memory, one output a thread. Work group g of a
+// A work group is THREADS lanes (64 unless the lowering asks for more: deep products, whose
+// rows 64 lanes would walk in several serial steps) and COLS columns, 8 unless tuned (with
+// GLU, half of them of each weight). Lane x reads the 16-byte words x, x + THREADS, .. (32
+// weights each) of all its packed rows, so that each slice of x it loads serves every column;
+// the lanes of a column read it contiguously (two words of a row in flight a lane ran a deep
+// product 20% slower on an H200). The lanes' sums then meet in shared memory, one output a
+// thread. Work group g of a
 // grid-stride loop over the groups of columns. The values are unpacked in their places
 // (q4.glsl). Gated products of over a thousand work groups run gemv_q4_teams.comp, which
 // keeps more lanes busy per column.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 #include "q4.glsl"
-layout(local_size_x = 64) in;
+// Lanes of a work group (THREADS below): 64, 128 or 256.
+layout(local_size_x = 64, local_size_x_id = 4) in;
 // Rows of x and y (1 to 4).
 layout(constant_id = 0) const uint ROWS = 1;
 // 1: the gated product of two weights (GLU above).
@@ -43,7 +46,7 @@ layout(constant_id = 2) const uint NORM = 0;
 // Columns of a work group (with GLU, half of them gated columns, half their up columns).
 layout(constant_id = 3) const uint COLS = 8;
 
-const uint LANES = 64;
+const uint THREADS = gl_WorkGroupSize.x;
 const uint MAX_ROWS = 4;
 
 layout(std430, set = 0, binding = 0) readonly buffer X4 { T4 x4[]; };
@@ -78,20 +81,20 @@ layout(push_constant) uniform Params {
     uint rope;
 } pc;
 
-// Each output's (column c, row r at c * MAX_ROWS + r) partial sums, one per lane, and with
-// NORM each row r's sums of squares of x at SQUARES + r; rows padded by one word so that the
+// Each output's (column c, row r at c * ROWS + r) partial sums, one per lane, and with NORM
+// each row r's sums of squares of x at SQUARES + r; rows padded by one word so that the
 // summing threads read different banks.
-const uint SQUARES = COLS * MAX_ROWS;
-shared float part[SQUARES + MAX_ROWS][LANES + 1];
+const uint SQUARES = COLS * ROWS;
+shared float part[SQUARES + ROWS][THREADS + 1];
 
 float scale(bool up, uint at) {
     return up ? s2[at] : s[at];
 }
 
-// The 64 lanes' partial sums of output slot `at`.
+// The lanes' partial sums of output slot `at`.
 float lanes_sum(uint at) {
     vec4 sum = vec4(0.0);
-    [[unroll]] for (uint l = 0; l < LANES; l += 4) {
+    for (uint l = 0; l < THREADS; l += 4) {
         sum += vec4(part[at][l], part[at][l + 1], part[at][l + 2], part[at][l + 3]);
     }
     return sum.x + sum.y + sum.z + sum.w;
@@ -104,7 +107,7 @@ void into_cache(float v, uint c, uint r, float rs, uint col0) {
     uint e = col % pc.head_d;
     uint head = col / pc.head_d;
     if (pc.rope != 0) {
-        float other = lanes_sum((c ^ 1u) * MAX_ROWS + r) * rs;
+        float other = lanes_sum((c ^ 1u) * ROWS + r) * rs;
         bool even = (e & 1u) == 0u;
         float re = even ? v : other;
         float im = even ? other : v;
@@ -146,7 +149,7 @@ void main() {
         [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
             ss[r] = 0.0;
         }
-        for (uint i = lane; i < words; i += LANES) {
+        for (uint i = lane; i < words; i += THREADS) {
             uvec4 q[COLS];
             [[unroll]] for (uint c = 0; c < COLS; ++c) {
                 q[c] = (glu && c >= per) ? w2[row[c] * words + i] : w[row[c] * words + i];
@@ -204,27 +207,27 @@ void main() {
             }
         }
         [[unroll]] for (uint c = 0; c < COLS; ++c) {
-            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
-                part[c * MAX_ROWS + r][lane] = acc[c][r];
+            [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+                part[c * ROWS + r][lane] = acc[c][r];
             }
         }
         if (NORM != 0) {
-            [[unroll]] for (uint r = 0; r < MAX_ROWS; ++r) {
+            [[unroll]] for (uint r = 0; r < ROWS; ++r) {
                 part[SQUARES + r][lane] = ss[r];
             }
         }
         barrier();
-        if (lane < per * MAX_ROWS) {
-            uint c = lane / MAX_ROWS;
-            uint r = lane % MAX_ROWS;
-            if (r < ROWS && col0 + c < pc.n) {
+        if (lane < per * ROWS) {
+            uint c = lane / ROWS;
+            uint r = lane % ROWS;
+            if (col0 + c < pc.n) {
                 float rs = 1.0;
                 if (NORM != 0) {
                     rs = inversesqrt(lanes_sum(SQUARES + r) / float(pc.k) + pc.eps);
                 }
                 float v = lanes_sum(lane) * rs;
                 if (glu) {
-                    float up = lanes_sum((c + per) * MAX_ROWS + r) * rs;
+                    float up = lanes_sum((c + per) * ROWS + r) * rs;
                     v = v / (1.0 + exp(-v)) * up;
                 }
                 if (pc.has_bias != 0) {

@@ -2914,9 +2914,12 @@ fn few_row_four_bit_linears_read_packed_weights() {
             (3, 6, 96, 16),
             (4, 9, 32, 8),
             (6, 5, 64, 32),
-            // Lanes looping over more than 64 words, and groups over one word.
+            // Lanes looping over more than 64 words, and groups over one word; work groups
+            // of 128 and 256 lanes for deep rows, looping over twice that at 16384.
             (2, 17, 2112, 64),
             (1, 20, 4096, 128),
+            (1, 12, 8192, 32),
+            (2, 7, 16384, 64),
             // Over a thousand work groups: gemv_q4_teams.comp's layout.
             (1, 8200, 64, 32),
             (3, 8196, 96, 8),

@@ -119,7 +119,7 @@ fn gemv_q4_layout(groups: u32, spec: &[u32], push: &[u32]) -> Kernel {
     }
 }
 
-/// Environment variable for tuning `gemv_q4.comp`'s columns per work group: 4, 8 or 16
+/// Environment variable for tuning `gemv_q4.comp`'s columns per work group: 2, 4, 8 or 16
 /// (default 8).
 pub const ENV_GEMV_Q4_COLUMNS: &str = "VKDELEGATE_GEMV_Q4_COLUMNS";
 
@@ -133,14 +133,28 @@ fn gemv_q4_columns(
 ) -> (Vec<u32>, Vec<u32>, u32) {
     let (mut spec, mut push) = (spec.to_vec(), push.to_vec());
     let cols = match std::env::var(ENV_GEMV_Q4_COLUMNS).as_deref() {
+        Ok("2") => 2,
         Ok("4") => 4,
         Ok("16") => 16,
         _ => 8,
     };
-    if kernel != Kernel::GemvQ4 || cols == 8 {
+    if kernel != Kernel::GemvQ4 {
         return (spec, push, groups);
     }
     use push::GemvQ4Push as P;
+    let k = push
+        .get(std::mem::offset_of!(P, k) / 4)
+        .copied()
+        .unwrap_or(0);
+    if spec.is_empty() {
+        spec.push(1);
+    }
+    spec.resize(5, 0);
+    spec[3] = cols;
+    spec[4] = gemv_q4_threads(k);
+    if cols == 8 {
+        return (spec, push, groups);
+    }
     let n = push
         .get(std::mem::offset_of!(P, n) / 4)
         .copied()
@@ -154,9 +168,23 @@ fn gemv_q4_columns(
     if let Some(w) = push.get_mut(std::mem::offset_of!(P, col_groups) / 4) {
         *w = col_groups;
     }
-    spec.resize(4, 0);
-    spec[3] = cols;
     (spec, push, col_groups.clamp(1, 65535))
+}
+
+/// Environment variable for tuning `gemv_q4.comp`'s lanes per work group: 64, 128 or 256
+/// (default: as many as a row's 16-byte words, within those).
+pub const ENV_GEMV_Q4_THREADS: &str = "VKDELEGATE_GEMV_Q4_THREADS";
+
+/// `gemv_q4.comp`'s lanes per work group for rows of `k` weights: enough that each lane reads
+/// one 16-byte word of a row (32 weights), from 64 to 256, so that a deep product (a language
+/// model's down projection, k 8192) is not walked in serial steps by few work groups.
+fn gemv_q4_threads(k: u32) -> u32 {
+    match std::env::var(ENV_GEMV_Q4_THREADS).as_deref() {
+        Ok("64") => 64,
+        Ok("128") => 128,
+        Ok("256") => 256,
+        _ => (k / 32).next_power_of_two().clamp(64, 256),
+    }
 }
 
 impl Lowerer<'_> {
