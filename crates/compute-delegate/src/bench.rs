@@ -1132,6 +1132,26 @@ fn decode_cases(s: &Sizes) -> Vec<Case> {
         }),
     });
     cases.push(Case {
+        op: "gated_q4",
+        f32_op: None,
+        shape: format!("rms_norm [1,{dim}] silu(x[{hidden},{dim}]^T) * x[{hidden},{dim}]^T"),
+        work: Work::Bytes(2.0 * q4_bytes(hidden, dim)),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", f32_t, &[1, dim])?;
+            let nw = g.constant("nw", pattern(&[dim], 5)?)?;
+            let n = g.rms_norm(x, nw, 1e-5)?;
+            let gate = q4_linear(&mut g, n, 2, hidden, dim)?;
+            let up = q4_linear(&mut g, n, 3, hidden, dim)?;
+            let silu = crate::ops::find("aten.silu.default")
+                .ok_or_else(|| Error::Graph("bench: no aten.silu".into()))?;
+            let act = silu.call(&mut g, vec![Arg::Tensor(gate)])?[0];
+            let h = g.mul(act, up)?;
+            g.output(h)?;
+            Ok((g, vec![pattern(&[1, dim], 1)?]))
+        }),
+    });
+    cases.push(Case {
         op: "mlp_q4",
         f32_op: None,
         shape: format!("{dim}->2x{hidden}->{dim}"),
