@@ -489,6 +489,37 @@ impl Sampler {
         Sampler::new(0.0, 1.0, 0)
     }
 
+    /// Cuts the weights `p` (token, weight) to the likeliest tokens whose share of the total
+    /// reaches `top_p`, likeliest first (ties by token). Only a candidate set is sorted: the
+    /// 64 largest, then 4 times as many, until their mass is enough, so a peaked
+    /// distribution of a vocabulary of 128k costs a selection, not a sort.
+    fn keep_nucleus(&self, p: &mut Vec<(usize, f32)>) {
+        let total: f32 = p.iter().map(|x| x.1).sum();
+        let order = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let mut k = p.len().min(64);
+        loop {
+            if k < p.len() {
+                p.select_nth_unstable_by(k - 1, order);
+            }
+            let mass: f32 = p[..k].iter().map(|x| x.1).sum();
+            if k == p.len() || mass >= self.top_p * total {
+                break;
+            }
+            k = (k * 4).min(p.len());
+        }
+        p.truncate(k);
+        p.sort_unstable_by(order);
+        let mut mass = 0.0;
+        let keep = p
+            .iter()
+            .position(|x| {
+                mass += x.1 / total;
+                mass >= self.top_p
+            })
+            .map_or(p.len(), |i| i + 1);
+        p.truncate(keep);
+    }
+
     /// The next token.
     pub fn pick(&mut self, logits: &[f32]) -> i64 {
         let best = || {
@@ -505,17 +536,9 @@ impl Sampler {
             .map(|&v| ((v - top) / self.temperature).exp())
             .enumerate()
             .collect();
-        let total: f32 = p.iter().map(|x| x.1).sum();
-        p.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let mut mass = 0.0;
-        let keep = p
-            .iter()
-            .position(|x| {
-                mass += x.1 / total;
-                mass >= self.top_p
-            })
-            .map_or(p.len(), |i| i + 1);
-        p.truncate(keep);
+        if self.top_p < 1.0 {
+            self.keep_nucleus(&mut p);
+        }
         match WeightedIndex::new(p.iter().map(|x| x.1)) {
             Ok(w) => p[w.sample(&mut self.rng)].0 as i64,
             Err(_) => best(),
@@ -556,5 +579,32 @@ mod tests {
             (0..16).map(|_| (a.pick(&logits), b.pick(&logits))).unzip();
         assert_eq!(x, y);
         assert!(x.iter().all(|&t| t == 1 || t == 3), "{x:?}");
+    }
+
+    #[test]
+    fn the_nucleus_is_the_likeliest_tokens_up_to_top_p() {
+        // 5000 weights, peaked and flat mixed: the nucleus found by growing candidate sets
+        // is the one a full sort finds.
+        let w: Vec<(usize, f32)> = (0..5000)
+            .map(|i| (i, ((i * 7919) % 5000) as f32 / 500.0))
+            .map(|(i, v)| (i, (v * v / 8.0).exp()))
+            .collect();
+        let total: f32 = w.iter().map(|x| x.1).sum();
+        for top_p in [1e-6, 0.1, 0.5, 0.9, 0.999] {
+            let mut got = w.clone();
+            Sampler::new(1.0, top_p, 0).keep_nucleus(&mut got);
+            let mut want = w.clone();
+            want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let mut mass = 0.0;
+            let n = want
+                .iter()
+                .position(|x| {
+                    mass += x.1 / total;
+                    mass >= top_p
+                })
+                .map_or(want.len(), |i| i + 1);
+            want.truncate(n);
+            assert_eq!(got, want, "top_p {top_p}");
+        }
     }
 }

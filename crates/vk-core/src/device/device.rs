@@ -436,36 +436,9 @@ impl Device {
     /// `fence` must be a live fence created from this device.
     pub unsafe fn wait_for_fence(&self, fence: vk::Fence, timeout_ns: u64) -> Result<(), VkError> {
         self.shared.queue.stats().note_wait();
-        let spin = fence_spin();
-        if !spin.is_zero() {
-            let start = std::time::Instant::now();
-            while start.elapsed() < spin {
-                // SAFETY: as below.
-                if unsafe { self.shared.raw.get_fence_status(fence) }.vk("vkGetFenceStatus")? {
-                    return Ok(());
-                }
-                std::hint::spin_loop();
-            }
-        }
         // SAFETY: `fence` is a live fence of this device (caller's contract).
         unsafe { self.shared.raw.wait_for_fences(&[fence], true, timeout_ns) }.vk("vkWaitForFences")
     }
-}
-
-/// Environment variable: microseconds a fence wait polls the fence before it sleeps in
-/// `vkWaitForFences` (default 0), for measuring the wake-up latency of short submissions.
-pub const ENV_FENCE_SPIN_US: &str = "VKDELEGATE_FENCE_SPIN_US";
-
-/// The polling time [`ENV_FENCE_SPIN_US`] asks for, read once.
-fn fence_spin() -> std::time::Duration {
-    static SPIN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var(ENV_FENCE_SPIN_US)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        std::time::Duration::from_micros(us)
-    })
 }
 
 impl Adapter {
