@@ -23,8 +23,8 @@
 // rotates it where `rope` is set. A pair's two columns are in one work group.
 //
 // A work group is THREADS lanes (64 unless the lowering asks for more: deep products, whose
-// rows 64 lanes would walk in several serial steps) and COLS columns, 8 unless tuned (with
-// GLU, half of them of each weight). Lane x reads the 16-byte words x, x + THREADS, .. (32
+// rows 64 lanes would walk in several serial steps) and COLS columns (the lowering's choice,
+// 4 or 8; with GLU, half of them of each weight). Lane x reads the 16-byte words x, x + THREADS, .. (32
 // weights each) of all its packed rows, so that each slice of x it loads serves every column;
 // the lanes of a column read it contiguously (two words of a row in flight a lane ran a deep
 // product 20% slower on an H200). The lanes' sums then meet in shared memory, one output a
