@@ -16,6 +16,8 @@ const uint THREADS = 128;
 const uint MAX_ROWS = 4096;
 // SPLIT: the rows of a share whose values are loaded early (the lowering's shares).
 const uint PRELOAD_ROWS = 64;
+// SPLIT: the shares whose partial results the combining work group loads at once.
+const uint COMBINE = 16;
 
 layout(std430, set = 0, binding = 0) readonly buffer Q { T q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K4 { T4 k4[]; };
@@ -218,7 +220,8 @@ void main() {
         // with maximum m_c, sum l_c and unnormalised output o_c,
         //   y[g] = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c,   M = max_c m_c,
         // and 0 where no share had a row. Only the shares that hold rows are read, in one
-        // pass (the maximum so far rescales the sums), four shares' loads in flight at once.
+        // pass (the maximum so far rescales the sums), COMBINE shares' loads in flight at
+        // once: a 1024-row cache's 16 shares in one round trip.
         barrier();
         if (t == 0) {
             last_share = atomicAdd(done[g], 1u) == pc.chunks - 1;
@@ -233,17 +236,17 @@ void main() {
                 float m = -3.0e38;
                 float l = 0.0;
                 float o = 0.0;
-                for (uint c0 = 0; c0 < used; c0 += 4) {
-                    float mc[4];
-                    float lc[4];
-                    float oc[4];
-                    [[unroll]] for (uint u = 0; u < 4; ++u) {
+                for (uint c0 = 0; c0 < used; c0 += COMBINE) {
+                    float mc[COMBINE];
+                    float lc[COMBINE];
+                    float oc[COMBINE];
+                    [[unroll]] for (uint u = 0; u < COMBINE; ++u) {
                         uint at = base + min(c0 + u, used - 1) * stride;
                         mc[u] = part[at];
                         lc[u] = part[at + 1];
                         oc[u] = part[at + 2 + t];
                     }
-                    [[unroll]] for (uint u = 0; u < 4; ++u) {
+                    [[unroll]] for (uint u = 0; u < COMBINE; ++u) {
                         if (c0 + u < used && lc[u] > 0.0) {
                             float top = max(m, mc[u]);
                             float was = exp(m - top);

@@ -2587,6 +2587,8 @@ fn attention_over_a_kv_cache_matches_its_definition() {
             (4100, 8, 2),
             (300, 16, 150),
             (1000, 64, 700),
+            // Over 16 shares with rows: the combination loads them in two rounds.
+            (2000, 32, 1500),
         ] {
             let q = rand_vec(141, s * hq * d);
             let (k, v) = (rand_vec(142, s * hk * d), rand_vec(143, s * hk * d));
