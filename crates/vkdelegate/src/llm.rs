@@ -21,8 +21,8 @@ use std::sync::mpsc;
 
 use compute_delegate::ConstantPool;
 use executorch_pte::{Program as Pte, Value};
+use rand::Rng;
 use rand::SeedableRng;
-use rand::distributions::{Distribution, WeightedIndex};
 use vk_core::{DType, Device, HostTensor};
 
 use crate::program::{ComputeStep, DeviceChoice, Program, StepKind, StepSpec};
@@ -466,12 +466,16 @@ fn metadata(pte: &Pte<'_>) -> Result<Metadata, LlmError> {
 
 /// Picks tokens from logits: greedy at temperature 0, else from `softmax(logits /
 /// temperature)` restricted to the smallest set of most likely tokens whose mass reaches
-/// `top_p`, drawn from a generator seeded once.
+/// `top_p`, drawn from a generator seeded once. A step's work is linear in the vocabulary:
+/// the set is found by partitioning around pivots (no sort), and the weights live in a
+/// buffer kept between steps.
 #[derive(Debug, Clone)]
 pub struct Sampler {
     temperature: f32,
     top_p: f32,
     rng: rand::rngs::StdRng,
+    /// (token, weight) of the last step.
+    weights: Vec<(usize, f32)>,
 }
 
 impl Sampler {
@@ -481,43 +485,13 @@ impl Sampler {
             temperature,
             top_p: top_p.clamp(f32::MIN_POSITIVE, 1.0),
             rng: rand::rngs::StdRng::seed_from_u64(seed),
+            weights: Vec::new(),
         }
     }
 
     /// The greedy sampler.
     pub fn greedy() -> Self {
         Sampler::new(0.0, 1.0, 0)
-    }
-
-    /// Cuts the weights `p` (token, weight) to the likeliest tokens whose share of the total
-    /// reaches `top_p`, likeliest first (ties by token). Only a candidate set is sorted: the
-    /// 64 largest, then 4 times as many, until their mass is enough, so a peaked
-    /// distribution of a vocabulary of 128k costs a selection, not a sort.
-    fn keep_nucleus(&self, p: &mut Vec<(usize, f32)>) {
-        let total: f32 = p.iter().map(|x| x.1).sum();
-        let order = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        let mut k = p.len().min(64);
-        loop {
-            if k < p.len() {
-                p.select_nth_unstable_by(k - 1, order);
-            }
-            let mass: f32 = p[..k].iter().map(|x| x.1).sum();
-            if k == p.len() || mass >= self.top_p * total {
-                break;
-            }
-            k = (k * 4).min(p.len());
-        }
-        p.truncate(k);
-        p.sort_unstable_by(order);
-        let mut mass = 0.0;
-        let keep = p
-            .iter()
-            .position(|x| {
-                mass += x.1 / total;
-                mass >= self.top_p
-            })
-            .map_or(p.len(), |i| i + 1);
-        p.truncate(keep);
     }
 
     /// The next token.
@@ -531,24 +505,93 @@ impl Sampler {
             return best();
         }
         let top = logits.iter().fold(f32::MIN, |m, &v| m.max(v));
-        let mut p: Vec<(usize, f32)> = logits
-            .iter()
-            .map(|&v| ((v - top) / self.temperature).exp())
-            .enumerate()
-            .collect();
-        if self.top_p < 1.0 {
-            self.keep_nucleus(&mut p);
+        let mut p = std::mem::take(&mut self.weights);
+        p.clear();
+        p.extend(
+            logits
+                .iter()
+                .map(|&v| ((v - top) / self.temperature).exp())
+                .enumerate(),
+        );
+        let kept = if self.top_p < 1.0 {
+            nucleus(&mut p, self.top_p)
+        } else {
+            p.len()
+        };
+        let total: f32 = p[..kept].iter().map(|x| x.1).sum();
+        let mut token = None;
+        if total.is_finite() && total > 0.0 {
+            let mut u = self.rng.r#gen::<f32>() * total;
+            token = p[..kept].iter().find(|x| {
+                u -= x.1;
+                u < 0.0
+            });
+            // Rounding may leave u at or just above 0: the last token with weight.
+            token = token.or_else(|| p[..kept].iter().rev().find(|x| x.1 > 0.0));
         }
-        match WeightedIndex::new(p.iter().map(|x| x.1)) {
-            Ok(w) => p[w.sample(&mut self.rng)].0 as i64,
-            Err(_) => best(),
+        let next = token.map_or_else(best, |x| x.0 as i64);
+        self.weights = p;
+        next
+    }
+}
+
+/// Reorders the weights `p` (token, weight) so that the first of them, the count returned, are
+/// the likeliest tokens whose share of the total reaches `top_p` (ties by token), in an order
+/// that depends on the weights alone: expected linear time, by partitioning around pivots
+/// and keeping the side where the boundary lies.
+fn nucleus(p: &mut [(usize, f32)], top_p: f32) -> usize {
+    let total: f32 = p.iter().map(|x| x.1).sum();
+    let mut need = top_p * total;
+    // p[..lo] is kept; the boundary lies in p[lo..hi], everything past hi is dropped.
+    let (mut lo, mut hi) = (0, p.len());
+    while hi - lo > 1 {
+        let part = &mut p[lo..hi];
+        let n = part.len();
+        let mut three = [part[0].1, part[n / 2].1, part[n - 1].1];
+        three.sort_by(f32::total_cmp);
+        let pivot = three[1];
+        // [greater | equal | smaller] (part[..gt], part[gt..i], part[lt..]).
+        let (mut gt, mut i, mut lt) = (0, 0, n);
+        while i < lt {
+            let w = part[i].1;
+            if w > pivot {
+                part.swap(gt, i);
+                gt += 1;
+                i += 1;
+            } else if w < pivot {
+                lt -= 1;
+                part.swap(i, lt);
+            } else {
+                i += 1;
+            }
+        }
+        let eq = lt - gt;
+        let above: f32 = part[..gt].iter().map(|x| x.1).sum();
+        if above >= need && gt > 0 {
+            hi = lo + gt;
+            continue;
+        }
+        let level: f32 = pivot * eq as f32;
+        if above + level >= need {
+            // The boundary is among the ties: the lowest tokens first.
+            let ties = &mut part[gt..gt + eq];
+            ties.sort_unstable_by_key(|x| x.0);
+            let k = ((need - above) / pivot).ceil().clamp(1.0, eq as f32) as usize;
+            return lo + gt + k;
+        }
+        need -= above + level;
+        lo += gt + eq;
+        if lo == hi {
+            // Rounding: everything was needed.
+            return hi;
         }
     }
+    hi
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Sampler, chunk_len};
+    use super::{Sampler, chunk_len, nucleus};
 
     #[test]
     fn prompts_are_cut_into_powers_of_two_up_to_the_bound() {
@@ -583,28 +626,41 @@ mod tests {
 
     #[test]
     fn the_nucleus_is_the_likeliest_tokens_up_to_top_p() {
-        // 5000 weights, peaked and flat mixed: the nucleus found by growing candidate sets
-        // is the one a full sort finds.
-        let w: Vec<(usize, f32)> = (0..5000)
+        // 5000 weights, peaked and flat mixed, and a run of ties: the nucleus found by
+        // partitioning is the one a full sort finds (ties taken lowest token first).
+        let mut w: Vec<(usize, f32)> = (0..5000)
             .map(|i| (i, ((i * 7919) % 5000) as f32 / 500.0))
             .map(|(i, v)| (i, (v * v / 8.0).exp()))
             .collect();
+        for t in (100..5000).step_by(97) {
+            w[t].1 = 2.0;
+        }
         let total: f32 = w.iter().map(|x| x.1).sum();
+        let order = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         for top_p in [1e-6, 0.1, 0.5, 0.9, 0.999] {
             let mut got = w.clone();
-            Sampler::new(1.0, top_p, 0).keep_nucleus(&mut got);
+            let k = nucleus(&mut got, top_p);
+            got.truncate(k);
+            got.sort_by(order);
             let mut want = w.clone();
-            want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            want.sort_by(order);
             let mut mass = 0.0;
             let n = want
                 .iter()
                 .position(|x| {
-                    mass += x.1 / total;
-                    mass >= top_p
+                    mass += x.1;
+                    mass >= top_p * total
                 })
                 .map_or(want.len(), |i| i + 1);
             want.truncate(n);
+            assert_eq!(got.len(), want.len(), "top_p {top_p}");
             assert_eq!(got, want, "top_p {top_p}");
         }
+        // Ties at the boundary: the lowest tokens.
+        let mut flat: Vec<(usize, f32)> = (0..10).rev().map(|i| (i, 1.0)).collect();
+        let k = nucleus(&mut flat, 0.35);
+        let mut kept: Vec<usize> = flat[..k].iter().map(|x| x.0).collect();
+        kept.sort();
+        assert_eq!(kept, [0, 1, 2, 3]);
     }
 }
