@@ -12,7 +12,9 @@
 //! serves every position. [`LanguageModel::reset`] starts a new sequence (rows past the
 //! position are never read, so nothing is cleared). [`BackgroundModel`] runs the steps on a
 //! thread of its own, so that an engine submits work in one frame and polls for the logits in
-//! a later one without blocking. [`Sampler`] picks tokens: greedy at temperature 0, else from
+//! a later one without blocking. [`LanguageModel::step_greedy`] and
+//! [`LanguageModel::prefill_greedy`] run programs that end with an argmax on the device and
+//! read back only the greedy token. [`Sampler`] picks tokens: greedy at temperature 0, else from
 //! the softmax at a temperature, within the top-p mass, from a seeded generator.
 
 use std::collections::BTreeMap;
@@ -147,11 +149,16 @@ impl LanguageModel {
         &self.device
     }
 
-    /// The one-token program (its device, timings and profile).
+    /// The one-token program (its device, timings and profile): the greedy one once a greedy
+    /// run has built it and was the last run, else the one reading the logits.
     pub fn program(&mut self) -> &mut Program {
-        let read = self.last_read;
-        self.program_for(1, read)
-            .expect("the one-token program is built at load")
+        let mut key = (1, self.last_read);
+        if !self.programs.contains_key(&key) {
+            key = (1, Readback::Logits);
+        }
+        self.programs
+            .get_mut(&key)
+            .expect("the one-token program is built at load and never dropped")
     }
 
     /// The token counts built so far (each once, whatever it reads back), and the constants
