@@ -305,8 +305,16 @@ impl LanguageModel {
             let mut model = self;
             for request in work {
                 let result = match request {
-                    Request::Step(token) => model.step(token),
-                    Request::Prefill(tokens) => model.prefill(&tokens),
+                    Request::Step(token, Readback::Logits) => model.step(token).map(Reply::Logits),
+                    Request::Step(token, Readback::Greedy) => {
+                        model.step_greedy(token).map(Reply::Token)
+                    }
+                    Request::Prefill(tokens, Readback::Logits) => {
+                        model.prefill(&tokens).map(Reply::Logits)
+                    }
+                    Request::Prefill(tokens, Readback::Greedy) => {
+                        model.prefill_greedy(&tokens).map(Reply::Token)
+                    }
                     Request::Reset => {
                         model.reset();
                         continue;
@@ -320,7 +328,7 @@ impl LanguageModel {
         BackgroundModel {
             requests: Some(requests),
             results,
-            pending: false,
+            pending: None,
             metadata,
             thread: Some(thread),
         }
@@ -346,18 +354,28 @@ fn chunk_len(left: usize, max: usize) -> usize {
 }
 
 enum Request {
-    Step(i64),
-    Prefill(Vec<i64>),
+    Step(i64, Readback),
+    Prefill(Vec<i64>, Readback),
     Reset,
 }
 
+/// What a background step gives back.
+#[derive(Debug)]
+enum Reply {
+    Logits(Vec<f32>),
+    Token(i64),
+}
+
 /// A [`LanguageModel`] stepping on a thread of its own: [`BackgroundModel::submit`] returns at
-/// once, [`BackgroundModel::poll`] gives the logits when they are ready, never waiting.
+/// once, [`BackgroundModel::poll`] gives the logits when they are ready, never waiting;
+/// [`BackgroundModel::submit_greedy`] and [`BackgroundModel::poll_token`] the same for the
+/// greedy token picked on the device.
 #[derive(Debug)]
 pub struct BackgroundModel {
     requests: Option<mpsc::Sender<Request>>,
-    results: mpsc::Receiver<Result<Vec<f32>, LlmError>>,
-    pending: bool,
+    results: mpsc::Receiver<Result<Reply, LlmError>>,
+    /// What the running step reads back, if one runs.
+    pending: Option<Readback>,
     metadata: Metadata,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -368,38 +386,75 @@ impl BackgroundModel {
         &self.metadata
     }
 
-    /// Starts a step feeding `token`; one step at a time.
+    /// Starts a step feeding `token`, for its logits ([`BackgroundModel::poll`]); one step at
+    /// a time.
     pub fn submit(&mut self, token: i64) -> Result<(), LlmError> {
-        self.start(Request::Step(token))
+        self.start(Request::Step(token, Readback::Logits), Readback::Logits)
     }
 
-    /// Starts feeding a prompt ([`LanguageModel::prefill`]); one step at a time.
+    /// Starts feeding a prompt ([`LanguageModel::prefill`]), for the logits after it; one
+    /// step at a time.
     pub fn submit_prompt(&mut self, tokens: &[i64]) -> Result<(), LlmError> {
-        self.start(Request::Prefill(tokens.to_vec()))
+        let r = Request::Prefill(tokens.to_vec(), Readback::Logits);
+        self.start(r, Readback::Logits)
     }
 
-    fn start(&mut self, r: Request) -> Result<(), LlmError> {
-        if self.pending {
+    /// Starts a step feeding `token`, for the greedy token after it
+    /// ([`LanguageModel::step_greedy`], [`BackgroundModel::poll_token`]); one step at a time.
+    pub fn submit_greedy(&mut self, token: i64) -> Result<(), LlmError> {
+        self.start(Request::Step(token, Readback::Greedy), Readback::Greedy)
+    }
+
+    /// Starts feeding a prompt, for the greedy token after it
+    /// ([`LanguageModel::prefill_greedy`]); one step at a time.
+    pub fn submit_prompt_greedy(&mut self, tokens: &[i64]) -> Result<(), LlmError> {
+        let r = Request::Prefill(tokens.to_vec(), Readback::Greedy);
+        self.start(r, Readback::Greedy)
+    }
+
+    fn start(&mut self, r: Request, read: Readback) -> Result<(), LlmError> {
+        if self.pending.is_some() {
             return Err(LlmError::Busy);
         }
         self.send(r)?;
-        self.pending = true;
+        self.pending = Some(read);
         Ok(())
     }
 
-    /// The logits of the submitted step, once ready (`None`: not yet, or none submitted).
+    /// The logits of the step submitted by [`BackgroundModel::submit`] or
+    /// [`BackgroundModel::submit_prompt`], once ready (`None`: not yet, or none submitted).
     pub fn poll(&mut self) -> Option<Result<Vec<f32>, LlmError>> {
-        if !self.pending {
+        match self.take(Readback::Logits)? {
+            Ok(Reply::Logits(l)) => Some(Ok(l)),
+            Ok(Reply::Token(_)) => Some(Err(LlmError::Stopped)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The greedy token of the step submitted by [`BackgroundModel::submit_greedy`] or
+    /// [`BackgroundModel::submit_prompt_greedy`], once ready (`None`: not yet, or none
+    /// submitted).
+    pub fn poll_token(&mut self) -> Option<Result<i64, LlmError>> {
+        match self.take(Readback::Greedy)? {
+            Ok(Reply::Token(t)) => Some(Ok(t)),
+            Ok(Reply::Logits(_)) => Some(Err(LlmError::Stopped)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The running step's reply if it reads back `read` and is done.
+    fn take(&mut self, read: Readback) -> Option<Result<Reply, LlmError>> {
+        if self.pending != Some(read) {
             return None;
         }
         match self.results.try_recv() {
             Ok(r) => {
-                self.pending = false;
+                self.pending = None;
                 Some(r)
             }
             Err(mpsc::TryRecvError::Empty) => None,
             Err(mpsc::TryRecvError::Disconnected) => {
-                self.pending = false;
+                self.pending = None;
                 Some(Err(LlmError::Stopped))
             }
         }

@@ -149,7 +149,19 @@ fn a_background_model_is_driven_by_submit_and_poll() {
         };
         assert_eq!(got, want);
     }
-    assert_eq!(inline.position(), 3);
+    // Greedy steps: the token picked on the device, through poll_token (poll gives nothing
+    // for them), as the inline model picks it.
+    let want = inline.step_greedy(111).unwrap();
+    background.submit_greedy(111).unwrap();
+    let got = loop {
+        assert!(background.poll().is_none(), "a greedy step has no logits");
+        if let Some(r) = background.poll_token() {
+            break r.unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    assert_eq!(got, want);
+    assert_eq!(inline.position(), 4);
     inline.reset();
     assert_eq!(inline.position(), 0);
 }
