@@ -1,10 +1,10 @@
 #version 450
 // kernel: ArgPart
 // The first pass of the index of the maximum (mode 0) or minimum (mode 1) along the last dim
-// of x viewed as [rows, d], for long rows (a language model's logits): work group
-// row * chunks + c reduces the row's chunk c (`chunk` elements) to its best value and index,
-// the pair of words (value bits, index) at 2 * (row * chunks + c) of `part`. arg_pairs.comp
-// reduces each row's pairs.
+// of x viewed as [rows, d], for long rows (a language model's logits): item
+// row * chunks + c (of `items`, over the work groups in a grid-stride loop) reduces the row's
+// chunk c (`chunk` elements) to its best value and index, the pair of words (value bits,
+// index) at 2 * (row * chunks + c) of `part`. arg_pairs.comp reduces each row's pairs.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 #include "arg_part.glsl"
@@ -18,26 +18,28 @@ layout(push_constant) uniform Params {
     uint chunk;
     uint chunks;
     uint mode;
+    uint items;
 } pc;
 
 void main() {
-    uint row = gl_WorkGroupID.x / pc.chunks;
-    uint c = gl_WorkGroupID.x % pc.chunks;
-    uint first = c * pc.chunk;
-    uint end = min(first + pc.chunk, pc.d);
-    float best = arg_empty(pc.mode);
-    uint at = 0xFFFFFFFFu;
-    uint base = row * pc.d;
-    for (uint k = first + gl_LocalInvocationID.x; k < end; k += 256u) {
-        float v = float(x[base + k]);
-        if (arg_better(v, k, best, at, pc.mode)) {
-            best = v;
-            at = k;
+    for (uint item = gl_WorkGroupID.x; item < pc.items; item += gl_NumWorkGroups.x) {
+        uint row = item / pc.chunks;
+        uint first = (item % pc.chunks) * pc.chunk;
+        uint end = min(first + pc.chunk, pc.d);
+        float best = arg_empty(pc.mode);
+        uint at = 0xFFFFFFFFu;
+        uint base = row * pc.d;
+        for (uint k = first + gl_LocalInvocationID.x; k < end; k += 256u) {
+            float v = float(x[base + k]);
+            if (arg_better(v, k, best, at, pc.mode)) {
+                best = v;
+                at = k;
+            }
         }
-    }
-    arg_reduce_group(best, at, pc.mode);
-    if (gl_LocalInvocationID.x == 0u) {
-        part[2u * gl_WorkGroupID.x] = floatBitsToUint(best);
-        part[2u * gl_WorkGroupID.x + 1u] = at;
+        arg_reduce_group(best, at, pc.mode);
+        if (gl_LocalInvocationID.x == 0u) {
+            part[2u * item] = floatBitsToUint(best);
+            part[2u * item + 1u] = at;
+        }
     }
 }

@@ -18,7 +18,7 @@ float arg_empty(uint mode) {
     return mode == 0u ? uintBitsToFloat(0xFF800000u) : uintBitsToFloat(0x7F800000u);
 }
 
-// The work group's 256 candidates, reduced in shared memory; thread 0 ends with the best.
+// The work group's 256 candidates, reduced in shared memory; every thread ends with the best.
 shared float arg_v[256];
 shared uint arg_i[256];
 
@@ -36,4 +36,6 @@ void arg_reduce_group(inout float v, inout uint i, uint mode) {
     }
     v = arg_v[0];
     i = arg_i[0];
+    // The slots are written again by the next reduction.
+    barrier();
 }

@@ -464,9 +464,6 @@ pub(crate) fn plan_memory(storages: &[Storage], dispatches: &[Dispatch]) -> Memo
     }
 }
 
-/// Which dispatches need a barrier before them: a read of a buffer written since the last
-/// barrier, or a write of a buffer read or written since then (writes of one node to disjoint
-/// parts of one buffer, as `cat` does, do not conflict).
 /// Environment variable that turns the dispatch scheduling off (`0`), for measuring it.
 pub const ENV_SCHEDULE: &str = "VKDELEGATE_SCHEDULE";
 
@@ -521,6 +518,9 @@ pub(crate) fn scheduled(dispatches: Vec<Dispatch>) -> Vec<Dispatch> {
     order.into_iter().map(|(_, d)| d).collect()
 }
 
+/// Which dispatches need a barrier before them: a read of a buffer written since the last
+/// barrier, or a write of a buffer read or written since then (writes of one node to disjoint
+/// parts of one buffer, as `cat` does, do not conflict).
 pub(crate) fn barriers(dispatches: &[Dispatch], buffer_of: &dyn Fn(usize) -> usize) -> Vec<bool> {
     let mut written: BTreeMap<usize, usize> = BTreeMap::new();
     let mut read: BTreeMap<usize, ()> = BTreeMap::new();

@@ -379,6 +379,7 @@ pub(crate) mod push {
     pub(crate) struct ArgPairsPush {
         pub chunks: u32,
         pub mode: u32,
+        pub rows: u32,
     }
 
     const _: () = assert!(
@@ -394,6 +395,7 @@ pub(crate) mod push {
         pub chunk: u32,
         pub chunks: u32,
         pub mode: u32,
+        pub items: u32,
     }
 
     const _: () = assert!(

@@ -149,8 +149,8 @@ impl LanguageModel {
         &self.device
     }
 
-    /// The one-token program (its device, timings and profile): the greedy one once a greedy
-    /// run has built it and was the last run, else the one reading the logits.
+    /// The one-token program (its device, timings and profile): the greedy one when the last
+    /// run was greedy and that program is built, else the one reading the logits.
     pub fn program(&mut self) -> &mut Program {
         let mut key = (1, self.last_read);
         if !self.programs.contains_key(&key) {
@@ -558,11 +558,7 @@ impl Sampler {
 
     /// The next token.
     pub fn pick(&mut self, logits: &[f32]) -> i64 {
-        let best = || {
-            (0..logits.len())
-                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
-                .unwrap_or(0) as i64
-        };
+        let best = || first_largest(logits);
         if self.temperature <= 0.0 || logits.is_empty() {
             return best();
         }
@@ -595,6 +591,22 @@ impl Sampler {
         self.weights = p;
         next
     }
+}
+
+/// The index of the first of the largest logits, or of the first NaN: PyTorch's `argmax`, as
+/// the greedy programs compute it on the device.
+fn first_largest(logits: &[f32]) -> i64 {
+    let mut at = 0;
+    for (k, &v) in logits.iter().enumerate() {
+        let best = logits[at];
+        if best.is_nan() {
+            break;
+        }
+        if v.is_nan() || v > best {
+            at = k;
+        }
+    }
+    at as i64
 }
 
 /// Reorders the weights `p` (token, weight) so that the first of them, the count returned, are
@@ -675,6 +687,9 @@ mod tests {
     fn greedy_takes_the_largest_and_top_p_keeps_the_likeliest() {
         let logits = [0.1, 3.0, -1.0, 2.9];
         assert_eq!(Sampler::greedy().pick(&logits), 1);
+        // The first of equals, and the first NaN, as the device's argmax.
+        assert_eq!(Sampler::greedy().pick(&[1.0, 3.0, 3.0]), 1);
+        assert_eq!(Sampler::greedy().pick(&[1.0, f32::NAN, 3.0, f32::NAN]), 1);
         // A tiny top-p leaves the likeliest token alone, whatever the draw.
         let mut s = Sampler::new(1.0, 1e-6, 7);
         assert!((0..20).all(|_| s.pick(&logits) == 1));

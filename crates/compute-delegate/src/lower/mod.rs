@@ -134,13 +134,15 @@ fn gemv_q4_default_columns(n: u32) -> u32 {
     if n >= GEMV_Q4_WIDE { 8 } else { 4 }
 }
 
-/// `gemv_q4.comp`'s columns per work group (its `COLS`) and lanes, with the push block's count
-/// of column groups and the work groups to match; other kernels as they are.
+/// `gemv_q4.comp`'s columns per work group (its `COLS`) and lanes (within `shared` bytes of
+/// shared memory), with the push block's count of column groups and the work groups to
+/// match; other kernels as they are.
 fn gemv_q4_columns(
     kernel: Kernel,
     spec: &[u32],
     push: &[u32],
     groups: u32,
+    shared: u32,
 ) -> (Vec<u32>, Vec<u32>, u32) {
     let (mut spec, mut push) = (spec.to_vec(), push.to_vec());
     if kernel != Kernel::GemvQ4 {
@@ -164,7 +166,7 @@ fn gemv_q4_columns(
     }
     spec.resize(5, 0);
     spec[3] = cols;
-    spec[4] = gemv_q4_threads(k);
+    spec[4] = gemv_q4_threads(k, cols, spec[0].max(1), shared);
     if cols == 8 {
         return (spec, push, groups);
     }
@@ -186,14 +188,22 @@ pub const ENV_GEMV_Q4_THREADS: &str = "VKDELEGATE_GEMV_Q4_THREADS";
 
 /// `gemv_q4.comp`'s lanes per work group for rows of `k` weights: enough that each lane reads
 /// one 16-byte word of a row (32 weights), from 64 to 256, so that a deep product (a language
-/// model's down projection, k 8192) is not walked in serial steps by few work groups.
-fn gemv_q4_threads(k: u32) -> u32 {
-    match std::env::var(ENV_GEMV_Q4_THREADS).as_deref() {
+/// model's down projection, k 8192) is not walked in serial steps by few work groups; fewer
+/// where the partial sums of `cols` columns and `rows` rows (a word a lane and output, plus
+/// a row of sums of squares) would not fit in `shared` bytes, 64 at least.
+fn gemv_q4_threads(k: u32, cols: u32, rows: u32, shared: u32) -> u32 {
+    let wanted = match std::env::var(ENV_GEMV_Q4_THREADS).as_deref() {
         Ok("64") => 64,
         Ok("128") => 128,
         Ok("256") => 256,
         _ => (k / 32).next_power_of_two().clamp(64, 256),
+    };
+    let bytes = |t: u32| (cols * rows + rows) * (t + 1) * 4;
+    let mut t = wanted;
+    while t > 64 && bytes(t) > shared {
+        t /= 2;
     }
+    t
 }
 
 impl Lowerer<'_> {
@@ -469,7 +479,8 @@ impl Lowerer<'_> {
                     Kernel::GemvT => self.gemv_t_kernel(),
                     k => k,
                 };
-                let (spec, push, g) = gemv_q4_columns(kernel, spec, push, g);
+                let shared = self.limits.max_compute_shared_memory_size;
+                let (spec, push, g) = gemv_q4_columns(kernel, spec, push, g, shared);
                 self.push_words(kernel, spec, bindings, push, [g, 1, 1]);
                 Ok(())
             }
@@ -662,6 +673,19 @@ mod tests {
         let (d, st) = collapse(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 4, 1]]);
         assert_eq!(d, vec![2, 12]);
         assert_eq!(st, vec![vec![12, 1], vec![0, 1]]);
+    }
+
+    #[test]
+    fn four_bit_products_take_the_lanes_their_shared_memory_allows() {
+        // One 16-byte word of a row a lane, 64 to 256.
+        assert_eq!(gemv_q4_threads(2048, 4, 1, 49152), 64);
+        assert_eq!(gemv_q4_threads(4096, 4, 1, 49152), 128);
+        assert_eq!(gemv_q4_threads(8192, 4, 1, 49152), 256);
+        assert_eq!(gemv_q4_threads(65536, 4, 1, 49152), 256);
+        // 8 columns of 4 rows at 256 lanes need 37008 bytes: 128 lanes on 32 KiB.
+        assert_eq!(gemv_q4_threads(8192, 8, 4, 49152), 256);
+        assert_eq!(gemv_q4_threads(8192, 8, 4, 32768), 128);
+        assert_eq!(gemv_q4_threads(8192, 16, 4, 16384), 64);
     }
 
     fn limits() -> Limits {

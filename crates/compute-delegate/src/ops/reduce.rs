@@ -192,7 +192,7 @@ impl GraphBuilder {
         let xi = self.float_operand(op, x)?;
         let d = norm_dim(op, &xi.name, dim, xi.shape.len())?;
         let s = &xi.shape;
-        if d + 1 == s.len() && s[d] >= ARG_SPLIT_FROM {
+        if d + 1 == s.len() && s[d] >= ARG_SPLIT_FROM && s[..d].iter().all(|&r| r > 0) {
             let y = self.arg_extreme_rows(op, x, xi.dtype, s, min)?;
             return self.reduced_shape(y, s, &[d], keepdim);
         }
@@ -232,18 +232,20 @@ impl GraphBuilder {
             u32::try_from(v).map_err(|_| shape_err(op, format!("{v} elements are over 2^32")))
         };
         let mode = u32::from(min);
+        // Both kernels loop over their items, so the work groups may be capped.
+        let items = word(rows * chunks)?;
         let part = push::ArgPartPush {
             d: word(d)?,
             chunk: ARG_CHUNK as u32,
             chunks: word(chunks)?,
             mode,
+            items,
         };
-        let pairs = word(rows.max(1) * chunks * 2)?;
         let out = KernelOut {
             dtype: DType::I32,
-            shape: vec![pairs as usize],
+            shape: vec![2 * items as usize],
             storage: None,
-            groups: Some(u64::from(pairs / 2)),
+            groups: Some(u64::from(items)),
             precision: Some(dtype),
             spec: vec![],
         };
@@ -251,12 +253,13 @@ impl GraphBuilder {
         let push = push::ArgPairsPush {
             chunks: part.chunks,
             mode,
+            rows: word(rows)?,
         };
         let out = KernelOut {
             dtype: DType::I32,
-            shape: vec![rows.max(1)],
+            shape: vec![rows],
             storage: None,
-            groups: Some(rows.max(1) as u64),
+            groups: Some(rows as u64),
             precision: None,
             spec: vec![],
         };
