@@ -14,8 +14,9 @@ use crate::constants::Pooled;
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Storage, StorageKind, TensorId};
 use crate::kernels::{PUSH_BYTES, Shader};
-use crate::lower::{Dispatch, Plan, lower};
+use crate::lower::{Dispatch, Plan, lower_placed};
 use crate::options::BuildOptions;
+use crate::placement::Placement;
 use crate::runtime::{
     Graph, Io, MemoryReport, Objects, Recorded, check_binding, cmd, internal, staging_buffer,
 };
@@ -88,9 +89,16 @@ impl GraphBuilder {
         } else {
             None
         };
-        let mut plan = lower(self, &device.capabilities().limits, subgroups, coop)?;
+        let limits = &device.capabilities().limits;
+        let placement = match options.fuses() && concats_in_place() {
+            true => self.concats_in_place(limits.min_storage_buffer_offset_alignment.max(16)),
+            false => Placement::none(self.storages.len(), self.nodes.len()),
+        };
+        let mut plan = lower_placed(self, limits, subgroups, coop, &placement)?;
         if scheduling() {
-            plan.dispatches = scheduled(std::mem::take(&mut plan.dispatches));
+            let extent = |s: usize| storage_extent(&plan.storages, &plan.within, s);
+            let order = scheduled(std::mem::take(&mut plan.dispatches), &extent);
+            plan.dispatches = order;
         }
         self.check_sizes(&plan, limit)?;
         for (i, x) in plan.dispatches.iter().enumerate() {
@@ -102,7 +110,7 @@ impl GraphBuilder {
                 x.groups
             );
         }
-        let mem = plan_memory(&plan.storages, &plan.dispatches);
+        let mem = plan_memory(&plan.storages, &plan.dispatches, &plan.within);
         let external = self.external_slots(device, &mem, options)?;
         let wanted = match options.host_path {
             Some(p) => p,
@@ -153,7 +161,7 @@ impl GraphBuilder {
         let sets = allocate_sets(&mut objects, &plan, &pipelines)?;
 
         let buffer_of = |s: usize| mem.slot_of[s].unwrap_or(usize::MAX);
-        let barrier_flags = barriers(&plan.dispatches, &buffer_of);
+        let barrier_flags = barriers(&plan.dispatches, &|s| mem.extent(&plan.storages, s));
         let recorded: Vec<Recorded> = plan
             .dispatches
             .iter()
@@ -371,11 +379,89 @@ fn check_work_groups(device: &Device) -> Result<()> {
 
 /// Physical buffer assignment of every storage.
 pub(crate) struct MemoryPlan {
-    /// Storage -> index into `buffers` (None: not used by any dispatch).
+    /// Storage -> slot: an index into `buffers`, or past them into `ranges` (None: not used by
+    /// any dispatch).
     pub slot_of: Vec<Option<usize>>,
     /// Sizes and kinds of the buffers to create.
     pub buffers: Vec<(u64, BufKind)>,
+    /// The slots after the buffers': storages that lie in another (`placement.rs`), as
+    /// (buffer, byte offset, bytes).
+    pub ranges: Vec<(usize, u64, u64)>,
     pub report: MemoryReport,
+}
+
+impl MemoryPlan {
+    /// The bytes that storage `s` binds, with its buffer as the root.
+    pub fn extent(&self, storages: &[Storage], s: usize) -> Extent {
+        match self.slot_of[s] {
+            Some(slot) if slot >= self.buffers.len() => {
+                let (root, start, bytes) = self.ranges[slot - self.buffers.len()];
+                Extent {
+                    root,
+                    start,
+                    end: start + bytes,
+                }
+            }
+            slot => Extent {
+                root: slot.unwrap_or(usize::MAX),
+                start: 0,
+                end: storages[s].bytes,
+            },
+        }
+    }
+}
+
+/// The bytes a binding touches: a range of a root (a buffer, or a storage placed nowhere).
+/// Two bindings conflict where their ranges overlap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Extent {
+    pub root: usize,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Extent {
+    fn overlaps(&self, o: &Extent) -> bool {
+        self.root == o.root && self.start < o.end && o.start < self.end
+    }
+}
+
+/// The bytes of storage `s` in its outermost storage.
+pub(crate) fn storage_extent(
+    storages: &[Storage],
+    within: &[Option<(usize, u64)>],
+    s: usize,
+) -> Extent {
+    let (root, start) = within.get(s).copied().flatten().unwrap_or((s, 0));
+    Extent {
+        root,
+        start,
+        end: start + storages[s].bytes,
+    }
+}
+
+/// What has touched each extent since some point: per extent, a value.
+struct Touched<T>(BTreeMap<Extent, T>);
+
+impl<T: Copy> Touched<T> {
+    fn new() -> Self {
+        Touched(BTreeMap::new())
+    }
+
+    /// The values of every extent that overlaps `e`.
+    fn overlapping(&self, e: &Extent) -> impl Iterator<Item = T> + '_ {
+        let e = *e;
+        let from = Extent {
+            root: e.root,
+            start: 0,
+            end: 0,
+        };
+        self.0
+            .range(from..)
+            .take_while(move |(k, _)| k.root == e.root && k.start < e.end)
+            .filter(move |(k, _)| k.overlaps(&e))
+            .map(|(_, &v)| v)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,15 +472,37 @@ pub(crate) enum BufKind {
     Temp,
 }
 
-pub(crate) fn plan_memory(storages: &[Storage], dispatches: &[Dispatch]) -> MemoryPlan {
-    let n = storages.len();
+/// First and last dispatch of each storage, a storage that others lie in covering theirs.
+fn lifetimes(
+    n: usize,
+    dispatches: &[Dispatch],
+    within: &[Option<(usize, u64)>],
+) -> (Vec<usize>, Vec<usize>) {
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
     for (i, d) in dispatches.iter().enumerate() {
         for &(s, _) in &d.bindings {
-            first[s] = first[s].min(i);
-            last[s] = last[s].max(i);
+            let r = within.get(s).copied().flatten().map_or(s, |w| w.0);
+            for t in [s, r] {
+                first[t] = first[t].min(i);
+                last[t] = last[t].max(i);
+            }
         }
+    }
+    (first, last)
+}
+
+pub(crate) fn plan_memory(
+    storages: &[Storage],
+    dispatches: &[Dispatch],
+    within: &[Option<(usize, u64)>],
+) -> MemoryPlan {
+    let n = storages.len();
+    let placed = |s: usize| within.get(s).copied().flatten();
+    let (first, last) = lifetimes(n, dispatches, within);
+    let mut holds = vec![false; n];
+    for w in within.iter().flatten() {
+        holds[w.0] = true;
     }
     let mut slot_of = vec![None; n];
     let mut buffers: Vec<(u64, BufKind)> = Vec::new();
@@ -417,7 +525,11 @@ pub(crate) fn plan_memory(storages: &[Storage], dispatches: &[Dispatch]) -> Memo
     // Intermediates: in order of first use, each takes the best-fitting buffer freed before
     // its first use (or grows the largest free one, or gets a new one).
     let mut temps: Vec<usize> = (0..n)
-        .filter(|&s| matches!(storages[s].kind, StorageKind::Temp) && first[s] != usize::MAX)
+        .filter(|&s| {
+            matches!(storages[s].kind, StorageKind::Temp)
+                && first[s] != usize::MAX
+                && placed(s).is_none()
+        })
         .collect();
     temps.sort_by_key(|&s| first[s]);
     // (buffer index, busy until dispatch index)
@@ -426,8 +538,9 @@ pub(crate) fn plan_memory(storages: &[Storage], dispatches: &[Dispatch]) -> Memo
         let need = storages[s].bytes;
         report.intermediates_unshared += need;
         // Free: last used before `s` is first written, or last read by the very dispatch that
-        // writes `s` when that dispatch works in place.
-        let in_place = dispatches[first[s]].in_place;
+        // writes `s` when that dispatch works in place (on the whole of `s`: not where that
+        // dispatch writes a storage lying inside it, at an offset).
+        let in_place = dispatches[first[s]].in_place && !holds[s];
         let free: Vec<usize> = (0..pool.len())
             .filter(|&i| pool[i].1 < first[s] || (in_place && pool[i].1 == first[s]))
             .collect();
@@ -452,6 +565,16 @@ pub(crate) fn plan_memory(storages: &[Storage], dispatches: &[Dispatch]) -> Memo
         };
         slot_of[s] = Some(b);
     }
+    // Storages inside others: a range of their root's buffer.
+    let mut ranges = Vec::new();
+    for s in 0..n {
+        if let (Some((r, offset)), true) = (placed(s), first[s] != usize::MAX) {
+            if let Some(b) = slot_of[r] {
+                slot_of[s] = Some(buffers.len() + ranges.len());
+                ranges.push((b, offset, storages[s].bytes));
+            }
+        }
+    }
     report.intermediates = buffers
         .iter()
         .filter(|b| b.1 == BufKind::Temp)
@@ -460,6 +583,7 @@ pub(crate) fn plan_memory(storages: &[Storage], dispatches: &[Dispatch]) -> Memo
     MemoryPlan {
         slot_of,
         buffers,
+        ranges,
         report,
     }
 }
@@ -471,44 +595,54 @@ fn scheduling() -> bool {
     std::env::var(ENV_SCHEDULE).as_deref() != Ok("0")
 }
 
+/// Environment variable that keeps every concatenation's copies (`0`), for measuring
+/// concatenations written in place (`placement.rs`).
+pub const ENV_CONCAT_IN_PLACE: &str = "VKDELEGATE_CONCAT_IN_PLACE";
+
+fn concats_in_place() -> bool {
+    std::env::var(ENV_CONCAT_IN_PLACE).as_deref() != Ok("0")
+}
+
 /// `dispatches` in an order with fewer barriers: each at the earliest level its hazards
-/// allow (reading a storage after its last write; writing one after its last read, or
-/// after its last write by another node, as [`barriers`] judges them), levels in order and
+/// allow (reading bytes after their last write; writing them after their last read, or
+/// after their last write by another node, as [`barriers`] judges them), levels in order and
 /// the dispatches of a level in their given order. Every pair that [`barriers`] would
 /// separate keeps its order, so the result computes the same; independent work (a language
 /// model's position arithmetic and its first product, a network's branches) shares a level,
-/// where it ran one barrier apart. Storages, not buffers: memory is planned afterwards, on
-/// this order.
-pub(crate) fn scheduled(dispatches: Vec<Dispatch>) -> Vec<Dispatch> {
-    #[derive(Default, Clone, Copy)]
-    struct Seen {
-        /// One past the level of the last write, and that write's node.
-        written: Option<(usize, usize)>,
-        /// One past the highest level that read it.
-        read: usize,
-    }
-    let mut seen: BTreeMap<usize, Seen> = BTreeMap::new();
+/// where it ran one barrier apart. Storages' extents, not buffers: memory is planned
+/// afterwards, on this order.
+pub(crate) fn scheduled(
+    dispatches: Vec<Dispatch>,
+    extent: &dyn Fn(usize) -> Extent,
+) -> Vec<Dispatch> {
+    // One past the level of the last write of an extent, and that write's node.
+    let mut written: Touched<(usize, usize)> = Touched::new();
+    // One past the highest level that read it.
+    let mut read: Touched<usize> = Touched::new();
     let mut levels = Vec::with_capacity(dispatches.len());
     for d in &dispatches {
         let mut level = 0;
         for &(st, w) in &d.bindings {
-            let s = seen.get(&st).copied().unwrap_or_default();
-            let after_write = s.written.map_or(0, |(l, node)| {
+            let e = extent(st);
+            for (l, node) in written.overlapping(&e) {
                 // Writes of one node may share a level (disjoint parts, no barrier between).
-                if w && node == d.node { l - 1 } else { l }
-            });
-            level = level.max(after_write);
+                level = level.max(if w && node == d.node { l - 1 } else { l });
+            }
             if w {
-                level = level.max(s.read);
+                level = read.overlapping(&e).fold(level, usize::max);
             }
         }
         for &(st, w) in &d.bindings {
-            let s = seen.entry(st).or_default();
+            let e = extent(st);
             if w {
-                let top = s.written.map_or(0, |(l, _)| l).max(level + 1);
-                s.written = Some((top, d.node));
+                let top = written
+                    .overlapping(&e)
+                    .map(|(l, _)| l)
+                    .fold(level + 1, usize::max);
+                written.0.insert(e, (top, d.node));
             } else {
-                s.read = s.read.max(level + 1);
+                let r = read.0.entry(e).or_default();
+                *r = (*r).max(level + 1);
             }
         }
         levels.push(level);
@@ -518,33 +652,34 @@ pub(crate) fn scheduled(dispatches: Vec<Dispatch>) -> Vec<Dispatch> {
     order.into_iter().map(|(_, d)| d).collect()
 }
 
-/// Which dispatches need a barrier before them: a read of a buffer written since the last
-/// barrier, or a write of a buffer read or written since then (writes of one node to disjoint
-/// parts of one buffer, as `cat` does, do not conflict).
-pub(crate) fn barriers(dispatches: &[Dispatch], buffer_of: &dyn Fn(usize) -> usize) -> Vec<bool> {
-    let mut written: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut read: BTreeMap<usize, ()> = BTreeMap::new();
+/// Which dispatches need a barrier before them: a read of bytes written since the last
+/// barrier, or a write of bytes read or written since then (writes of one node to disjoint
+/// parts of one buffer, as `cat` does, do not conflict; nor do writes to disjoint ranges).
+pub(crate) fn barriers(dispatches: &[Dispatch], extent: &dyn Fn(usize) -> Extent) -> Vec<bool> {
+    let mut written: Touched<usize> = Touched::new();
+    let mut read: Touched<()> = Touched::new();
     let mut out = Vec::with_capacity(dispatches.len());
     for d in dispatches {
         let hazard = d.bindings.iter().any(|&(s, w)| {
-            let b = buffer_of(s);
+            let e = extent(s);
             if w {
-                read.contains_key(&b) || written.get(&b).is_some_and(|&node| node != d.node)
+                read.overlapping(&e).next().is_some()
+                    || written.overlapping(&e).any(|node| node != d.node)
             } else {
-                written.contains_key(&b)
+                written.overlapping(&e).next().is_some()
             }
         });
         if hazard {
-            written.clear();
-            read.clear();
+            written.0.clear();
+            read.0.clear();
         }
         out.push(hazard);
         for &(s, w) in &d.bindings {
-            let b = buffer_of(s);
+            let e = extent(s);
             if w {
-                written.insert(b, d.node);
+                written.0.insert(e, d.node);
             } else {
-                read.insert(b, ());
+                read.0.insert(e, ());
             }
         }
     }
@@ -592,6 +727,16 @@ fn allocate(
         res.slots.push(b.slice(None));
         res.own.push(Some(res.buffers.len()));
         res.buffers.push(b);
+    }
+    for &(b, offset, bytes) in &mem.ranges {
+        let whole = res.slots[b];
+        res.slots.push(BufferSlice {
+            offset: whole.offset + offset,
+            size: bytes,
+            memory_offset: whole.memory_offset + offset,
+            ..whole
+        });
+        res.own.push(None);
     }
     Ok(res)
 }
@@ -1032,6 +1177,15 @@ mod tests {
         }
     }
 
+    /// Each storage a root of its own, 16 bytes.
+    fn whole(s: usize) -> Extent {
+        Extent {
+            root: s,
+            start: 0,
+            end: 16,
+        }
+    }
+
     #[test]
     fn intermediates_reuse_buffers_freed_before_their_first_use() {
         // in -> t1 -> t2 -> t3 -> out, with t1 also read by the last op (so it stays live).
@@ -1050,7 +1204,7 @@ mod tests {
             dispatch(2, &[(2, false), (3, true)]),
             dispatch(3, &[(3, false), (1, false), (4, true)]),
         ];
-        let plan = plan_memory(&storages, &d);
+        let plan = plan_memory(&storages, &d, &[]);
         assert_eq!(plan.slot_of[6], None);
         // t2 is dead after dispatch 2 but t3 starts at dispatch 2: no reuse between them; t1
         // lives to the end. Three temp buffers, t3 grows none of them.
@@ -1075,7 +1229,7 @@ mod tests {
             dispatch(2, &[(2, false), (3, true)]),
             dispatch(3, &[(3, false), (4, true)]),
         ];
-        let plan = plan_memory(&storages, &d);
+        let plan = plan_memory(&storages, &d, &[]);
         assert_eq!(plan.slot_of[1], plan.slot_of[3]);
         assert_ne!(plan.slot_of[1], plan.slot_of[2]);
         // The reused buffer grew to the larger tensor.
@@ -1089,15 +1243,66 @@ mod tests {
                 ..x
             })
             .collect();
-        let plan = plan_memory(&storages, &d);
+        let plan = plan_memory(&storages, &d, &[]);
         assert_eq!(plan.slot_of[1], plan.slot_of[2]);
         assert_eq!(plan.slot_of[2], plan.slot_of[3]);
         assert_eq!(plan.report.intermediates, 96);
     }
 
     #[test]
+    fn storages_inside_others_bind_ranges_of_its_buffer_and_conflict_where_they_overlap() {
+        // Storages 1 and 2 lie in 3, at 0 and 64: a cat written in place by two producers.
+        let storages = vec![
+            storage(StorageKind::Input, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 128),
+            storage(StorageKind::Output, 128),
+            storage(StorageKind::Output, 64),
+        ];
+        let within = [None, Some((3, 0)), Some((3, 64)), None, None, None];
+        let d = vec![
+            dispatch(0, &[(0, false), (1, true)]), // writes the first part
+            dispatch(1, &[(0, false), (2, true)]), // the second: disjoint, no barrier
+            dispatch(2, &[(1, false), (5, true)]), // reads the first part: barrier
+            dispatch(3, &[(3, false), (4, true)]), // reads the whole
+        ];
+        let plan = plan_memory(&storages, &d, &within);
+        let whole = plan.slot_of[3].unwrap();
+        assert!(whole < plan.buffers.len());
+        assert_eq!(plan.buffers[whole], (128, BufKind::Temp));
+        assert_eq!(plan.ranges.len(), 2);
+        let extent = |s| plan.extent(&storages, s);
+        assert_eq!(
+            (extent(1).root, extent(1).start, extent(1).end),
+            (whole, 0, 64)
+        );
+        assert_eq!(
+            (extent(2).root, extent(2).start, extent(2).end),
+            (whole, 64, 128)
+        );
+        assert_eq!(plan.report.intermediates, 128);
+        assert_eq!(barriers(&d, &extent), vec![false, false, true, false]);
+        // Scheduling keeps this order. A write of the second part given after a read of
+        // the first is lifted to the level of the first write: other bytes.
+        let on_storages = |s| storage_extent(&storages, &within, s);
+        let order = scheduled(d.clone(), &on_storages);
+        assert_eq!(
+            order.iter().map(|x| x.node).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        let early = vec![
+            d[0].clone(),
+            dispatch(2, &[(1, false), (5, true)]),
+            d[1].clone(),
+        ];
+        let order = scheduled(early, &on_storages);
+        assert_eq!(order.iter().map(|x| x.node).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    #[test]
     fn barriers_follow_read_after_write_and_write_after_read() {
-        let id = |s: usize| s;
+        let id = whole;
         let d = vec![
             dispatch(0, &[(0, false), (1, true)]),             // writes 1
             dispatch(1, &[(0, false), (2, true)]),             // independent: no barrier
@@ -1115,7 +1320,7 @@ mod tests {
 
     #[test]
     fn scheduling_lifts_independent_work_and_keeps_every_hazard_in_order() {
-        let id = |s: usize| s;
+        let id = whole;
         let d = vec![
             dispatch(0, &[(0, false), (1, true)]),             // level 0
             dispatch(1, &[(1, false), (2, true)]),             // after 0's write: 1
@@ -1128,7 +1333,7 @@ mod tests {
             dispatch(7, &[(6, false), (3, false), (7, true)]), // after 2's and 6's: 3
         ];
         let nodes = |d: &[Dispatch]| d.iter().map(|x| x.node).collect::<Vec<_>>();
-        let s = scheduled(d.clone());
+        let s = scheduled(d.clone(), &id);
         assert_eq!(nodes(&s), [0, 3, 6, 6, 1, 4, 2, 5, 7]);
         assert_eq!(
             barriers(&s, &id),

@@ -95,6 +95,7 @@ pub use ops::Math;
 mod fusion;
 mod options;
 mod passes;
+mod placement;
 mod runtime;
 mod threads;
 

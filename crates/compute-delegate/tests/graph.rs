@@ -1,7 +1,7 @@
 //! Graph-level behaviour: errors that name tensors and numbers, input checks, memory reuse,
 //! derived barriers, the pipeline cache and device-resident execution.
 
-use compute_delegate::{BuildOptions, Compare, Error, GraphBuilder, Pool2d};
+use compute_delegate::{BuildOptions, Compare, Conv2d, Error, GraphBuilder, Pool2d, TensorId};
 use vk_core::barrier::{self, Access};
 use vk_core::testing::{self, assert_no_validation_errors};
 use vk_core::{DType, Device, HostPath, HostTensor, Instance, SemaphoreSignal, SemaphoreWait, vk};
@@ -1289,5 +1289,88 @@ fn nodes_that_read_only_constants_run_once_at_build() {
     assert!(unfolded.len() > 10, "{unfolded:?}");
     let [f, u] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
     assert_eq!(f[0].to_f32().unwrap(), u[0].to_f32().unwrap());
+    assert_no_validation_errors(&inst);
+}
+
+/// A convolution of `x` (`[1, c, h, w]`) to `out` channels, 3x3 with padding 1 and a bias,
+/// then ReLU: the layer of a DenseNet or an Inception branch.
+fn conv_layer(b: &mut GraphBuilder, x: TensorId, out: usize, seed: u32) -> TensorId {
+    let c = b.shape(x).expect("x is a tensor")[1];
+    let constant = match b.dtype(x) {
+        Some(DType::F16) => GraphBuilder::constant_f16,
+        _ => GraphBuilder::constant_f32,
+    };
+    let w = constant(b, "w", &[out, c, 3, 3], &data(seed, out * c * 9)).expect("the layer builds");
+    let bias = constant(b, "b", &[out], &data(seed + 1, out)).expect("the layer builds");
+    let p = Conv2d {
+        padding: [1, 1],
+        ..Conv2d::default()
+    };
+    let y = b.conv2d(x, w, Some(bias), p).expect("the layer builds");
+    b.relu(y).expect("the layer builds")
+}
+
+/// Concatenations are written in place by their producers, with no copy: a DenseNet block
+/// (each layer concatenates every earlier feature map, so the cats nest), after a pooling
+/// transition; then Inception-style branches of different depths, an elementwise one among
+/// them. fp32 and fp16, bit-exact against the build that copies.
+#[test]
+fn concats_are_written_in_place_by_their_producers() {
+    let test = "concats_are_written_in_place_by_their_producers";
+    let Some((inst, dev)) = device(test) else {
+        return;
+    };
+    for dtype in [DType::F32, DType::F16] {
+        let mut b = GraphBuilder::new();
+        b.set_float(dtype);
+        let x = b.input("x", DType::F32, &[1, 4, 12, 12]).unwrap();
+        let x = b.cast(x, dtype).unwrap();
+        let x = conv_layer(&mut b, x, 8, 1);
+        let mut features = vec![b.avg_pool2d(x, Pool2d::new(2, 2)).unwrap()];
+        for layer in 0..4 {
+            let joined = match features.len() {
+                1 => features[0],
+                _ => b.cat(&features, 1).unwrap(),
+            };
+            features.push(conv_layer(&mut b, joined, 4, 10 + layer));
+        }
+        let block = b.cat(&features, 1).unwrap();
+        // Branches: one convolution, two, a pool then one, and an elementwise one.
+        let one = conv_layer(&mut b, block, 8, 20);
+        let two = conv_layer(&mut b, block, 4, 21);
+        let two = conv_layer(&mut b, two, 8, 22);
+        let pooled = b.max_pool2d(block, Pool2d::new(1, 1)).unwrap();
+        let pooled = conv_layer(&mut b, pooled, 4, 23);
+        let scaled = b.mul_scalar(block, 0.5).unwrap();
+        let branches = b.cat(&[one, two, pooled, scaled], 1).unwrap();
+        let y = conv_layer(&mut b, branches, 4, 24);
+        let y = b.cast(y, DType::F32).unwrap();
+        b.output(y).unwrap();
+        if let Err(e) = dev.check(&b.requirements()) {
+            eprintln!("{test}: {dtype:?} skipped: {e}");
+            continue;
+        }
+        let xs = data(40, 4 * 144);
+        let inputs = [HostTensor::from_f32(vec![1, 4, 12, 12], &xs).unwrap()];
+        let mut built = built_both(&b, &dev, |unfused| BuildOptions {
+            unfused,
+            ..Default::default()
+        });
+        let kernels = built[0].kernels();
+        let copies = kernels.iter().filter(|k| k.starts_with("Copy")).count();
+        assert_eq!(copies, 0, "{dtype:?}: {kernels:?}");
+        let copied = built[1].kernels();
+        assert_eq!(
+            copied.iter().filter(|k| k.starts_with("Copy")).count(),
+            2 + 3 + 4 + 5 + 4,
+            "{copied:?}"
+        );
+        let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
+        assert_eq!(
+            fused[0].to_f32().unwrap(),
+            unfused[0].to_f32().unwrap(),
+            "{dtype:?}"
+        );
+    }
     assert_no_validation_errors(&inst);
 }

@@ -15,6 +15,7 @@ use crate::graph::{
     BinaryOp, GraphBuilder, Op, Storage, StorageKind, TensorId, TensorInfo, UnaryOp, storage_bytes,
 };
 use crate::kernels::{Kernel, Precision, Shader, push};
+use crate::placement::Placement;
 
 /// One compute dispatch.
 #[derive(Debug, Clone)]
@@ -37,6 +38,8 @@ pub(crate) struct Dispatch {
 pub(crate) struct Plan {
     pub storages: Vec<Storage>,
     pub dispatches: Vec<Dispatch>,
+    /// Per storage: the storage it lies in and its byte offset there (`placement.rs`).
+    pub within: Vec<Option<(usize, u64)>>,
 }
 
 /// A push-constant struct (`kernels::push`) as the words a dispatch pushes.
@@ -623,11 +626,24 @@ fn fuse_activations(b: &GraphBuilder) -> Fusion {
 }
 
 /// Lowers every node, in order.
+#[cfg(test)]
 pub(crate) fn lower(
     b: &GraphBuilder,
     limits: &Limits,
     subgroups: bool,
     coop: Option<CoopConfig>,
+) -> Result<Plan> {
+    let none = Placement::none(b.storages.len(), b.nodes.len());
+    lower_placed(b, limits, subgroups, coop, &none)
+}
+
+/// [`lower`], with the cats that `placement` lays out in place left without dispatches.
+pub(crate) fn lower_placed(
+    b: &GraphBuilder,
+    limits: &Limits,
+    subgroups: bool,
+    coop: Option<CoopConfig>,
+    placement: &Placement,
 ) -> Result<Plan> {
     let mut l = Lowerer {
         b,
@@ -643,7 +659,7 @@ pub(crate) fn lower(
     };
     let fusion = fuse_activations(b);
     for (i, node) in b.nodes.iter().enumerate() {
-        if fusion.skip[i] {
+        if fusion.skip[i] || placement.placed[i] {
             continue;
         }
         l.node = i;
@@ -652,9 +668,12 @@ pub(crate) fn lower(
         l.precision = node_precision(b, &node.op, node.out);
         l.lower_node(&node.op, node.out)?;
     }
+    let mut within = placement.within.clone();
+    within.resize(l.storages.len(), None);
     Ok(Plan {
         storages: l.storages,
         dispatches: l.out,
+        within,
     })
 }
 
