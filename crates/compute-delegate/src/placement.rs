@@ -1,5 +1,6 @@
 //! Concatenations written in place: the parts of a `cat` are laid out inside the result's
-//! storage, so their producers write there and the cat's copies go.
+//! storage, so their producers write there and the cat's copies go. Slices that are one
+//! contiguous range of their source (a batch-1 `chunk` along channels) are views of it.
 //!
 //! A part can lie in the result where it is a contiguous range of it: every dim before the
 //! cat's dim has size 1 (a batch-1 channel concat). A part's storage moves into the result
@@ -20,7 +21,7 @@ use crate::graph::{GraphBuilder, Op, StorageKind, TensorId};
 pub(crate) struct Placement {
     /// Per storage: the storage it lies in (one placed nowhere) and its byte offset there.
     pub within: Vec<Option<(usize, u64)>>,
-    /// Per node: a cat whose result its parts already make up.
+    /// Per node: a cat whose result its parts already make up, or a slice that is a view.
     pub placed: Vec<bool>,
 }
 
@@ -68,18 +69,39 @@ impl GraphBuilder {
         for node in &self.nodes {
             writers[self.tensors[node.out.0].storage] += 1;
         }
+        let movable = |p: &Placement, s: usize| {
+            matches!(self.storages[s].kind, StorageKind::Temp)
+                && writers[s] == 1
+                && p.within[s].is_none()
+        };
         for (i, node) in self.nodes.iter().enumerate() {
+            if let Op::Slice {
+                x,
+                dim,
+                start,
+                step,
+            } = &node.op
+            {
+                let y = self.tensors[node.out.0].storage;
+                let xi = &self.tensors[x.0];
+                let outer: usize = xi.shape[..*dim].iter().product();
+                let inner: usize = xi.shape[dim + 1..].iter().product();
+                let (root, offset) = p.root(xi.storage);
+                let at = offset + (start * inner * xi.dtype.size()) as u64;
+                let source = writers[xi.storage] == 1
+                    && matches!(self.storages[root].kind, StorageKind::Temp);
+                if *step == 1 && outer == 1 && at % align == 0 && source && movable(&p, y) {
+                    p.place(y, root, at);
+                    p.placed[i] = true;
+                }
+                continue;
+            }
             let Op::Cat { xs, dim } = &node.op else {
                 continue;
             };
             let y = &self.tensors[node.out.0];
             let ys = y.storage;
             let outer: usize = y.shape[..*dim].iter().product();
-            let movable = |p: &Placement, s: usize| {
-                matches!(self.storages[s].kind, StorageKind::Temp)
-                    && writers[s] == 1
-                    && p.within[s].is_none()
-            };
             if outer != 1 || !movable(&p, ys) {
                 log::debug!(
                     "cat {i} keeps its copies: outer dims {outer}, or its result is not a temporary of its own"
@@ -104,17 +126,19 @@ impl GraphBuilder {
                     && self.storages[r].bytes == bytes
                     && groups.iter().filter(|h| h[0].root == r).count() == 1
             };
-            if groups.iter().all(|g| whole(g) && movable(&p, g[0].root)) {
-                for g in &groups {
+            // Parts that cannot move are copied by the cat as before; a cat with none left
+            // lowers to nothing.
+            let mut all = true;
+            for g in &groups {
+                if whole(g) && movable(&p, g[0].root) {
                     p.place(g[0].root, ys, g[0].at);
+                } else {
+                    all = false;
+                    let (at, root, offset) = (g[0].at, g[0].root, g[0].offset);
+                    log::debug!("cat {i} copies its part at {at}: storage {root}, offset {offset}");
                 }
-                p.placed[i] = true;
-            } else {
-                let roots: Vec<_> = parts.iter().map(|x| (x.root, x.offset, x.bytes)).collect();
-                log::debug!(
-                    "cat {i} keeps its copies: parts (storage, offset, bytes) {roots:?} cannot move"
-                );
             }
+            p.placed[i] = all;
         }
         p
     }
@@ -206,15 +230,13 @@ mod tests {
     }
 
     #[test]
-    fn cats_that_cannot_lie_in_place_keep_their_copies() {
+    fn parts_that_cannot_lie_in_place_keep_their_copies() {
         let mut b = GraphBuilder::new();
         let x = b.input("x", DType::F32, &[2, 4, 2, 2]).unwrap();
         let a = conv_like(&mut b, x);
         let c = conv_like(&mut b, x);
         // Batch 2: the parts interleave in the result.
         let batch = b.cat(&[a, c], 1).unwrap();
-        // A graph input is not a temporary.
-        let with_input = b.cat(&[a, x], 0).unwrap();
         // One part twice.
         let twice = b.cat(&[c, c], 0).unwrap();
         // 3 floats: not whole vec4s.
@@ -222,13 +244,24 @@ mod tests {
         let v1 = conv_like(&mut b, v);
         let v2 = conv_like(&mut b, v);
         let odd = b.cat(&[v1, v2], 0).unwrap();
-        for t in [batch, with_input, twice, odd] {
+        // A slice of batch 2 along channels: two ranges.
+        let strided = b.slice(a, 1, 0, 2, 1).unwrap();
+        for t in [batch, twice, odd, strided] {
             let y = conv_like(&mut b, t);
             b.output(y).unwrap();
         }
         let p = b.concats_in_place(16);
         assert!(p.placed.iter().all(|&x| !x));
         assert!(p.within.iter().all(Option::is_none));
+        // A graph input is not a temporary: the other part moves, the input is copied.
+        let with_input = b.cat(&[a, x], 0).unwrap();
+        let y = conv_like(&mut b, with_input);
+        b.output(y).unwrap();
+        let p = b.concats_in_place(16);
+        let st = |t: TensorId| b.tensors[t.0].storage;
+        assert_eq!(p.root(st(a)), (st(with_input), 0));
+        assert_eq!(p.within[st(x)], None);
+        assert!(p.placed.iter().all(|&x| !x));
     }
 
     #[test]
@@ -239,7 +272,8 @@ mod tests {
         let c = conv_like(&mut b, x);
         let d = conv_like(&mut b, x);
         let first = b.cat(&[a, c], 1).unwrap();
-        // `c` now lies at 64 bytes into `first`, not at the start of anything.
+        // `c` now lies 64 bytes into `first`, not at the start of anything: the second cat
+        // copies it and takes `d` in place.
         let second = b.cat(&[c, d], 1).unwrap();
         let y = b.add(first, first).unwrap();
         let z = b.add(second, second).unwrap();
@@ -249,6 +283,36 @@ mod tests {
         assert_eq!(p.placed.iter().filter(|&&x| x).count(), 1);
         let st = |t: TensorId| b.tensors[t.0].storage;
         assert_eq!(p.root(st(c)), (st(first), 64));
-        assert_eq!(p.within[st(d)], None);
+        assert_eq!(p.root(st(d)), (st(second), 64));
+    }
+
+    #[test]
+    fn contiguous_slices_are_views() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[1, 8, 2, 2]).unwrap();
+        let a = conv_like(&mut b, x);
+        // A channel shuffle's chunks: each half a range of `a`.
+        let lo = b.slice(a, 1, 0, 4, 1).unwrap();
+        let hi = b.slice(a, 1, 4, 8, 1).unwrap();
+        // Every other channel: strided, a copy.
+        let odd = b.slice(a, 1, 1, 8, 2).unwrap();
+        // One channel of 4 floats: 16 bytes in, aligned to 16 but not to 64.
+        let one = b.slice(a, 1, 1, 2, 1).unwrap();
+        let y = b.add(lo, hi).unwrap();
+        let z = b.add(odd, lo).unwrap();
+        let w = conv_like(&mut b, one);
+        for t in [y, z, w] {
+            b.output(t).unwrap();
+        }
+        let st = |t: TensorId| b.tensors[t.0].storage;
+        let p = b.concats_in_place(16);
+        assert_eq!(p.root(st(lo)), (st(a), 0));
+        assert_eq!(p.root(st(hi)), (st(a), 64));
+        assert_eq!(p.root(st(one)), (st(a), 16));
+        assert_eq!(p.within[st(odd)], None);
+        assert_eq!(p.placed.iter().filter(|&&x| x).count(), 3);
+        let p = b.concats_in_place(64);
+        assert_eq!(p.within[st(one)], None);
+        assert_eq!(p.root(st(hi)), (st(a), 64));
     }
 }

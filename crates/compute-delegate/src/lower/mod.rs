@@ -311,6 +311,8 @@ pub(crate) struct Lowerer<'a> {
     /// The current node's precision: its float operands' dtype (kernels without an f16
     /// variant run as f32).
     pub(crate) precision: Precision,
+    /// Where storages lie in others: a cat copies only the parts not already in place.
+    pub(crate) placement: &'a Placement,
 }
 
 impl Lowerer<'_> {
@@ -656,6 +658,7 @@ pub(crate) fn lower_placed(
         act: None,
         subgroups,
         precision: Precision::F32,
+        placement,
     };
     let fusion = fuse_activations(b);
     for (i, node) in b.nodes.iter().enumerate() {

@@ -851,11 +851,16 @@ impl Lowerer<'_> {
             }
             Op::Cat { xs, dim } => {
                 let ds = contiguous_strides(&oi.shape);
+                let (root, at) = self.placement.root(o);
                 let mut off = 0;
                 for &x in xs {
                     let xi = self.t(x).clone();
-                    let ss = contiguous_strides(&xi.shape);
-                    self.copy(xi.storage, o, &xi.shape, ss, ds.clone(), 0, off * ds[*dim])?;
+                    // A part its producer wrote in place (`placement.rs`) needs no copy.
+                    let bytes = (off * ds[*dim] * oi.dtype.size()) as u64;
+                    if self.placement.root(xi.storage) != (root, at + bytes) {
+                        let ss = contiguous_strides(&xi.shape);
+                        self.copy(xi.storage, o, &xi.shape, ss, ds.clone(), 0, off * ds[*dim])?;
+                    }
                     off += xi.shape[*dim];
                 }
             }
