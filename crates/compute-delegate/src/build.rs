@@ -532,17 +532,18 @@ pub(crate) fn plan_memory(
         })
         .collect();
     temps.sort_by_key(|&s| first[s]);
-    // (buffer index, busy until dispatch index)
-    let mut pool: Vec<(usize, usize)> = Vec::new();
+    // (buffer index, busy until dispatch index, its last storage holds others)
+    let mut pool: Vec<(usize, usize, bool)> = Vec::new();
     for s in temps {
         let need = storages[s].bytes;
         report.intermediates_unshared += need;
         // Free: last used before `s` is first written, or last read by the very dispatch that
-        // writes `s` when that dispatch works in place (on the whole of `s`: not where that
-        // dispatch writes a storage lying inside it, at an offset).
+        // writes `s` when that dispatch works in place. Element for element, so only where
+        // neither side holds others: a dispatch reading or writing one of those works at an
+        // offset.
         let in_place = dispatches[first[s]].in_place && !holds[s];
         let free: Vec<usize> = (0..pool.len())
-            .filter(|&i| pool[i].1 < first[s] || (in_place && pool[i].1 == first[s]))
+            .filter(|&i| pool[i].1 < first[s] || (in_place && !pool[i].2 && pool[i].1 == first[s]))
             .collect();
         let fit = free
             .iter()
@@ -555,11 +556,12 @@ pub(crate) fn plan_memory(
                 let b = pool[i].0;
                 buffers[b].0 = buffers[b].0.max(need);
                 pool[i].1 = last[s];
+                pool[i].2 = holds[s];
                 b
             }
             None => {
                 buffers.push((need, BufKind::Temp));
-                pool.push((buffers.len() - 1, last[s]));
+                pool.push((buffers.len() - 1, last[s], holds[s]));
                 buffers.len() - 1
             }
         };
@@ -1298,6 +1300,33 @@ mod tests {
         ];
         let order = scheduled(early, &on_storages);
         assert_eq!(order.iter().map(|x| x.node).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn in_place_kernels_never_reuse_a_buffer_that_holds_others() {
+        // 1 and 2 lie in 3; an in-place kernel reads 2 (at 64 bytes) and writes 4, which must
+        // not take 3's buffer: its element i would land on 2's element i - 16.
+        let storages = vec![
+            storage(StorageKind::Input, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Temp, 128),
+            storage(StorageKind::Temp, 64),
+            storage(StorageKind::Output, 64),
+        ];
+        let within = [None, Some((3, 0)), Some((3, 64)), None, None, None];
+        let mut d = vec![
+            dispatch(0, &[(0, false), (1, true)]),
+            dispatch(1, &[(0, false), (2, true)]),
+            dispatch(2, &[(2, false), (4, true)]),
+            dispatch(3, &[(4, false), (5, true)]),
+        ];
+        d[2].in_place = true;
+        let plan = plan_memory(&storages, &d, &within);
+        assert_ne!(plan.slot_of[4], plan.slot_of[3]);
+        // Without the others inside it, it would.
+        let plan = plan_memory(&storages, &d, &[]);
+        assert_eq!(plan.slot_of[4], plan.slot_of[2]);
     }
 
     #[test]
