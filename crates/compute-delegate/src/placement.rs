@@ -69,11 +69,10 @@ impl GraphBuilder {
         for node in &self.nodes {
             writers[self.tensors[node.out.0].storage] += 1;
         }
-        let movable = |p: &Placement, s: usize| {
-            matches!(self.storages[s].kind, StorageKind::Temp)
-                && writers[s] == 1
-                && p.within[s].is_none()
-        };
+        // A temporary written by one node: its bytes stay as written once it is, so a view
+        // of them reads what a copy would have.
+        let once = |s: usize| matches!(self.storages[s].kind, StorageKind::Temp) && writers[s] == 1;
+        let movable = |p: &Placement, s: usize| once(s) && p.within[s].is_none();
         for (i, node) in self.nodes.iter().enumerate() {
             if let Op::Slice {
                 x,
@@ -88,8 +87,7 @@ impl GraphBuilder {
                 let inner: usize = xi.shape[dim + 1..].iter().product();
                 let (root, offset) = p.root(xi.storage);
                 let at = offset + (start * inner * xi.dtype.size()) as u64;
-                let source = writers[xi.storage] == 1
-                    && matches!(self.storages[root].kind, StorageKind::Temp);
+                let source = once(xi.storage) && once(root);
                 if *step == 1 && outer == 1 && at % align == 0 && source && movable(&p, y) {
                     p.place(y, root, at);
                     p.placed[i] = true;
@@ -112,7 +110,7 @@ impl GraphBuilder {
                 log::debug!("cat {i} keeps its copies: a part is not a multiple of {align} bytes");
                 continue;
             };
-            if let Some((r, offset)) = as_view(&parts, ys) {
+            if let Some((r, offset)) = as_view(&parts, ys).filter(|v| once(v.0)) {
                 p.place(ys, r, offset);
                 p.placed[i] = true;
                 continue;
@@ -284,6 +282,29 @@ mod tests {
         let st = |t: TensorId| b.tensors[t.0].storage;
         assert_eq!(p.root(st(c)), (st(first), 64));
         assert_eq!(p.root(st(d)), (st(second), 64));
+    }
+
+    #[test]
+    fn views_are_only_of_temporaries_written_once() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[1, 8, 2, 2]).unwrap();
+        // A cat of one part, and a slice, of a graph input (which a caller may rebind): copies.
+        let one = b.cat(&[x], 1).unwrap();
+        let half = b.slice(x, 1, 0, 4, 1).unwrap();
+        // The same of a temporary: views.
+        let a = conv_like(&mut b, x);
+        let one_a = b.cat(&[a], 1).unwrap();
+        let half_a = b.slice(one_a, 1, 4, 8, 1).unwrap();
+        for t in [one, half, one_a, half_a] {
+            let y = conv_like(&mut b, t);
+            b.output(y).unwrap();
+        }
+        let st = |t: TensorId| b.tensors[t.0].storage;
+        let p = b.concats_in_place(16);
+        assert_eq!(p.within[st(one)], None);
+        assert_eq!(p.within[st(half)], None);
+        assert_eq!(p.root(st(one_a)), (st(a), 0));
+        assert_eq!(p.root(st(half_a)), (st(a), 64));
     }
 
     #[test]
