@@ -95,7 +95,7 @@ fn example(root: &Path) -> Result {
     let x = crate::npy::read(&input_path)?;
     let want = reference(&x.to_f32().ok_or("the example input is not f32")?);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let mut results = Vec::new();
+    let mut programs = Vec::new();
     for hand_off in [HandOff::Device, HandOff::Host] {
         let builder =
             ProgramBuilder::from_file(ProgramFile::read(&program_path)?).hand_off(hand_off);
@@ -104,37 +104,46 @@ fn example(root: &Path) -> Result {
             vkdelegate::shared::SharingOptions::with_mode(vkdelegate::shared::Mode::LookupOrCreate),
         ));
         let t = std::time::Instant::now();
-        let mut program = builder.build()?;
-        let load = t.elapsed();
-        if hand_off == HandOff::Device {
-            let seq: Vec<String> = program
-                .steps()
-                .iter()
-                .map(|(n, k)| format!("{n} [{k}]"))
-                .collect();
-            println!(
-                "\nexample program {}\n  device: {}\n  delegates: {}",
-                program_path.display(),
-                program.device().capabilities().name,
-                seq.join(" -> ")
-            );
-            let handles = program.step_handles();
-            let one = handles.windows(2).all(|w| w[0] == w[1]);
-            println!(
-                "  every step on VkDevice {:?}, VkQueue {:?}: {}",
-                handles[0].0,
-                handles[0].1,
-                if one { "yes" } else { "NO" }
-            );
+        let program = builder.build()?;
+        programs.push((hand_off, program, t.elapsed()));
+    }
+    let (_, device_program, _) = &programs[0];
+    let seq: Vec<String> = device_program
+        .steps()
+        .iter()
+        .map(|(n, k)| format!("{n} [{k}]"))
+        .collect();
+    println!(
+        "\nexample program {}\n  device: {}\n  delegates: {}",
+        program_path.display(),
+        device_program.device().capabilities().name,
+        seq.join(" -> ")
+    );
+    let handles = device_program.step_handles();
+    let one = handles.windows(2).all(|w| w[0] == w[1]);
+    println!(
+        "  every step on VkDevice {:?}, VkQueue {:?}: {}",
+        handles[0].0,
+        handles[0].1,
+        if one { "yes" } else { "NO" }
+    );
+    // Both hand-offs are warmed up (a CPU driver compiles each pipeline at its first
+    // dispatch), then timed in alternation, so that both see the same machine: timed one
+    // after the other, a few runs each, the first would take the driver's warm-up and any
+    // load on the machine alone.
+    let mut totals = vec![Vec::new(); programs.len()];
+    let mut outs = vec![Vec::new(); programs.len()];
+    for round in 0..EXAMPLE_WARM_UP + EXAMPLE_RUNS {
+        for (i, (_, program, _)) in programs.iter_mut().enumerate() {
+            outs[i] = program.execute(std::slice::from_ref(&x))?;
+            if round >= EXAMPLE_WARM_UP {
+                totals[i].push(program.last_timings().total);
+            }
         }
-        program.execute(std::slice::from_ref(&x))?; // warm-up
-        let mut totals = Vec::new();
-        let mut out = Vec::new();
-        for _ in 0..10 {
-            out = program.execute(std::slice::from_ref(&x))?;
-            totals.push(program.last_timings().total);
-        }
-        totals.sort();
+    }
+    let mut medians = Vec::new();
+    for (((hand_off, program, load), times), out) in programs.iter().zip(&mut totals).zip(&outs) {
+        times.sort();
         let got = out[0].to_f32().ok_or("the example output is not f32")?;
         let err = got
             .iter()
@@ -148,25 +157,32 @@ fn example(root: &Path) -> Result {
             .map(|(n, d)| format!("{n} {:.3} ms", ms(*d)))
             .collect();
         println!(
-            "  {:?} hand-off: load {:.1} ms, run median {:.3} ms ({} submission(s)); steps: {}; \
-             max |error| vs CPU reference {err:.2e}",
+            "  {:?} hand-off: load {:.1} ms, run median {:.3} ms of {EXAMPLE_RUNS} ({} \
+             submission(s)); last run's steps: {}; max |error| vs CPU reference {err:.2e}",
             hand_off,
-            ms(load),
-            ms(totals[totals.len() / 2]),
+            ms(*load),
+            ms(times[times.len() / 2]),
             program.last_timings().submissions,
             steps.join(", ")
         );
         if err > 1e-5 {
             return Err(format!("the example's output differs from the reference by {err}").into());
         }
-        results.push(totals[totals.len() / 2]);
+        medians.push(times[times.len() / 2]);
     }
     println!(
         "  device / host hand-off end-to-end latency: {:.2}",
-        results[0].as_secs_f64() / results[1].as_secs_f64()
+        medians[0].as_secs_f64() / medians[1].as_secs_f64()
     );
     Ok(())
 }
+
+/// Untimed runs of each hand-off before the timed ones.
+#[cfg(all(feature = "vgf", feature = "compute"))]
+const EXAMPLE_WARM_UP: usize = 5;
+/// Timed runs of each hand-off, in alternation.
+#[cfg(all(feature = "vgf", feature = "compute"))]
+const EXAMPLE_RUNS: usize = 50;
 
 /// avg_pool2d(2, 2) -> sigmoid -> x*x + 0.25 over [1, 3, 8, 8].
 #[cfg(all(feature = "vgf", feature = "compute"))]
