@@ -34,6 +34,8 @@ pub(crate) enum Kernel {
     ConvDw,
     /// `conv_pack.comp`.
     ConvPack,
+    /// `conv_pw.comp`.
+    ConvPw,
     /// `copy_strided.comp`.
     Copy,
     /// `copy_vec4.comp`.
@@ -115,7 +117,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 53] = [
+    pub(crate) const ALL: [Kernel; 54] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -131,6 +133,7 @@ impl Kernel {
         Kernel::ConvCoop2,
         Kernel::ConvDw,
         Kernel::ConvPack,
+        Kernel::ConvPw,
         Kernel::Copy,
         Kernel::CopyVec4,
         Kernel::Cumsum,
@@ -189,6 +192,7 @@ impl Kernel {
             Kernel::ConvCoop2 => include_bytes!("../spirv/conv_coop2.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
+            Kernel::ConvPw => include_bytes!("../spirv/conv_pw.spv"),
             Kernel::Copy => include_bytes!("../spirv/copy_strided.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
             Kernel::Cumsum => include_bytes!("../spirv/cumsum.spv"),
@@ -249,6 +253,7 @@ impl Kernel {
             Kernel::ConvCoop2 => Some(include_bytes!("../spirv/conv_coop2.spv")),
             Kernel::ConvDw => Some(include_bytes!("../spirv/conv_dw_f16.spv")),
             Kernel::ConvPack => Some(include_bytes!("../spirv/conv_pack.spv")),
+            Kernel::ConvPw => Some(include_bytes!("../spirv/conv_pw_f16.spv")),
             Kernel::Copy => Some(include_bytes!("../spirv/copy_strided_f16.spv")),
             Kernel::CopyVec4 => None,
             Kernel::Cumsum => Some(include_bytes!("../spirv/cumsum_f16.spv")),
@@ -308,6 +313,7 @@ impl Kernel {
             Kernel::ConvCoop2 => 4,
             Kernel::ConvDw => 4,
             Kernel::ConvPack => 4,
+            Kernel::ConvPw => 4,
             Kernel::Copy => 2,
             Kernel::CopyVec4 => 2,
             Kernel::Cumsum => 2,
@@ -665,6 +671,24 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<ConvPackPush>() as u32 <= super::super::PUSH_BYTES,
         "conv_pack.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `conv_pw.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ConvPwPush {
+        pub total: u32,
+        pub m: u32,
+        pub k: u32,
+        pub pixels: u32,
+        pub has_bias: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<ConvPwPush>() as u32 <= super::super::PUSH_BYTES,
+        "conv_pw.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `copy_strided.comp`'s push constants.

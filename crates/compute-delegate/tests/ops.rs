@@ -549,6 +549,56 @@ fn conv2d_general_pointwise_and_depthwise() {
     assert_no_validation_errors(&instance);
 }
 
+/// Shallow pointwise convolutions of few outputs run as one dot product per output
+/// (`ConvPw`), with their bias and fused clamp, channel counts not a multiple of the kernel's
+/// four; deep ones stay on the tiled GEMM.
+#[test]
+fn narrow_pointwise_convolutions_are_dot_products() {
+    let Some((instance, dev)) = device("narrow_pointwise_convolutions_are_dot_products") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(51);
+    // (input, output channels, bias, direct)
+    let cases = [
+        ([2, 7, 5, 6], 9, true, true),
+        ([1, 16, 28, 28], 24, false, true),
+        ([1, 58, 7, 7], 58, true, true),
+        ([1, 300, 7, 7], 20, true, false),
+    ];
+    for (xs, m, with_bias, direct) in cases {
+        let ws = [m, xs[1], 1, 1];
+        let x = rand_vec(&mut rng, numel(&xs));
+        let w = rand_vec(&mut rng, numel(&ws));
+        let b = rand_vec(&mut rng, m);
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &xs).unwrap();
+        let tw = g.constant_f32("w", &ws, &w).unwrap();
+        let tb = with_bias.then(|| g.constant_f32("b", &[m], &b).unwrap());
+        let y = g.conv2d(tx, tw, tb, Conv2d::default()).unwrap();
+        let y = g.relu6(y).unwrap();
+        g.output(y).unwrap();
+        let kernels = g.build(&dev).unwrap().kernels();
+        assert_eq!(
+            kernels.iter().any(|k| k.starts_with("ConvPw")),
+            direct,
+            "{xs:?} -> {m}: {kernels:?}"
+        );
+        if direct {
+            // The clamp is the kernel's own.
+            assert_eq!(kernels.len(), 1, "{kernels:?}");
+        }
+        let os = g.shape(y).unwrap().to_vec();
+        let got = run(&dev, &g, &[(&xs, &x)]);
+        let p = Conv2d::default();
+        let want: Vec<f32> = conv_ref(&x, &xs, &w, &ws, with_bias.then_some(b.as_slice()), &p, &os)
+            .into_iter()
+            .map(|v| v.clamp(0.0, 6.0))
+            .collect();
+        assert_close(&got[0], &want, 1e-4, &format!("pointwise {xs:?} -> {m}"));
+    }
+    assert_no_validation_errors(&instance);
+}
+
 #[allow(clippy::too_many_arguments)]
 fn matmul_ref(
     a: &[f32],

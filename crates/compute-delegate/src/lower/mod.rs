@@ -843,10 +843,10 @@ mod tests {
 
     #[test]
     fn fp16_convolutions_go_through_a_patch_matrix_with_a_bias_per_channel() {
-        let conv = |k: usize, limits: &Limits| {
+        let deep = |k: usize, cin: usize, limits: &Limits| {
             let mut b = GraphBuilder::new();
-            let x = b.input("x", DType::F16, &[2, 8, 10, 12]).unwrap();
-            let w = b.input("w", DType::F16, &[16, 8, k, k]).unwrap();
+            let x = b.input("x", DType::F16, &[2, cin, 10, 12]).unwrap();
+            let w = b.input("w", DType::F16, &[16, cin, k, k]).unwrap();
             let bias = b.input("b", DType::F16, &[16]).unwrap();
             let p = crate::Conv2d {
                 padding: [k / 2, k / 2],
@@ -856,6 +856,7 @@ mod tests {
             b.output(y).unwrap();
             lower(&b, limits, true, Some(NV2)).unwrap()
         };
+        let conv = |k: usize, limits: &Limits| deep(k, 8, limits);
         let plan = conv(3, &limits());
         assert_eq!(shaders(&plan), ["Im2col_f16", "GemmCoop2"]);
         let g = &plan.dispatches[1];
@@ -863,8 +864,13 @@ mod tests {
         // One GEMM per image: M = 16 channels, N = 120 pixels, K = 72, batch 2.
         assert_eq!(&g.push[..3], &[16, 120, 72]);
         assert_eq!(g.groups[2], 2);
-        // 1x1: the input itself is B, no patch matrix.
-        assert_eq!(shaders(&conv(1, &limits())), ["GemmCoop2"]);
+        // 1x1, deep: the input itself is B, no patch matrix (split along K). Shallow: one
+        // dot product per output.
+        assert_eq!(
+            shaders(&deep(1, 512, &limits())),
+            ["GemmCoop2", "SplitSum_f16"]
+        );
+        assert_eq!(shaders(&conv(1, &limits())), ["ConvPw_f16"]);
         // A patch matrix beyond one binding's range: the implicit GEMM instead.
         let small = Limits {
             max_storage_buffer_range: 4096,

@@ -282,6 +282,28 @@ impl Lowerer<'_> {
                         params[..linear.len()].copy_from_slice(&linear);
                         return self.gemm(1, cout, k, 1, 0, params, bindings, out, act);
                     }
+                    if pointwise && p.groups == 1 && direct_pointwise(m, nn, k) {
+                        let groups = m.div_ceil(PW_CHANNELS);
+                        let total = nb * groups * oh * ow;
+                        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+                        let g = self.linear_groups(total as u64);
+                        self.push(
+                            Kernel::ConvPw,
+                            vec![u32::from(act.is_some()), PW_CHANNELS as u32],
+                            bindings,
+                            &push::ConvPwPush {
+                                total: total as u32,
+                                m: m as u32,
+                                k: k as u32,
+                                pixels: (oh * ow) as u32,
+                                has_bias: has_bias as u32,
+                                act_lo,
+                                act_hi,
+                            },
+                            [g, 1, 1],
+                        );
+                        return Ok(());
+                    }
                     // Gemm bindings: A = weights, B = input, bias, C.
                     let gb = vec![bindings[1], bindings[0], bindings[2], bindings[3]];
                     let with_bias = b.is_some();
@@ -334,3 +356,36 @@ impl Lowerer<'_> {
         Ok(())
     }
 }
+
+/// Output channels an invocation of `conv_pw.comp` computes.
+const PW_CHANNELS: usize = 4;
+
+/// Environment variable that tunes which pointwise convolutions run on `conv_pw.comp` (one
+/// dot product per output) rather than the tiled GEMM: `MAX_K,MAX_OUTPUTS` (`0`: none).
+pub const ENV_CONV_PW: &str = "VKDELEGATE_CONV_PW";
+
+/// Whether a pointwise convolution of `m` output channels, `pixels` output pixels (of every
+/// image) and depth `k` runs as one dot product per output: shallow and small, where the
+/// tiled GEMM's few tiles leave the GPU idle while its K loop walks.
+fn direct_pointwise(m: usize, pixels: usize, k: usize) -> bool {
+    let (max_k, max_outputs) = pw_limits();
+    k <= max_k && m * pixels <= max_outputs
+}
+
+fn pw_limits() -> (usize, usize) {
+    let parsed = std::env::var(ENV_CONV_PW).ok().and_then(|v| {
+        let mut it = v.split(',').map(|x| x.trim().parse::<usize>().ok());
+        match (it.next().flatten(), it.next().flatten()) {
+            (Some(0), _) => Some((0, 0)),
+            (Some(k), Some(n)) => Some((k, n)),
+            (Some(k), None) => Some((k, PW_MAX_OUTPUTS)),
+            _ => None,
+        }
+    });
+    parsed.unwrap_or((PW_MAX_K, PW_MAX_OUTPUTS))
+}
+
+/// The default depth limit of [`direct_pointwise`].
+const PW_MAX_K: usize = 256;
+/// The default output limit of [`direct_pointwise`].
+const PW_MAX_OUTPUTS: usize = 1 << 20;

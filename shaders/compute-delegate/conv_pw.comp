@@ -1,0 +1,69 @@
+#version 450
+// kernel: ConvPw
+#extension GL_GOOGLE_include_directive : require
+// Pointwise conv2d of a narrow layer (1x1, stride 1, no padding, one group), each output a dot
+// product read straight from memory:
+//   y[n, m, p] = bias[m] + sum_k w[m, k] x[n, k, p]
+// An invocation computes MT output channels of one pixel, so each x it loads serves MT sums;
+// the invocations of a subgroup take neighbouring pixels of the same channels, so their x
+// loads coalesce and their weight loads are one address. No tiles, shared memory or
+// barriers: the tiled GEMM leaves most of the GPU idle on such layers while its K loop walks
+// (ShuffleNet's and MobileNet's 1x1 layers of 7x7 to 56x56 pixels).
+// variant: f16 -DDTYPE_F16
+#extension GL_EXT_control_flow_attributes : require
+#include "dtype.glsl"
+layout(local_size_x = 256) in;
+// Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh).
+layout(constant_id = 0) const uint ACT = 0;
+// Output channels an invocation computes (1 to MAX_MT).
+layout(constant_id = 1) const uint MT = 4;
+const uint MAX_MT = 8;
+
+layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
+layout(std430, set = 0, binding = 1) readonly buffer W { T wt[]; };
+layout(std430, set = 0, binding = 2) readonly buffer B { T bias[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y { T y[]; };
+
+// Rust: `kernels::push::ConvPwPush`, generated from this block.
+layout(push_constant) uniform Params {
+    // Images times channel groups (of MT) times pixels.
+    uint total;
+    uint m;
+    uint k;
+    uint pixels;
+    uint has_bias;
+    float act_lo;
+    float act_hi;
+} pc;
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    uint groups = (pc.m + MT - 1) / MT;
+    for (uint i = gl_GlobalInvocationID.x; i < pc.total; i += stride) {
+        uint px = i % pc.pixels;
+        uint t = i / pc.pixels;
+        uint m0 = (t % groups) * MT;
+        uint n = t / groups;
+        ACC acc[MAX_MT];
+        [[unroll]] for (uint j = 0; j < MT; ++j) {
+            // Channels past the last compute the last one again and are not stored.
+            uint mm = min(m0 + j, pc.m - 1);
+            acc[j] = pc.has_bias == 1 ? float(bias[mm]) : 0.0;
+        }
+        uint xb = n * pc.k * pc.pixels + px;
+        for (uint kk = 0; kk < pc.k; ++kk) {
+            float xv = float(x[xb + kk * pc.pixels]);
+            [[unroll]] for (uint j = 0; j < MT; ++j) {
+                uint mm = min(m0 + j, pc.m - 1);
+                acc[j] += float(wt[mm * pc.k + kk]) * xv;
+            }
+        }
+        [[unroll]] for (uint j = 0; j < MT; ++j) {
+            if (m0 + j < pc.m) {
+                ACC a = acc[j];
+                if (ACT == 1) a = clamp(a, pc.act_lo, pc.act_hi);
+                y[(n * pc.m + m0 + j) * pc.pixels + px] = T(a);
+            }
+        }
+    }
+}
