@@ -549,9 +549,9 @@ fn conv2d_general_pointwise_and_depthwise() {
     assert_no_validation_errors(&instance);
 }
 
-/// Shallow pointwise convolutions of few outputs run as one dot product per output
+/// Shallow fp32 pointwise convolutions of few outputs run as one dot product per output
 /// (`ConvPw`), with their bias and fused clamp, channel counts not a multiple of the kernel's
-/// four; deep ones stay on the tiled GEMM.
+/// four; deeper ones (past 128) stay on the tiled GEMM.
 #[test]
 fn narrow_pointwise_convolutions_are_dot_products() {
     let Some((instance, dev)) = device("narrow_pointwise_convolutions_are_dot_products") else {
@@ -563,6 +563,7 @@ fn narrow_pointwise_convolutions_are_dot_products() {
         ([2, 7, 5, 6], 9, true, true),
         ([1, 16, 28, 28], 24, false, true),
         ([1, 58, 7, 7], 58, true, true),
+        ([1, 200, 7, 7], 20, true, false),
         ([1, 300, 7, 7], 20, true, false),
     ];
     for (xs, m, with_bias, direct) in cases {

@@ -864,13 +864,12 @@ mod tests {
         // One GEMM per image: M = 16 channels, N = 120 pixels, K = 72, batch 2.
         assert_eq!(&g.push[..3], &[16, 120, 72]);
         assert_eq!(g.groups[2], 2);
-        // 1x1, deep: the input itself is B, no patch matrix (split along K). Shallow: one
-        // dot product per output.
+        // 1x1: the input itself is B, no patch matrix (deep: split along K).
         assert_eq!(
             shaders(&deep(1, 512, &limits())),
             ["GemmCoop2", "SplitSum_f16"]
         );
-        assert_eq!(shaders(&conv(1, &limits())), ["ConvPw_f16"]);
+        assert_eq!(shaders(&conv(1, &limits())), ["GemmCoop2"]);
         // A patch matrix beyond one binding's range: the implicit GEMM instead.
         let small = Limits {
             max_storage_buffer_range: 4096,
