@@ -25,7 +25,7 @@ pub struct BenchArgs {
     pub repeat: usize,
     pub json: Option<PathBuf>,
     pub skip_ops: bool,
-    /// Only the op rows a filter names, without the host I/O rows.
+    /// Without the host I/O rows.
     pub skip_host_io: bool,
     /// Print every dispatch of each `.pte` program's profile, in order.
     pub dispatches: bool,
@@ -47,7 +47,7 @@ pub fn run(args: &BenchArgs) -> Result {
     report.insert("device".into(), json!(device.capabilities().name));
     if !args.skip_ops {
         report.insert("ops".into(), ops(&device, args)?);
-        if !args.skip_host_io {
+        if host_io_wanted(args) {
             report.insert("host_io".into(), crate::hostio::rows(&device, args.quick)?);
         }
     }
@@ -65,6 +65,12 @@ pub fn run(args: &BenchArgs) -> Result {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The host I/O rows run unless skipped, or a filter names op rows only: they run under a
+/// filter only where it is part of `host_io` (`--filter host`).
+fn host_io_wanted(args: &BenchArgs) -> bool {
+    !args.skip_host_io && args.filter.as_deref().is_none_or(|f| "host_io".contains(f))
 }
 
 fn open_device(args: &BenchArgs) -> Result<vkdelegate::vk_core::Device> {

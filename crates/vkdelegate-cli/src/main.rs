@@ -104,7 +104,8 @@ enum Cmd {
         /// Small shapes (seconds on a CPU driver).
         #[arg(long)]
         quick: bool,
-        /// Only compute ops whose name contains this.
+        /// Only compute ops whose name contains this (and the host I/O rows only where it is
+        /// part of `host_io`: `--filter host`).
         #[arg(long)]
         filter: Option<String>,
         /// Also time these VGF files (and Arm's scenario-runner on them, when given).

@@ -260,6 +260,28 @@ fn inspect_summarizes_and_details_on_request() {
     );
 }
 
+/// `bench --filter` runs the op rows it names and no others: the host I/O rows only under a
+/// filter that names them.
+#[cfg(feature = "compute")]
+#[test]
+fn bench_filters_name_the_rows_that_run() {
+    let run = |filter: &str| {
+        let out = bin()
+            .args(["bench", "--quick", "--filter", filter])
+            .output()
+            .unwrap();
+        assert_clean(&out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ops = run("sigmoid");
+    assert!(ops.contains("sigmoid"), "{ops}");
+    assert!(!ops.contains("host I/O"), "{ops}");
+    assert!(!ops.contains("softmax"), "{ops}");
+    let host = run("host");
+    assert!(host.contains("host I/O"), "{host}");
+    assert!(!host.contains("sigmoid"), "{host}");
+}
+
 /// `bench --no-ops --dispatches` on a small `.pte` program: its timings, the host side of its
 /// copies, and one line per compute dispatch with its kernel, work groups and time.
 #[cfg(all(feature = "vgf", feature = "compute"))]
