@@ -19,7 +19,7 @@
 // variant: f16 -DDTYPE_F16
 #extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
-layout(local_size_x = 64) in;
+layout(local_size_x = 128) in;
 // The head sizes of q and k (d) and of v (e), multiples of 4 up to 128; the keys of a block
 // (at most 32, a multiple of LANES, small enough for the device's shared memory); the biases
 // (0 to 2).
@@ -28,7 +28,7 @@ layout(constant_id = 1) const uint VAL_D = 64;
 layout(constant_id = 2) const uint BK = 32;
 layout(constant_id = 3) const uint BIASES = 0;
 
-const uint THREADS = 64;
+const uint THREADS = 128;
 const uint LANES = 4;
 const uint BQ = THREADS / LANES;
 const uint MAX_VCOLS = 8;

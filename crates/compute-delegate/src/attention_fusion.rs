@@ -23,8 +23,10 @@ use vk_core::HostTensor;
 /// The largest head size (of queries and keys, and of values) the fused kernel takes; head
 /// sizes are multiples of 4.
 pub(crate) const MAX_HEAD: usize = 128;
-/// Query rows of a work group (`attend.comp`'s `BQ`).
-const QUERY_ROWS: usize = 16;
+/// Query rows of a work group (`attend.comp`'s `BQ`). 32 rather than 16: each work group
+/// loads every block of keys and values, so half the work groups load half as much (on an
+/// H200, ViT-B's 12 attentions 581 → 492 µs, BERT's 374 → 341 µs).
+const QUERY_ROWS: usize = 32;
 /// Threads of a query row (`attend.comp`'s `LANES`).
 const LANES: usize = 4;
 /// Added biases the kernel takes.
