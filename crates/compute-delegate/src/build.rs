@@ -16,7 +16,7 @@ use crate::graph::{GraphBuilder, Storage, StorageKind, TensorId};
 use crate::kernels::{PUSH_BYTES, Shader};
 use crate::lower::{Dispatch, Plan, lower_placed};
 use crate::options::BuildOptions;
-use crate::placement::Placement;
+use crate::placement::{Placement, root_in};
 use crate::runtime::{
     Graph, Io, MemoryReport, Objects, Recorded, check_binding, cmd, internal, staging_buffer,
 };
@@ -432,7 +432,7 @@ pub(crate) fn storage_extent(
     within: &[Option<(usize, u64)>],
     s: usize,
 ) -> Extent {
-    let (root, start) = within.get(s).copied().flatten().unwrap_or((s, 0));
+    let (root, start) = root_in(within, s);
     Extent {
         root,
         start,
@@ -482,7 +482,7 @@ fn lifetimes(
     let mut last = vec![0usize; n];
     for (i, d) in dispatches.iter().enumerate() {
         for &(s, _) in &d.bindings {
-            let r = within.get(s).copied().flatten().map_or(s, |w| w.0);
+            let r = root_in(within, s).0;
             for t in [s, r] {
                 first[t] = first[t].min(i);
                 last[t] = last[t].max(i);

@@ -36,7 +36,7 @@ impl Placement {
 
     /// `s`'s outermost storage and its offset there.
     pub fn root(&self, s: usize) -> (usize, u64) {
-        self.within.get(s).copied().flatten().unwrap_or((s, 0))
+        root_in(&self.within, s)
     }
 
     /// Lays `r` (an outermost storage) at `offset` in `parent` (another), with everything
@@ -48,6 +48,31 @@ impl Placement {
             }
         }
         self.within[r] = Some((parent, offset));
+    }
+}
+
+/// `s`'s outermost storage and its offset there, by a [`Placement::within`] (which may be
+/// shorter than the storages: those past its end lie nowhere).
+pub(crate) fn root_in(within: &[Option<(usize, u64)>], s: usize) -> (usize, u64) {
+    within.get(s).copied().flatten().unwrap_or((s, 0))
+}
+
+/// Who may be placed: storages written once, counted over the graph's nodes.
+struct Writers<'a> {
+    b: &'a GraphBuilder,
+    count: Vec<usize>,
+}
+
+impl Writers<'_> {
+    /// A temporary written by one node: its bytes stay as written once it is, so a view of
+    /// them reads what a copy would have.
+    fn once(&self, s: usize) -> bool {
+        matches!(self.b.storages[s].kind, StorageKind::Temp) && self.count[s] == 1
+    }
+
+    /// Written once and placed nowhere yet.
+    fn movable(&self, p: &Placement, s: usize) -> bool {
+        self.once(s) && p.within[s].is_none()
     }
 }
 
@@ -65,80 +90,104 @@ impl GraphBuilder {
     /// vec4s, so a vectorised producer never writes into its neighbour).
     pub(crate) fn concats_in_place(&self, align: u64) -> Placement {
         let mut p = Placement::none(self.storages.len(), self.nodes.len());
-        let mut writers = vec![0usize; self.storages.len()];
+        let mut count = vec![0usize; self.storages.len()];
         for node in &self.nodes {
-            writers[self.tensors[node.out.0].storage] += 1;
+            count[self.tensors[node.out.0].storage] += 1;
         }
-        // A temporary written by one node: its bytes stay as written once it is, so a view
-        // of them reads what a copy would have.
-        let once = |s: usize| matches!(self.storages[s].kind, StorageKind::Temp) && writers[s] == 1;
-        let movable = |p: &Placement, s: usize| once(s) && p.within[s].is_none();
+        let w = Writers { b: self, count };
         for (i, node) in self.nodes.iter().enumerate() {
-            if let Op::Slice {
-                x,
-                dim,
-                start,
-                step,
-            } = &node.op
-            {
-                let y = self.tensors[node.out.0].storage;
-                let xi = &self.tensors[x.0];
-                let outer: usize = xi.shape[..*dim].iter().product();
-                let inner: usize = xi.shape[dim + 1..].iter().product();
-                let (root, offset) = p.root(xi.storage);
-                let at = offset + (start * inner * xi.dtype.size()) as u64;
-                let source = once(xi.storage) && once(root);
-                if *step == 1 && outer == 1 && at % align == 0 && source && movable(&p, y) {
-                    p.place(y, root, at);
-                    p.placed[i] = true;
+            p.placed[i] = match &node.op {
+                Op::Slice {
+                    x,
+                    dim,
+                    start,
+                    step,
+                } => {
+                    *step == 1
+                        && self.slice_as_view(&mut p, &w, (*x, *dim, *start), node.out, align)
                 }
-                continue;
-            }
-            let Op::Cat { xs, dim } = &node.op else {
-                continue;
-            };
-            let y = &self.tensors[node.out.0];
-            let ys = y.storage;
-            let outer: usize = y.shape[..*dim].iter().product();
-            if outer != 1 || !movable(&p, ys) {
-                log::debug!(
-                    "cat {i} keeps its copies: outer dims {outer}, or its result is not a temporary of its own"
-                );
-                continue;
-            }
-            let Some(parts) = self.parts(&p, xs, align) else {
-                log::debug!("cat {i} keeps its copies: a part is not a multiple of {align} bytes");
-                continue;
-            };
-            if let Some((r, offset)) = as_view(&parts, ys).filter(|v| once(v.0)) {
-                p.place(ys, r, offset);
-                p.placed[i] = true;
-                continue;
-            }
-            let groups = groups(&parts);
-            let whole = |g: &[Part]| {
-                let r = g[0].root;
-                let bytes: u64 = g.iter().map(|x| x.bytes).sum();
-                r != ys
-                    && g[0].offset == 0
-                    && self.storages[r].bytes == bytes
-                    && groups.iter().filter(|h| h[0].root == r).count() == 1
-            };
-            // Parts that cannot move are copied by the cat as before; a cat with none left
-            // lowers to nothing.
-            let mut all = true;
-            for g in &groups {
-                if whole(g) && movable(&p, g[0].root) {
-                    p.place(g[0].root, ys, g[0].at);
-                } else {
-                    all = false;
-                    let (at, root, offset) = (g[0].at, g[0].root, g[0].offset);
-                    log::debug!("cat {i} copies its part at {at}: storage {root}, offset {offset}");
+                Op::Cat { xs, dim } => {
+                    self.cat_in_place(&mut p, &w, (i, xs, *dim), node.out, align)
                 }
-            }
-            p.placed[i] = all;
+                _ => false,
+            };
         }
         p
+    }
+
+    /// Makes a slice of `x` from `start` along `dim` a view of its source where it is one
+    /// contiguous, aligned range of it; whether it did.
+    fn slice_as_view(
+        &self,
+        p: &mut Placement,
+        w: &Writers<'_>,
+        (x, dim, start): (TensorId, usize, usize),
+        out: TensorId,
+        align: u64,
+    ) -> bool {
+        let y = self.tensors[out.0].storage;
+        let xi = &self.tensors[x.0];
+        let outer: usize = xi.shape[..dim].iter().product();
+        let inner: usize = xi.shape[dim + 1..].iter().product();
+        let (root, offset) = p.root(xi.storage);
+        let at = offset + (start * inner * xi.dtype.size()) as u64;
+        let source = w.once(xi.storage) && w.once(root);
+        if outer == 1 && at % align == 0 && source && w.movable(p, y) {
+            p.place(y, root, at);
+            return true;
+        }
+        false
+    }
+
+    /// Lays out in cat `i`'s result the parts that can lie there; whether every part does
+    /// (the cat then needs no dispatch).
+    fn cat_in_place(
+        &self,
+        p: &mut Placement,
+        w: &Writers<'_>,
+        (i, xs, dim): (usize, &[TensorId], usize),
+        out: TensorId,
+        align: u64,
+    ) -> bool {
+        let y = &self.tensors[out.0];
+        let ys = y.storage;
+        let outer: usize = y.shape[..dim].iter().product();
+        if outer != 1 || !w.movable(p, ys) {
+            log::debug!(
+                "cat {i} keeps its copies: outer dims {outer}, or its result is not a temporary of its own"
+            );
+            return false;
+        }
+        let Some(parts) = self.parts(p, xs, align) else {
+            log::debug!("cat {i} keeps its copies: a part is not a multiple of {align} bytes");
+            return false;
+        };
+        if let Some((r, offset)) = as_view(&parts, ys).filter(|v| w.once(v.0)) {
+            p.place(ys, r, offset);
+            return true;
+        }
+        let groups = groups(&parts);
+        let whole = |g: &[Part]| {
+            let r = g[0].root;
+            let bytes: u64 = g.iter().map(|x| x.bytes).sum();
+            r != ys
+                && g[0].offset == 0
+                && self.storages[r].bytes == bytes
+                && groups.iter().filter(|h| h[0].root == r).count() == 1
+        };
+        // Parts that cannot move are copied by the cat as before; a cat with none left
+        // lowers to nothing.
+        let mut all = true;
+        for g in &groups {
+            if whole(g) && w.movable(p, g[0].root) {
+                p.place(g[0].root, ys, g[0].at);
+            } else {
+                all = false;
+                let (at, root, offset) = (g[0].at, g[0].root, g[0].offset);
+                log::debug!("cat {i} copies its part at {at}: storage {root}, offset {offset}");
+            }
+        }
+        all
     }
 
     /// The cat's parts, or `None` where one's size is not a multiple of `align`.
