@@ -242,6 +242,35 @@ fn consecutive_compute_steps_run_as_one_graph() {
     assert_no_validation_errors_of_ours(&instance);
 }
 
+/// ExecuTorch's exports of networks that concatenate (the zoo's reduced DenseNet, GoogLeNet
+/// and SqueezeNet) run with every concatenation written in place by its producers: no copy
+/// dispatch is left, and they still match PyTorch.
+#[test]
+fn exported_concatenations_are_written_in_place() {
+    let _serial = serial();
+    testing::validate_every_instance();
+    for model in ["densenet", "googlenet", "squeezenet"] {
+        let dir = testing::fixture("zoo").join(model);
+        let file: Arc<[u8]> = std::fs::read(dir.join("model.pte")).unwrap().into();
+        let mut program = match program_builder(file, None).unwrap().build() {
+            Ok(p) => p,
+            Err(e) => return testing::skip(model, &e.to_string()),
+        };
+        let input = npy(dir.join("input_0.npy"));
+        let out = program.execute(&[input]).unwrap();
+        let want = npy(dir.join("expected_output_0.npy"));
+        let (a, b) = (out[0].to_f32().unwrap(), want.to_f32().unwrap());
+        let worst = judge(model, 0, &a, &b, FP32);
+        assert!(worst <= 1.0, "{model}: {worst} x the tolerance");
+        let profile = program.profile().unwrap();
+        let copies: Vec<_> = profile.iter().filter(|d| d.op.contains("[Copy")).collect();
+        assert!(copies.is_empty(), "{model}: {copies:?}");
+        let instance = program.device().instance().clone();
+        drop(program);
+        assert_no_validation_errors_of_ours(&instance);
+    }
+}
+
 /// A load decodes the program once, decodes and lowers each `VulkanBackend` graph once (its
 /// wiring (`io`), requirements and load share that one lowering) and decodes each VGF payload
 /// once; also an fp16 graph on a device without the f16 features, which a pass widens to
