@@ -14,7 +14,8 @@ const uint D4 = HEAD_D / 4;
 
 const uint THREADS = 128;
 const uint MAX_ROWS = 4096;
-// SPLIT: the rows of a share whose values are loaded early (the lowering's shares).
+// SPLIT: the rows of a share whose values are loaded early (the first half of the lowering's
+// shares of 128; the rest are read after the reductions).
 const uint PRELOAD_ROWS = 64;
 // SPLIT: the shares whose partial results the combining work group loads at once.
 const uint COMBINE = 16;
@@ -221,7 +222,7 @@ void main() {
         //   y[g] = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c,   M = max_c m_c,
         // and 0 where no share had a row. Only the shares that hold rows are read, in one
         // pass (the maximum so far rescales the sums), COMBINE shares' loads in flight at
-        // once: a 1024-row cache's 16 shares in one round trip.
+        // once: a 2048-row cache's 16 shares in one round trip.
         barrier();
         if (t == 0) {
             last_share = atomicAdd(done[g], 1u) == pc.chunks - 1;

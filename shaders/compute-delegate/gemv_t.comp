@@ -7,10 +7,10 @@
 // (a language model's decode step) are bound by reading B once. K, A's and B's row and batch
 // strides are multiples of 4 (both read as vec4s); C is row-major with any strides.
 //
-// A work group is 64 lanes by 4 columns: column j = 4 * gl_WorkGroupID.x + y is the dot
-// product of B's row j with the rows of A, lane x reading the vec4s x, x + 64, ... of it (the
-// 64 lanes of a column read 1 KiB of B contiguously), four in flight; the lanes' sums are
-// then added through shared memory.
+// A work group is LANES lanes (64, or 32 or 128 where the lowering asks) by 4 columns:
+// column j = 4 * gl_WorkGroupID.x + y is the dot product of B's row j with the rows of A,
+// lane x reading the vec4s x, x + LANES, ... of it (a column's lanes read B contiguously),
+// 256 / LANES in flight; the lanes' sums are then added through shared memory.
 //
 // With GLU, each column is the gated product of two such matrices, B (the gate) and B2 (the
 // up): C = silu(A B^T) * (A B2^T), as a language model's MLP computes it (made by the graph's
@@ -18,6 +18,15 @@
 // A[r][k] * norm_w[k] / sqrt(mean_k(A[r]^2) + eps), as the norm before a product computes it
 // (another fusion pass): the lanes sum the squares of the A they load, and the sums are scaled
 // at the end.
+//
+// CACHE, fused by the graph's passes in place of a KV cache write: with cache_rows, row r of
+// C is stored as row start + r of a cache [cache_rows, heads, head_d] (start = pos[0] + plus
+// where the position is on the device, has_pos, else plus; rows outside the cache dropped),
+// each (even, odd) pair of a head first rotated by the rotary tables cos and sin as rope.comp
+// rotates it where `rope` is set. A pair's two columns are in one work group.
+//
+// WIDE (f16, where K and B's strides are multiples of 8): B is read in 16-byte words of 8
+// elements, not vec4s of 8 bytes, so that a lane has twice the bytes in flight per load.
 // The body is gemv_t.glsl's.
 // variant: f16 -DDTYPE_F16
 #include "gemv_t.glsl"

@@ -2,7 +2,8 @@
 // added by subgroup operations, then across a column's subgroups: two barriers instead of a
 // tree of six): see gemv_t.comp's header.
 #include "dtype.glsl"
-layout(local_size_x = 64, local_size_y = 4) in;
+// Lanes of a column (LANES below): 64 unless the lowering asks for 32 or 128.
+layout(local_size_x = 64, local_size_x_id = 5, local_size_y = 4) in;
 // Rows of A and C (1 to 4).
 layout(constant_id = 0) const uint ROWS = 1;
 // Fused clamp (relu, relu6, hardtanh).
@@ -11,19 +12,29 @@ layout(constant_id = 1) const uint ACT = 0;
 layout(constant_id = 2) const uint GLU = 0;
 // 1: A RMS-normalised first (NORM above).
 layout(constant_id = 3) const uint NORM = 0;
+// 1 (f16 only): B (and B2) read in 16-byte words of 8 elements (WIDE in gemv_t.comp).
+layout(constant_id = 4) const uint WIDE = 0;
 
-const uint LANES = 64;
+const uint LANES = gl_WorkGroupSize.x;
 const uint COLS = 4;
 const uint MAX_ROWS = 4;
-// vec4s of B a lane has in flight.
-const uint UNROLL = 4;
+// Words of B a lane has in flight: a column's lanes load 256 at once.
+const uint UNROLL = 256 / LANES;
 
 layout(std430, set = 0, binding = 0) readonly buffer A4 { T4 a4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B4 { T4 b4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { T bias[]; };
 layout(std430, set = 0, binding = 3) readonly buffer B24 { T4 b24[]; };
 layout(std430, set = 0, binding = 4) readonly buffer NormW { T4 nw4[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer C { T c[]; };
+layout(std430, set = 0, binding = 5) readonly buffer Pos { int pos[]; };
+layout(std430, set = 0, binding = 6) readonly buffer Cos { T cos_[]; };
+layout(std430, set = 0, binding = 7) readonly buffer Sin { T sin_[]; };
+layout(std430, set = 0, binding = 8) writeonly buffer C { T c[]; };
+#ifdef DTYPE_F16
+// B and B2 again, as 16-byte words (WIDE).
+layout(std430, set = 0, binding = 1) readonly buffer B8 { uvec4 b8[]; };
+layout(std430, set = 0, binding = 3) readonly buffer B28 { uvec4 b28[]; };
+#endif
 
 // Rust: `kernels::push::GemvTPush`, generated from this block.
 layout(push_constant) uniform Params {
@@ -40,6 +51,14 @@ layout(push_constant) uniform Params {
     float act_lo;
     float act_hi;
     float eps;
+    // With cache_rows: C is a KV cache [cache_rows, heads, head_d] (CACHE in gemv_t.comp).
+    uint cache_rows;
+    uint heads;
+    uint head_d;
+    int plus;
+    uint has_pos;
+    // 0: no rotation; 1: tables of [rows, head_d / 2]; 2: of [rows, heads, head_d / 2].
+    uint rope;
 } pc;
 
 shared float sums[COLS][MAX_ROWS][LANES];
@@ -64,6 +83,39 @@ void accumulate(uint a, uint sa4, uint i, vec4 bv, vec4 uv, inout float acc[MAX_
     }
 }
 
+#ifdef DTYPE_F16
+// accumulate() of the 8 elements of B's (and B2's) 16-byte word `i` (vec4s 2i and 2i + 1).
+void accumulate8(uint a, uint sa4, uint i, uvec4 bw, uvec4 uw, inout float acc[MAX_ROWS],
+                 inout float up[MAX_ROWS], inout float ss[MAX_ROWS]) {
+    vec4 lo = vec4(unpackHalf2x16(bw.x), unpackHalf2x16(bw.y));
+    vec4 hi = vec4(unpackHalf2x16(bw.z), unpackHalf2x16(bw.w));
+    vec4 ulo = vec4(unpackHalf2x16(uw.x), unpackHalf2x16(uw.y));
+    vec4 uhi = vec4(unpackHalf2x16(uw.z), unpackHalf2x16(uw.w));
+    accumulate(a, sa4, 2 * i, lo, ulo, acc, up, ss);
+    accumulate(a, sa4, 2 * i + 1, hi, uhi, acc, up, ss);
+}
+#endif
+
+// Column `col`'s output v of row r, stored into the cache (CACHE in gemv_t.comp): rotated
+// with its pair's output `other` (the column col ^ 1, in this work group) where `rope` is set.
+void into_cache(float v, float other, uint col, uint r) {
+    uint e = col % pc.head_d;
+    uint head = col / pc.head_d;
+    if (pc.rope != 0) {
+        bool even = (e & 1u) == 0u;
+        float re = even ? v : other;
+        float im = even ? other : v;
+        uint f = (pc.rope == 2 ? r * pc.heads + head : r) * (pc.head_d / 2) + e / 2;
+        float cs = float(cos_[f]);
+        float sn = float(sin_[f]);
+        v = even ? re * cs - im * sn : re * sn + im * cs;
+    }
+    int at = pc.plus + (pc.has_pos == 1 ? pos[0] : 0) + int(r);
+    if (at >= 0 && at < int(pc.cache_rows)) {
+        c[(uint(at) * pc.heads + head) * pc.head_d + e] = T(v);
+    }
+}
+
 void main() {
     uint lane = gl_LocalInvocationID.x;
     uint y = gl_LocalInvocationID.y;
@@ -77,7 +129,33 @@ void main() {
         up[r] = 0.0;
         ss[r] = 0.0;
     }
+#ifdef DTYPE_F16
+    if (WIDE != 0 && col < pc.n) {
+        uint k8 = pc.k / 8;
+        uint b = (z * pc.sb_b + col * pc.sb_n) / 8;
+        uint a = z * pc.sa_b / 4;
+        uint sa4 = pc.sa_m / 4;
+        uint i = lane;
+        for (; i + (UNROLL - 1) * LANES < k8; i += UNROLL * LANES) {
+            uvec4 bw[UNROLL];
+            uvec4 uw[UNROLL];
+            [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+                bw[u] = b8[b + i + u * LANES];
+                uw[u] = GLU != 0 ? b28[b + i + u * LANES] : uvec4(0);
+            }
+            [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+                accumulate8(a, sa4, i + u * LANES, bw[u], uw[u], acc, up, ss);
+            }
+        }
+        for (; i < k8; i += LANES) {
+            uvec4 uw = GLU != 0 ? b28[b + i] : uvec4(0);
+            accumulate8(a, sa4, i, b8[b + i], uw, acc, up, ss);
+        }
+    }
+    if (WIDE == 0 && col < pc.n) {
+#else
     if (col < pc.n) {
+#endif
         uint k4 = pc.k / 4;
         uint b = (z * pc.sb_b + col * pc.sb_n) / 4;
         uint a = z * pc.sa_b / 4;
@@ -100,7 +178,7 @@ void main() {
         }
     }
 #ifdef SUBGROUP
-    // Each subgroup's sums (a subgroup holds lanes of one column: 64 is a multiple of its
+    // Each subgroup's sums (a subgroup holds lanes of one column: LANES is a multiple of its
     // size), then the first lane of a column adds its subgroups'.
     uint per_column = LANES / gl_SubgroupSize;
     uint slot = lane / gl_SubgroupSize;
@@ -182,7 +260,17 @@ void main() {
             if (ACT == 1) {
                 v = clamp(v, pc.act_lo, pc.act_hi);
             }
-            c[z * pc.sc_b + r * pc.sc_m + col] = T(v);
+            if (pc.cache_rows == 0) {
+                c[z * pc.sc_b + r * pc.sc_m + col] = T(v);
+            } else {
+                // The pair's column, as this one (no GLU or clamp with a cache).
+                uint pair = col ^ 1u;
+                float other = sums[y ^ 1u][r][0] * rstd;
+                if (pc.has_bias == 1) {
+                    other += float(bias[pair]);
+                }
+                into_cache(v, other, col, r);
+            }
         }
     }
 }

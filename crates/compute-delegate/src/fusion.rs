@@ -123,11 +123,11 @@ impl NormSlots {
                 eps: EPS,
             }),
             Kernel::GemvT => Some(NormSlots {
-                inputs: 5,
+                inputs: 8,
                 bias: 2,
                 weights: 4,
                 flag: 3,
-                spare: &[],
+                spare: &[5, 6, 7],
                 has_bias: std::mem::offset_of!(push::GemvTPush, has_bias),
                 eps: std::mem::offset_of!(push::GemvTPush, eps),
             }),
@@ -146,6 +146,27 @@ fn plain_q4(op: &Op) -> Option<&[u32]> {
             ..
         } if word(push, HAS_BIAS) == 0 && spec.get(1).copied().unwrap_or(0) == 0 => Some(push),
         _ => None,
+    }
+}
+
+/// A `gemv_t.comp` node without an epilogue or a gated product (a norm prologue is fine):
+/// one that may store its rows into a KV cache instead.
+fn plain_gemv_t(op: &Op) -> bool {
+    use push::GemvTPush as P;
+    match op {
+        Op::Kernel {
+            kernel: Kernel::GemvT,
+            push,
+            spec,
+            ..
+        } => {
+            let spec = |i: usize| spec.get(i).copied().unwrap_or(0);
+            word(push, std::mem::offset_of!(P, has_bias)) == 0
+                && word(push, std::mem::offset_of!(P, cache_rows)) == 0
+                && spec(1) == 0
+                && spec(2) == 0
+        }
+        _ => false,
     }
 }
 
@@ -371,11 +392,12 @@ impl GraphBuilder {
             has_bias: u32::from(bias.is_some()),
             ..Default::default()
         };
-        // Unused bindings (the bias, B2, the norm's weights) are bound to x or w.
+        // Unused bindings (the bias, B2, the norm's weights, a cache's position and rotary
+        // tables) are bound to x or w.
         fits.then(|| Op::Kernel {
             name,
             kernel: Kernel::GemvT,
-            inputs: vec![x, w, bias.unwrap_or(x), w2, x],
+            inputs: vec![x, w, bias.unwrap_or(x), w2, x, x, x, x],
             push: bytemuck::cast_slice(bytemuck::bytes_of(&push)).to_vec(),
             groups: Some(n.div_ceil(4) as u64),
             precision: None,
@@ -713,13 +735,12 @@ impl GraphBuilder {
             let Some(write) = CacheWrite::of(&node.op) else {
                 continue;
             };
-            let Some(j) = self.sole_product(&uses, write.new) else {
+            let Some((j, product)) = self.sole_product(&uses, write.new) else {
                 continue;
             };
             if drop[j] || drop[k] {
                 continue;
             }
-            let product = &self.nodes[j].op;
             if !product
                 .inputs()
                 .iter()
@@ -727,7 +748,7 @@ impl GraphBuilder {
             {
                 continue;
             }
-            let Some(op) = self.product_into_cache(product, &write) else {
+            let Some(op) = self.product_into_cache(&product, &write) else {
                 continue;
             };
             // At the product's place where the position and tables are ready by then (every
@@ -749,9 +770,10 @@ impl GraphBuilder {
         retain(g, &drop)
     }
 
-    /// The node writing `t`'s storage where it is a packed 4-bit product without an epilogue
-    /// whose whole result, read once, `t` is (in any shape).
-    fn sole_product(&self, uses: &Uses, t: TensorId) -> Option<usize> {
+    /// The node writing `t`'s storage, and its op as a product kernel, where it is a packed
+    /// 4-bit product or a `gemv_t.comp` one (a one- to four-row `linear` becomes one) without
+    /// an epilogue, whose whole result, read once, `t` is (in any shape).
+    fn sole_product(&self, uses: &Uses, t: TensorId) -> Option<(usize, Op)> {
         let st = self.tensors[t.0].storage;
         let [j] = uses.writers[st][..] else {
             return None;
@@ -760,13 +782,21 @@ impl GraphBuilder {
         let whole = self.storages[st].tensor == out
             && self.tensors[out.0].numel() == self.tensors[t.0].numel()
             && uses.readers[st] == 1;
-        (whole && plain_q4(&self.nodes[j].op).is_some()).then_some(j)
+        if !whole {
+            return None;
+        }
+        let op = match &self.nodes[j].op {
+            op @ Op::Matmul { .. } => self.linear_as_gemv_t(op, &self.tensors[out.0])?,
+            op => op.clone(),
+        };
+        (plain_q4(&op).is_some() || plain_gemv_t(&op)).then_some((j, op))
     }
 
     /// Product `op` storing its rows into `write`'s cache; `None` where the shapes do not fit
     /// (a batch of one, `n` = heads x head size, even heads for a rotation).
     fn product_into_cache(&self, op: &Op, write: &CacheWrite) -> Option<Op> {
         let Op::Kernel {
+            kernel,
             inputs,
             push,
             spec,
@@ -776,45 +806,93 @@ impl GraphBuilder {
         else {
             return None;
         };
+        let slots = CacheSlots::of(*kernel)?;
         let new = &self.tensors[write.new.0];
-        let (&[1, s, h, d], true) = (&new.shape[..], inputs.len() == 10) else {
+        let (&[1, s, h, d], true) = (&new.shape[..], inputs.len() == slots.inputs) else {
             return None;
         };
         let rows = spec.first().copied().unwrap_or(1) as usize;
-        if rows != s || word(push, N) as usize != h * d || d % 2 != 0 {
+        if rows != s || word(push, slots.n) as usize != h * d || d % 2 != 0 {
             return None;
         }
-        use push::GemvQ4Push as P;
         let mut words = push.to_vec();
+        let [cache_rows, heads, head_d, plus, has_pos, rope] = slots.fields;
         let mut at = |field: usize, v: u32| set_word(&mut words, field, v);
-        at(std::mem::offset_of!(P, cache_rows), write.max_rows);
-        at(std::mem::offset_of!(P, heads), h as u32);
-        at(std::mem::offset_of!(P, head_d), d as u32);
-        at(std::mem::offset_of!(P, plus), write.plus);
-        at(std::mem::offset_of!(P, has_pos), write.has_pos);
-        at(
-            std::mem::offset_of!(P, rope),
-            write.rope.map_or(0, |r| 1 + r.per_head),
-        );
+        at(cache_rows, write.max_rows);
+        at(heads, h as u32);
+        at(head_d, d as u32);
+        at(plus, write.plus);
+        at(has_pos, write.has_pos);
+        at(rope, write.rope.map_or(0, |r| 1 + r.per_head));
         let mut inputs = inputs.clone();
-        inputs[7] = write.pos;
+        inputs[slots.pos] = write.pos;
         if let Some(r) = &write.rope {
-            inputs[8] = r.cos;
-            inputs[9] = r.sin;
+            inputs[slots.pos + 1] = r.cos;
+            inputs[slots.pos + 2] = r.sin;
         }
         Some(Op::Kernel {
-            name: if write.rope.is_some() {
-                "linear_q4gsw_rotated_into_cache"
-            } else {
-                "linear_q4gsw_into_cache"
-            },
-            kernel: Kernel::GemvQ4,
+            name: slots.names[usize::from(write.rope.is_some())],
+            kernel: *kernel,
             inputs,
             push: words,
             groups: *groups,
             precision: None,
             spec: spec.clone(),
         })
+    }
+}
+
+/// Where a product kernel that may store its rows into a KV cache (its CACHE epilogue) takes
+/// the cache's parameters.
+struct CacheSlots {
+    /// Its inputs.
+    inputs: usize,
+    /// The input of the position; the rotary tables' cos and sin follow it.
+    pos: usize,
+    /// Byte offset of its push block's column count.
+    n: usize,
+    /// Byte offsets of its push block's `cache_rows`, `heads`, `head_d`, `plus`, `has_pos`
+    /// and `rope`.
+    fields: [usize; 6],
+    /// The fused node's names: plain, and rotated on the way.
+    names: [&'static str; 2],
+}
+
+impl CacheSlots {
+    fn of(kernel: Kernel) -> Option<CacheSlots> {
+        use push::{GemvQ4Push as Q, GemvTPush as T};
+        use std::mem::offset_of;
+        match kernel {
+            Kernel::GemvQ4 => Some(CacheSlots {
+                inputs: 10,
+                pos: 7,
+                n: offset_of!(Q, n),
+                fields: [
+                    offset_of!(Q, cache_rows),
+                    offset_of!(Q, heads),
+                    offset_of!(Q, head_d),
+                    offset_of!(Q, plus),
+                    offset_of!(Q, has_pos),
+                    offset_of!(Q, rope),
+                ],
+                names: ["linear_q4gsw_into_cache", "linear_q4gsw_rotated_into_cache"],
+            }),
+            Kernel::GemvT => Some(CacheSlots {
+                inputs: 8,
+                pos: 5,
+                n: offset_of!(T, n),
+                fields: [
+                    offset_of!(T, cache_rows),
+                    offset_of!(T, heads),
+                    offset_of!(T, head_d),
+                    offset_of!(T, plus),
+                    offset_of!(T, has_pos),
+                    offset_of!(T, rope),
+                ],
+                names: ["linear_into_cache", "linear_rotated_into_cache"],
+            }),
+            _ => None,
+        }
     }
 }
 

@@ -327,8 +327,8 @@ impl Kernel {
             Kernel::Gemv => 4,
             Kernel::GemvQ4 => 11,
             Kernel::GemvQ4Teams => 11,
-            Kernel::GemvT => 6,
-            Kernel::GemvTSg => 6,
+            Kernel::GemvT => 9,
+            Kernel::GemvTSg => 9,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
             Kernel::LayerNorm => 4,
@@ -972,6 +972,12 @@ pub(crate) mod push {
         pub act_lo: f32,
         pub act_hi: f32,
         pub eps: f32,
+        pub cache_rows: u32,
+        pub heads: u32,
+        pub head_d: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub rope: u32,
     }
 
     const _: () = assert!(
@@ -996,6 +1002,12 @@ pub(crate) mod push {
         pub act_lo: f32,
         pub act_hi: f32,
         pub eps: f32,
+        pub cache_rows: u32,
+        pub heads: u32,
+        pub head_d: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+        pub rope: u32,
     }
 
     const _: () = assert!(

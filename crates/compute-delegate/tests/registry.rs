@@ -2588,7 +2588,7 @@ fn attention_over_a_kv_cache_matches_its_definition() {
             (300, 16, 150),
             (1000, 64, 700),
             // Over 16 shares with rows: the combination loads them in two rounds.
-            (2000, 32, 1500),
+            (4000, 32, 3000),
         ] {
             let q = rand_vec(141, s * hq * d);
             let (k, v) = (rand_vec(142, s * hk * d), rand_vec(143, s * hk * d));
@@ -2738,20 +2738,25 @@ fn rotations_fuse_into_the_cache_write_and_the_attention() {
 }
 
 /// A decode step's key and value products store their rows straight into the KV caches (the
-/// keys rotated on the way), as `gemv_q4.comp`'s cache epilogue: no rotation or cache-write
-/// dispatch is left, and the attention over the caches gives what the unfused graph gives,
-/// over three steps at positions known only on the device. fp32 and fp16; one and three
-/// rows; tables shared by the heads and tables per head.
+/// keys rotated on the way), as the cache epilogues of `gemv_q4.comp` (4-bit weights) and
+/// `gemv_t.comp` (float ones): no rotation or cache-write dispatch is left, and the attention
+/// over the caches gives what the unfused graph gives, over three steps at positions known
+/// only on the device. fp32 and fp16; one and three rows; tables shared by the heads and
+/// tables per head; float products of depth 64 and 68 (in f16, read in 16-byte words and
+/// in vec4s).
 #[test]
-fn four_bit_products_write_the_kv_cache_directly() {
+fn products_write_the_kv_cache_directly() {
     each_precision("products_into_cache", |dev, dtype| {
-        // (rows, query heads, key heads, head size, cache rows, tables per head)
-        for (s, hq, hk, d, max, per_head) in [
-            (1usize, 4usize, 2usize, 16usize, 300usize, false),
-            (3, 4, 2, 8, 12, false),
-            (2, 2, 2, 8, 200, true),
+        // (4-bit weights, rows, query heads, key heads, head size, cache rows, tables per head)
+        for (q4, s, hq, hk, d, max, per_head) in [
+            (true, 1usize, 4usize, 2usize, 16usize, 300usize, false),
+            (true, 3, 4, 2, 8, 12, false),
+            (true, 2, 2, 2, 8, 200, true),
+            (false, 1, 4, 2, 16, 300, false),
+            (false, 3, 4, 2, 8, 12, false),
+            (false, 2, 2, 2, 8, 200, true),
         ] {
-            let dim = 64;
+            let dim = if q4 || d == 8 { 64 } else { 68 };
             let mut g = GraphBuilder::new();
             g.set_float(dtype);
             let x = g.input("x", DType::F32, &[1, s, dim]).unwrap();
@@ -2761,7 +2766,15 @@ fn four_bit_products_write_the_kv_cache_directly() {
             let xn = g.rms_norm(x, nw, 1e-5).unwrap();
             let pos = g.input("pos", DType::I32, &[1]).unwrap();
             let heads = |g: &mut GraphBuilder, seed: u64, h: usize| {
-                let y = q4_linear(g, xn, seed, [h * d, dim, 32]);
+                let y = if q4 {
+                    q4_linear(g, xn, seed, [h * d, dim, 32])
+                } else {
+                    let w = rand_vec(seed, h * d * dim);
+                    let w: Vec<f32> = w.iter().map(|v| v * 0.2).collect();
+                    let w = g.constant_f32(&format!("w{seed}"), &[h * d, dim], &w);
+                    let w = g.cast(w.unwrap(), dtype).unwrap();
+                    g.linear(xn, w, None).unwrap()
+                };
                 g.reshape(y, &[1, s as isize, h as isize, d as isize])
                     .unwrap()
             };
@@ -2777,7 +2790,8 @@ fn four_bit_products_write_the_kv_cache_directly() {
                 |i: usize, name: &str| kernels[i].iter().filter(|k| k.starts_with(name)).count();
             let what = format!("{s} rows, {max} cache rows: {kernels:?}");
             assert_eq!((count(0, "Rope"), count(0, "CacheWrite")), (0, 0), "{what}");
-            assert_eq!(count(0, "GemvQ4"), 3, "{what}");
+            let product = if q4 { "GemvQ4" } else { "GemvT" };
+            assert_eq!(count(0, product), 3, "{what}");
             assert_eq!((count(1, "Rope"), count(1, "CacheWrite")), (2, 2), "{what}");
             fused_matches_unfused(&mut built, dtype, &what, |step, at| {
                 [

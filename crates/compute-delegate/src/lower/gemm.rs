@@ -339,15 +339,20 @@ impl Lowerer<'_> {
             has_bias: w(has_bias),
             act_lo,
             act_hi,
-            eps: 0.0,
+            ..Default::default()
         };
-        let spec = vec![m as u32, u32::from(act.is_some()), 0, 0];
+        let spec = self.gemv_t_spec(
+            &[m as u32, u32::from(act.is_some()), 0, 0],
+            &super::words(push),
+        );
         // B2 and the norm's weights, read only by the gated and normalised products of the
-        // fusion passes, bound to B and A.
+        // fusion passes, bound to B and A; so are a cache's position and rotary tables.
         let mut bindings = bindings.to_vec();
         bindings.insert(3, bindings[1]);
-        bindings.insert(4, bindings[0]);
-        self.push(self.gemv_t_kernel(), spec, bindings, push, groups);
+        for at in 4..8 {
+            bindings.insert(at, bindings[0]);
+        }
+        self.push(self.gemv_t_kernel(&spec), spec, bindings, push, groups);
         Ok(true)
     }
 

@@ -122,6 +122,14 @@ fn gemv_q4_layout(groups: u32, spec: &[u32], push: &[u32]) -> Kernel {
     }
 }
 
+/// Environment variable for measuring `gemv_t.comp`'s 16-byte loads of f16 weights: `0`
+/// reads them as 8-byte vec4s; unset or anything else, in 16-byte words where they fit.
+pub const ENV_GEMV_WIDE: &str = "VKDELEGATE_GEMV_WIDE";
+
+/// Environment variable for tuning `gemv_t.comp`'s lanes per column: `32`, `64` or `128`
+/// (default 64).
+pub const ENV_GEMV_T_LANES: &str = "VKDELEGATE_GEMV_T_LANES";
+
 /// Environment variable for tuning `gemv_q4.comp`'s columns per work group: 2, 4, 8 or 16
 /// (default: [`gemv_q4_default_columns`]).
 pub const ENV_GEMV_Q4_COLUMNS: &str = "VKDELEGATE_GEMV_Q4_COLUMNS";
@@ -231,11 +239,39 @@ impl Lowerer<'_> {
         vec![(parts, true), (self.storages.len() - 1, true)]
     }
 
+    /// `gemv_t.comp`'s specialization constants `spec` for a node of push words `push`, with
+    /// its `WIDE` (constant 4) set where the product is f16 and K and B's strides are
+    /// multiples of 8, so that B is read in 16-byte words (unless [`ENV_GEMV_WIDE`] is `0`).
+    pub(crate) fn gemv_t_spec(&self, spec: &[u32], push: &[u32]) -> Vec<u32> {
+        use push::GemvTPush as P;
+        let word = |field: usize| push.get(field / 4).copied().unwrap_or(1);
+        let eights = [
+            std::mem::offset_of!(P, k),
+            std::mem::offset_of!(P, sb_b),
+            std::mem::offset_of!(P, sb_n),
+        ]
+        .iter()
+        .all(|&f| word(f) % 8 == 0);
+        let off = std::env::var(ENV_GEMV_WIDE).as_deref() == Ok("0");
+        let wide = self.precision == Precision::F16 && eights && !off;
+        let lanes = match std::env::var(ENV_GEMV_T_LANES).as_deref() {
+            Ok("32") => 32,
+            Ok("128") => 128,
+            _ => 64,
+        };
+        let mut spec = spec.to_vec();
+        spec.resize(6, 0);
+        spec[4] = u32::from(wide);
+        spec[5] = lanes;
+        spec
+    }
+
     /// `gemv_t.comp`, or its subgroup form where the device has subgroup arithmetic with
-    /// subgroups that split a column's 64 lanes evenly.
-    pub(crate) fn gemv_t_kernel(&self) -> Kernel {
+    /// subgroups that split a column's lanes (`spec`'s constant 5) evenly.
+    pub(crate) fn gemv_t_kernel(&self, spec: &[u32]) -> Kernel {
         let size = self.limits.subgroup_size;
-        if self.subgroups && (1..=64).contains(&size) && 64 % size == 0 {
+        let lanes = spec.get(5).copied().unwrap_or(64);
+        if self.subgroups && (1..=lanes).contains(&size) && lanes % size == 0 {
             Kernel::GemvTSg
         } else {
             Kernel::GemvT
@@ -480,12 +516,15 @@ impl Lowerer<'_> {
                     Some(n) => (*n).clamp(1, 65535) as u32,
                     None => self.linear_groups(t.info.numel() as u64),
                 };
-                let kernel = match layout(*kernel, g, spec, push, self.subgroups) {
-                    Kernel::GemvT => self.gemv_t_kernel(),
-                    k => k,
+                let (kernel, spec) = match layout(*kernel, g, spec, push, self.subgroups) {
+                    Kernel::GemvT => {
+                        let spec = self.gemv_t_spec(spec, push);
+                        (self.gemv_t_kernel(&spec), spec)
+                    }
+                    k => (k, spec.clone()),
                 };
                 let shared = self.limits.max_compute_shared_memory_size;
-                let (spec, push, g) = gemv_q4_columns(kernel, spec, push, g, shared);
+                let (spec, push, g) = gemv_q4_columns(kernel, &spec, push, g, shared);
                 self.push_words(kernel, spec, bindings, push, [g, 1, 1]);
                 Ok(())
             }
