@@ -14,9 +14,9 @@ const uint D4 = HEAD_D / 4;
 
 const uint THREADS = 128;
 const uint MAX_ROWS = 4096;
-// SPLIT: the rows of a share whose values are loaded early (the first half of the lowering's
-// shares of 128; the rest are read after the reductions).
-const uint PRELOAD_ROWS = 64;
+// SPLIT: the rows of a share whose values are loaded early, before the reductions (the
+// lowering's whole share of 128 unless told otherwise; rows past them are read after).
+layout(constant_id = 2) const uint PRELOAD_ROWS = 64;
 // SPLIT: the shares whose partial results the combining work group loads at once.
 const uint COMBINE = 16;
 

@@ -69,6 +69,9 @@ impl GraphBuilder {
         if let Some(fewer) = self.with_elementwise_kept_in_f16() {
             return fewer.build_with(device, options);
         }
+        if let Some(fewer) = self.with_arg_extremes_of_f16() {
+            return fewer.build_with(device, options);
+        }
         if options.fuses() {
             let shared = device.capabilities().limits.max_compute_shared_memory_size;
             let fused = self.with_attention_fused(shared);

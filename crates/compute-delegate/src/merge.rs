@@ -166,6 +166,54 @@ impl GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// The graph with each two-pass argmax or argmin (`arg_part.comp`) of an `f16 -> f32`
+    /// cast's whole result reading the f16 values instead, in its f16 variant: the cast is
+    /// exact and keeps order, ties and NaNs, so the indices are the same (a language model's
+    /// greedy token, picked from logits its f16 graph widens for its output), where nothing
+    /// else reads the cast's result, which goes. `None` where there is none.
+    pub(crate) fn with_arg_extremes_of_f16(&self) -> Option<GraphBuilder> {
+        let uses = crate::fusion::Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, n) in self.nodes.iter().enumerate() {
+            let Op::Kernel {
+                kernel: crate::kernels::Kernel::ArgPart,
+                inputs,
+                ..
+            } = &n.op
+            else {
+                continue;
+            };
+            let st = self.tensors[inputs[0].0].storage;
+            let [j] = uses.writers[st][..] else { continue };
+            let Op::Cast {
+                x: narrow,
+                to: DType::F32,
+            } = self.nodes[j].op
+            else {
+                continue;
+            };
+            let from = self.tensors[narrow.0].storage;
+            let fits = self.tensors[narrow.0].dtype == DType::F16
+                && self.storages[st].tensor == self.nodes[j].out
+                && self.tensors[inputs[0].0].numel() == self.tensors[narrow.0].numel()
+                && uses.writers[from].iter().all(|&w| w < j)
+                && uses.readers[st] == 1;
+            if !fits || drop[j] {
+                continue;
+            }
+            if let Op::Kernel {
+                inputs, precision, ..
+            } = &mut g.nodes[k].op
+            {
+                inputs[0] = narrow;
+                *precision = Some(DType::F16);
+            }
+            drop[j] = true;
+        }
+        retain(g, &drop)
+    }
+
     /// The graph with each elementwise op computed in f32 between casts, `f16 -> f32 -> op ->
     /// f16`, computed in f16 instead: the op reads the f16 values and stores f16, and both
     /// casts go. The f16 kernels compute in f32 and round once as they store, so the results

@@ -242,12 +242,6 @@ fn copy_region(bytes: u64, slice: &BufferSlice, to_slice: bool) -> [vk::BufferCo
         .size(bytes)]
 }
 
-/// Compute shaders reading what earlier commands wrote.
-const SHADER_READ: Access = Access {
-    stage: vk::PipelineStageFlags::COMPUTE_SHADER,
-    access: vk::AccessFlags::SHADER_READ,
-};
-
 impl Graph {
     /// The device the graph runs on.
     pub fn device(&self) -> &Device {
@@ -394,8 +388,10 @@ impl Graph {
             for (src, slice, size) in &staged_in {
                 d.cmd_copy_buffer(c, *src, slice.buffer, &copy_region(*size, slice, true));
             }
+            // Kernels read the inputs, and some write them in place (a KV cache given as an
+            // input): both wait for the copies.
             if !staged_in.is_empty() {
-                barrier::memory_barrier(dev, c, Access::TRANSFER_WRITE, SHADER_READ);
+                barrier::memory_barrier(dev, c, Access::TRANSFER_WRITE, Access::SHADER_READ_WRITE);
             }
             self.record_timed(c);
             if !staged_out.is_empty() {

@@ -144,6 +144,7 @@ fn bench(r: &GenerateArgs) -> Result {
         }
         row(n, "prefill", prompt.len(), &mut pre);
         row(n, "decode", r.tokens, &mut dec);
+        step_split(&mut model);
     }
     if r.profile {
         profile(&mut model)?;
@@ -154,6 +155,20 @@ fn bench(r: &GenerateArgs) -> Result {
         bytes as f64 / (1 << 20) as f64
     );
     Ok(())
+}
+
+/// The last decode step's wall time against its steps' device time (timestamps around each
+/// step of the program, where the queue has them): what the host adds to a token.
+fn step_split(model: &mut LanguageModel) {
+    let t = model.program().last_timings();
+    let device: Duration = t.steps.iter().map(|s| s.1).sum();
+    if device > Duration::ZERO {
+        println!(
+            "        last decode step: {:.1} us from host to host, {:.1} us on the device",
+            t.total.as_secs_f64() * 1e6,
+            device.as_secs_f64() * 1e6
+        );
+    }
 }
 
 /// The device time of one decode step (the one-token program, as last run), summed per op.

@@ -127,8 +127,14 @@ fn gemv_q4_layout(groups: u32, spec: &[u32], push: &[u32]) -> Kernel {
 pub const ENV_GEMV_WIDE: &str = "VKDELEGATE_GEMV_WIDE";
 
 /// Environment variable for tuning `gemv_t.comp`'s lanes per column: `32`, `64` or `128`
-/// (default 64).
+/// (default 64, 32 from [`GEMV_T_NARROW_FROM`] columns).
 pub const ENV_GEMV_T_LANES: &str = "VKDELEGATE_GEMV_T_LANES";
+
+/// `gemv_t.comp` products this wide take 32 lanes a column, narrower ones 64: a language
+/// model's output matrix keeps every lane of a wave busy with 8 words in flight (on an H200,
+/// a 1B Llama's 128256 x 2048 in 128 us against 136 at 64 lanes; its narrower products were
+/// slower at 32).
+const GEMV_T_NARROW_FROM: u32 = 65536;
 
 /// Environment variable for tuning `gemv_q4.comp`'s columns per work group: 2, 4, 8 or 16
 /// (default: [`gemv_q4_default_columns`]).
@@ -256,7 +262,9 @@ impl Lowerer<'_> {
         let wide = self.precision == Precision::F16 && eights && !off;
         let lanes = match std::env::var(ENV_GEMV_T_LANES).as_deref() {
             Ok("32") => 32,
+            Ok("64") => 64,
             Ok("128") => 128,
+            _ if word(std::mem::offset_of!(P, n)) >= GEMV_T_NARROW_FROM => 32,
             _ => 64,
         };
         let mut spec = spec.to_vec();

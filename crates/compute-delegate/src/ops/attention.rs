@@ -21,6 +21,21 @@ const SPLIT_BELOW: usize = 256;
 /// at 128 rows a share ran 12 us an attention, against 13 at 64, 17 at 256 and 18 at 32).
 const SPLIT_ROWS: usize = 128;
 
+/// The value rows a split attention's work group loads before its reductions
+/// (`attend_cache.glsl`'s `PRELOAD_ROWS`): a whole share of `rows` unless
+/// [`ENV_ATTEND_PRELOAD`] asks for 32 or 64.
+fn preload_rows(rows: usize) -> u32 {
+    match std::env::var(ENV_ATTEND_PRELOAD).as_deref() {
+        Ok("32") => 32,
+        Ok("64") => 64,
+        _ => rows.min(128) as u32,
+    }
+}
+
+/// Environment variable for tuning the value rows a split attention loads early: `32` or
+/// `64` (default: a whole share, up to 128).
+pub const ENV_ATTEND_PRELOAD: &str = "VKDELEGATE_ATTEND_PRELOAD";
+
 /// Environment variable for tuning the cache rows of a split attention's share: `32`, `64`,
 /// `128` or `256` (default [`SPLIT_ROWS`]).
 pub const ENV_ATTEND_SPLIT_ROWS: &str = "VKDELEGATE_ATTEND_SPLIT_ROWS";
@@ -432,9 +447,16 @@ impl GraphBuilder {
         let word =
             |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} is over 2^32")));
         let groups = b * s * hq;
+        let split_rows = match std::env::var(ENV_ATTEND_SPLIT_ROWS).as_deref() {
+            Ok("32") => 32,
+            Ok("64") => 64,
+            Ok("256") => 256,
+            _ => SPLIT_ROWS,
+        };
         // The rotary tables' bindings are unused until a pass fuses a rotation of `q` in
         // (`ROPE`, specialization constant 0); they are bound to the keys, so that `q` keeps
-        // one reader. The head size is specialization constant 1 (`HEAD_D`).
+        // one reader. The head size is specialization constant 1 (`HEAD_D`), the value rows
+        // a share loads before its reductions constant 2 (`PRELOAD_ROWS`).
         let operands = [q, kc, vc, pos, kc, kc];
         let out = KernelOut {
             dtype: qi.dtype,
@@ -442,17 +464,11 @@ impl GraphBuilder {
             storage: None,
             groups: Some(groups as u64),
             precision: None,
-            spec: vec![0, d as u32],
+            spec: vec![0, d as u32, preload_rows(split_rows)],
         };
         // Few queries (a decode step): each query's rows in shares of SPLIT_ROWS, one work
         // group each, the last of a query's shares combining them. Both kernels read one push
         // block (`attend_cache.glsl`).
-        let split_rows = match std::env::var(ENV_ATTEND_SPLIT_ROWS).as_deref() {
-            Ok("32") => 32,
-            Ok("64") => 64,
-            Ok("256") => 256,
-            _ => SPLIT_ROWS,
-        };
         let chunks = max.div_ceil(split_rows);
         let split = groups < SPLIT_BELOW && chunks >= 2;
         let (shares, share_rows) = if split {

@@ -563,6 +563,8 @@ impl GraphBuilder {
     pub(crate) fn positions(&mut self, start: Position, len: usize) -> Result<TensorId> {
         let (base, plus) = match start {
             Position::Static(s) => (None, s),
+            // A decode step's one position: the device's own tensor, no arithmetic.
+            Position::Device(t, 0) if len == 1 => return self.as_dtype(t, DType::I32),
             Position::Device(t, plus) => (Some(t), plus),
         };
         let steps: Vec<i32> = (0..len as i64).map(|i| (i + plus) as i32).collect();

@@ -448,12 +448,19 @@ impl<'p, 'a> Lowering<'p, 'a> {
                 let d = if d < 0 { d + shape.len() as i64 } else { d };
                 let n = shape.get(d as usize).copied().unwrap_or(0) as i64;
                 let i = if i < 0 { i + n } else { i };
-                let one = self
-                    .g
-                    .slice(t, d as isize, i as isize, i as isize + 1, 1)
-                    .map_err(ge)?;
+                // A one-element tensor (a position input) is read as it is.
+                let one = match shape.iter().product::<usize>() {
+                    1 if i == 0 => t,
+                    _ => self
+                        .g
+                        .slice(t, d as isize, i as isize, i as isize + 1, 1)
+                        .map_err(ge)?,
+                };
                 let one = self.g.reshape(one, &[1]).map_err(ge)?;
-                let value = self.g.cast(one, DType::I32).map_err(ge)?;
+                let value = match self.g.dtype(one) {
+                    Some(DType::I32) => one,
+                    _ => self.g.cast(one, DType::I32).map_err(ge)?,
+                };
                 Ok(Arg::DeviceInt { value, plus: 0 })
             }
             "add" | "sub" | "mul" => {
