@@ -16,11 +16,9 @@
 // the sums take x * norm_w, and the norm's factor (from the squares of the x the lanes read
 // on the way) scales them at the end, so no pass over x comes before the weights' loads.
 //
-// CACHE, fused by the graph's passes in place of a KV cache write: with cache_rows, row r of
-// y is stored as row start + r of a cache [cache_rows, heads, head_d] (start = pos[0] + plus
-// where the position is on the device, has_pos, else plus; rows outside the cache dropped),
-// each (even, odd) pair of a head first rotated by the rotary tables cos and sin as rope.comp
-// rotates it where `rope` is set. A pair's two columns are in one work group.
+// CACHE, fused by the graph's passes in place of a KV cache write: with cache_rows, the rows
+// of y are stored into a KV cache at a position, keys rotated on the way (cache_store.glsl,
+// shared with gemv_t.comp). A pair's two columns are in one work group.
 //
 // A work group is THREADS lanes (64 unless the lowering asks for more: deep products, whose
 // rows 64 lanes would walk in several serial steps) and COLS columns (the lowering's choice,
@@ -81,6 +79,8 @@ layout(push_constant) uniform Params {
     uint rope;
 } pc;
 
+#include "cache_store.glsl"
+
 // Each output's (column c, row r at c * ROWS + r) partial sums, one per lane, and with NORM
 // each row r's sums of squares of x at SQUARES + r; rows padded by one word so that the
 // summing threads read different banks.
@@ -100,25 +100,15 @@ float lanes_sum(uint at) {
     return sum.x + sum.y + sum.z + sum.w;
 }
 
-// Stores output (column c of this work group, row r) into the cache (CACHE above), rotated
-// with its pair's output where `rope` is set; `rs` the norm's factor of row r.
+// Stores output (column c of this work group, row r) into the cache (CACHE above,
+// cache_store.glsl), rotated with its pair's output where `rope` is set; `rs` the norm's
+// factor of row r.
 void into_cache(float v, uint c, uint r, float rs, uint col0) {
     uint col = col0 + c;
-    uint e = col % pc.head_d;
-    uint head = col / pc.head_d;
-    if (pc.rope != 0) {
-        float other = lanes_sum((c ^ 1u) * ROWS + r) * rs;
-        bool even = (e & 1u) == 0u;
-        float re = even ? v : other;
-        float im = even ? other : v;
-        uint f = (pc.rope == 2 ? r * pc.heads + head : r) * (pc.head_d / 2) + e / 2;
-        float cs = float(cos_[f]);
-        float sn = float(sin_[f]);
-        v = even ? re * cs - im * sn : re * sn + im * cs;
-    }
-    int at = pc.plus + (pc.has_pos == 1 ? pos[0] : 0) + int(r);
-    if (at >= 0 && at < int(pc.cache_rows)) {
-        y[(uint(at) * pc.heads + head) * pc.head_d + e] = T(v);
+    float other = pc.rope != 0 ? lanes_sum((c ^ 1u) * ROWS + r) * rs : 0.0;
+    uint at;
+    if (cache_element(col, r, at)) {
+        y[at] = T(cache_value(v, other, col, r));
     }
 }
 

@@ -19,11 +19,9 @@
 // (another fusion pass): the lanes sum the squares of the A they load, and the sums are scaled
 // at the end.
 //
-// CACHE, fused by the graph's passes in place of a KV cache write: with cache_rows, row r of
-// C is stored as row start + r of a cache [cache_rows, heads, head_d] (start = pos[0] + plus
-// where the position is on the device, has_pos, else plus; rows outside the cache dropped),
-// each (even, odd) pair of a head first rotated by the rotary tables cos and sin as rope.comp
-// rotates it where `rope` is set. A pair's two columns are in one work group.
+// CACHE, fused by the graph's passes in place of a KV cache write: with cache_rows, the rows
+// of C are stored into a KV cache at a position, keys rotated on the way (cache_store.glsl,
+// shared with gemv_q4.comp). A pair's two columns are in one work group.
 //
 // WIDE (f16, where K and B's strides are multiples of 8): B is read in 16-byte words of 8
 // elements, not vec4s of 8 bytes, so that a lane has twice the bytes in flight per load.

@@ -61,6 +61,8 @@ layout(push_constant) uniform Params {
     uint rope;
 } pc;
 
+#include "cache_store.glsl"
+
 shared float sums[COLS][MAX_ROWS][LANES];
 shared float ups[COLS][MAX_ROWS][GLU != 0 ? LANES : 1];
 // With NORM, column 0's lanes' sums of squares (every column reads the same A).
@@ -95,26 +97,6 @@ void accumulate8(uint a, uint sa4, uint i, uvec4 bw, uvec4 uw, inout float acc[M
     accumulate(a, sa4, 2 * i + 1, hi, uhi, acc, up, ss);
 }
 #endif
-
-// Column `col`'s output v of row r, stored into the cache (CACHE in gemv_t.comp): rotated
-// with its pair's output `other` (the column col ^ 1, in this work group) where `rope` is set.
-void into_cache(float v, float other, uint col, uint r) {
-    uint e = col % pc.head_d;
-    uint head = col / pc.head_d;
-    if (pc.rope != 0) {
-        bool even = (e & 1u) == 0u;
-        float re = even ? v : other;
-        float im = even ? other : v;
-        uint f = (pc.rope == 2 ? r * pc.heads + head : r) * (pc.head_d / 2) + e / 2;
-        float cs = float(cos_[f]);
-        float sn = float(sin_[f]);
-        v = even ? re * cs - im * sn : re * sn + im * cs;
-    }
-    int at = pc.plus + (pc.has_pos == 1 ? pos[0] : 0) + int(r);
-    if (at >= 0 && at < int(pc.cache_rows)) {
-        c[(uint(at) * pc.heads + head) * pc.head_d + e] = T(v);
-    }
-}
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
@@ -269,7 +251,10 @@ void main() {
                 if (pc.has_bias == 1) {
                     other += float(bias[pair]);
                 }
-                into_cache(v, other, col, r);
+                uint at;
+                if (cache_element(col, r, at)) {
+                    c[at] = T(cache_value(v, other, col, r));
+                }
             }
         }
     }

@@ -7,6 +7,7 @@
 //! staging left between such casts (a CPU kernel between two fp16 delegates).
 
 use crate::error::{Error, Result};
+use crate::fusion::Uses;
 use crate::graph::{GraphBuilder, Node, Op, StorageKind, TensorId, TensorInfo};
 use crate::passes::retain;
 use vk_core::DType;
@@ -108,14 +109,7 @@ impl GraphBuilder {
     /// a storage of its own that is no graph output, and the first cast's input is complete
     /// before it. `None` where there is none.
     pub(crate) fn with_round_trip_casts_removed(&self) -> Option<GraphBuilder> {
-        let mut writers = vec![Vec::new(); self.storages.len()];
-        for (k, n) in self.nodes.iter().enumerate() {
-            writers[self.tensors[n.out.0].storage].push(k);
-        }
-        let producer = |t: TensorId| match writers[self.tensors[t.0].storage][..] {
-            [j] if self.storages[self.tensors[t.0].storage].tensor == self.nodes[j].out => Some(j),
-            _ => None,
-        };
+        let uses = Uses::of(self);
         let outputs: Vec<usize> = self
             .outputs
             .iter()
@@ -131,25 +125,17 @@ impl GraphBuilder {
             else {
                 continue;
             };
-            let Some(j) = producer(wide) else { continue };
-            let Op::Cast {
-                x: narrow,
-                to: DType::F32,
-            } = self.nodes[j].op
-            else {
+            let Some((_, narrow)) = self.widened_f16(&uses, wide) else {
                 continue;
             };
             let (st, from) = (
                 self.tensors[n.out.0].storage,
                 self.tensors[narrow.0].storage,
             );
-            let fits = self.tensors[narrow.0].dtype == DType::F16
-                && self.tensors[narrow.0].numel() == self.tensors[n.out.0].numel()
-                && writers[st] == [k]
+            let fits = uses.writers[st] == [k]
                 && self.storages[st].tensor == n.out
                 && matches!(self.storages[st].kind, StorageKind::Temp)
-                && !outputs.contains(&st)
-                && writers[from].iter().all(|&w| w < j);
+                && !outputs.contains(&st);
             if !fits {
                 continue;
             }
@@ -166,13 +152,35 @@ impl GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// The `f16 -> f32` cast whose whole result `t` is, as its node and its f16 input, where
+    /// that cast alone writes `t`'s storage and its input is complete before it.
+    fn widened_f16(&self, uses: &Uses, t: TensorId) -> Option<(usize, TensorId)> {
+        let st = self.tensors[t.0].storage;
+        let [j] = uses.writers[st][..] else {
+            return None;
+        };
+        let Op::Cast {
+            x: narrow,
+            to: DType::F32,
+        } = self.nodes[j].op
+        else {
+            return None;
+        };
+        let from = self.tensors[narrow.0].storage;
+        let fits = self.tensors[narrow.0].dtype == DType::F16
+            && self.storages[st].tensor == self.nodes[j].out
+            && self.tensors[t.0].numel() == self.tensors[narrow.0].numel()
+            && uses.writers[from].iter().all(|&w| w < j);
+        fits.then_some((j, narrow))
+    }
+
     /// The graph with each two-pass argmax or argmin (`arg_part.comp`) of an `f16 -> f32`
     /// cast's whole result reading the f16 values instead, in its f16 variant: the cast is
     /// exact and keeps order, ties and NaNs, so the indices are the same (a language model's
     /// greedy token, picked from logits its f16 graph widens for its output), where nothing
     /// else reads the cast's result, which goes. `None` where there is none.
     pub(crate) fn with_arg_extremes_of_f16(&self) -> Option<GraphBuilder> {
-        let uses = crate::fusion::Uses::of(self);
+        let uses = Uses::of(self);
         let mut g = self.clone();
         let mut drop = vec![false; self.nodes.len()];
         for (k, n) in self.nodes.iter().enumerate() {
@@ -185,21 +193,10 @@ impl GraphBuilder {
                 continue;
             };
             let st = self.tensors[inputs[0].0].storage;
-            let [j] = uses.writers[st][..] else { continue };
-            let Op::Cast {
-                x: narrow,
-                to: DType::F32,
-            } = self.nodes[j].op
-            else {
+            let Some((j, narrow)) = self.widened_f16(&uses, inputs[0]) else {
                 continue;
             };
-            let from = self.tensors[narrow.0].storage;
-            let fits = self.tensors[narrow.0].dtype == DType::F16
-                && self.storages[st].tensor == self.nodes[j].out
-                && self.tensors[inputs[0].0].numel() == self.tensors[narrow.0].numel()
-                && uses.writers[from].iter().all(|&w| w < j)
-                && uses.readers[st] == 1;
-            if !fits || drop[j] {
+            if uses.readers[st] != 1 || drop[j] {
                 continue;
             }
             if let Op::Kernel {
