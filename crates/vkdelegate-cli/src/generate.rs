@@ -1,8 +1,9 @@
 //! `vkdelegate generate`: a language model exported by ExecuTorch (`export_llama --vulkan
 //! -kv --use_sdpa_with_kv_cache`) continues a prompt. The prompt is tokenized (`tokenizer.rs`),
 //! fed in chunks (prefill), then tokens are sampled and fed back one at a time (decode); the
-//! text streams as it is made, and the prefill and decode rates follow. With `--bench`, it
-//! measures prefill and decode at given prompt lengths instead.
+//! text streams as it is made, and the prefill and decode rates follow. At temperature 0 the
+//! device picks each token and feeds it back itself (`LanguageModel::decode_greedy`). With
+//! `--bench`, it measures prefill and decode at given prompt lengths instead.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -42,16 +43,31 @@ pub fn run(r: &GenerateArgs) -> Result {
     let prefill = t.elapsed();
     let mut made: Vec<i64> = Vec::new();
     let mut shown = String::new();
-    let t = Instant::now();
-    while made.len() < r.tokens {
-        made.push(next);
-        let text = tokenizer.decode(&made);
+    let mut show = |made: &[i64]| -> Result {
+        let text = tokenizer.decode(made);
         if let Some(new) = text.get(shown.len()..) {
             print!("{new}");
             std::io::stdout().flush()?;
         }
         shown = text;
+        Ok(())
+    };
+    let t = Instant::now();
+    while made.len() < r.tokens {
+        made.push(next);
+        show(&made)?;
         if meta.eos.contains(&next) || model.position() >= meta.max_context_len {
+            break;
+        }
+        if sampler.is_none() {
+            // The device feeds each greedy token back; the host shows them as they come.
+            let mut shown = Ok(());
+            model.decode_greedy(next, r.tokens - made.len(), |token| {
+                made.push(token);
+                shown = show(&made);
+                shown.is_ok() && !meta.eos.contains(&token)
+            })?;
+            shown?;
             break;
         }
         next = feed(&mut model, &mut sampler, &[next])?;
@@ -127,8 +143,18 @@ fn bench(r: &GenerateArgs) -> Result {
     println!("prompt  measure   tokens       min    median       max  (tok/s; ms)");
     for &n in &r.bench {
         let prompt: Vec<i64> = (0..n.max(1)).map(|_| draw()).collect();
-        let (mut pre, mut dec) = (Vec::new(), Vec::new());
+        let (mut pre, mut dec, mut fed) = (Vec::new(), Vec::new(), Vec::new());
         for k in 0..=r.repeat.max(1) {
+            if sampler.is_none() {
+                // Greedy with the tokens fed back on the device.
+                model.reset();
+                let next = feed(&mut model, &mut sampler, &prompt)?;
+                let t = Instant::now();
+                model.decode_greedy(next, r.tokens, |_| true)?;
+                if k > 0 {
+                    fed.push(t.elapsed());
+                }
+            }
             model.reset();
             let t = Instant::now();
             let mut next = feed(&mut model, &mut sampler, &prompt)?;
@@ -143,7 +169,12 @@ fn bench(r: &GenerateArgs) -> Result {
             }
         }
         row(n, "prefill", prompt.len(), &mut pre);
-        row(n, "decode", r.tokens, &mut dec);
+        if fed.is_empty() {
+            row(n, "decode", r.tokens, &mut dec);
+        } else {
+            row(n, "decode", r.tokens, &mut fed);
+            row(n, "host-fed", r.tokens, &mut dec);
+        }
         step_split(&mut model);
     }
     if r.profile {
@@ -157,8 +188,9 @@ fn bench(r: &GenerateArgs) -> Result {
     Ok(())
 }
 
-/// The last decode step's wall time against its steps' device time (timestamps around each
-/// step of the program, where the queue has them): what the host adds to a token.
+/// The last host-fed decode step's wall time against its steps' device time (timestamps
+/// around each step of the program, where the queue has them): what the host adds to a token
+/// when it feeds each token itself.
 fn step_split(model: &mut LanguageModel) {
     let t = model.program().last_timings();
     let device: Duration = t.steps.iter().map(|s| s.1).sum();

@@ -14,8 +14,11 @@
 //! thread of its own, so that an engine submits work in one frame and polls for the logits in
 //! a later one without blocking. [`LanguageModel::step_greedy`] and
 //! [`LanguageModel::prefill_greedy`] run programs that end with an argmax on the device and
-//! read back only the greedy token. [`Sampler`] picks tokens: greedy at temperature 0, else from
-//! the softmax at a temperature, within the top-p mass, from a seeded generator.
+//! read back only the greedy token; [`LanguageModel::decode_greedy`] goes further and feeds
+//! each greedy token back on the device, keeping the next step queued while the host reads
+//! the last token, so that steps follow each other with no host work between them.
+//! [`Sampler`] picks tokens: greedy at temperature 0, else from the softmax at a temperature,
+//! within the top-p mass, from a seeded generator.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use rand::Rng;
 use rand::SeedableRng;
 use vk_core::{DType, Device, HostTensor};
 
-use crate::program::{ComputeStep, DeviceChoice, Program, StepKind, StepSpec};
+use crate::program::{ComputeStep, DeviceChoice, Program, ProgramBuilder, StepKind, StepSpec};
 use crate::pte::{PteError, builder_of};
 
 /// Why a language model cannot load or step.
@@ -187,6 +190,37 @@ impl LanguageModel {
         self.chunks(tokens, Self::feed_greedy)
     }
 
+    /// Greedy decoding with the tokens fed back on the device: feeds `token` at the next
+    /// position, then each greedy token after it, until `n` tokens are made, the context is
+    /// full, or `on_token` (given each token as it is read back, in order) returns `false`.
+    /// Returns the tokens made; the position advances by that count. The device picks each
+    /// token after the model and writes it, and the next position, into the next step's
+    /// inputs itself; one step more is queued while the host reads a token, so the device
+    /// does not wait for the host between steps. A step queued past the last token read only
+    /// writes cache rows past the position, which are never read.
+    pub fn decode_greedy(
+        &mut self,
+        token: i64,
+        n: usize,
+        mut on_token: impl FnMut(i64) -> bool,
+    ) -> Result<usize, LlmError> {
+        self.room(1)?;
+        let n = n.min(self.metadata.max_context_len - self.position);
+        if n == 0 {
+            return Ok(0);
+        }
+        let position = long_tensor(&[self.position as i64], vec![1])?;
+        let inputs = [long_tensor(&[token], vec![1, 1])?, position];
+        let program = self.program_for(1, Readback::FedBack)?;
+        let made = run_fed_back(program, &inputs, n, &mut on_token);
+        let settled = program.settle();
+        let made = made?;
+        settled?;
+        self.position += made;
+        self.last_read = Readback::FedBack;
+        Ok(made)
+    }
+
     /// Feeds `tokens` at the next positions, in chunks of powers of two; the logits after the
     /// last.
     pub fn prefill(&mut self, tokens: &[i64]) -> Result<Vec<f32>, LlmError> {
@@ -235,12 +269,8 @@ impl LanguageModel {
     fn run(&mut self, tokens: &[i64], read: Readback) -> Result<HostTensor, LlmError> {
         self.room(tokens.len())?;
         let n = tokens.len();
-        let bytes = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
-        let ids = HostTensor::new(DType::I64, vec![1, n], bytes)
-            .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
-        let pos = (self.position as i64).to_le_bytes().to_vec();
-        let pos = HostTensor::new(DType::I64, vec![1], pos)
-            .map_err(|e| LlmError::NotALanguageModel(e.to_string()))?;
+        let ids = long_tensor(tokens, vec![1, n])?;
+        let pos = long_tensor(&[self.position as i64], vec![1])?;
         let mut out = self.program_for(n, read)?.execute(&[ids, pos])?;
         self.position += n;
         self.last_read = read;
@@ -278,18 +308,11 @@ impl LanguageModel {
             let mut builder = builder_of(&pte, &self.bytes, None, &[vec![1, n], vec![1]])?
                 .device(DeviceChoice::Device(self.device.clone()))
                 .constants(self.pool.clone());
-            if read == Readback::Greedy {
-                let logits = builder.output_names().first().cloned().ok_or_else(|| {
-                    LlmError::NotALanguageModel("the program has no output".into())
-                })?;
-                builder = builder
-                    .step(StepSpec {
-                        name: "greedy".into(),
-                        kind: StepKind::Compute(ComputeStep::new("argmax").with("dim", -1)),
-                        inputs: vec![logits],
-                        outputs: vec![GREEDY.into()],
-                    })
-                    .outputs(&[GREEDY]);
+            if read != Readback::Logits {
+                builder = with_greedy_token(builder)?;
+            }
+            if read == Readback::FedBack {
+                builder = with_feedback(builder)?;
             }
             self.programs.insert((n, read), builder.build()?);
         }
@@ -306,15 +329,11 @@ impl LanguageModel {
             for request in work {
                 let result = match request {
                     Request::Step(token, Readback::Logits) => model.step(token).map(Reply::Logits),
-                    Request::Step(token, Readback::Greedy) => {
-                        model.step_greedy(token).map(Reply::Token)
-                    }
+                    Request::Step(token, _) => model.step_greedy(token).map(Reply::Token),
                     Request::Prefill(tokens, Readback::Logits) => {
                         model.prefill(&tokens).map(Reply::Logits)
                     }
-                    Request::Prefill(tokens, Readback::Greedy) => {
-                        model.prefill_greedy(&tokens).map(Reply::Token)
-                    }
+                    Request::Prefill(tokens, _) => model.prefill_greedy(&tokens).map(Reply::Token),
                     Request::Reset => {
                         model.reset();
                         continue;
@@ -342,10 +361,97 @@ enum Readback {
     Logits,
     /// The index of the largest logit after the last token, computed on the device.
     Greedy,
+    /// The greedy token, which the device also feeds back as the next step's token, with the
+    /// next position.
+    FedBack,
 }
 
 /// The output name of the greedy programs' argmax.
 const GREEDY: &str = "greedy_token";
+
+/// The name of the fed-back programs' next position.
+const NEXT_POSITION: &str = "next_position";
+
+/// The steps in flight of a fed-back program: the one whose token the host reads, and the
+/// next.
+const STEPS_IN_FLIGHT: usize = 2;
+
+/// `values` as an `i64` tensor of `shape`.
+fn long_tensor(values: &[i64], shape: Vec<usize>) -> Result<HostTensor, LlmError> {
+    let bytes = values.iter().flat_map(|t| t.to_le_bytes()).collect();
+    HostTensor::new(DType::I64, shape, bytes)
+        .map_err(|e| LlmError::NotALanguageModel(e.to_string()))
+}
+
+/// `builder` with an argmax over its logits (its first output) as its one output.
+fn with_greedy_token(builder: ProgramBuilder) -> Result<ProgramBuilder, LlmError> {
+    let logits = builder
+        .output_names()
+        .first()
+        .cloned()
+        .ok_or_else(|| LlmError::NotALanguageModel("the program has no output".into()))?;
+    Ok(builder
+        .step(StepSpec {
+            name: "greedy".into(),
+            kind: StepKind::Compute(ComputeStep::new("argmax").with("dim", -1)),
+            inputs: vec![logits],
+            outputs: vec![GREEDY.into()],
+        })
+        .outputs(&[GREEDY]))
+}
+
+/// A greedy one-token `builder` whose token and next position become the next run's inputs,
+/// with two runs in flight.
+fn with_feedback(builder: ProgramBuilder) -> Result<ProgramBuilder, LlmError> {
+    let (inputs, _) = builder.io()?;
+    let [tokens, position] = &inputs[..] else {
+        return Err(LlmError::NotALanguageModel(format!(
+            "{} inputs; tokens and input_pos are needed",
+            inputs.len()
+        )));
+    };
+    let (tokens, position) = (tokens.name.clone(), position.name.clone());
+    Ok(builder
+        .step(StepSpec {
+            name: NEXT_POSITION.into(),
+            kind: StepKind::Compute(ComputeStep::new("add_scalar").with("value", 1)),
+            inputs: vec![position.clone()],
+            outputs: vec![NEXT_POSITION.into()],
+        })
+        .feed_back(GREEDY, &tokens)
+        .feed_back(NEXT_POSITION, &position)
+        .runs_in_flight(STEPS_IN_FLIGHT))
+}
+
+/// Runs the fed-back `program` from `inputs` for up to `n` tokens, keeping the next step
+/// queued; the tokens read (each given to `on_token`, which stops the run by returning
+/// `false`). Steps still in flight are left to the caller.
+fn run_fed_back(
+    program: &mut Program,
+    inputs: &[HostTensor],
+    n: usize,
+    on_token: &mut impl FnMut(i64) -> bool,
+) -> Result<usize, LlmError> {
+    program.start(Some(inputs))?;
+    let (mut started, mut made) = (1, 0);
+    while made < n {
+        while started < n && program.running() < STEPS_IN_FLIGHT {
+            program.start(None)?;
+            started += 1;
+        }
+        let out = program.finish()?;
+        let token = out
+            .first()
+            .and_then(HostTensor::to_i32)
+            .and_then(|t| t.first().copied())
+            .ok_or_else(|| LlmError::NotALanguageModel("the argmax is not an i32".into()))?;
+        made += 1;
+        if !on_token(i64::from(token)) {
+            break;
+        }
+    }
+    Ok(made)
+}
 
 /// The largest power of two at most `left` and `max` (at least 1).
 fn chunk_len(left: usize, max: usize) -> usize {

@@ -294,6 +294,51 @@ fn greedy_tokens_picked_on_the_device_are_pytorchs() {
     }
 }
 
+/// Greedy decoding with each token fed back on the device (`decode_greedy`: two steps in
+/// flight, no host work between them) continues the prompt as PyTorch's greedy choice does;
+/// stopping early leaves the position at the tokens read, and host-fed steps continue from
+/// there.
+#[test]
+fn greedy_tokens_fed_back_on_the_device_are_pytorchs() {
+    testing::validate_every_instance();
+    for model in ["tiny_llama", "tiny_llama_4w", "tiny_llama_8da4w"] {
+        let bytes: std::sync::Arc<[u8]> =
+            std::fs::read(dir(model).join("model.pte")).unwrap().into();
+        let choice = vkdelegate::program::DeviceChoice::Standalone;
+        let mut lm = match vkdelegate::llm::LanguageModel::load(bytes, choice) {
+            Ok(m) => m,
+            Err(e) => return testing::skip(model, &e.to_string()),
+        };
+        let (_, tokens) = npy::<i64>(model, "tokens.npy");
+        lm.prefill(&tokens[..7]).unwrap();
+        let mut got = Vec::new();
+        let made = lm
+            .decode_greedy(tokens[7], 8, |t| {
+                got.push(t);
+                true
+            })
+            .unwrap();
+        assert_eq!((made, &got[..]), (8, &tokens[8..16]), "{model}: fed back");
+        assert_eq!(lm.position(), 15, "{model}");
+        // Stopped after three tokens: the position is theirs, the queued step is dropped.
+        lm.reset();
+        lm.prefill(&tokens[..7]).unwrap();
+        let mut first = Vec::new();
+        let made = lm
+            .decode_greedy(tokens[7], 8, |t| {
+                first.push(t);
+                first.len() < 3
+            })
+            .unwrap();
+        assert_eq!((made, &first[..]), (3, &tokens[8..11]), "{model}: stopped");
+        assert_eq!(lm.position(), 10, "{model}");
+        assert_eq!(lm.step_greedy(tokens[10]).unwrap(), tokens[11], "{model}");
+        let instance = lm.device().instance().clone();
+        drop(lm);
+        assert_no_validation_errors_of_ours(&instance);
+    }
+}
+
 fn close(model: &str, pos: usize, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{model} position {pos}");
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));

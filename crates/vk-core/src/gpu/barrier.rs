@@ -64,6 +64,16 @@ impl Access {
     };
 }
 
+impl Access {
+    /// Both accesses: their stages and access kinds together.
+    pub const fn and(self, other: Access) -> Access {
+        Access {
+            stage: vk::PipelineStageFlags::from_raw(self.stage.as_raw() | other.stage.as_raw()),
+            access: vk::AccessFlags::from_raw(self.access.as_raw() | other.access.as_raw()),
+        }
+    }
+}
+
 /// Records a global memory barrier making `from`'s writes available and visible to `to`.
 ///
 /// # Safety

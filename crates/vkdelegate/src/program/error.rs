@@ -53,6 +53,33 @@ pub enum ProgramError {
         /// Cargo feature needed.
         feature: &'static str,
     },
+    /// An output cannot be fed back into an input ([`super::ProgramBuilder::feed_back`]).
+    #[error("feeding '{output}' back into input '{input}': {problem}")]
+    FeedBack {
+        /// The tensor fed back.
+        output: String,
+        /// The program input it becomes.
+        input: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// [`super::Program::start`] with as many runs in flight as the program allows, or with
+    /// new inputs while runs are in flight.
+    #[error(
+        "{running} runs in flight of {most} the program allows{}; finish one first",
+        if *.with_inputs { " and new inputs given (they need none in flight)" } else { "" }
+    )]
+    InFlight {
+        /// Runs in flight.
+        running: usize,
+        /// The most the program allows ([`super::ProgramBuilder::runs_in_flight`]).
+        most: usize,
+        /// Whether the start gave new inputs.
+        with_inputs: bool,
+    },
+    /// [`super::Program::finish`] with no run in flight.
+    #[error("no run in flight to finish")]
+    NothingInFlight,
     /// Vulkan or device errors.
     #[error(transparent)]
     Vk(#[from] vk_core::Error),

@@ -107,6 +107,10 @@ pub struct ProgramBuilder {
     #[cfg(feature = "compute")]
     constants: Option<compute_delegate::ConstantPool>,
     progress: Option<ProgressFn>,
+    /// (tensor, program input) pairs fed back after each run.
+    feedbacks: Vec<(String, String)>,
+    /// The most runs in flight.
+    depth: usize,
 }
 
 impl Default for ProgramBuilder {
@@ -124,6 +128,8 @@ impl Default for ProgramBuilder {
             #[cfg(feature = "compute")]
             constants: None,
             progress: None,
+            feedbacks: Vec::new(),
+            depth: 1,
         }
     }
 }
@@ -155,6 +161,8 @@ pub struct Program {
     /// The application's images bound to inputs and outputs.
     images: BoundImages,
     last: Timings,
+    /// When each run in flight started, oldest first.
+    started: std::collections::VecDeque<Instant>,
 }
 
 impl Drop for Program {
@@ -248,6 +256,29 @@ impl ProgramBuilder {
         }
     }
 
+    /// After each run, tensor `output` (a step's output, a program output or not) becomes
+    /// program input `input` for the next run, copied on the device: runs started by
+    /// [`Program::start`] without inputs then follow each other with no host work between
+    /// them (a language model feeding its greedy token back). The dtypes must be equal, or
+    /// `i32` into `i64`, where each value becomes its element's low word with a zero high
+    /// word (the value must be non-negative: a token, a position); the element counts must
+    /// be equal. The input must be staged (not bound to a buffer or an image, and small
+    /// enough not to be moved by the host transfer). Device hand-off only; checked at
+    /// [`ProgramBuilder::build`] as a [`ProgramError::FeedBack`].
+    pub fn feed_back(mut self, output: &str, input: &str) -> Self {
+        self.feedbacks.push((output.to_owned(), input.to_owned()));
+        self
+    }
+
+    /// Lets up to `runs` runs be in flight at once ([`Program::start`], [`Program::finish`];
+    /// default 1, at least 1, at most 4): the program is recorded once per run in flight,
+    /// each with its own output staging. Every output must then be staged (small enough not
+    /// to be moved by the host transfer).
+    pub fn runs_in_flight(mut self, runs: usize) -> Self {
+        self.depth = runs.clamp(1, 4);
+        self
+    }
+
     /// Chooses how VGF steps run ([`VgfPath::Auto`] unless chosen).
     pub fn vgf_path(mut self, path: VgfPath) -> Self {
         self.vgf_path = path;
@@ -315,6 +346,7 @@ impl ProgramBuilder {
             .map(|spec| step::prepare(spec, vgf_path))
             .collect::<Result<_>>()?;
         let wiring = self.wire(&prepared)?;
+        let feedbacks = self.feedback_sources(&wiring)?;
         let buffers_in = self.bound_inputs.keys().map(String::as_str).collect();
         let buffers_out = self.bound_outputs.keys().map(String::as_str).collect();
         let images = image::resolve(
@@ -381,7 +413,52 @@ impl ProgramBuilder {
             });
         }
         self.report(steps.len(), "");
-        Program::assemble(steps, wiring, self.hand_off, bound, images)
+        let (depth, hand_off) = (self.depth, self.hand_off);
+        let plan = PlanParts { feedbacks, depth };
+        Program::assemble(steps, wiring, hand_off, (bound, images), plan)
+    }
+
+    /// Each fed-back tensor's producer and program input, checked.
+    fn feedback_sources(&self, wiring: &Wiring) -> Result<Vec<(Source, usize, bool)>> {
+        self.feedbacks
+            .iter()
+            .map(|(output, input)| {
+                let problem = |p: &str| ProgramError::FeedBack {
+                    output: output.clone(),
+                    input: input.clone(),
+                    problem: p.to_owned(),
+                };
+                if self.hand_off != HandOff::Device {
+                    return Err(problem("the program is not in device hand-off"));
+                }
+                let i = wiring
+                    .inputs
+                    .iter()
+                    .position(|s| s.name == *input)
+                    .ok_or_else(|| problem("no program input has that name"))?;
+                let (k, j) = self
+                    .steps
+                    .iter()
+                    .enumerate()
+                    .find_map(|(k, s)| Some((k, s.outputs.iter().position(|n| n == output)?)))
+                    .ok_or_else(|| problem("no step produces that tensor"))?;
+                let (have, want) = (&wiring.steps[k].io.outputs[j], &wiring.inputs[i]);
+                let widen = have.dtype == vk_core::DType::I32 && want.dtype == vk_core::DType::I64;
+                if have.dtype != want.dtype && !widen {
+                    return Err(problem(&format!(
+                        "{} does not become {} (equal dtypes, or i32 into i64)",
+                        have.dtype, want.dtype
+                    )));
+                }
+                if have.shape.iter().product::<usize>() != want.shape.iter().product::<usize>() {
+                    return Err(problem(&format!(
+                        "{:?} and {:?} have different element counts",
+                        have.shape, want.shape
+                    )));
+                }
+                Ok((Source::Step { step: k, output: j }, i, widen))
+            })
+            .collect()
     }
 
     /// In device hand-off, where step `k`'s inputs already live: a producer's output, the
@@ -527,13 +604,21 @@ pub struct DispatchProfile {
     pub barrier_before: bool,
 }
 
+/// What the device plan is recorded with beyond the steps and their wiring.
+struct PlanParts {
+    /// Fed-back tensors: producer, program input, widened.
+    feedbacks: Vec<(Source, usize, bool)>,
+    /// The most runs in flight.
+    depth: usize,
+}
+
 impl Program {
     fn assemble(
         steps: Vec<Loaded>,
         wiring: Wiring,
         hand_off: HandOff,
-        bound: Bound,
-        images: BoundImages,
+        (bound, images): (Bound, BoundImages),
+        parts: PlanParts,
     ) -> Result<Program> {
         let mut program = Program {
             plan: None,
@@ -544,15 +629,31 @@ impl Program {
             bound,
             images,
             last: Timings::default(),
+            started: Default::default(),
         };
         if hand_off == HandOff::Device {
             let runners: Vec<&dyn Runner> = program.steps.iter().map(|s| &*s.runner).collect();
+            let feedbacks = parts
+                .feedbacks
+                .iter()
+                .map(|&(source, input, widen)| {
+                    let spec = &wiring.inputs[input];
+                    let bytes = spec.bytes().unwrap_or(0) as u64 / if widen { 2 } else { 1 };
+                    Ok(plan::FeedBack {
+                        src: plan::output_source(&runners, source)?,
+                        bytes,
+                        input,
+                        widen,
+                    })
+                })
+                .collect::<Result<_>>()?;
             let plan = DevicePlan::record(
                 program.device(),
                 &runners,
                 &wiring,
-                &program.bound,
-                &program.images,
+                (&program.bound, &program.images),
+                feedbacks,
+                parts.depth,
             )?;
             program.plan = Some(plan);
         }
@@ -611,6 +712,7 @@ impl Program {
     /// one device-resident run of each on the tensors the last execution left on the device,
     /// in recording order. Run `execute` first.
     pub fn profile(&mut self) -> Result<Vec<DispatchProfile>> {
+        self.settle()?;
         let mut out = Vec::new();
         for step in &mut self.steps {
             let name = step.spec.name.clone();
@@ -642,6 +744,66 @@ impl Program {
         };
         self.last.total = start.elapsed();
         result
+    }
+
+    /// Starts a run without waiting for it: on `inputs` (as [`Program::execute`] takes them;
+    /// no run may be in flight then), or, with `None`, on the inputs the last run left: the
+    /// last given, with tensors fed back ([`ProgramBuilder::feed_back`]) in place of theirs.
+    /// Up to [`ProgramBuilder::runs_in_flight`] runs may be in flight; [`Program::finish`]
+    /// reads the oldest one's outputs. A [`ProgramError::InFlight`] says when the start must
+    /// wait for a finish. Device hand-off, without application buffers.
+    pub fn start(&mut self, inputs: Option<&[HostTensor]>) -> Result<()> {
+        if self.bound.is_bound() {
+            return Err(self.binding_error(error::BindingProblem::BoundProgram));
+        }
+        if let Some(inputs) = inputs {
+            vk_core::check_inputs(&self.host_inputs(), inputs)?;
+        }
+        let start = Instant::now();
+        let upload = self.device_plan()?.start(inputs)?;
+        if inputs.is_some() {
+            self.last.host_upload = upload;
+        }
+        self.started.push_back(start);
+        Ok(())
+    }
+
+    /// Waits for the oldest run in flight ([`Program::start`]) and returns its outputs, as
+    /// [`Program::execute`] does; [`ProgramError::NothingInFlight`] when none is.
+    pub fn finish(&mut self) -> Result<Vec<HostTensor>> {
+        let outputs = self.outputs.clone();
+        let (out, times, download) = self.device_plan()?.finish(&outputs)?;
+        let started = self.started.pop_front();
+        self.last.total = started.map_or(Default::default(), |t| t.elapsed());
+        self.last.host_download = download;
+        self.last.steps = self
+            .steps
+            .iter()
+            .zip(times)
+            .map(|(s, t)| (s.spec.name.clone(), t))
+            .collect();
+        self.last.submissions = 1;
+        Ok(out)
+    }
+
+    /// Runs in flight ([`Program::start`]).
+    pub fn running(&self) -> usize {
+        self.plan.as_ref().map_or(0, DevicePlan::running)
+    }
+
+    /// Waits for every run in flight, leaving their outputs unread.
+    pub fn settle(&mut self) -> Result<()> {
+        self.started.clear();
+        match self.plan.as_mut() {
+            Some(plan) => plan.settle(),
+            None => Ok(()),
+        }
+    }
+
+    fn device_plan(&mut self) -> Result<&mut DevicePlan> {
+        self.plan.as_mut().ok_or_else(|| {
+            ProgramError::Wiring("runs in flight need the device hand-off's recorded plan".into())
+        })
     }
 
     fn binding_error(&self, problem: error::BindingProblem) -> ProgramError {
@@ -710,6 +872,7 @@ impl Program {
             .plan
             .as_mut()
             .ok_or_else(|| ProgramError::Wiring("the device plan was not recorded".into()))?;
+        self.started.clear();
         let (outputs, times, [upload, download]) = plan.run(inputs, &self.outputs)?;
         self.last.host_upload = upload;
         self.last.host_download = download;

@@ -90,9 +90,10 @@ fn declared_input(
             Some("f16" | "float16") => DType::F16,
             Some("i32" | "int32") => DType::I32,
             Some("i8" | "int8") => DType::I8,
+            Some("i64" | "int64") => DType::I64,
             _ => {
                 return Err(err(format!(
-                    "`input_dtype` {v} is not one of \"f32\", \"f16\", \"i32\", \"i8\""
+                    "`input_dtype` {v} is not one of \"f32\", \"f16\", \"i32\", \"i8\", \"i64\""
                 )));
             }
         },

@@ -21,7 +21,15 @@
 //! the first step, and writes an output's producer buffer into its image after the last.
 //! Rebinding an image rewrites its conversion's descriptor set and records the command
 //! buffer again from the same parts.
+//!
+//! A plan may keep several runs in flight ([`super::ProgramBuilder::runs_in_flight`]): the
+//! program is recorded once per slot, each with its own command buffer, fence, timestamps and
+//! output staging, so a run's outputs wait on the host while later runs execute. Outputs fed
+//! back into inputs ([`super::ProgramBuilder::feed_back`]) are copied into those inputs'
+//! staging at the end of each run, where the next run's upload reads them: back-to-back runs
+//! need no host work between them.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use vk_core::barrier::{Access, host_read_barrier, memory_barrier};
@@ -36,17 +44,17 @@ use super::image::{BoundImages, image_error};
 use super::runner::Runner;
 use super::wiring::{Source, Wiring};
 
-/// Host staging, timestamps and the recorded command buffer of the device hand-off.
+/// Host staging, timestamps and the recorded command buffers of the device hand-off.
 pub(super) struct DevicePlan {
-    // Field order is drop order: the submission waits for its work before the buffers and
-    // queries it uses are destroyed.
-    submission: Submission,
+    // Field order is drop order: the slots' submissions wait for their work before the
+    // buffers they use are destroyed.
+    slots: Vec<Slot>,
     transfer: HostTransfer,
-    timestamps: Option<Timestamps>,
     /// Per program input not bound to an application buffer.
     host_in: Vec<HostSide>,
-    /// Per program output not bound to an application buffer.
-    host_out: Vec<HostSide>,
+    /// Per program output not bound to an application buffer: moved by the host transfer,
+    /// or staged (`None`: the slot's next staging buffer).
+    host_out: Vec<Option<BufferSlice>>,
     /// Copies into application buffers (bound outputs not written in place).
     app_copies: usize,
     /// Conversions of image-bound inputs, with the program input's index.
@@ -57,6 +65,32 @@ pub(super) struct DevicePlan {
     uploads: Vec<(BufferSlice, u64)>,
     /// Copies out of the program, kept for recording again.
     downloads: Vec<Download>,
+    /// Outputs copied into input staging at the end of each run.
+    feedbacks: Vec<FeedBack>,
+    /// The slots of the runs in flight, oldest first.
+    in_flight: VecDeque<usize>,
+}
+
+/// One recording of the program, with what a run in flight needs for itself.
+struct Slot {
+    // Field order is drop order: the submission waits for its work first.
+    submission: Submission,
+    timestamps: Option<Timestamps>,
+    /// The staged program outputs' buffers, in output order.
+    staging_out: Vec<Buffer>,
+}
+
+/// A tensor copied into a program input's staging after each run.
+pub(super) struct FeedBack {
+    /// The tensor's device slice (a step's output).
+    pub src: BufferSlice,
+    /// Its bytes.
+    pub bytes: u64,
+    /// The program input (in program input order) it becomes.
+    pub input: usize,
+    /// Whether it is `i32` fed into an `i64` input: each value lands in the low word of its
+    /// element, the high word zero.
+    pub widen: bool,
 }
 
 /// How the host reaches a program input or output.
@@ -96,7 +130,7 @@ fn input_target(steps: &[&dyn Runner], wiring: &Wiring, i: usize) -> Result<Buff
     )))
 }
 
-fn output_source(steps: &[&dyn Runner], source: Source) -> Result<BufferSlice> {
+pub(super) fn output_source(steps: &[&dyn Runner], source: Source) -> Result<BufferSlice> {
     match source {
         Source::Step { step, output } => device_slice(
             steps[step].device_outputs().get(output).map(|t| t.slice),
@@ -129,19 +163,29 @@ fn staging(device: &Device, bytes: u64, usage: vk::BufferUsageFlags, what: &str)
 
 impl DevicePlan {
     /// Records `steps` (loaded in device hand-off, bound to their producers and to the
-    /// application's buffers `bound`) as `wiring` says.
+    /// application's buffers `bound`) as `wiring` says, once per run in flight (`depth`),
+    /// copying `feedbacks` into their inputs' staging after each run.
     pub(super) fn record(
         device: &Device,
         steps: &[&dyn Runner],
         wiring: &Wiring,
-        bound: &Bound,
-        images: &BoundImages,
+        (bound, images): (&Bound, &BoundImages),
+        mut feedbacks: Vec<FeedBack>,
+        depth: usize,
     ) -> Result<Self> {
         let path = HostPath::for_device(device)?;
+        let slots = (0..depth.max(1))
+            .map(|_| {
+                Ok(Slot {
+                    submission: Submission::new(device, 1, "program")?,
+                    timestamps: Timestamps::new(device, steps.len() as u32 + 1)?,
+                    staging_out: Vec::new(),
+                })
+            })
+            .collect::<Result<_>>()?;
         let mut plan = DevicePlan {
-            submission: Submission::new(device, 1, "program")?,
+            slots,
             transfer: HostTransfer::new(device, path),
-            timestamps: Timestamps::new(device, steps.len() as u32 + 1)?,
             host_in: Vec::new(),
             host_out: Vec::new(),
             app_copies: 0,
@@ -149,22 +193,47 @@ impl DevicePlan {
             convert_out: Vec::new(),
             uploads: Vec::new(),
             downloads: Vec::new(),
+            feedbacks: Vec::new(),
+            in_flight: VecDeque::new(),
         };
-        plan.plan_inputs(device, steps, wiring, bound, images)?;
+        let fed: Vec<usize> = feedbacks.iter().map(|f| f.input).collect();
+        let staged = plan.plan_inputs(device, steps, wiring, (bound, images), &fed)?;
+        for f in &mut feedbacks {
+            f.input = staged[f.input].ok_or_else(|| ProgramError::FeedBack {
+                output: String::new(),
+                input: wiring.inputs[f.input].name.clone(),
+                problem: "the input is not staged (bound to a buffer or an image, or moved \
+                          by the host transfer)"
+                    .into(),
+            })?;
+        }
+        plan.feedbacks = feedbacks;
         plan.plan_outputs(device, steps, wiring, bound, images)?;
+        if let Some(o) = plan.host_out.iter().position(Option::is_some) {
+            if plan.slots.len() > 1 {
+                return Err(ProgramError::Wiring(format!(
+                    "output '{}' is moved by the host transfer (large): one run in flight at \
+                     most",
+                    wiring.outputs[o].0.name
+                )));
+            }
+        }
         plan.record_again(device, steps)?;
         Ok(plan)
     }
 
-    /// Staging and uploads, or conversions, of the program inputs not bound to buffers.
+    /// Staging and uploads, or conversions, of the program inputs not bound to buffers (with
+    /// `TRANSFER_DST` usage for those in `fed`); per program input, the index of its staging
+    /// buffer in `host_in` if it has one.
     fn plan_inputs(
         &mut self,
         device: &Device,
         steps: &[&dyn Runner],
         wiring: &Wiring,
-        bound: &Bound,
-        images: &BoundImages,
-    ) -> Result<()> {
+        (bound, images): (&Bound, &BoundImages),
+        fed: &[usize],
+    ) -> Result<Vec<Option<usize>>> {
+        let mut staged = vec![None; wiring.inputs.len()];
         for (i, spec) in wiring.inputs.iter().enumerate() {
             if bound.input(i).is_some() {
                 continue;
@@ -185,15 +254,16 @@ impl DevicePlan {
                 continue;
             }
             let what = format!("program input '{}'", spec.name);
-            self.host_in.push(HostSide::Staged(staging(
-                device,
-                bytes,
-                vk::BufferUsageFlags::TRANSFER_SRC,
-                &what,
-            )?));
+            let mut usage = vk::BufferUsageFlags::TRANSFER_SRC;
+            if fed.contains(&i) {
+                usage |= vk::BufferUsageFlags::TRANSFER_DST;
+            }
+            staged[i] = Some(self.host_in.len());
+            self.host_in
+                .push(HostSide::Staged(staging(device, bytes, usage, &what)?));
             self.uploads.push((target, bytes));
         }
-        Ok(())
+        Ok(staged)
     }
 
     /// Staging and downloads, copies or conversions of the program outputs.
@@ -227,29 +297,30 @@ impl DevicePlan {
                 continue;
             }
             if self.transfer.path().transfers(bytes) {
-                self.host_out.push(HostSide::Transfer(produced));
+                self.host_out.push(Some(produced));
                 continue;
             }
             let what = format!("program output '{}'", spec.name);
-            self.host_out.push(HostSide::Staged(staging(
-                device,
-                bytes,
-                vk::BufferUsageFlags::TRANSFER_DST,
-                &what,
-            )?));
+            for slot in &mut self.slots {
+                let usage = vk::BufferUsageFlags::TRANSFER_DST;
+                slot.staging_out.push(staging(device, bytes, usage, &what)?);
+            }
+            self.host_out.push(None);
             self.downloads.push(Download::Staging(produced, bytes));
         }
         Ok(())
     }
 
-    /// Records the command buffer (again) from the plan's parts.
+    /// Records every slot's command buffer (again) from the plan's parts.
     fn record_again(&mut self, device: &Device, steps: &[&dyn Runner]) -> Result<()> {
-        let cmd = self.submission.begin(0)?;
-        // SAFETY: `cmd` is recording; every buffer is live and owned by the plan or the
-        // program's steps, which outlive the plan (see `Program`'s field order); the images'
-        // contract is the caller's.
-        unsafe { self.record_commands(device, cmd, steps) };
-        self.submission.end(0)?;
+        for k in 0..self.slots.len() {
+            let cmd = self.slots[k].submission.begin(0)?;
+            // SAFETY: `cmd` is recording; every buffer is live and owned by the plan or the
+            // program's steps, which outlive the plan (see `Program`'s field order); the
+            // images' contract is the caller's.
+            unsafe { self.record_commands(device, cmd, steps, &self.slots[k]) };
+            self.slots[k].submission.end(0)?;
+        }
         Ok(())
     }
 
@@ -266,25 +337,28 @@ impl DevicePlan {
         index: usize,
         image: AppImage,
     ) -> Result<()> {
+        let missing = || ProgramError::Wiring(format!("tensor '{name}' has no image conversion"));
+        if self.conversion(input, index).ok_or_else(missing)?.image() == image {
+            return Ok(());
+        }
+        // The descriptor set may be rewritten only once no submission uses it.
+        self.settle()?;
+        let conversion = self.conversion(input, index).ok_or_else(missing)?;
+        // SAFETY: the caller's contract; nothing pending uses the set (waited above).
+        unsafe { conversion.set_image(image) }.map_err(|e| image_error(name, e))?;
+        let device = conversion_device(steps)?;
+        self.record_again(&device, steps)
+    }
+
+    /// The conversion of program input (or output) `index`.
+    fn conversion(&mut self, input: bool, index: usize) -> Option<&mut ImageConversion> {
         let conversions = if input {
             &mut self.convert_in
         } else {
             &mut self.convert_out
         };
-        let Some((_, conversion)) = conversions.iter_mut().find(|(k, _)| *k == index) else {
-            return Err(ProgramError::Wiring(format!(
-                "tensor '{name}' has no image conversion"
-            )));
-        };
-        if conversion.image() == image {
-            return Ok(());
-        }
-        // The descriptor set may be rewritten only once no submission uses it.
-        self.submission.wait()?;
-        // SAFETY: the caller's contract; nothing pending uses the set (waited above).
-        unsafe { conversion.set_image(image) }.map_err(|e| image_error(name, e))?;
-        let device = conversion_device(steps)?;
-        self.record_again(&device, steps)
+        let found = conversions.iter_mut().find(|(k, _)| *k == index);
+        found.map(|(_, c)| c)
     }
 
     /// # Safety
@@ -294,17 +368,20 @@ impl DevicePlan {
         device: &Device,
         cmd: vk::CommandBuffer,
         steps: &[&dyn Runner],
+        slot: &Slot,
     ) {
         let (uploads, downloads) = (&self.uploads, &self.downloads);
         let d = device.raw();
         // SAFETY: the caller's contract; copies stay inside the staging buffers (sized from
         // the same specs) and the steps' slices (checked by their delegates at load).
         unsafe {
-            if let Some(ts) = &self.timestamps {
+            if let Some(ts) = &slot.timestamps {
                 ts.reset(cmd);
                 ts.write(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, 0);
             }
-            memory_barrier(device, cmd, Access::HOST_WRITE, Access::TRANSFER_READ);
+            // The host's writes of the staging, or an earlier run's feedback copies into it.
+            let written = Access::HOST_WRITE.and(Access::TRANSFER_WRITE);
+            memory_barrier(device, cmd, written, Access::TRANSFER_READ);
             let staged_in = self.host_in.iter().filter_map(HostSide::staging);
             for (src, (dst, bytes)) in staged_in.zip(uploads) {
                 let region = [vk::BufferCopy::default()
@@ -319,12 +396,12 @@ impl DevicePlan {
                 // Everything before (uploads, earlier steps) is visible to this step.
                 memory_barrier(device, cmd, Access::ANY_WRITE, Access::ANY);
                 step.record_into(cmd);
-                if let Some(ts) = &self.timestamps {
+                if let Some(ts) = &slot.timestamps {
                     ts.write(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, k as u32 + 1);
                 }
             }
             memory_barrier(device, cmd, Access::ANY_WRITE, Access::TRANSFER_READ);
-            let mut staging = self.host_out.iter().filter_map(HostSide::staging);
+            let mut staging = slot.staging_out.iter();
             for download in downloads {
                 let (src, dst, dst_offset, bytes) = match download {
                     Download::Staging(src, bytes) => match staging.next() {
@@ -342,19 +419,64 @@ impl DevicePlan {
             for (_, c) in &self.convert_out {
                 c.record(cmd);
             }
+            self.record_feedbacks(device, cmd);
             host_read_barrier(device, cmd);
+        }
+    }
+
+    /// Copies the fed-back tensors into their inputs' staging (after the downloads' barrier:
+    /// every step is done with the inputs and has written the tensors).
+    ///
+    /// # Safety
+    /// As [`DevicePlan::record_commands`].
+    unsafe fn record_feedbacks(&self, device: &Device, cmd: vk::CommandBuffer) {
+        let d = device.raw();
+        for f in &self.feedbacks {
+            let Some(HostSide::Staged(dst)) = self.host_in.get(f.input) else {
+                continue;
+            };
+            // SAFETY: the caller's contract; `dst` holds the input's bytes (twice the
+            // tensor's when widened), with TRANSFER_DST usage (see `plan_inputs`).
+            unsafe {
+                if !f.widen {
+                    let region = [vk::BufferCopy::default()
+                        .src_offset(f.src.offset)
+                        .size(f.bytes)];
+                    d.cmd_copy_buffer(cmd, f.src.buffer, dst.raw(), &region);
+                    continue;
+                }
+                // Zero high words, then each value into its element's low word.
+                d.cmd_fill_buffer(cmd, dst.raw(), 0, 2 * f.bytes, 0);
+                let after_fill = Access::TRANSFER_WRITE;
+                memory_barrier(device, cmd, after_fill, Access::TRANSFER_WRITE);
+                let regions: Vec<vk::BufferCopy> = (0..f.bytes / 4)
+                    .map(|k| {
+                        vk::BufferCopy::default()
+                            .src_offset(f.src.offset + 4 * k)
+                            .dst_offset(8 * k)
+                            .size(4)
+                    })
+                    .collect();
+                d.cmd_copy_buffer(cmd, f.src.buffer, dst.raw(), &regions);
+            }
         }
     }
 
     /// Copy commands recorded per execution: one per program input and output; none at a
     /// step boundary.
     pub(super) fn copies(&self) -> usize {
-        let staged = |v: &[HostSide]| v.iter().filter(|h| h.staging().is_some()).count();
-        staged(&self.host_in) + staged(&self.host_out) + self.app_copies
+        let staged_in = self.host_in.iter().filter(|h| h.staging().is_some());
+        let staged_out = self.host_out.iter().filter(|h| h.is_none());
+        staged_in.count() + staged_out.count() + self.app_copies
     }
 
-    /// Submits the recorded program, waiting on `waits` and signalling `signals`; no host
-    /// wait, except for an earlier submission still pending.
+    /// Runs in flight.
+    pub(super) fn running(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Submits the recorded program (its first slot), waiting on `waits` and signalling
+    /// `signals`; no host wait, except for an earlier submission still pending.
     ///
     /// # Safety
     /// As [`Submission::submit`] for the semaphores; the application buffers the plan was
@@ -367,23 +489,33 @@ impl DevicePlan {
         // SAFETY: the command buffer is executable; the steps it records are alive (the
         // program drops the plan first); the caller's contract covers the semaphores and the
         // application's buffers.
-        unsafe { self.submission.submit(0, waits, signals) }?;
+        unsafe { self.slots[0].submission.submit(0, waits, signals) }?;
         Ok(())
     }
 
-    /// Waits for the last submission; the device time of each step where the queue has
-    /// timestamps.
+    /// Waits for the last submission of the first slot; the device time of each step where
+    /// the queue has timestamps.
     pub(super) fn wait(&mut self) -> Result<Vec<Duration>> {
-        let pending = self.submission.is_pending();
-        self.submission.wait()?;
+        let pending = self.slots[0].submission.is_pending();
+        self.slots[0].submission.wait()?;
         if !pending {
             return Ok(Vec::new());
         }
-        self.step_times()
+        self.step_times(0)
     }
 
-    fn step_times(&self) -> Result<Vec<Duration>> {
-        Ok(match &self.timestamps {
+    /// Waits for every run in flight, leaving their outputs unread.
+    pub(super) fn settle(&mut self) -> Result<()> {
+        self.in_flight.clear();
+        for slot in &mut self.slots {
+            slot.submission.wait()?;
+        }
+        self.transfer.wait()?;
+        Ok(())
+    }
+
+    fn step_times(&self, slot: usize) -> Result<Vec<Duration>> {
+        Ok(match &self.slots[slot].timestamps {
             Some(ts) => {
                 let pairs: Vec<(u32, u32)> = (0..ts.count() - 1).map(|k| (k, k + 1)).collect();
                 ts.elapsed(&pairs)?
@@ -393,34 +525,80 @@ impl DevicePlan {
     }
 
     /// Uploads `inputs`, runs the recorded program, waits, and reads `outputs` back; with the
-    /// device time of each step where the queue has timestamps.
+    /// device time of each step where the queue has timestamps. Runs in flight are waited
+    /// for first, their outputs dropped.
     pub(super) fn run(
         &mut self,
         inputs: &[HostTensor],
         outputs: &[vk_core::TensorSpec],
     ) -> Result<(Vec<HostTensor>, Vec<Duration>, [Duration; 2])> {
-        // An earlier failed wait leaves the submission pending: finish it before reuse.
-        self.submission.wait()?;
-        self.transfer.wait()?;
+        self.settle()?;
+        let upload = self.start(Some(inputs))?;
+        let (out, times, download) = self.finish(outputs)?;
+        Ok((out, times, [upload, download]))
+    }
+
+    /// Submits a run without waiting: on `inputs` (uploaded first; no run may be in flight
+    /// then), or on the inputs the last run left (the last given, fed-back outputs in place
+    /// of theirs). At most [`DevicePlan::depth`] runs are in flight. The upload's host time.
+    pub(super) fn start(&mut self, inputs: Option<&[HostTensor]>) -> Result<Duration> {
+        let running = self.in_flight.len();
+        if running >= self.slots.len() || (inputs.is_some() && running > 0) {
+            return Err(ProgramError::InFlight {
+                running,
+                most: self.slots.len(),
+                with_inputs: inputs.is_some(),
+            });
+        }
         let copying = std::time::Instant::now();
+        if let Some(inputs) = inputs {
+            self.write_inputs(inputs)?;
+        }
+        let upload = copying.elapsed();
+        let slot = (0..self.slots.len())
+            .find(|k| !self.in_flight.contains(k))
+            .unwrap_or(0);
+        let submission = &mut self.slots[slot].submission;
+        // An earlier failed wait leaves the submission pending: finish it before reuse.
+        submission.wait()?;
+        // SAFETY: the command buffer is executable; the steps it records are alive (the
+        // program drops the plan first); no semaphores.
+        unsafe { submission.submit(0, &[], &[]) }?;
+        self.in_flight.push_back(slot);
+        Ok(upload)
+    }
+
+    fn write_inputs(&mut self, inputs: &[HostTensor]) -> Result<()> {
+        self.transfer.wait()?;
         for (side, t) in self.host_in.iter_mut().zip(inputs) {
             match side {
                 HostSide::Staged(buffer) => buffer.write(0, t.bytes())?,
                 HostSide::Transfer(s) => {
                     // SAFETY: the slice is a step's input buffer (live while the plan is, with
-                    // TRANSFER_DST usage, holding the tensor); the plan's work was waited for.
+                    // TRANSFER_DST usage, holding the tensor); no run is in flight.
                     unsafe { self.transfer.upload(t.bytes(), s.buffer, s.offset) }?
                 }
             }
         }
-        let upload = copying.elapsed();
-        // SAFETY: the command buffer is executable; the steps it records are alive (the
-        // program drops the plan first); no semaphores.
-        unsafe { self.submission.submit(0, &[], &[]) }?;
-        self.submission.wait()?;
+        Ok(())
+    }
+
+    /// Waits for the oldest run in flight and reads its `outputs`; with the device time of
+    /// each step where the queue has timestamps, and the download's host time.
+    pub(super) fn finish(
+        &mut self,
+        outputs: &[vk_core::TensorSpec],
+    ) -> Result<(Vec<HostTensor>, Vec<Duration>, Duration)> {
+        let slot = *self
+            .in_flight
+            .front()
+            .ok_or(ProgramError::NothingInFlight)?;
+        self.slots[slot].submission.wait()?;
+        self.in_flight.pop_front();
         let copying = std::time::Instant::now();
         let mut out = Vec::with_capacity(outputs.len());
         let mut host_out = self.host_out.iter();
+        let mut staging = self.slots[slot].staging_out.iter();
         for (o, spec) in outputs.iter().enumerate() {
             // An image-bound output's values are in its image: an empty tensor stands in.
             if self.convert_out.iter().any(|(k, _)| *k == o) {
@@ -435,10 +613,14 @@ impl DevicePlan {
             };
             let mut bytes = vk_core::zeroed_bytes(spec.bytes().unwrap_or(0));
             match side {
-                HostSide::Staged(buffer) => buffer.read(0, &mut bytes)?,
-                HostSide::Transfer(s) => {
+                None => match staging.next() {
+                    Some(buffer) => buffer.read(0, &mut bytes)?,
+                    None => continue,
+                },
+                Some(s) => {
                     // SAFETY: the slice is a step's output buffer (live, TRANSFER_SRC usage);
-                    // its writers were submitted and waited for.
+                    // its writers were submitted and waited for, and no other run is in
+                    // flight (see `record`).
                     unsafe { self.transfer.download(s.buffer, s.offset, &mut bytes) }?
                 }
             }
@@ -448,7 +630,7 @@ impl DevicePlan {
             );
         }
         let download = copying.elapsed();
-        Ok((out, self.step_times()?, [upload, download]))
+        Ok((out, self.step_times(slot)?, download))
     }
 }
 
