@@ -144,6 +144,7 @@ fn bench(r: &GenerateArgs) -> Result {
     for &n in &r.bench {
         let prompt: Vec<i64> = (0..n.max(1)).map(|_| draw()).collect();
         let (mut pre, mut dec, mut fed) = (Vec::new(), Vec::new(), Vec::new());
+        let mut fed_step = None;
         for k in 0..=r.repeat.max(1) {
             if sampler.is_none() {
                 // Greedy with the tokens fed back on the device.
@@ -154,6 +155,7 @@ fn bench(r: &GenerateArgs) -> Result {
                 if k > 0 {
                     fed.push(t.elapsed());
                 }
+                fed_step = Some(model.program().last_timings().clone());
             }
             model.reset();
             let t = Instant::now();
@@ -174,6 +176,22 @@ fn bench(r: &GenerateArgs) -> Result {
         } else {
             row(n, "decode", r.tokens, &mut fed);
             row(n, "host-fed", r.tokens, &mut dec);
+        }
+        if let Some(t) = fed_step.filter(|t| t.device_span > Duration::ZERO) {
+            let idle = t.device_idle.unwrap_or_default();
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            let steps: Vec<String> = t
+                .steps
+                .iter()
+                .map(|(n, d)| format!("{n} {:.1}", us(*d)))
+                .collect();
+            println!(
+                "        last fed-back step: {:.1} us on the device, copies included ({}); the \
+                 device idle {:.1} us before it",
+                us(t.device_span),
+                steps.join(", "),
+                us(idle)
+            );
         }
         step_split(&mut model);
     }

@@ -24,13 +24,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc;
 
-use compute_delegate::ConstantPool;
+use compute_delegate::ops::{self, Arg};
+use compute_delegate::{ConstantPool, GraphBuilder};
 use executorch_pte::{Program as Pte, Value};
 use rand::Rng;
 use rand::SeedableRng;
 use vk_core::{DType, Device, HostTensor};
 
-use crate::program::{ComputeStep, DeviceChoice, Program, ProgramBuilder, StepKind, StepSpec};
+use crate::program::{DeviceChoice, GraphStep, Program, ProgramBuilder, StepKind, StepSpec};
 use crate::pte::{PteError, builder_of};
 
 /// Why a language model cannot load or step.
@@ -309,10 +310,7 @@ impl LanguageModel {
                 .device(DeviceChoice::Device(self.device.clone()))
                 .constants(self.pool.clone());
             if read != Readback::Logits {
-                builder = with_greedy_token(builder)?;
-            }
-            if read == Readback::FedBack {
-                builder = with_feedback(builder)?;
+                builder = with_greedy_token(builder, read == Readback::FedBack)?;
             }
             self.programs.insert((n, read), builder.build()?);
         }
@@ -383,44 +381,81 @@ fn long_tensor(values: &[i64], shape: Vec<usize>) -> Result<HostTensor, LlmError
         .map_err(|e| LlmError::NotALanguageModel(e.to_string()))
 }
 
-/// `builder` with an argmax over its logits (its first output) as its one output.
-fn with_greedy_token(builder: ProgramBuilder) -> Result<ProgramBuilder, LlmError> {
-    let logits = builder
-        .output_names()
+/// `builder` ending with the greedy token (an argmax over its logits, its first output) as
+/// its one output and, where `fed_back`, the next position (its position input plus one),
+/// both fed back into the next run's inputs with two runs in flight. The tail joins the
+/// model's graph, so that the argmax reads its logits where they are made (an fp16 model's
+/// before their widening) and the position's sum shares the model's first level.
+fn with_greedy_token(builder: ProgramBuilder, fed_back: bool) -> Result<ProgramBuilder, LlmError> {
+    let (inputs, outputs) = builder.io()?;
+    let not_llm = |what: String| LlmError::NotALanguageModel(what);
+    let logits = outputs
         .first()
-        .cloned()
-        .ok_or_else(|| LlmError::NotALanguageModel("the program has no output".into()))?;
-    Ok(builder
-        .step(StepSpec {
-            name: "greedy".into(),
-            kind: StepKind::Compute(ComputeStep::new("argmax").with("dim", -1)),
-            inputs: vec![logits],
-            outputs: vec![GREEDY.into()],
-        })
-        .outputs(&[GREEDY]))
-}
-
-/// A greedy one-token `builder` whose token and next position become the next run's inputs,
-/// with two runs in flight.
-fn with_feedback(builder: ProgramBuilder) -> Result<ProgramBuilder, LlmError> {
-    let (inputs, _) = builder.io()?;
+        .ok_or_else(|| not_llm("the program has no output".into()))?;
     let [tokens, position] = &inputs[..] else {
-        return Err(LlmError::NotALanguageModel(format!(
+        return Err(not_llm(format!(
             "{} inputs; tokens and input_pos are needed",
             inputs.len()
         )));
     };
-    let (tokens, position) = (tokens.name.clone(), position.name.clone());
+    let tail = greedy_tail(logits, fed_back.then_some(position))
+        .map_err(|e| not_llm(format!("the greedy token's graph: {e}")))?;
+    let mut step = StepSpec {
+        name: "greedy".into(),
+        kind: StepKind::Graph(GraphStep {
+            graph: Arc::new(tail),
+            f16: false,
+        }),
+        inputs: vec![logits.name.clone()],
+        outputs: vec![GREEDY.into()],
+    };
+    if !fed_back {
+        return Ok(builder
+            .step(step)
+            .outputs(&[GREEDY])
+            .map_steps(crate::pte::join::joined));
+    }
+    step.inputs.push(position.name.clone());
+    step.outputs.push(NEXT_POSITION.into());
+    // The next position is read by the feedback alone: the join keeps it as an output.
+    let kept = |steps, outputs: &[String]| {
+        let kept: Vec<String> = outputs
+            .iter()
+            .cloned()
+            .chain([NEXT_POSITION.into()])
+            .collect();
+        crate::pte::join::joined(steps, &kept)
+    };
     Ok(builder
-        .step(StepSpec {
-            name: NEXT_POSITION.into(),
-            kind: StepKind::Compute(ComputeStep::new("add_scalar").with("value", 1)),
-            inputs: vec![position.clone()],
-            outputs: vec![NEXT_POSITION.into()],
-        })
-        .feed_back(GREEDY, &tokens)
-        .feed_back(NEXT_POSITION, &position)
+        .step(step)
+        .outputs(&[GREEDY])
+        .map_steps(kept)
+        .feed_back(GREEDY, &tokens.name)
+        .feed_back(NEXT_POSITION, &position.name)
         .runs_in_flight(STEPS_IN_FLIGHT))
+}
+
+/// The graph of the greedy token: `argmax(logits, -1)`, and `position + 1` where given.
+fn greedy_tail(
+    logits: &vk_core::TensorSpec,
+    position: Option<&vk_core::TensorSpec>,
+) -> Result<GraphBuilder, compute_delegate::Error> {
+    let op = |name: &str| {
+        ops::find(name)
+            .ok_or_else(|| compute_delegate::Error::Graph(format!("no `{name}` op registered")))
+    };
+    let mut g = GraphBuilder::new();
+    let x = g.input(&logits.name, logits.dtype, &logits.shape)?;
+    let token = op("argmax")?.call(&mut g, vec![Arg::Tensor(x), Arg::Int(-1)])?;
+    g.set_name(token[0], GREEDY)?;
+    g.output(token[0])?;
+    if let Some(p) = position {
+        let at = g.input(&p.name, p.dtype, &p.shape)?;
+        let next = op("add_scalar")?.call(&mut g, vec![Arg::Tensor(at), Arg::Float(1.0)])?;
+        g.set_name(next[0], NEXT_POSITION)?;
+        g.output(next[0])?;
+    }
+    Ok(g)
 }
 
 /// Runs the fed-back `program` from `inputs` for up to `n` tokens, keeping the next step

@@ -100,6 +100,12 @@ impl Timestamps {
         Ok(ticks)
     }
 
+    /// `ticks` of this device's timestamps as a duration.
+    pub fn duration(&self, ticks: u64) -> Duration {
+        let period = f64::from(self.device.capabilities().limits.timestamp_period());
+        Duration::from_nanos((ticks as f64 * period) as u64)
+    }
+
     /// The time from query `from` to query `to` for each pair, reading the pool once.
     pub fn elapsed(&self, pairs: &[(u32, u32)]) -> Result<Vec<Duration>, Error> {
         let n = pairs.iter().map(|&(a, b)| a.max(b) + 1).max().unwrap_or(0);

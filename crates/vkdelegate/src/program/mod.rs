@@ -212,6 +212,17 @@ impl ProgramBuilder {
         self
     }
 
+    /// The steps rewritten by `f`, given them and the declared outputs (a front end joining
+    /// steps it appended into one graph).
+    pub(crate) fn map_steps(
+        mut self,
+        f: impl FnOnce(Vec<StepSpec>, &[String]) -> Vec<StepSpec>,
+    ) -> Self {
+        let steps = std::mem::take(&mut self.steps);
+        self.steps = f(steps, &self.outputs);
+        self
+    }
+
     /// The outputs declared so far, by name.
     pub fn output_names(&self) -> &[String] {
         &self.outputs
@@ -776,14 +787,20 @@ impl Program {
         let started = self.started.pop_front();
         self.last.total = started.map_or(Default::default(), |t| t.elapsed());
         self.last.host_download = download;
+        self.note_times(times);
+        Ok(out)
+    }
+
+    fn note_times(&mut self, times: plan::RunTimes) {
         self.last.steps = self
             .steps
             .iter()
-            .zip(times)
+            .zip(times.steps)
             .map(|(s, t)| (s.spec.name.clone(), t))
             .collect();
+        self.last.device_span = times.span;
+        self.last.device_idle = times.idle;
         self.last.submissions = 1;
-        Ok(out)
     }
 
     /// Runs in flight ([`Program::start`]).
@@ -876,13 +893,7 @@ impl Program {
         let (outputs, times, [upload, download]) = plan.run(inputs, &self.outputs)?;
         self.last.host_upload = upload;
         self.last.host_download = download;
-        self.last.steps = self
-            .steps
-            .iter()
-            .zip(times)
-            .map(|(s, t)| (s.spec.name.clone(), t))
-            .collect();
-        self.last.submissions = 1;
+        self.note_times(times);
         Ok(outputs)
     }
 

@@ -67,8 +67,22 @@ pub(super) struct DevicePlan {
     downloads: Vec<Download>,
     /// Outputs copied into input staging at the end of each run.
     feedbacks: Vec<FeedBack>,
-    /// The slots of the runs in flight, oldest first.
-    in_flight: VecDeque<usize>,
+    /// The slots of the runs in flight, oldest first, and whether each was started while
+    /// another was in flight.
+    in_flight: VecDeque<(usize, bool)>,
+    /// The device tick at which the last finished run ended.
+    last_end: Option<u64>,
+}
+
+/// The device times of one finished run.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RunTimes {
+    /// Per step.
+    pub steps: Vec<Duration>,
+    /// The whole command buffer.
+    pub span: Duration,
+    /// The idle time before it, for a run queued behind another.
+    pub idle: Option<Duration>,
 }
 
 /// One recording of the program, with what a run in flight needs for itself.
@@ -178,7 +192,8 @@ impl DevicePlan {
             .map(|_| {
                 Ok(Slot {
                     submission: Submission::new(device, 1, "program")?,
-                    timestamps: Timestamps::new(device, steps.len() as u32 + 1)?,
+                    // Before and after each step, and after the last command.
+                    timestamps: Timestamps::new(device, steps.len() as u32 + 2)?,
                     staging_out: Vec::new(),
                 })
             })
@@ -195,6 +210,7 @@ impl DevicePlan {
             downloads: Vec::new(),
             feedbacks: Vec::new(),
             in_flight: VecDeque::new(),
+            last_end: None,
         };
         let fed: Vec<usize> = feedbacks.iter().map(|f| f.input).collect();
         let staged = plan.plan_inputs(device, steps, wiring, (bound, images), &fed)?;
@@ -421,6 +437,10 @@ impl DevicePlan {
             }
             self.record_feedbacks(device, cmd);
             host_read_barrier(device, cmd);
+            if let Some(ts) = &slot.timestamps {
+                let end = ts.count() - 1;
+                ts.write(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, end);
+            }
         }
     }
 
@@ -445,11 +465,13 @@ impl DevicePlan {
                     d.cmd_copy_buffer(cmd, f.src.buffer, dst.raw(), &region);
                     continue;
                 }
-                // Zero high words, then each value into its element's low word.
-                d.cmd_fill_buffer(cmd, dst.raw(), 0, 2 * f.bytes, 0);
-                let after_fill = Access::TRANSFER_WRITE;
-                memory_barrier(device, cmd, after_fill, Access::TRANSFER_WRITE);
-                let regions: Vec<vk::BufferCopy> = (0..f.bytes / 4)
+                // Each value into its element's low word, zero into its high word: disjoint
+                // ranges, so no barrier between them.
+                let elements = f.bytes / 4;
+                for k in 0..elements {
+                    d.cmd_fill_buffer(cmd, dst.raw(), 8 * k + 4, 4, 0);
+                }
+                let regions: Vec<vk::BufferCopy> = (0..elements)
                     .map(|k| {
                         vk::BufferCopy::default()
                             .src_offset(f.src.offset + 4 * k)
@@ -501,7 +523,7 @@ impl DevicePlan {
         if !pending {
             return Ok(Vec::new());
         }
-        self.step_times(0)
+        Ok(self.run_times(0, false)?.steps)
     }
 
     /// Waits for every run in flight, leaving their outputs unread.
@@ -514,13 +536,24 @@ impl DevicePlan {
         Ok(())
     }
 
-    fn step_times(&self, slot: usize) -> Result<Vec<Duration>> {
-        Ok(match &self.slots[slot].timestamps {
-            Some(ts) => {
-                let pairs: Vec<(u32, u32)> = (0..ts.count() - 1).map(|k| (k, k + 1)).collect();
-                ts.elapsed(&pairs)?
-            }
-            None => Vec::new(),
+    /// The device times of the run `slot` last finished, `queued` behind the run before.
+    fn run_times(&mut self, slot: usize, queued: bool) -> Result<RunTimes> {
+        let Some(ts) = &self.slots[slot].timestamps else {
+            return Ok(RunTimes::default());
+        };
+        let ticks = ts.read_ticks(ts.count())?;
+        let (start, end) = (ticks[0], ticks[ticks.len() - 1]);
+        let time = |a: u64, b: u64| ts.duration(b.wrapping_sub(a));
+        let steps = ticks[..ticks.len() - 1]
+            .windows(2)
+            .map(|w| time(w[0], w[1]));
+        let steps = steps.collect();
+        let idle = self.last_end.filter(|_| queued).map(|e| time(e, start));
+        self.last_end = Some(end);
+        Ok(RunTimes {
+            steps,
+            span: time(start, end),
+            idle,
         })
     }
 
@@ -531,7 +564,7 @@ impl DevicePlan {
         &mut self,
         inputs: &[HostTensor],
         outputs: &[vk_core::TensorSpec],
-    ) -> Result<(Vec<HostTensor>, Vec<Duration>, [Duration; 2])> {
+    ) -> Result<(Vec<HostTensor>, RunTimes, [Duration; 2])> {
         self.settle()?;
         let upload = self.start(Some(inputs))?;
         let (out, times, download) = self.finish(outputs)?;
@@ -556,7 +589,7 @@ impl DevicePlan {
         }
         let upload = copying.elapsed();
         let slot = (0..self.slots.len())
-            .find(|k| !self.in_flight.contains(k))
+            .find(|k| !self.in_flight.iter().any(|f| f.0 == *k))
             .unwrap_or(0);
         let submission = &mut self.slots[slot].submission;
         // An earlier failed wait leaves the submission pending: finish it before reuse.
@@ -564,7 +597,7 @@ impl DevicePlan {
         // SAFETY: the command buffer is executable; the steps it records are alive (the
         // program drops the plan first); no semaphores.
         unsafe { submission.submit(0, &[], &[]) }?;
-        self.in_flight.push_back(slot);
+        self.in_flight.push_back((slot, running > 0));
         Ok(upload)
     }
 
@@ -588,8 +621,8 @@ impl DevicePlan {
     pub(super) fn finish(
         &mut self,
         outputs: &[vk_core::TensorSpec],
-    ) -> Result<(Vec<HostTensor>, Vec<Duration>, Duration)> {
-        let slot = *self
+    ) -> Result<(Vec<HostTensor>, RunTimes, Duration)> {
+        let (slot, queued) = *self
             .in_flight
             .front()
             .ok_or(ProgramError::NothingInFlight)?;
@@ -630,7 +663,7 @@ impl DevicePlan {
             );
         }
         let download = copying.elapsed();
-        Ok((out, self.step_times(slot)?, download))
+        Ok((out, self.run_times(slot, queued)?, download))
     }
 }
 

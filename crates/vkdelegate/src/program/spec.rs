@@ -150,4 +150,11 @@ pub struct Timings {
     pub host_download: Duration,
     /// Submissions made.
     pub submissions: u32,
+    /// Device time of the whole recorded execution, its copies included (device mode, where
+    /// the queue has timestamps).
+    pub device_span: Duration,
+    /// For a run started while the one before it was in flight ([`super::Program::start`]):
+    /// how long the device was idle between the two (from the end of the one before to the
+    /// start of this one; device mode, where the queue has timestamps).
+    pub device_idle: Option<Duration>,
 }

@@ -15,7 +15,7 @@ use crate::program::{GraphStep, StepKind, StepSpec};
 /// `steps` with each run of consecutive graph steps joined into one; `outputs` are the
 /// program's outputs. A step whose inputs do not match what the run so far holds (dtype or
 /// element count) starts a new run.
-pub(super) fn joined(steps: Vec<StepSpec>, outputs: &[String]) -> Vec<StepSpec> {
+pub(crate) fn joined(steps: Vec<StepSpec>, outputs: &[String]) -> Vec<StepSpec> {
     let mut out: Vec<StepSpec> = Vec::new();
     for step in steps {
         if !out.last_mut().is_some_and(|prev| join(prev, &step)) {

@@ -12,7 +12,7 @@
 //! with where it is.
 
 #[cfg(feature = "compute")]
-mod join;
+pub(crate) mod join;
 #[cfg(feature = "compute")]
 pub(crate) mod lower;
 
