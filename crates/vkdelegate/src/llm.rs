@@ -206,19 +206,30 @@ impl LanguageModel {
         mut on_token: impl FnMut(i64) -> bool,
     ) -> Result<usize, LlmError> {
         self.room(1)?;
-        let n = n.min(self.metadata.max_context_len - self.position);
-        if n == 0 {
-            return Ok(0);
-        }
+        let room = self.metadata.max_context_len - self.position;
+        let n = n.min(room);
         let position = long_tensor(&[self.position as i64], vec![1])?;
         let inputs = [long_tensor(&[token], vec![1, 1])?, position];
         let program = self.program_for(1, Readback::FedBack)?;
-        let made = run_fed_back(program, &inputs, n, &mut on_token);
+        let last = std::cell::Cell::new(token);
+        let mut read = |t| {
+            last.set(t);
+            on_token(t)
+        };
+        let fed = run_fed_back(program, &inputs, (n, room), &mut read);
         let settled = program.settle();
-        let made = made?;
+        let (mut made, stopped) = fed?;
         settled?;
         self.position += made;
         self.last_read = Readback::FedBack;
+        // Near the end of the context, where a whole submission of steps does not fit, the
+        // host feeds the last tokens.
+        let mut go_on = !stopped;
+        while go_on && made < n {
+            let next = self.step_greedy(last.get())?;
+            made += 1;
+            go_on = read(next);
+        }
         Ok(made)
     }
 
@@ -370,9 +381,24 @@ const GREEDY: &str = "greedy_token";
 /// The name of the fed-back programs' next position.
 const NEXT_POSITION: &str = "next_position";
 
-/// The steps in flight of a fed-back program: the one whose token the host reads, and the
-/// next.
-const STEPS_IN_FLIGHT: usize = 2;
+/// The submissions in flight of a fed-back program: the one whose tokens the host reads, and
+/// the next.
+const SUBMISSIONS_IN_FLIGHT: usize = 2;
+
+/// Decode steps per submission of a fed-back program: the device stops between submissions
+/// (about 14 us on an H200), not between the steps of one.
+const STEPS_PER_SUBMISSION: usize = 4;
+
+/// Overrides [`STEPS_PER_SUBMISSION`] (1 to 16), for tuning.
+pub const STEPS_PER_SUBMISSION_ENV: &str = "VKDELEGATE_DECODE_STEPS_PER_SUBMISSION";
+
+fn steps_per_submission() -> usize {
+    std::env::var(STEPS_PER_SUBMISSION_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| (1..=16).contains(n))
+        .unwrap_or(STEPS_PER_SUBMISSION)
+}
 
 /// `values` as an `i64` tensor of `shape`.
 fn long_tensor(values: &[i64], shape: Vec<usize>) -> Result<HostTensor, LlmError> {
@@ -432,7 +458,8 @@ fn with_greedy_token(builder: ProgramBuilder, fed_back: bool) -> Result<ProgramB
         .map_steps(kept)
         .feed_back(GREEDY, &tokens.name)
         .feed_back(NEXT_POSITION, &position.name)
-        .runs_in_flight(STEPS_IN_FLIGHT))
+        .runs_in_flight(SUBMISSIONS_IN_FLIGHT)
+        .runs_per_submission(steps_per_submission()))
 }
 
 /// The graph of the greedy token: `argmax(logits, -1)`, and `position + 1` where given.
@@ -458,21 +485,32 @@ fn greedy_tail(
     Ok(g)
 }
 
-/// Runs the fed-back `program` from `inputs` for up to `n` tokens, keeping the next step
-/// queued; the tokens read (each given to `on_token`, which stops the run by returning
-/// `false`). Steps still in flight are left to the caller.
+/// Runs the fed-back `program` from `inputs` for up to `n` tokens, keeping the next
+/// submission queued, and never past `room` steps; the tokens read (each given to `on_token`,
+/// which stops the run by returning `false`) and whether it stopped. Steps still in flight are
+/// left to the caller.
 fn run_fed_back(
     program: &mut Program,
     inputs: &[HostTensor],
-    n: usize,
+    (n, room): (usize, usize),
     on_token: &mut impl FnMut(i64) -> bool,
-) -> Result<usize, LlmError> {
+) -> Result<(usize, bool), LlmError> {
+    let steps = program.runs_per_submission();
+    if n == 0 || steps > room {
+        return Ok((0, false));
+    }
     program.start(Some(inputs))?;
-    let (mut started, mut made) = (1, 0);
+    let (mut started, mut made) = (steps, 0);
     while made < n {
-        while started < n && program.running() < STEPS_IN_FLIGHT {
+        while started < n
+            && started + steps <= room
+            && program.running() + steps <= program.most_running()
+        {
             program.start(None)?;
-            started += 1;
+            started += steps;
+        }
+        if program.running() == 0 {
+            break;
         }
         let out = program.finish()?;
         let token = out
@@ -482,10 +520,10 @@ fn run_fed_back(
             .ok_or_else(|| LlmError::NotALanguageModel("the argmax is not an i32".into()))?;
         made += 1;
         if !on_token(i64::from(token)) {
-            break;
+            return Ok((made, true));
         }
     }
-    Ok(made)
+    Ok((made, false))
 }
 
 /// The largest power of two at most `left` and `max` (at least 1).

@@ -108,6 +108,51 @@ fn fed_back_outputs_chain_runs_in_flight() {
     assert_no_validation_errors_of_ours(&instance);
 }
 
+/// Three runs recorded in each submission, two submissions in flight: each run reads what the
+/// one before left, within a submission and across them.
+#[test]
+fn several_runs_in_one_submission_chain_too() {
+    let test = "several_runs_in_one_submission_chain_too";
+    let Some((instance, device)) = testing::device(test, &vkdelegate::compute::requirements())
+    else {
+        return;
+    };
+    let mut p = counter(DeviceChoice::Device(device))
+        .runs_in_flight(2)
+        .runs_per_submission(3)
+        .build()
+        .unwrap();
+    assert_eq!((p.runs_per_submission(), p.most_running()), (3, 6));
+    let x = HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    p.start(Some(std::slice::from_ref(&x))).unwrap();
+    p.start(None).unwrap();
+    assert_eq!(p.running(), 6);
+    let full = p.start(None).unwrap_err();
+    assert!(
+        matches!(
+            full,
+            ProgramError::InFlight {
+                running: 6,
+                most: 6,
+                ..
+            }
+        ),
+        "{full}"
+    );
+    let mut firsts = Vec::new();
+    for k in 0..9 {
+        firsts.push(f32s(&p.finish().unwrap())[0]);
+        // A slot is free once its three runs are read.
+        if k == 2 {
+            p.start(None).unwrap();
+        }
+    }
+    let want: Vec<f32> = (1..=9).map(|k| 2.0 * (1.0 + k as f32)).collect();
+    assert_eq!(firsts, want);
+    drop(p);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
 /// An `i32` result fed into an `i64` input (a position counting up), one run in flight: each
 /// run sees the last one's result.
 #[test]

@@ -333,10 +333,44 @@ fn greedy_tokens_fed_back_on_the_device_are_pytorchs() {
         assert_eq!((made, &first[..]), (3, &tokens[8..11]), "{model}: stopped");
         assert_eq!(lm.position(), 10, "{model}");
         assert_eq!(lm.step_greedy(tokens[10]).unwrap(), tokens[11], "{model}");
+        if model == "tiny_llama" {
+            fed_back_to_the_end_of_the_context(&mut lm, &tokens);
+        }
         let instance = lm.device().instance().clone();
         drop(lm);
         assert_no_validation_errors_of_ours(&instance);
     }
+}
+
+/// Up to the last position of the context, where a whole submission of fed-back steps no
+/// longer fits and the host feeds the last ones: the tokens host-fed steps pick.
+fn fed_back_to_the_end_of_the_context(lm: &mut vkdelegate::llm::LanguageModel, tokens: &[i64]) {
+    let max = lm.metadata().max_context_len;
+    let prompt: Vec<i64> = (0..max - 6).map(|i| tokens[i % tokens.len()]).collect();
+    let (last, head) = prompt.split_last().unwrap();
+    lm.reset();
+    lm.prefill(head).unwrap();
+    let mut want = Vec::new();
+    let mut t = *last;
+    while lm.position() < max {
+        t = lm.step_greedy(t).unwrap();
+        want.push(t);
+    }
+    lm.reset();
+    lm.prefill(head).unwrap();
+    let mut got = Vec::new();
+    let made = lm
+        .decode_greedy(*last, 100, |t| {
+            got.push(t);
+            true
+        })
+        .unwrap();
+    assert_eq!((made, got), (7, want), "to the end of the context");
+    assert_eq!(lm.position(), max);
+    assert!(matches!(
+        lm.decode_greedy(*last, 1, |_| true),
+        Err(vkdelegate::llm::LlmError::ContextFull { .. })
+    ));
 }
 
 fn close(model: &str, pos: usize, got: &[f32], want: &[f32]) {

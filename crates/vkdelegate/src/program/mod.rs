@@ -109,8 +109,10 @@ pub struct ProgramBuilder {
     progress: Option<ProgressFn>,
     /// (tensor, program input) pairs fed back after each run.
     feedbacks: Vec<(String, String)>,
-    /// The most runs in flight.
+    /// The most submissions in flight.
     depth: usize,
+    /// Runs per submission.
+    reps: usize,
 }
 
 impl Default for ProgramBuilder {
@@ -130,6 +132,7 @@ impl Default for ProgramBuilder {
             progress: None,
             feedbacks: Vec::new(),
             depth: 1,
+            reps: 1,
         }
     }
 }
@@ -281,12 +284,23 @@ impl ProgramBuilder {
         self
     }
 
-    /// Lets up to `runs` runs be in flight at once ([`Program::start`], [`Program::finish`];
-    /// default 1, at least 1, at most 4): the program is recorded once per run in flight,
-    /// each with its own output staging. Every output must then be staged (small enough not
-    /// to be moved by the host transfer).
-    pub fn runs_in_flight(mut self, runs: usize) -> Self {
-        self.depth = runs.clamp(1, 4);
+    /// Lets up to `submissions` submissions be in flight at once ([`Program::start`],
+    /// [`Program::finish`]; default 1, at least 1, at most 4): the program is recorded once
+    /// per submission in flight, each with its own output staging. Every output must then be
+    /// staged (small enough not to be moved by the host transfer).
+    pub fn runs_in_flight(mut self, submissions: usize) -> Self {
+        self.depth = submissions.clamp(1, 4);
+        self
+    }
+
+    /// Records `runs` runs one after the other in each submission (default 1, at least 1, at
+    /// most 16), each with its own output staging, so that the device does not stop between
+    /// them: with fed-back outputs ([`ProgramBuilder::feed_back`]), each run reads what the
+    /// one before left. [`Program::start`] then starts that many runs at once, and
+    /// [`Program::finish`] reads them one at a time; [`Program::execute`] returns the first's
+    /// outputs. Every output must be staged, as for [`ProgramBuilder::runs_in_flight`].
+    pub fn runs_per_submission(mut self, runs: usize) -> Self {
+        self.reps = runs.clamp(1, 16);
         self
     }
 
@@ -425,7 +439,11 @@ impl ProgramBuilder {
         }
         self.report(steps.len(), "");
         let (depth, hand_off) = (self.depth, self.hand_off);
-        let plan = PlanParts { feedbacks, depth };
+        let plan = PlanParts {
+            feedbacks,
+            depth,
+            reps: self.reps,
+        };
         Program::assemble(steps, wiring, hand_off, (bound, images), plan)
     }
 
@@ -619,8 +637,10 @@ pub struct DispatchProfile {
 struct PlanParts {
     /// Fed-back tensors: producer, program input, widened.
     feedbacks: Vec<(Source, usize, bool)>,
-    /// The most runs in flight.
+    /// The most submissions in flight.
     depth: usize,
+    /// Runs per submission.
+    reps: usize,
 }
 
 impl Program {
@@ -664,7 +684,7 @@ impl Program {
                 &wiring,
                 (&program.bound, &program.images),
                 feedbacks,
-                parts.depth,
+                (parts.depth, parts.reps),
             )?;
             program.plan = Some(plan);
         }
@@ -757,11 +777,12 @@ impl Program {
         result
     }
 
-    /// Starts a run without waiting for it: on `inputs` (as [`Program::execute`] takes them;
-    /// no run may be in flight then), or, with `None`, on the inputs the last run left: the
-    /// last given, with tensors fed back ([`ProgramBuilder::feed_back`]) in place of theirs.
-    /// Up to [`ProgramBuilder::runs_in_flight`] runs may be in flight; [`Program::finish`]
-    /// reads the oldest one's outputs. A [`ProgramError::InFlight`] says when the start must
+    /// Starts a run (or [`ProgramBuilder::runs_per_submission`] runs) without waiting for
+    /// it: on `inputs` (as [`Program::execute`] takes them; no run may be in flight then), or,
+    /// with `None`, on the inputs the last run left: the last given, with tensors fed back
+    /// ([`ProgramBuilder::feed_back`]) in place of theirs. Up to
+    /// [`ProgramBuilder::runs_in_flight`] submissions may be in flight; [`Program::finish`]
+    /// reads the oldest run's outputs. A [`ProgramError::InFlight`] says when the start must
     /// wait for a finish. Device hand-off, without application buffers.
     pub fn start(&mut self, inputs: Option<&[HostTensor]>) -> Result<()> {
         if self.bound.is_bound() {
@@ -806,6 +827,16 @@ impl Program {
     /// Runs in flight ([`Program::start`]).
     pub fn running(&self) -> usize {
         self.plan.as_ref().map_or(0, DevicePlan::running)
+    }
+
+    /// The most runs in flight at once: submissions in flight times runs per submission.
+    pub fn most_running(&self) -> usize {
+        self.plan.as_ref().map_or(1, DevicePlan::most_running)
+    }
+
+    /// Runs per submission ([`ProgramBuilder::runs_per_submission`]).
+    pub fn runs_per_submission(&self) -> usize {
+        self.plan.as_ref().map_or(1, DevicePlan::reps)
     }
 
     /// Waits for every run in flight, leaving their outputs unread.

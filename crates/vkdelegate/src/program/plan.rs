@@ -22,10 +22,12 @@
 //! Rebinding an image rewrites its conversion's descriptor set and records the command
 //! buffer again from the same parts.
 //!
-//! A plan may keep several runs in flight ([`super::ProgramBuilder::runs_in_flight`]): the
-//! program is recorded once per slot, each with its own command buffer, fence, timestamps and
-//! output staging, so a run's outputs wait on the host while later runs execute. Outputs fed
-//! back into inputs ([`super::ProgramBuilder::feed_back`]) are copied into those inputs'
+//! A plan may keep several submissions in flight ([`super::ProgramBuilder::runs_in_flight`]):
+//! the program is recorded once per slot, each with its own command buffer, fence, timestamps
+//! and output staging, so a run's outputs wait on the host while later runs execute. A slot
+//! may hold several runs one after the other ([`super::ProgramBuilder::runs_per_submission`]),
+//! each with its own output staging, so that the device does not stop between them. Outputs
+//! fed back into inputs ([`super::ProgramBuilder::feed_back`]) are copied into those inputs'
 //! staging at the end of each run, where the next run's upload reads them: back-to-back runs
 //! need no host work between them.
 
@@ -67,9 +69,11 @@ pub(super) struct DevicePlan {
     downloads: Vec<Download>,
     /// Outputs copied into input staging at the end of each run.
     feedbacks: Vec<FeedBack>,
-    /// The slots of the runs in flight, oldest first, and whether each was started while
-    /// another was in flight.
-    in_flight: VecDeque<(usize, bool)>,
+    /// Runs recorded one after the other in each slot.
+    reps: usize,
+    /// The runs in flight, oldest first: slot, run within it, and whether it was queued
+    /// behind another run.
+    in_flight: VecDeque<(usize, usize, bool)>,
     /// The device tick at which the last finished run ended.
     last_end: Option<u64>,
 }
@@ -90,8 +94,8 @@ struct Slot {
     // Field order is drop order: the submission waits for its work first.
     submission: Submission,
     timestamps: Option<Timestamps>,
-    /// The staged program outputs' buffers, in output order.
-    staging_out: Vec<Buffer>,
+    /// Per run of the slot, the staged program outputs' buffers, in output order.
+    staging_out: Vec<Vec<Buffer>>,
 }
 
 /// A tensor copied into a program input's staging after each run.
@@ -177,24 +181,26 @@ fn staging(device: &Device, bytes: u64, usage: vk::BufferUsageFlags, what: &str)
 
 impl DevicePlan {
     /// Records `steps` (loaded in device hand-off, bound to their producers and to the
-    /// application's buffers `bound`) as `wiring` says, once per run in flight (`depth`),
-    /// copying `feedbacks` into their inputs' staging after each run.
+    /// application's buffers `bound`) as `wiring` says, `reps` runs in each of `depth`
+    /// slots, copying `feedbacks` into their inputs' staging after each run.
     pub(super) fn record(
         device: &Device,
         steps: &[&dyn Runner],
         wiring: &Wiring,
         (bound, images): (&Bound, &BoundImages),
         mut feedbacks: Vec<FeedBack>,
-        depth: usize,
+        (depth, reps): (usize, usize),
     ) -> Result<Self> {
         let path = HostPath::for_device(device)?;
+        let reps = reps.max(1);
+        // Per run: before and after each step, and after its last command.
+        let queries = (reps * (steps.len() + 2)) as u32;
         let slots = (0..depth.max(1))
             .map(|_| {
                 Ok(Slot {
                     submission: Submission::new(device, 1, "program")?,
-                    // Before and after each step, and after the last command.
-                    timestamps: Timestamps::new(device, steps.len() as u32 + 2)?,
-                    staging_out: Vec::new(),
+                    timestamps: Timestamps::new(device, queries)?,
+                    staging_out: (0..reps).map(|_| Vec::new()).collect(),
                 })
             })
             .collect::<Result<_>>()?;
@@ -209,6 +215,7 @@ impl DevicePlan {
             uploads: Vec::new(),
             downloads: Vec::new(),
             feedbacks: Vec::new(),
+            reps,
             in_flight: VecDeque::new(),
             last_end: None,
         };
@@ -226,7 +233,7 @@ impl DevicePlan {
         plan.feedbacks = feedbacks;
         plan.plan_outputs(device, steps, wiring, bound, images)?;
         if let Some(o) = plan.host_out.iter().position(Option::is_some) {
-            if plan.slots.len() > 1 {
+            if plan.slots.len() * reps > 1 {
                 return Err(ProgramError::Wiring(format!(
                     "output '{}' is moved by the host transfer (large): one run in flight at \
                      most",
@@ -317,9 +324,9 @@ impl DevicePlan {
                 continue;
             }
             let what = format!("program output '{}'", spec.name);
-            for slot in &mut self.slots {
+            for run in self.slots.iter_mut().flat_map(|s| &mut s.staging_out) {
                 let usage = vk::BufferUsageFlags::TRANSFER_DST;
-                slot.staging_out.push(staging(device, bytes, usage, &what)?);
+                run.push(staging(device, bytes, usage, &what)?);
             }
             self.host_out.push(None);
             self.downloads.push(Download::Staging(produced, bytes));
@@ -331,10 +338,12 @@ impl DevicePlan {
     fn record_again(&mut self, device: &Device, steps: &[&dyn Runner]) -> Result<()> {
         for k in 0..self.slots.len() {
             let cmd = self.slots[k].submission.begin(0)?;
-            // SAFETY: `cmd` is recording; every buffer is live and owned by the plan or the
-            // program's steps, which outlive the plan (see `Program`'s field order); the
-            // images' contract is the caller's.
-            unsafe { self.record_commands(device, cmd, steps, &self.slots[k]) };
+            for run in 0..self.reps {
+                // SAFETY: `cmd` is recording; every buffer is live and owned by the plan or
+                // the program's steps, which outlive the plan (see `Program`'s field order);
+                // the images' contract is the caller's.
+                unsafe { self.record_commands(device, cmd, steps, (&self.slots[k], run)) };
+            }
             self.slots[k].submission.end(0)?;
         }
         Ok(())
@@ -377,6 +386,8 @@ impl DevicePlan {
         found.map(|(_, c)| c)
     }
 
+    /// Records run `run` of `slot`.
+    ///
     /// # Safety
     /// `cmd` is recording; the slices are live.
     unsafe fn record_commands(
@@ -384,16 +395,19 @@ impl DevicePlan {
         device: &Device,
         cmd: vk::CommandBuffer,
         steps: &[&dyn Runner],
-        slot: &Slot,
+        (slot, run): (&Slot, usize),
     ) {
         let (uploads, downloads) = (&self.uploads, &self.downloads);
         let d = device.raw();
+        let base = (run * (steps.len() + 2)) as u32;
         // SAFETY: the caller's contract; copies stay inside the staging buffers (sized from
         // the same specs) and the steps' slices (checked by their delegates at load).
         unsafe {
             if let Some(ts) = &slot.timestamps {
-                ts.reset(cmd);
-                ts.write(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, 0);
+                if run == 0 {
+                    ts.reset(cmd);
+                }
+                ts.write(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, base);
             }
             // The host's writes of the staging, or an earlier run's feedback copies into it.
             let written = Access::HOST_WRITE.and(Access::TRANSFER_WRITE);
@@ -413,11 +427,15 @@ impl DevicePlan {
                 memory_barrier(device, cmd, Access::ANY_WRITE, Access::ANY);
                 step.record_into(cmd);
                 if let Some(ts) = &slot.timestamps {
-                    ts.write(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, k as u32 + 1);
+                    ts.write(
+                        cmd,
+                        vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                        base + k as u32 + 1,
+                    );
                 }
             }
             memory_barrier(device, cmd, Access::ANY_WRITE, Access::TRANSFER_READ);
-            let mut staging = slot.staging_out.iter();
+            let mut staging = slot.staging_out[run].iter();
             for download in downloads {
                 let (src, dst, dst_offset, bytes) = match download {
                     Download::Staging(src, bytes) => match staging.next() {
@@ -438,7 +456,7 @@ impl DevicePlan {
             self.record_feedbacks(device, cmd);
             host_read_barrier(device, cmd);
             if let Some(ts) = &slot.timestamps {
-                let end = ts.count() - 1;
+                let end = base + steps.len() as u32 + 1;
                 ts.write(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, end);
             }
         }
@@ -497,6 +515,16 @@ impl DevicePlan {
         self.in_flight.len()
     }
 
+    /// The most runs in flight.
+    pub(super) fn most_running(&self) -> usize {
+        self.slots.len() * self.reps
+    }
+
+    /// Runs per submission.
+    pub(super) fn reps(&self) -> usize {
+        self.reps
+    }
+
     /// Submits the recorded program (its first slot), waiting on `waits` and signalling
     /// `signals`; no host wait, except for an earlier submission still pending.
     ///
@@ -523,7 +551,7 @@ impl DevicePlan {
         if !pending {
             return Ok(Vec::new());
         }
-        Ok(self.run_times(0, false)?.steps)
+        Ok(self.run_times((0, 0), false)?.steps)
     }
 
     /// Waits for every run in flight, leaving their outputs unread.
@@ -536,12 +564,15 @@ impl DevicePlan {
         Ok(())
     }
 
-    /// The device times of the run `slot` last finished, `queued` behind the run before.
-    fn run_times(&mut self, slot: usize, queued: bool) -> Result<RunTimes> {
+    /// The device times of run `run` of `slot`, last finished, `queued` behind the run
+    /// before.
+    fn run_times(&mut self, (slot, run): (usize, usize), queued: bool) -> Result<RunTimes> {
         let Some(ts) = &self.slots[slot].timestamps else {
             return Ok(RunTimes::default());
         };
-        let ticks = ts.read_ticks(ts.count())?;
+        let per_run = ts.count() as usize / self.reps;
+        let all = ts.read_ticks(ts.count())?;
+        let ticks = &all[run * per_run..(run + 1) * per_run];
         let (start, end) = (ticks[0], ticks[ticks.len() - 1]);
         let time = |a: u64, b: u64| ts.duration(b.wrapping_sub(a));
         let steps = ticks[..ticks.len() - 1]
@@ -559,7 +590,8 @@ impl DevicePlan {
 
     /// Uploads `inputs`, runs the recorded program, waits, and reads `outputs` back; with the
     /// device time of each step where the queue has timestamps. Runs in flight are waited
-    /// for first, their outputs dropped.
+    /// for first, their outputs dropped; where a slot holds several runs, the first's
+    /// outputs are read and the others' dropped at the next run.
     pub(super) fn run(
         &mut self,
         inputs: &[HostTensor],
@@ -571,15 +603,17 @@ impl DevicePlan {
         Ok((out, times, [upload, download]))
     }
 
-    /// Submits a run without waiting: on `inputs` (uploaded first; no run may be in flight
-    /// then), or on the inputs the last run left (the last given, fed-back outputs in place
-    /// of theirs). At most [`DevicePlan::depth`] runs are in flight. The upload's host time.
+    /// Submits a slot's runs without waiting: the first on `inputs` (uploaded first; no run
+    /// may be in flight then), or on the inputs the last run left (the last given, fed-back
+    /// outputs in place of theirs), each later one on the inputs the one before left. At most
+    /// every slot's runs are in flight. The upload's host time.
     pub(super) fn start(&mut self, inputs: Option<&[HostTensor]>) -> Result<Duration> {
         let running = self.in_flight.len();
-        if running >= self.slots.len() || (inputs.is_some() && running > 0) {
+        let most = self.slots.len() * self.reps;
+        if running + self.reps > most || (inputs.is_some() && running > 0) {
             return Err(ProgramError::InFlight {
                 running,
-                most: self.slots.len(),
+                most,
                 with_inputs: inputs.is_some(),
             });
         }
@@ -597,7 +631,8 @@ impl DevicePlan {
         // SAFETY: the command buffer is executable; the steps it records are alive (the
         // program drops the plan first); no semaphores.
         unsafe { submission.submit(0, &[], &[]) }?;
-        self.in_flight.push_back((slot, running > 0));
+        let runs = (0..self.reps).map(|run| (slot, run, running > 0 || run > 0));
+        self.in_flight.extend(runs);
         Ok(upload)
     }
 
@@ -622,7 +657,7 @@ impl DevicePlan {
         &mut self,
         outputs: &[vk_core::TensorSpec],
     ) -> Result<(Vec<HostTensor>, RunTimes, Duration)> {
-        let (slot, queued) = *self
+        let (slot, run, queued) = *self
             .in_flight
             .front()
             .ok_or(ProgramError::NothingInFlight)?;
@@ -631,7 +666,7 @@ impl DevicePlan {
         let copying = std::time::Instant::now();
         let mut out = Vec::with_capacity(outputs.len());
         let mut host_out = self.host_out.iter();
-        let mut staging = self.slots[slot].staging_out.iter();
+        let mut staging = self.slots[slot].staging_out[run].iter();
         for (o, spec) in outputs.iter().enumerate() {
             // An image-bound output's values are in its image: an empty tensor stands in.
             if self.convert_out.iter().any(|(k, _)| *k == o) {
@@ -663,7 +698,7 @@ impl DevicePlan {
             );
         }
         let download = copying.elapsed();
-        Ok((out, self.run_times(slot, queued)?, download))
+        Ok((out, self.run_times((slot, run), queued)?, download))
     }
 }
 
