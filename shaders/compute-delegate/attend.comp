@@ -16,6 +16,11 @@
 // share a query row: each scores BK / LANES keys of a block and sums VAL_D / LANES columns
 // of the output, four at a time. A row whose scores are all -inf gives 0 with `guard` (PyTorch's safe
 // softmax), NaN without (its plain softmax). fp32 arithmetic in both precisions.
+//
+// CAUSAL (a prompt's attention over a KV cache, placed by the graph's passes in place of
+// attend_cache.comp): query row i sits at position start + i, where start is `plus`, plus the
+// device's position (the one int at binding 3, where `has_pos`; no biases then), and sees
+// the keys up to it; key blocks past a query block's last position are not loaded.
 // variant: f16 -DDTYPE_F16
 #extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
@@ -27,6 +32,7 @@ layout(constant_id = 0) const uint HEAD_D = 64;
 layout(constant_id = 1) const uint VAL_D = 64;
 layout(constant_id = 2) const uint BK = 32;
 layout(constant_id = 3) const uint BIASES = 0;
+layout(constant_id = 4) const uint CAUSAL = 0;
 
 const uint THREADS = 128;
 const uint LANES = 4;
@@ -42,6 +48,8 @@ layout(std430, set = 0, binding = 0) readonly buffer Q { T q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { T k[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { T v[]; };
 layout(std430, set = 0, binding = 3) readonly buffer B0 { T bias0[]; };
+// CAUSAL: the position.
+layout(std430, set = 0, binding = 3) readonly buffer Pos { int pos[]; };
 layout(std430, set = 0, binding = 4) readonly buffer B1 { T bias1[]; };
 // Per operand (q, k, v, bias0, bias1, y): off, s0, s1, s2, srow, scol.
 layout(std430, set = 0, binding = 5) readonly buffer Layout { uint lay[]; };
@@ -59,6 +67,9 @@ layout(push_constant) uniform Params {
     // The batch's inner dims (its outer one is the rest).
     uint n1;
     uint n2;
+    // CAUSAL: the first query's position, `plus` (+ pos[0] where `has_pos`).
+    int plus;
+    uint has_pos;
 } pc;
 
 shared vec4 qs[BQ * QK_ROW];
@@ -92,6 +103,10 @@ void main() {
     uint b0_r = lay[OP_B0 * 6 + 4], b0_c = lay[OP_B0 * 6 + 5];
     uint b1_r = lay[OP_B1 * 6 + 4], b1_c = lay[OP_B1 * 6 + 5];
     uint y_r = lay[OP_Y * 6 + 4], y_c = lay[OP_Y * 6 + 5];
+    uint start = 0;
+    if (CAUSAL != 0) {
+        start = uint(max(pc.plus + (pc.has_pos != 0 ? pos[0] : 0), 0));
+    }
     for (uint item = gl_WorkGroupID.x; item < pc.items; item += gl_NumWorkGroups.x) {
         uint b = item / pc.qblocks;
         uint row0 = (item % pc.qblocks) * BQ;
@@ -117,7 +132,9 @@ void main() {
         [[unroll]] for (uint c = 0; c < VCOLS; ++c) {
             acc[c] = vec4(0.0);
         }
-        for (uint k0 = 0; k0 < pc.sk; k0 += BK) {
+        // CAUSAL: the keys up to the block's last query's position.
+        uint keys = CAUSAL != 0 ? min(pc.sk, start + min(row0 + BQ, pc.sq)) : pc.sk;
+        for (uint k0 = 0; k0 < keys; k0 += BK) {
             barrier();
             for (uint e = t; e < BK * D4; e += THREADS) {
                 uint j = e / D4, c = 4 * (e % D4);
@@ -158,14 +175,15 @@ void main() {
                 uint j = lane + LANES * jj;
                 uint key = k0 + j;
                 float a = (a4[jj].x + a4[jj].y) + (a4[jj].z + a4[jj].w);
-                bool live = key < pc.sk && row < pc.sq;
+                bool seen = key < pc.sk && (CAUSAL == 0 || key <= start + row);
+                bool live = seen && row < pc.sq;
                 if (BIASES > 0 && live) {
                     a += float(bias0[b0b + row * b0_r + key * b0_c]);
                 }
                 if (BIASES > 1 && live) {
                     a += float(bias1[b1b + row * b1_r + key * b1_c]);
                 }
-                sc[jj] = key < pc.sk ? a : NEG_INF;
+                sc[jj] = seen ? a : NEG_INF;
                 ps[r * BK + j] = sc[jj];
             }
             barrier();

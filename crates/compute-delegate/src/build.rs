@@ -76,6 +76,7 @@ impl GraphBuilder {
             let shared = device.capabilities().limits.max_compute_shared_memory_size;
             let fused = self.with_attention_fused(shared);
             let fused = fused
+                .or_else(|| self.with_prompt_attention_blocked(shared))
                 .or_else(|| self.with_gated_products_fused())
                 .or_else(|| self.with_residuals_fused())
                 .or_else(|| self.with_norms_fused())

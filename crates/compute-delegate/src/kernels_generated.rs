@@ -436,6 +436,8 @@ pub(crate) mod push {
         pub guard: u32,
         pub n1: u32,
         pub n2: u32,
+        pub plus: i32,
+        pub has_pos: u32,
     }
 
     const _: () = assert!(

@@ -99,6 +99,7 @@ mod placement;
 mod runtime;
 mod threads;
 
+pub use attention_fusion::PROMPT_ATTENTION_ENV;
 #[cfg(feature = "bench")]
 pub use bench::{BenchRow, bench, bench_requirements};
 pub use constants::ConstantPool;

@@ -197,6 +197,9 @@ fn bench(r: &GenerateArgs) -> Result {
     }
     if r.profile {
         profile(&mut model)?;
+        if let Some(&n) = r.bench.iter().max() {
+            prefill_profile(&mut model, n)?;
+        }
     }
     let (lengths, (count, bytes)) = model.built();
     eprintln!(
@@ -270,6 +273,33 @@ fn profile(model: &mut LanguageModel) -> Result {
             &d.op,
             format!("{:?}", d.shape)
         );
+    }
+    Ok(())
+}
+
+/// The device time of the `n`-token prefill program (as last run), summed per op: the
+/// costliest 12.
+fn prefill_profile(model: &mut LanguageModel, n: usize) -> Result {
+    let Some(program) = model.program_of(n) else {
+        return Ok(());
+    };
+    let rows = program.profile()?;
+    let mut per_op: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
+    for d in &rows {
+        let e = per_op.entry(format!("{} {:?}", d.op, d.shape)).or_default();
+        e.0 += 1;
+        e.1 += d.time;
+    }
+    let total: Duration = rows.iter().map(|d| d.time).sum();
+    println!(
+        "prefill of {n} tokens: {} dispatches, {:.3} ms of device time; the costliest:",
+        rows.len(),
+        ms(total)
+    );
+    let mut ops: Vec<_> = per_op.into_iter().collect();
+    ops.sort_by_key(|o| std::cmp::Reverse(o.1.1));
+    for (what, (k, t)) in ops.into_iter().take(12) {
+        println!("  {what:64} {k:5} {:9.3} ms", ms(t));
     }
     Ok(())
 }

@@ -165,6 +165,16 @@ impl LanguageModel {
             .expect("the one-token program is built at load and never dropped")
     }
 
+    /// The program run for `tokens` tokens at once, if built: the greedy one where built,
+    /// else the one reading the logits (for its profile: [`Program::profile`]).
+    pub fn program_of(&mut self, tokens: usize) -> Option<&mut Program> {
+        let key = [Readback::Greedy, Readback::Logits]
+            .map(|r| (tokens, r))
+            .into_iter()
+            .find(|k| self.programs.contains_key(k))?;
+        self.programs.get_mut(&key)
+    }
+
     /// The token counts built so far (each once, whatever it reads back), and the constants
     /// they share (count, bytes).
     pub fn built(&self) -> (Vec<usize>, (usize, u64)) {

@@ -294,6 +294,45 @@ fn greedy_tokens_picked_on_the_device_are_pytorchs() {
     }
 }
 
+/// A chunk of 16 tokens or more attends in blocks of queries (`attend.comp`'s causal mode over
+/// the cache): its logits match PyTorch's at position 0, and, at a later position, those of
+/// the same tokens fed one at a time.
+#[test]
+fn long_prompt_chunks_attend_in_blocks_as_token_by_token() {
+    testing::validate_every_instance();
+    for model in ["tiny_llama", "tiny_llama_4w"] {
+        let bytes: std::sync::Arc<[u8]> =
+            std::fs::read(dir(model).join("model.pte")).unwrap().into();
+        let choice = vkdelegate::program::DeviceChoice::Standalone;
+        let mut lm = match vkdelegate::llm::LanguageModel::load(bytes, choice) {
+            Ok(m) => m,
+            Err(e) => return testing::skip(model, &e.to_string()),
+        };
+        let (_, tokens) = npy::<i64>(model, "tokens.npy");
+        let (shape, logits) = npy::<f32>(model, "logits.npy");
+        let vocab = shape[1];
+        assert_eq!(tokens.len(), 16);
+        let got = lm.prefill(&tokens).unwrap();
+        close(model, 15, &got, &logits[15 * vocab..16 * vocab]);
+        let again = lm.prefill(&tokens).unwrap();
+        let profile = lm.program_of(16).unwrap().profile().unwrap();
+        assert!(
+            profile.iter().any(|d| d.op.contains("[Attend")),
+            "{model}: the 16-token chunk attends in blocks"
+        );
+        lm.reset();
+        lm.prefill(&tokens).unwrap();
+        let mut want = Vec::new();
+        for &t in &tokens {
+            want = lm.step(t).unwrap();
+        }
+        close(model, 31, &again, &want);
+        let instance = lm.device().instance().clone();
+        drop(lm);
+        assert_no_validation_errors_of_ours(&instance);
+    }
+}
+
 /// Greedy decoding with each token fed back on the device (`decode_greedy`: two steps in
 /// flight, no host work between them) continues the prompt as PyTorch's greedy choice does;
 /// stopping early leaves the position at the tokens read, and host-fed steps continue from
