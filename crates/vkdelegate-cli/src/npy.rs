@@ -14,8 +14,8 @@ use vkdelegate::vk_core::{DType, HostTensor};
 
 type Result<T> = std::result::Result<T, String>;
 
-/// Reads an `.npy` file (f32, i64, i32, i16, i8, u8, bool; C or Fortran order, the latter
-/// converted to C order).
+/// Reads an `.npy` file (f32, f16, i64, i32, i16, i8, u8, bool; C or Fortran order, the
+/// latter converted to C order).
 pub fn read(path: &Path) -> Result<HostTensor> {
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let bytes = std::fs::read(path).map_err(|e| err(&e))?;
@@ -43,6 +43,10 @@ pub fn read(path: &Path) -> Result<HostTensor> {
 fn read_data(npy: npyz::NpyFile<&[u8]>, descr: &str) -> Result<(DType, Vec<u8>)> {
     Ok(match descr {
         "<f4" => (DType::F32, flat(npy.into_vec::<f32>(), f32::to_le_bytes)?),
+        "<f2" => (
+            DType::F16,
+            flat(npy.into_vec::<half::f16>(), half::f16::to_le_bytes)?,
+        ),
         "<i4" => (DType::I32, flat(npy.into_vec::<i32>(), i32::to_le_bytes)?),
         "<i2" => (DType::I16, flat(npy.into_vec::<i16>(), i16::to_le_bytes)?),
         "<i8" => (DType::I64, flat(npy.into_vec::<i64>(), i64::to_le_bytes)?),
@@ -125,10 +129,12 @@ pub fn write(path: &Path, t: &HostTensor) -> Result<()> {
         DType::I8 => write_as(path, &shape, b.iter().map(|&v| v as i8)),
         DType::U8 => write_as(path, &shape, b.iter().copied()),
         DType::Bool => write_as(path, &shape, b.iter().map(|&v| v != 0)),
-        DType::F16 => Err(format!(
-            "{}: writing f16 .npy files is not supported",
-            path.display()
-        )),
+        DType::F16 => write_as(
+            path,
+            &shape,
+            b.chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]])),
+        ),
     }
 }
 
@@ -165,6 +171,15 @@ mod tests {
             HostTensor::from_f32(vec![2, 3], &[1.0, 2.0, 3.0, -4.0, 5.5, 6.0]).unwrap(),
             HostTensor::from_i8(vec![4], &[-1, 2, -3, 4]).unwrap(),
             HostTensor::from_i32(vec![1, 1, 2], &[7, -8]).unwrap(),
+            HostTensor::new(
+                DType::F16,
+                vec![3],
+                [1.5f32, -2.0, 0.25]
+                    .iter()
+                    .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                    .collect(),
+            )
+            .unwrap(),
         ] {
             let p = dir.join("t.npy");
             write(&p, &t).unwrap();
