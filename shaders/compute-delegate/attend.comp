@@ -103,9 +103,10 @@ void main() {
     uint b0_r = lay[OP_B0 * 6 + 4], b0_c = lay[OP_B0 * 6 + 5];
     uint b1_r = lay[OP_B1 * 6 + 4], b1_c = lay[OP_B1 * 6 + 5];
     uint y_r = lay[OP_Y * 6 + 4], y_c = lay[OP_Y * 6 + 5];
-    uint start = 0;
+    // CAUSAL: the first query's position (rows before position 0 see no key).
+    int start = 0;
     if (CAUSAL != 0) {
-        start = uint(max(pc.plus + (pc.has_pos != 0 ? pos[0] : 0), 0));
+        start = pc.plus + (pc.has_pos != 0 ? pos[0] : 0);
     }
     for (uint item = gl_WorkGroupID.x; item < pc.items; item += gl_NumWorkGroups.x) {
         uint b = item / pc.qblocks;
@@ -133,7 +134,10 @@ void main() {
             acc[c] = vec4(0.0);
         }
         // CAUSAL: the keys up to the block's last query's position.
-        uint keys = CAUSAL != 0 ? min(pc.sk, start + min(row0 + BQ, pc.sq)) : pc.sk;
+        uint keys = pc.sk;
+        if (CAUSAL != 0) {
+            keys = uint(clamp(start + int(min(row0 + BQ, pc.sq)), 0, int(pc.sk)));
+        }
         for (uint k0 = 0; k0 < keys; k0 += BK) {
             barrier();
             for (uint e = t; e < BK * D4; e += THREADS) {
@@ -175,7 +179,7 @@ void main() {
                 uint j = lane + LANES * jj;
                 uint key = k0 + j;
                 float a = (a4[jj].x + a4[jj].y) + (a4[jj].z + a4[jj].w);
-                bool seen = key < pc.sk && (CAUSAL == 0 || key <= start + row);
+                bool seen = key < pc.sk && (CAUSAL == 0 || int(key) <= start + int(row));
                 bool live = seen && row < pc.sq;
                 if (BIASES > 0 && live) {
                     a += float(bias0[b0b + row * b0_r + key * b0_c]);

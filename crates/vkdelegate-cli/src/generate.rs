@@ -151,9 +151,10 @@ fn bench(r: &GenerateArgs) -> Result {
                 model.reset();
                 let next = feed(&mut model, &mut sampler, &prompt)?;
                 let t = Instant::now();
-                model.decode_greedy(next, r.tokens, |_| true)?;
+                let made = model.decode_greedy(next, r.tokens, |_| true)?;
                 if k > 0 {
-                    fed.push(t.elapsed());
+                    // As long as `r.tokens` steps would have taken (a full context makes fewer).
+                    fed.push(t.elapsed().mul_f64(r.tokens as f64 / made.max(1) as f64));
                 }
                 fed_step = Some(model.program().last_timings().clone());
             }
@@ -198,7 +199,10 @@ fn bench(r: &GenerateArgs) -> Result {
     if r.profile {
         profile(&mut model)?;
         if let Some(&n) = r.bench.iter().max() {
-            prefill_profile(&mut model, n)?;
+            // The largest chunk that prompt ran in: a power of two up to the bound.
+            let bound = model.metadata().max_chunk.max(1);
+            let chunk = 1 << (usize::BITS - 1 - n.min(bound).max(1).leading_zeros());
+            prefill_profile(&mut model, chunk)?;
         }
     }
     let (lengths, (count, bytes)) = model.built();

@@ -226,12 +226,14 @@ impl LanguageModel {
             last.set(t);
             on_token(t)
         };
-        let fed = run_fed_back(program, &inputs, (n, room), &mut read);
+        let mut made = 0;
+        let fed = run_fed_back(program, &inputs, (n, room), &mut made, &mut read);
         let settled = program.settle();
-        let (mut made, stopped) = fed?;
-        settled?;
+        // The tokens read went into the cache whatever failed after them.
         self.position += made;
         self.last_read = Readback::FedBack;
+        let stopped = fed?;
+        settled?;
         // Near the end of the context, where a whole submission of steps does not fit, the
         // host feeds the last tokens.
         let mut go_on = !stopped;
@@ -496,22 +498,23 @@ fn greedy_tail(
 }
 
 /// Runs the fed-back `program` from `inputs` for up to `n` tokens, keeping the next
-/// submission queued, and never past `room` steps; the tokens read (each given to `on_token`,
-/// which stops the run by returning `false`) and whether it stopped. Steps still in flight are
-/// left to the caller.
+/// submission queued, and never past `room` steps, counting the tokens read in `made` (each
+/// given to `on_token`, which stops the run by returning `false`); whether it stopped. Steps
+/// still in flight are left to the caller.
 fn run_fed_back(
     program: &mut Program,
     inputs: &[HostTensor],
     (n, room): (usize, usize),
+    made: &mut usize,
     on_token: &mut impl FnMut(i64) -> bool,
-) -> Result<(usize, bool), LlmError> {
+) -> Result<bool, LlmError> {
     let steps = program.runs_per_submission();
     if n == 0 || steps > room {
-        return Ok((0, false));
+        return Ok(false);
     }
     program.start(Some(inputs))?;
-    let (mut started, mut made) = (steps, 0);
-    while made < n {
+    let mut started = steps;
+    while *made < n {
         while started < n
             && started + steps <= room
             && program.running() + steps <= program.most_running()
@@ -528,12 +531,12 @@ fn run_fed_back(
             .and_then(HostTensor::to_i32)
             .and_then(|t| t.first().copied())
             .ok_or_else(|| LlmError::NotALanguageModel("the argmax is not an i32".into()))?;
-        made += 1;
+        *made += 1;
         if !on_token(i64::from(token)) {
-            return Ok((made, true));
+            return Ok(true);
         }
     }
-    Ok((made, false))
+    Ok(false)
 }
 
 /// The largest power of two at most `left` and `max` (at least 1).

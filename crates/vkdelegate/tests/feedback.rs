@@ -207,6 +207,8 @@ fn feedbacks_that_cannot_be_are_named() {
     );
     let unmade = problem(counter(on()).feed_back("w", "x"));
     assert!(unmade.contains("no step produces"), "{unmade}");
+    let twice = problem(counter(on()).feed_back("z", "x"));
+    assert!(twice.contains("another tensor"), "{twice}");
     let host = problem(counter(on()).hand_off(HandOff::Host));
     assert!(host.contains("device hand-off"), "{host}");
     let dtype = ProgramBuilder::new()

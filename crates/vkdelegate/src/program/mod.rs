@@ -372,6 +372,14 @@ impl ProgramBuilder {
             .collect::<Result<_>>()?;
         let wiring = self.wire(&prepared)?;
         let feedbacks = self.feedback_sources(&wiring)?;
+        let bound_any = !self.bound_inputs.is_empty() || !self.bound_outputs.is_empty();
+        if (self.depth > 1 || self.reps > 1) && bound_any {
+            return Err(ProgramError::Wiring(
+                "a program bound to application buffers runs by `submit`, one run at a time: \
+                 runs in flight and runs per submission are for host inputs"
+                    .into(),
+            ));
+        }
         let buffers_in = self.bound_inputs.keys().map(String::as_str).collect();
         let buffers_out = self.bound_outputs.keys().map(String::as_str).collect();
         let images = image::resolve(
@@ -448,10 +456,11 @@ impl ProgramBuilder {
     }
 
     /// Each fed-back tensor's producer and program input, checked.
-    fn feedback_sources(&self, wiring: &Wiring) -> Result<Vec<(Source, usize, bool)>> {
+    fn feedback_sources(&self, wiring: &Wiring) -> Result<Vec<FedBack>> {
         self.feedbacks
             .iter()
-            .map(|(output, input)| {
+            .enumerate()
+            .map(|(at, (output, input))| {
                 let problem = |p: &str| ProgramError::FeedBack {
                     output: output.clone(),
                     input: input.clone(),
@@ -479,13 +488,24 @@ impl ProgramBuilder {
                         have.dtype, want.dtype
                     )));
                 }
+                if self.feedbacks[..at].iter().any(|f| f.1 == *input) {
+                    return Err(problem("another tensor is fed back into that input too"));
+                }
+                if want.bytes().unwrap_or(0) == 0 {
+                    return Err(problem("the input has no bytes"));
+                }
                 if have.shape.iter().product::<usize>() != want.shape.iter().product::<usize>() {
                     return Err(problem(&format!(
                         "{:?} and {:?} have different element counts",
                         have.shape, want.shape
                     )));
                 }
-                Ok((Source::Step { step: k, output: j }, i, widen))
+                Ok((
+                    Source::Step { step: k, output: j },
+                    i,
+                    widen,
+                    output.clone(),
+                ))
             })
             .collect()
     }
@@ -633,10 +653,14 @@ pub struct DispatchProfile {
     pub barrier_before: bool,
 }
 
+/// A fed-back tensor: its producer, the program input it becomes, whether it is widened
+/// (`i32` into `i64`), and its name.
+type FedBack = (Source, usize, bool, String);
+
 /// What the device plan is recorded with beyond the steps and their wiring.
 struct PlanParts {
-    /// Fed-back tensors: producer, program input, widened.
-    feedbacks: Vec<(Source, usize, bool)>,
+    /// Fed-back tensors.
+    feedbacks: Vec<FedBack>,
     /// The most submissions in flight.
     depth: usize,
     /// Runs per submission.
@@ -667,10 +691,12 @@ impl Program {
             let feedbacks = parts
                 .feedbacks
                 .iter()
-                .map(|&(source, input, widen)| {
+                .map(|(source, input, widen, name)| {
+                    let (source, input, widen) = (*source, *input, *widen);
                     let spec = &wiring.inputs[input];
                     let bytes = spec.bytes().unwrap_or(0) as u64 / if widen { 2 } else { 1 };
                     Ok(plan::FeedBack {
+                        name: name.clone(),
                         src: plan::output_source(&runners, source)?,
                         bytes,
                         input,
@@ -792,11 +818,13 @@ impl Program {
             vk_core::check_inputs(&self.host_inputs(), inputs)?;
         }
         let start = Instant::now();
-        let upload = self.device_plan()?.start(inputs)?;
+        let plan = self.device_plan()?;
+        let upload = plan.start(inputs)?;
+        let runs = plan.reps();
         if inputs.is_some() {
             self.last.host_upload = upload;
         }
-        self.started.push_back(start);
+        self.started.extend(std::iter::repeat_n(start, runs));
         Ok(())
     }
 
@@ -887,6 +915,13 @@ impl Program {
         let images_only = self.images.all(self.inputs.len(), self.outputs.len());
         if !self.bound.is_bound() && !images_only {
             return Err(self.binding_error(error::BindingProblem::NotBound));
+        }
+        if self.running() > 0 {
+            return Err(ProgramError::InFlight {
+                running: self.running(),
+                most: self.most_running(),
+                with_inputs: false,
+            });
         }
         let plan = self
             .plan

@@ -100,6 +100,8 @@ struct Slot {
 
 /// A tensor copied into a program input's staging after each run.
 pub(super) struct FeedBack {
+    /// The tensor's name.
+    pub name: String,
     /// The tensor's device slice (a step's output).
     pub src: BufferSlice,
     /// Its bytes.
@@ -223,7 +225,7 @@ impl DevicePlan {
         let staged = plan.plan_inputs(device, steps, wiring, (bound, images), &fed)?;
         for f in &mut feedbacks {
             f.input = staged[f.input].ok_or_else(|| ProgramError::FeedBack {
-                output: String::new(),
+                output: f.name.clone(),
                 input: wiring.inputs[f.input].name.clone(),
                 problem: "the input is not staged (bound to a buffer or an image, or moved \
                           by the host transfer)"
@@ -483,11 +485,15 @@ impl DevicePlan {
                     d.cmd_copy_buffer(cmd, f.src.buffer, dst.raw(), &region);
                     continue;
                 }
-                // Each value into its element's low word, zero into its high word: disjoint
-                // ranges, so no barrier between them.
+                // Zero into each element's high word, then each value into its low word: one
+                // element's two words are disjoint (no barrier); more are filled whole first.
                 let elements = f.bytes / 4;
-                for k in 0..elements {
-                    d.cmd_fill_buffer(cmd, dst.raw(), 8 * k + 4, 4, 0);
+                if elements == 1 {
+                    d.cmd_fill_buffer(cmd, dst.raw(), 4, 4, 0);
+                } else {
+                    d.cmd_fill_buffer(cmd, dst.raw(), 0, 2 * f.bytes, 0);
+                    let filled = Access::TRANSFER_WRITE;
+                    memory_barrier(device, cmd, filled, Access::TRANSFER_WRITE);
                 }
                 let regions: Vec<vk::BufferCopy> = (0..elements)
                     .map(|k| {
@@ -556,10 +562,11 @@ impl DevicePlan {
 
     /// Waits for every run in flight, leaving their outputs unread.
     pub(super) fn settle(&mut self) -> Result<()> {
-        self.in_flight.clear();
         for slot in &mut self.slots {
             slot.submission.wait()?;
         }
+        // Only once every wait succeeded: a failed one leaves its runs in flight.
+        self.in_flight.clear();
         self.transfer.wait()?;
         Ok(())
     }
@@ -574,7 +581,9 @@ impl DevicePlan {
         let all = ts.read_ticks(ts.count())?;
         let ticks = &all[run * per_run..(run + 1) * per_run];
         let (start, end) = (ticks[0], ticks[ticks.len() - 1]);
-        let time = |a: u64, b: u64| ts.duration(b.wrapping_sub(a));
+        // A run's first timestamp may be written before the run ahead of it has ended (it
+        // waits for nothing): overlaps count as no time.
+        let time = |a: u64, b: u64| ts.duration(b.saturating_sub(a));
         let steps = ticks[..ticks.len() - 1]
             .windows(2)
             .map(|w| time(w[0], w[1]));
@@ -617,17 +626,24 @@ impl DevicePlan {
                 with_inputs: inputs.is_some(),
             });
         }
+        let slot = (0..self.slots.len())
+            .find(|k| !self.in_flight.iter().any(|f| f.0 == *k))
+            .unwrap_or(0);
+        // An earlier failed wait leaves a submission pending: finish it before reuse, and
+        // every one before new inputs overwrite the staging their uploads read.
+        let pending = match inputs {
+            Some(_) => 0..self.slots.len(),
+            None => slot..slot + 1,
+        };
+        for k in pending {
+            self.slots[k].submission.wait()?;
+        }
         let copying = std::time::Instant::now();
         if let Some(inputs) = inputs {
             self.write_inputs(inputs)?;
         }
         let upload = copying.elapsed();
-        let slot = (0..self.slots.len())
-            .find(|k| !self.in_flight.iter().any(|f| f.0 == *k))
-            .unwrap_or(0);
         let submission = &mut self.slots[slot].submission;
-        // An earlier failed wait leaves the submission pending: finish it before reuse.
-        submission.wait()?;
         // SAFETY: the command buffer is executable; the steps it records are alive (the
         // program drops the plan first); no semaphores.
         unsafe { submission.submit(0, &[], &[]) }?;
