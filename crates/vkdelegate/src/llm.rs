@@ -345,10 +345,19 @@ impl LanguageModel {
         let (requests, work) = mpsc::channel::<Request>();
         let (done, results) = mpsc::channel();
         let metadata = self.metadata.clone();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut model = self;
             for request in work {
                 let result = match request {
+                    Request::Decode(token, n) => {
+                        let stopped = || stopping.load(std::sync::atomic::Ordering::Relaxed);
+                        let made = model.decode_greedy(token, n, |t| {
+                            done.send(Ok(Reply::Token(t))).is_ok() && !stopped()
+                        });
+                        made.map(|_| Reply::Decoded)
+                    }
                     Request::Step(token, Readback::Logits) => model.step(token).map(Reply::Logits),
                     Request::Step(token, _) => model.step_greedy(token).map(Reply::Token),
                     Request::Prefill(tokens, Readback::Logits) => {
@@ -369,6 +378,7 @@ impl LanguageModel {
             requests: Some(requests),
             results,
             pending: None,
+            stop,
             metadata,
             thread: Some(thread),
         }
@@ -548,6 +558,8 @@ fn chunk_len(left: usize, max: usize) -> usize {
 enum Request {
     Step(i64, Readback),
     Prefill(Vec<i64>, Readback),
+    /// [`LanguageModel::decode_greedy`] of a token for up to this many tokens.
+    Decode(i64, usize),
     Reset,
 }
 
@@ -556,6 +568,8 @@ enum Request {
 enum Reply {
     Logits(Vec<f32>),
     Token(i64),
+    /// A decode's end (its tokens sent before, each as a `Token`).
+    Decoded,
 }
 
 /// A [`LanguageModel`] stepping on a thread of its own: [`BackgroundModel::submit`] returns at
@@ -568,6 +582,8 @@ pub struct BackgroundModel {
     results: mpsc::Receiver<Result<Reply, LlmError>>,
     /// What the running step reads back, if one runs.
     pending: Option<Readback>,
+    /// Asks a running decode to stop after its next token.
+    stop: Arc<std::sync::atomic::AtomicBool>,
     metadata: Metadata,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -604,6 +620,27 @@ impl BackgroundModel {
         self.start(r, Readback::Greedy)
     }
 
+    /// Starts greedy decoding with the tokens fed back on the device
+    /// ([`LanguageModel::decode_greedy`]): `token` at the next position, then up to `n`
+    /// tokens, each given by [`BackgroundModel::poll_token`] as it is read back;
+    /// [`BackgroundModel::stop`] ends it early. One request at a time: it runs until
+    /// `poll_token` has given every token and then `None`.
+    pub fn submit_decode(&mut self, token: i64, n: usize) -> Result<(), LlmError> {
+        self.stop.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.start(Request::Decode(token, n), Readback::FedBack)
+    }
+
+    /// Asks a decode started by [`BackgroundModel::submit_decode`] to stop after the token
+    /// it is reading; `poll_token` still gives the tokens made until then.
+    pub fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a request runs (its results not all polled yet).
+    pub fn is_busy(&self) -> bool {
+        self.pending.is_some()
+    }
+
     fn start(&mut self, r: Request, read: Readback) -> Result<(), LlmError> {
         if self.pending.is_some() {
             return Err(LlmError::Busy);
@@ -618,19 +655,46 @@ impl BackgroundModel {
     pub fn poll(&mut self) -> Option<Result<Vec<f32>, LlmError>> {
         match self.take(Readback::Logits)? {
             Ok(Reply::Logits(l)) => Some(Ok(l)),
-            Ok(Reply::Token(_)) => Some(Err(LlmError::Stopped)),
+            Ok(_) => Some(Err(LlmError::Stopped)),
             Err(e) => Some(Err(e)),
         }
     }
 
     /// The greedy token of the step submitted by [`BackgroundModel::submit_greedy`] or
-    /// [`BackgroundModel::submit_prompt_greedy`], once ready (`None`: not yet, or none
-    /// submitted).
+    /// [`BackgroundModel::submit_prompt_greedy`], or the next token of a decode
+    /// ([`BackgroundModel::submit_decode`]), once ready (`None`: not yet, none submitted, or
+    /// the decode has ended).
     pub fn poll_token(&mut self) -> Option<Result<i64, LlmError>> {
+        if self.pending == Some(Readback::FedBack) {
+            return self.decoded_token();
+        }
         match self.take(Readback::Greedy)? {
             Ok(Reply::Token(t)) => Some(Ok(t)),
-            Ok(Reply::Logits(_)) => Some(Err(LlmError::Stopped)),
+            Ok(_) => Some(Err(LlmError::Stopped)),
             Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// A running decode's next token; its end clears the request.
+    fn decoded_token(&mut self) -> Option<Result<i64, LlmError>> {
+        let reply = match self.results.try_recv() {
+            Ok(r) => r,
+            Err(mpsc::TryRecvError::Empty) => return None,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                self.pending = None;
+                return Some(Err(LlmError::Stopped));
+            }
+        };
+        match reply {
+            Ok(Reply::Token(t)) => Some(Ok(t)),
+            Ok(_) => {
+                self.pending = None;
+                None
+            }
+            Err(e) => {
+                self.pending = None;
+                Some(Err(e))
+            }
         }
     }
 

@@ -168,6 +168,35 @@ fn a_background_model_is_driven_by_submit_and_poll() {
     };
     assert_eq!(got, want);
     assert_eq!(inline.position(), 4);
+    // A decode with the tokens fed back on the device streams its tokens through poll_token,
+    // as the inline model makes them; a stop ends the next one early.
+    let mut want = Vec::new();
+    inline
+        .decode_greedy(got, 6, |t| {
+            want.push(t);
+            true
+        })
+        .unwrap();
+    let streamed = |background: &mut vkdelegate::llm::BackgroundModel| {
+        let mut tokens = Vec::new();
+        while background.is_busy() {
+            match background.poll_token() {
+                Some(t) => tokens.push(t.unwrap()),
+                None => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        tokens
+    };
+    background.submit_decode(got, 6).unwrap();
+    assert!(matches!(
+        background.submit_greedy(1),
+        Err(vkdelegate::llm::LlmError::Busy)
+    ));
+    assert_eq!(streamed(&mut background), want);
+    background.submit_decode(want[5], 100).unwrap();
+    background.stop();
+    let few = streamed(&mut background);
+    assert!((1..=2).contains(&few.len()), "{few:?}");
     inline.reset();
     assert_eq!(inline.position(), 0);
 }
