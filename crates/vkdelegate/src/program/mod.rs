@@ -217,6 +217,7 @@ impl ProgramBuilder {
 
     /// The steps rewritten by `f`, given them and the declared outputs (a front end joining
     /// steps it appended into one graph).
+    #[cfg(feature = "compute")]
     pub(crate) fn map_steps(
         mut self,
         f: impl FnOnce(Vec<StepSpec>, &[String]) -> Vec<StepSpec>,
