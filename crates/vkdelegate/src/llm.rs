@@ -411,7 +411,8 @@ const SUBMISSIONS_IN_FLIGHT: usize = 2;
 /// (about 14 us on an H200), not between the steps of one.
 const STEPS_PER_SUBMISSION: usize = 4;
 
-/// Overrides [`STEPS_PER_SUBMISSION`] (1 to 16), for tuning.
+/// Overrides the decode steps per submission of [`LanguageModel::decode_greedy`] (1 to 16;
+/// default 4), for tuning.
 pub const STEPS_PER_SUBMISSION_ENV: &str = "VKDELEGATE_DECODE_STEPS_PER_SUBMISSION";
 
 fn steps_per_submission() -> usize {
