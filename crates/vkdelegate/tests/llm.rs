@@ -26,6 +26,27 @@ fn npy<T: npyz::Deserialize>(model: &str, name: &str) -> (Vec<usize>, Vec<T>) {
     (shape, npy.into_vec::<T>().unwrap())
 }
 
+/// The language model of fixture `model` on the standalone device; `None` (the skip said)
+/// where it cannot load.
+fn language_model(model: &str) -> Option<vkdelegate::llm::LanguageModel> {
+    let bytes: std::sync::Arc<[u8]> = std::fs::read(dir(model).join("model.pte")).unwrap().into();
+    let choice = vkdelegate::program::DeviceChoice::Standalone;
+    match vkdelegate::llm::LanguageModel::load(bytes, choice) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            testing::skip(model, &e.to_string());
+            None
+        }
+    }
+}
+
+/// Drops `lm`, then asserts its instance saw no validation error.
+fn validated(lm: vkdelegate::llm::LanguageModel) {
+    let instance = lm.device().instance().clone();
+    drop(lm);
+    assert_no_validation_errors_of_ours(&instance);
+}
+
 fn long(v: i64) -> HostTensor {
     HostTensor::new(DType::I64, vec![1], v.to_le_bytes().to_vec()).unwrap()
 }
@@ -224,12 +245,8 @@ fn a_prompt_prefilled_in_chunks_continues_as_pytorch() {
     testing::validate_every_instance();
     let mut fp32_once = None;
     for model in ["tiny_llama", "tiny_llama_4w"] {
-        let bytes: std::sync::Arc<[u8]> =
-            std::fs::read(dir(model).join("model.pte")).unwrap().into();
-        let choice = vkdelegate::program::DeviceChoice::Standalone;
-        let mut lm = match vkdelegate::llm::LanguageModel::load(bytes, choice) {
-            Ok(m) => m,
-            Err(e) => return testing::skip(model, &e.to_string()),
+        let Some(mut lm) = language_model(model) else {
+            return;
         };
         assert_eq!(lm.metadata().max_chunk, 63, "{model}: the exported bound");
         let (_, tokens) = npy::<i64>(model, "tokens.npy");
@@ -276,9 +293,7 @@ fn a_prompt_prefilled_in_chunks_continues_as_pytorch() {
             "{model}: the 2- and 4-token programs added {} bytes",
             pooled[1] - pooled[0]
         );
-        let instance = lm.device().instance().clone();
-        drop(lm);
-        assert_no_validation_errors_of_ours(&instance);
+        validated(lm);
     }
 }
 
@@ -289,12 +304,8 @@ fn a_prompt_prefilled_in_chunks_continues_as_pytorch() {
 fn greedy_tokens_picked_on_the_device_are_pytorchs() {
     testing::validate_every_instance();
     for model in ["tiny_llama", "tiny_llama_4w", "tiny_llama_8da4w"] {
-        let bytes: std::sync::Arc<[u8]> =
-            std::fs::read(dir(model).join("model.pte")).unwrap().into();
-        let choice = vkdelegate::program::DeviceChoice::Standalone;
-        let mut lm = match vkdelegate::llm::LanguageModel::load(bytes, choice) {
-            Ok(m) => m,
-            Err(e) => return testing::skip(model, &e.to_string()),
+        let Some(mut lm) = language_model(model) else {
+            return;
         };
         let (_, tokens) = npy::<i64>(model, "tokens.npy");
         // The prompt through the logits programs up to its last token, then greedy.
@@ -317,9 +328,7 @@ fn greedy_tokens_picked_on_the_device_are_pytorchs() {
             tokens[8],
             "{model}"
         );
-        let instance = lm.device().instance().clone();
-        drop(lm);
-        assert_no_validation_errors_of_ours(&instance);
+        validated(lm);
     }
 }
 
@@ -330,12 +339,8 @@ fn greedy_tokens_picked_on_the_device_are_pytorchs() {
 fn long_prompt_chunks_attend_in_blocks_as_token_by_token() {
     testing::validate_every_instance();
     for model in ["tiny_llama", "tiny_llama_4w"] {
-        let bytes: std::sync::Arc<[u8]> =
-            std::fs::read(dir(model).join("model.pte")).unwrap().into();
-        let choice = vkdelegate::program::DeviceChoice::Standalone;
-        let mut lm = match vkdelegate::llm::LanguageModel::load(bytes, choice) {
-            Ok(m) => m,
-            Err(e) => return testing::skip(model, &e.to_string()),
+        let Some(mut lm) = language_model(model) else {
+            return;
         };
         let (_, tokens) = npy::<i64>(model, "tokens.npy");
         let (shape, logits) = npy::<f32>(model, "logits.npy");
@@ -356,26 +361,20 @@ fn long_prompt_chunks_attend_in_blocks_as_token_by_token() {
             want = lm.step(t).unwrap();
         }
         close(model, 31, &again, &want);
-        let instance = lm.device().instance().clone();
-        drop(lm);
-        assert_no_validation_errors_of_ours(&instance);
+        validated(lm);
     }
 }
 
-/// Greedy decoding with each token fed back on the device (`decode_greedy`: two steps in
-/// flight, no host work between them) continues the prompt as PyTorch's greedy choice does;
+/// Greedy decoding with each token fed back on the device (`decode_greedy`: steps queued
+/// ahead, no host work between them) continues the prompt as PyTorch's greedy choice does;
 /// stopping early leaves the position at the tokens read, and host-fed steps continue from
 /// there.
 #[test]
 fn greedy_tokens_fed_back_on_the_device_are_pytorchs() {
     testing::validate_every_instance();
     for model in ["tiny_llama", "tiny_llama_4w", "tiny_llama_8da4w"] {
-        let bytes: std::sync::Arc<[u8]> =
-            std::fs::read(dir(model).join("model.pte")).unwrap().into();
-        let choice = vkdelegate::program::DeviceChoice::Standalone;
-        let mut lm = match vkdelegate::llm::LanguageModel::load(bytes, choice) {
-            Ok(m) => m,
-            Err(e) => return testing::skip(model, &e.to_string()),
+        let Some(mut lm) = language_model(model) else {
+            return;
         };
         let (_, tokens) = npy::<i64>(model, "tokens.npy");
         lm.prefill(&tokens[..7]).unwrap();
@@ -404,9 +403,7 @@ fn greedy_tokens_fed_back_on_the_device_are_pytorchs() {
         if model == "tiny_llama" {
             fed_back_to_the_end_of_the_context(&mut lm, &tokens);
         }
-        let instance = lm.device().instance().clone();
-        drop(lm);
-        assert_no_validation_errors_of_ours(&instance);
+        validated(lm);
     }
 }
 
