@@ -720,7 +720,7 @@ impl GraphBuilder {
 fn cache_push(push: &[u32]) -> AttendCachePush {
     use std::mem::offset_of;
     type P = AttendCachePush;
-    let w = |at: usize| push.get(at / 4).copied().unwrap_or(0);
+    let w = |at: usize| crate::fusion::word(push, at);
     AttendCachePush {
         groups: w(offset_of!(P, groups)),
         s: w(offset_of!(P, s)),

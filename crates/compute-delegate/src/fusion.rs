@@ -76,7 +76,7 @@ fn touches(g: &GraphBuilder, n: &Node, st: usize) -> bool {
 }
 
 /// Word `field` (a byte offset) of a push block held as words.
-fn word(push: &[u32], field: usize) -> u32 {
+pub(crate) fn word(push: &[u32], field: usize) -> u32 {
     push.get(field / 4).copied().unwrap_or(0)
 }
 

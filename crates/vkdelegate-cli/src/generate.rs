@@ -9,7 +9,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use vkdelegate::llm::{LanguageModel, Sampler};
-use vkdelegate::program::DeviceChoice;
+use vkdelegate::program::{DeviceChoice, DispatchProfile};
 
 use crate::GenerateArgs;
 use crate::tokenizer::Tokenizer;
@@ -232,15 +232,8 @@ fn step_split(model: &mut LanguageModel) {
 fn profile(model: &mut LanguageModel) -> Result {
     let position = model.position();
     let rows = model.program().profile()?;
-    let mut per_op: std::collections::BTreeMap<&str, (usize, Duration)> = Default::default();
-    for d in &rows {
-        let e = per_op.entry(d.op.as_str()).or_default();
-        e.0 += 1;
-        e.1 += d.time;
-    }
     let total: Duration = rows.iter().map(|d| d.time).sum();
-    let mut ops: Vec<_> = per_op.into_iter().collect();
-    ops.sort_by_key(|o| std::cmp::Reverse(o.1.1));
+    let ops = costliest(&rows, |d| d.op.clone());
     let barriers = rows.iter().filter(|d| d.barrier_before).count();
     println!(
         "decode step at position {position}: {} dispatches, {barriers} barriers, {:.3} ms of \
@@ -252,15 +245,9 @@ fn profile(model: &mut LanguageModel) -> Result {
         println!("  {op:32} {n:5} {:9.3} ms", ms(t));
     }
     // The same by the shape each writes and its work groups: which products cost most.
-    let mut per_shape: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
-    for d in &rows {
-        let key = format!("{} {:?} groups {}", d.op, d.shape, d.groups[0]);
-        let e = per_shape.entry(key).or_default();
-        e.0 += 1;
-        e.1 += d.time;
-    }
-    let mut shapes: Vec<_> = per_shape.into_iter().collect();
-    shapes.sort_by_key(|o| std::cmp::Reverse(o.1.1));
+    let shapes = costliest(&rows, |d| {
+        format!("{} {:?} groups {}", d.op, d.shape, d.groups[0])
+    });
     println!("by shape (the costliest 16; us each):");
     for (what, (n, t)) in shapes.into_iter().take(16) {
         let each = t.as_secs_f64() * 1e6 / n.max(1) as f64;
@@ -288,24 +275,33 @@ fn prefill_profile(model: &mut LanguageModel, n: usize) -> Result {
         return Ok(());
     };
     let rows = program.profile()?;
-    let mut per_op: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
-    for d in &rows {
-        let e = per_op.entry(format!("{} {:?}", d.op, d.shape)).or_default();
-        e.0 += 1;
-        e.1 += d.time;
-    }
     let total: Duration = rows.iter().map(|d| d.time).sum();
     println!(
         "prefill of {n} tokens: {} dispatches, {:.3} ms of device time; the costliest:",
         rows.len(),
         ms(total)
     );
-    let mut ops: Vec<_> = per_op.into_iter().collect();
-    ops.sort_by_key(|o| std::cmp::Reverse(o.1.1));
+    let ops = costliest(&rows, |d| format!("{} {:?}", d.op, d.shape));
     for (what, (k, t)) in ops.into_iter().take(12) {
         println!("  {what:64} {k:5} {:9.3} ms", ms(t));
     }
     Ok(())
+}
+
+/// The dispatches' count and summed time per `key`, the costliest first.
+fn costliest(
+    rows: &[DispatchProfile],
+    key: impl Fn(&DispatchProfile) -> String,
+) -> Vec<(String, (usize, Duration))> {
+    let mut per: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
+    for d in rows {
+        let e = per.entry(key(d)).or_default();
+        e.0 += 1;
+        e.1 += d.time;
+    }
+    let mut out: Vec<_> = per.into_iter().collect();
+    out.sort_by_key(|o| std::cmp::Reverse(o.1.1));
+    out
 }
 
 /// One line: rates of the fastest, median and slowest run (and the median in ms).
