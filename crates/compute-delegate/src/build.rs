@@ -88,11 +88,18 @@ impl GraphBuilder {
             }
         }
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
-        let coop = if self.has_f16_gemm() {
+        let coop = if self.has_f16_gemm() || self.has_f16_attention() {
             crate::coop::usable(device, options.cooperative)
         } else {
             None
         };
+        if let Some(on) = (options.fuses() && self.has_f16_attention())
+            .then(|| crate::coop_attention::usable(device, options.cooperative, coop))
+            .flatten()
+            .and_then(|tile| self.with_attention_on_matrices(device, tile))
+        {
+            return on.build_with(device, options);
+        }
         let limits = &device.capabilities().limits;
         let placement = match options.fuses() && concats_in_place() {
             true => self.concats_in_place(limits.min_storage_buffer_offset_alignment.max(16)),

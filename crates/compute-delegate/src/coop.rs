@@ -177,15 +177,16 @@ pub(crate) const NV2_FEATURES: Features = Features::COOPERATIVE_MATRIX_WORKGROUP
     .union(Features::COOPERATIVE_MATRIX_TENSOR_ADDRESSING_NV)
     .union(Features::COOPERATIVE_MATRIX_PER_ELEMENT_OPERATIONS_NV);
 
-/// Every feature a cooperative GEMM may use: asked for, optionally, by graphs with fp16
-/// GEMMs.
+/// Every feature a cooperative GEMM or attention may use: asked for, optionally, by graphs
+/// with fp16 GEMMs.
 pub const COOPERATIVE_FEATURES: Features = Features::COOPERATIVE_MATRIX
     .union(Features::SHADER_FLOAT16)
     .union(Features::STORAGE_BUFFER_16BIT)
     .union(Features::MAINTENANCE_4)
     .union(Features::VULKAN_MEMORY_MODEL)
     .union(Features::VULKAN_MEMORY_MODEL_DEVICE_SCOPE)
-    .union(NV2_FEATURES);
+    .union(NV2_FEATURES)
+    .union(crate::coop_attention::NV2_ATTENTION_FEATURES);
 
 /// The subgroup-scope kernel's block is 128 x 128 split among 2 x 2 subgroups, stepping K by
 /// 32.
@@ -657,7 +658,7 @@ fn check_conv(device: &Device, config: CoopConfig, stride: usize) -> crate::Resu
     Ok(None)
 }
 
-fn f16_values(t: &HostTensor) -> Vec<f32> {
+pub(crate) fn f16_values(t: &HostTensor) -> Vec<f32> {
     t.bytes()
         .chunks_exact(2)
         .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
@@ -665,7 +666,7 @@ fn f16_values(t: &HostTensor) -> Vec<f32> {
 }
 
 /// Deterministic values in [-1, 1), rounded to fp16.
-fn values(n: usize, seed: u32) -> Vec<f32> {
+pub(crate) fn values(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
     (0..n)
         .map(|_| {
@@ -678,7 +679,7 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-fn f16_tensor(shape: Vec<usize>, v: &[f32]) -> crate::Result<HostTensor> {
+pub(crate) fn f16_tensor(shape: Vec<usize>, v: &[f32]) -> crate::Result<HostTensor> {
     let bytes: Vec<u8> = v
         .iter()
         .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())

@@ -1015,6 +1015,20 @@ impl GraphBuilder {
         })
     }
 
+    /// Whether an fp16 `attend.comp` node (a fused attention) is in the graph: it may run on
+    /// cooperative matrices (`coop_attention.rs`).
+    pub(crate) fn has_f16_attention(&self) -> bool {
+        self.nodes.iter().any(|n| {
+            matches!(
+                n.op,
+                Op::Kernel {
+                    kernel: crate::kernels::Kernel::Attend,
+                    ..
+                }
+            ) && self.tensors[n.out.0].dtype == DType::F16
+        })
+    }
+
     /// Another float operand of an op whose first float operand is `first`: the same dtype
     /// (all float operands of one op share it).
     pub(crate) fn same_float(

@@ -16,6 +16,8 @@ pub(crate) enum Kernel {
     AttendCache,
     /// `attend_cache_sg.comp`.
     AttendCacheSg,
+    /// `attend_coop2.comp`.
+    AttendCoop2,
     /// `attend_split.comp`.
     AttendSplit,
     /// `attend_split_sg.comp`.
@@ -117,13 +119,14 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 54] = [
+    pub(crate) const ALL: [Kernel; 55] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
         Kernel::Attend,
         Kernel::AttendCache,
         Kernel::AttendCacheSg,
+        Kernel::AttendCoop2,
         Kernel::AttendSplit,
         Kernel::AttendSplitSg,
         Kernel::Binary,
@@ -183,6 +186,7 @@ impl Kernel {
             Kernel::Attend => include_bytes!("../spirv/attend.spv"),
             Kernel::AttendCache => include_bytes!("../spirv/attend_cache.spv"),
             Kernel::AttendCacheSg => include_bytes!("../spirv/attend_cache_sg.spv"),
+            Kernel::AttendCoop2 => include_bytes!("../spirv/attend_coop2.spv"),
             Kernel::AttendSplit => include_bytes!("../spirv/attend_split.spv"),
             Kernel::AttendSplitSg => include_bytes!("../spirv/attend_split_sg.spv"),
             Kernel::Binary => include_bytes!("../spirv/binary.spv"),
@@ -244,6 +248,7 @@ impl Kernel {
             Kernel::Attend => Some(include_bytes!("../spirv/attend_f16.spv")),
             Kernel::AttendCache => Some(include_bytes!("../spirv/attend_cache_f16.spv")),
             Kernel::AttendCacheSg => Some(include_bytes!("../spirv/attend_cache_sg_f16.spv")),
+            Kernel::AttendCoop2 => Some(include_bytes!("../spirv/attend_coop2.spv")),
             Kernel::AttendSplit => Some(include_bytes!("../spirv/attend_split_f16.spv")),
             Kernel::AttendSplitSg => Some(include_bytes!("../spirv/attend_split_sg_f16.spv")),
             Kernel::Binary => Some(include_bytes!("../spirv/binary_f16.spv")),
@@ -304,6 +309,7 @@ impl Kernel {
             Kernel::Attend => 7,
             Kernel::AttendCache => 7,
             Kernel::AttendCacheSg => 7,
+            Kernel::AttendCoop2 => 7,
             Kernel::AttendSplit => 9,
             Kernel::AttendSplitSg => 9,
             Kernel::Binary => 3,
@@ -359,7 +365,11 @@ impl Kernel {
     pub(crate) fn fp16_by_nature(self) -> bool {
         matches!(
             self,
-            Kernel::ConvCoop2 | Kernel::ConvPack | Kernel::GemmCoop | Kernel::GemmCoop2
+            Kernel::AttendCoop2
+                | Kernel::ConvCoop2
+                | Kernel::ConvPack
+                | Kernel::GemmCoop
+                | Kernel::GemmCoop2
         )
     }
 
@@ -368,7 +378,7 @@ impl Kernel {
     pub(crate) fn cooperative(self) -> bool {
         matches!(
             self,
-            Kernel::ConvCoop2 | Kernel::GemmCoop | Kernel::GemmCoop2
+            Kernel::AttendCoop2 | Kernel::ConvCoop2 | Kernel::GemmCoop | Kernel::GemmCoop2
         )
     }
 }
@@ -487,6 +497,27 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<AttendCacheSgPush>() as u32 <= super::super::PUSH_BYTES,
         "attend_cache_sg.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `attend_coop2.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct AttendCoop2Push {
+        pub items: u32,
+        pub qblocks: u32,
+        pub sq: u32,
+        pub sk: u32,
+        pub scale: f32,
+        pub guard: u32,
+        pub n1: u32,
+        pub n2: u32,
+        pub plus: i32,
+        pub has_pos: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<AttendCoop2Push>() as u32 <= super::super::PUSH_BYTES,
+        "attend_coop2.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `attend_split.comp`'s push constants.

@@ -83,6 +83,7 @@ pub mod bench;
 mod build;
 mod constants;
 mod coop;
+mod coop_attention;
 mod error;
 mod fold;
 mod graph;
@@ -106,6 +107,7 @@ pub use constants::ConstantPool;
 pub use coop::{
     COOPERATIVE_FEATURES, CoopPolicy, cooperative_conv_kernel, cooperative_gemm_kernel,
 };
+pub use coop_attention::{ATTENTION_COOP2_ENV, cooperative_attention_kernel};
 pub use error::{Error, Result};
 pub use graph::{
     BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,

@@ -246,3 +246,104 @@ fn fp16_conv2d_uses_the_chosen_kernel_and_matches() {
     run_conv(&device, [1, 16, 96, 88], 200, 3, dilated, true);
     assert_no_validation_errors(&instance);
 }
+
+/// A ViT's and a BERT's attention in fp16, heads of 64: q, k and v permuted out of one product
+/// `[s, 3 h d]` and the output permuted back (the ViT), a mask with one row all -inf under
+/// PyTorch's guard (BERT). On cooperative matrices where the device runs them, and through
+/// `attend.comp` otherwise; either way as the graph built without cooperative matrices, and
+/// as a host reference.
+#[test]
+fn fp16_attention_uses_the_chosen_kernel_and_matches() {
+    let test = "fp16_attention_uses_the_chosen_kernel_and_matches";
+    let Some((instance, device)) = device(test) else {
+        return;
+    };
+    let (s, h, d) = (70usize, 3usize, 64usize);
+    let mut g = GraphBuilder::new();
+    g.set_float(DType::F16);
+    let qkv = g.input("qkv", DType::F16, &[s, 3 * h * d]).unwrap();
+    let qkv = g
+        .reshape(qkv, &[s as isize, 3, h as isize, d as isize])
+        .unwrap();
+    let qkv = g.permute(qkv, &[1, 2, 0, 3]).unwrap();
+    let [q, k, v] = [0, 1, 2].map(|i| {
+        let t = g.slice(qkv, 0, i, i + 1, 1).unwrap();
+        g.reshape(t, &[h as isize, s as isize, d as isize]).unwrap()
+    });
+    let mut mask = values(s * s, 5);
+    for (i, m) in mask.iter_mut().enumerate() {
+        if i / s == 3 || i % 7 == 0 {
+            *m = f32::NEG_INFINITY;
+        }
+    }
+    let mask_t = g.constant("mask", tensor(&[s, s], &mask)).unwrap();
+    let kt = g.permute(k, &[0, 2, 1]).unwrap();
+    let scores = g.matmul(q, kt).unwrap();
+    let scores = g.mul_scalar(scores, 0.125).unwrap();
+    let scores = g.add(scores, mask_t).unwrap();
+    let inf = g
+        .compare_scalar(scores, compute_delegate::Compare::Eq, f32::NEG_INFINITY)
+        .unwrap();
+    let live = g.logical_not(inf).unwrap();
+    let any = g.any(live, &[-1], true).unwrap();
+    let dead = g.logical_not(any).unwrap();
+    let p = g.softmax(scores, -1).unwrap();
+    let zeros = g.full_as("zeros", &[1], 0.0, DType::F16).unwrap();
+    let p = g.where_(dead, zeros, p).unwrap();
+    let y = g.matmul(p, v).unwrap();
+    let y = g.permute(y, &[1, 0, 2]).unwrap();
+    g.output(y).unwrap();
+    let x = values(s * 3 * h * d, 6);
+    let input = [tensor(&[s, 3 * h * d], &x)];
+    let want = compute_delegate::cooperative_attention_kernel(&device).unwrap_or("Attend_f16");
+    let mut graph = g.build(&device).unwrap();
+    assert!(
+        graph.kernels().iter().any(|k| k == want),
+        "{:?}, expected {want}",
+        graph.kernels()
+    );
+    let got = read(&graph.execute(&input).unwrap()[0]);
+    let off = BuildOptions {
+        cooperative: CoopPolicy::Off,
+        ..BuildOptions::default()
+    };
+    let mut plain = g.build_with(&device, &off).unwrap();
+    assert!(plain.kernels().iter().any(|k| k == "Attend_f16"));
+    let plain = read(&plain.execute(&input).unwrap()[0]);
+    let at = |i: usize, which: usize, head: usize, c: usize| {
+        x[i * 3 * h * d + (which * h + head) * d + c]
+    };
+    for i in 0..s {
+        for head in 0..h {
+            let scores: Vec<f64> = (0..s)
+                .map(|j| {
+                    let dot: f64 = (0..d)
+                        .map(|c| f64::from(at(i, 0, head, c)) * f64::from(at(j, 1, head, c)))
+                        .sum();
+                    dot * 0.125 + f64::from(mask[i * s + j])
+                })
+                .collect();
+            let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|sc| (sc - top).exp()).collect();
+            let total: f64 = w.iter().sum();
+            for c in 0..d {
+                let r = if top == f64::NEG_INFINITY {
+                    0.0
+                } else {
+                    (0..s)
+                        .map(|j| w[j] * f64::from(at(j, 2, head, c)))
+                        .sum::<f64>()
+                        / total
+                };
+                let o = (i * h + head) * d + c;
+                for (what, got) in [("chosen", got[o]), ("plain", plain[o])] {
+                    assert!(
+                        (f64::from(got) - r).abs() <= 4e-3,
+                        "{what} [{i}][{head}][{c}] = {got}, expected {r}"
+                    );
+                }
+            }
+        }
+    }
+    assert_no_validation_errors(&instance);
+}

@@ -2644,6 +2644,88 @@ fn attention_over_a_kv_cache_matches_its_definition() {
     });
 }
 
+/// A prompt's `sdpa_with_kv_cache` (16 queries or more, enough work groups not to split
+/// rows) against its definition, in fp32 and fp16: each query over the cache rows up to its
+/// own position, eight query heads over two key heads, chunks of 40 and 70 queries (ragged
+/// blocks of queries and of keys) at positions 0 and 100, the latter also read from the
+/// device. They run as blocks of queries: `attend.comp`'s CAUSAL mode, or in fp16 its
+/// cooperative-matrix counterpart where the device runs it.
+#[test]
+fn a_prompt_attends_over_its_cache_as_defined() {
+    each_precision("prompt_attention", |dev, dtype| {
+        let (hq, hk, d, max) = (8usize, 2usize, 64usize, 200usize);
+        let matrices =
+            dtype == DType::F16 && compute_delegate::cooperative_attention_kernel(dev).is_some();
+        for (s, start, on_device) in [(40usize, 0usize, false), (70, 100, false), (70, 100, true)] {
+            let q = rand_vec(151, s * hq * d);
+            let (k, v) = (rand_vec(152, s * hk * d), rand_vec(153, s * hk * d));
+            let (kc, vc) = (rand_vec(154, max * hk * d), rand_vec(155, max * hk * d));
+            let shapes = [
+                vec![1, s, hq, d],
+                vec![1, s, hk, d],
+                vec![1, s, hk, d],
+                vec![1, max, hk, d],
+                vec![1, max, hk, d],
+            ];
+            let mut g = GraphBuilder::new();
+            g.set_float(dtype);
+            let mut args: Vec<Arg> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, shape)| {
+                    let x = g.input(&format!("x{i}"), DType::F32, shape).unwrap();
+                    Arg::Tensor(g.cast(x, dtype).unwrap())
+                })
+                .collect();
+            args.push(if on_device {
+                let value = g.input("pos", DType::I32, &[1]).unwrap();
+                Arg::DeviceInt { value, plus: 0 }
+            } else {
+                Arg::Int(start as i64)
+            });
+            let y = ops::find("llama::sdpa_with_kv_cache")
+                .unwrap()
+                .call(&mut g, args)
+                .unwrap()[0];
+            let y = g.cast(y, DType::F32).unwrap();
+            g.output(y).unwrap();
+            let mut graph = g.build(dev).unwrap();
+            let want_kernel = if matrices { "AttendCoop2" } else { "Attend" };
+            let kernels = graph.kernels();
+            assert!(
+                kernels
+                    .iter()
+                    .any(|k| k.trim_end_matches("_f16") == want_kernel),
+                "{dtype:?} {s} queries: {kernels:?}, expected {want_kernel}"
+            );
+            let mut ins: Vec<HostTensor> = [&q, &k, &v, &kc, &vc]
+                .iter()
+                .zip(&shapes)
+                .map(|(x, shape)| HostTensor::from_f32(shape.clone(), x).unwrap())
+                .collect();
+            if on_device {
+                ins.push(HostTensor::from_i32(vec![1], &[start as i32]).unwrap());
+            }
+            let got = graph.execute(&ins).unwrap()[0].to_f32().unwrap();
+            let write = |cache: &[f32], new: &[f32]| {
+                let mut c = cache.to_vec();
+                c[start * hk * d..(start + s) * hk * d].copy_from_slice(new);
+                c
+            };
+            let (kc, vc) = (write(&kc, &k), write(&vc, &v));
+            let mut want = Vec::with_capacity(s * hq * d);
+            for i in 0..s {
+                for h in 0..hq {
+                    let qrow = &q[(i * hq + h) * d..][..d];
+                    let kv = (h / (hq / hk), hk);
+                    want.extend(attend_ref(qrow, [&kc, &vc], kv, start + i + 1));
+                }
+            }
+            assert_close(&got, &want, dtype, &format!("{s} queries at {start}"));
+        }
+    });
+}
+
 /// KV caches given as graph inputs and written in place by the attention's cache writes, with
 /// inputs forced through host staging: the outputs equal those of the build without staging,
 /// and validation finds no hazard. (On an H200, whose small inputs are copied from staging

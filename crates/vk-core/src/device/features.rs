@@ -73,6 +73,10 @@ bitflags::bitflags! {
         const COOPERATIVE_MATRIX_PER_ELEMENT_OPERATIONS_NV = 1 << 27;
         /// `pipelineExecutableInfo` (`VK_KHR_pipeline_executable_properties`).
         const PIPELINE_EXECUTABLE_INFO = 1 << 28;
+        /// `cooperativeMatrixReductions` (`VK_NV_cooperative_matrix2`).
+        const COOPERATIVE_MATRIX_REDUCTIONS_NV = 1 << 29;
+        /// `cooperativeMatrixConversions` (`VK_NV_cooperative_matrix2`).
+        const COOPERATIVE_MATRIX_CONVERSIONS_NV = 1 << 30;
     }
 }
 
@@ -277,6 +281,18 @@ const TABLE: &[Row] = &[
                 .cooperative_matrix2
                 .cooperative_matrix_per_element_operations
         },
+    },
+    Row {
+        flag: Features::COOPERATIVE_MATRIX_REDUCTIONS_NV,
+        name: "cooperativeMatrixReductions",
+        source: Source::Extension(nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME),
+        field: |c| &mut c.cooperative_matrix2.cooperative_matrix_reductions,
+    },
+    Row {
+        flag: Features::COOPERATIVE_MATRIX_CONVERSIONS_NV,
+        name: "cooperativeMatrixConversions",
+        source: Source::Extension(nv::COOPERATIVE_MATRIX_2_EXTENSION_NAME),
+        field: |c| &mut c.cooperative_matrix2.cooperative_matrix_conversions,
     },
     Row {
         flag: Features::PIPELINE_EXECUTABLE_INFO,
