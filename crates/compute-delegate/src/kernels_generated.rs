@@ -72,6 +72,8 @@ pub(crate) enum Kernel {
     Im2col,
     /// `index_dim.comp`.
     IndexDim,
+    /// `int_ops.comp`.
+    IntOps,
     /// `layer_norm.comp`.
     LayerNorm,
     /// `layer_norm_sg.comp`.
@@ -119,7 +121,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 55] = [
+    pub(crate) const ALL: [Kernel; 56] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -154,6 +156,7 @@ impl Kernel {
         Kernel::GemvTSg,
         Kernel::Im2col,
         Kernel::IndexDim,
+        Kernel::IntOps,
         Kernel::LayerNorm,
         Kernel::LayerNormSg,
         Kernel::PixelShuffle,
@@ -214,6 +217,7 @@ impl Kernel {
             Kernel::GemvTSg => include_bytes!("../spirv/gemv_t_sg.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::IndexDim => include_bytes!("../spirv/index_dim.spv"),
+            Kernel::IntOps => include_bytes!("../spirv/int_ops.spv"),
             Kernel::LayerNorm => include_bytes!("../spirv/layer_norm.spv"),
             Kernel::LayerNormSg => include_bytes!("../spirv/layer_norm_sg.spv"),
             Kernel::PixelShuffle => include_bytes!("../spirv/pixel_shuffle.spv"),
@@ -276,6 +280,7 @@ impl Kernel {
             Kernel::GemvTSg => Some(include_bytes!("../spirv/gemv_t_sg_f16.spv")),
             Kernel::Im2col => Some(include_bytes!("../spirv/im2col_f16.spv")),
             Kernel::IndexDim => Some(include_bytes!("../spirv/index_dim_f16.spv")),
+            Kernel::IntOps => None,
             Kernel::LayerNorm => Some(include_bytes!("../spirv/layer_norm_f16.spv")),
             Kernel::LayerNormSg => Some(include_bytes!("../spirv/layer_norm_sg_f16.spv")),
             Kernel::PixelShuffle => Some(include_bytes!("../spirv/pixel_shuffle_f16.spv")),
@@ -337,6 +342,7 @@ impl Kernel {
             Kernel::GemvTSg => 9,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
+            Kernel::IntOps => 3,
             Kernel::LayerNorm => 4,
             Kernel::LayerNormSg => 4,
             Kernel::PixelShuffle => 2,
@@ -1089,6 +1095,35 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<IndexDimPush>() as u32 <= super::super::PUSH_BYTES,
         "index_dim.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `int_ops.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct IntOpsPush {
+        pub n: u32,
+        pub d1: u32,
+        pub d2: u32,
+        pub d3: u32,
+        pub sa0: u32,
+        pub sa1: u32,
+        pub sa2: u32,
+        pub sa3: u32,
+        pub sb0: u32,
+        pub sb1: u32,
+        pub sb2: u32,
+        pub sb3: u32,
+        pub shift: u32,
+        pub in_zp: i32,
+        pub out_zp: i32,
+        pub lo: i32,
+        pub hi: i32,
+        pub channels: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<IntOpsPush>() as u32 <= super::super::PUSH_BYTES,
+        "int_ops.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `layer_norm.comp`'s push constants.

@@ -92,7 +92,7 @@ mod layout;
 mod lower;
 mod merge;
 pub mod ops;
-pub use ops::Math;
+pub use ops::{IntBinary, IntReduce, IntRescale, Math};
 mod fusion;
 mod options;
 mod passes;

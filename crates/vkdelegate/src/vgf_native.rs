@@ -108,6 +108,7 @@ fn lowered(op: Operator) -> bool {
                 | Pad
                 | Tile
                 | Rescale
+                | Table
         )
 }
 
@@ -137,8 +138,12 @@ fn typed(n: &Node) -> bool {
     match (n.op, n.result.element) {
         (_, Element::Float(16 | 32)) => true,
         (Greater | GreaterEqual | Equal, Element::Bool) => true,
-        (Rescale, Element::Int(8 | 32)) => true,
-        (Conv2d | DepthwiseConv2d | Add, Element::Int(32)) => true,
+        (Rescale, Element::Int(8 | 16 | 32)) => true,
+        (Conv2d | DepthwiseConv2d | Add | Sub | Mul | Maximum | Minimum, Element::Int(32)) => true,
+        (ReduceSum, Element::Int(32)) => true,
+        (ReduceMax | ReduceMin, Element::Int(8 | 16 | 32)) => true,
+        (Table, Element::Int(8)) => true,
+        (Reshape, Element::Int(16 | 32)) => true,
         // Edge transposes of int8 tensors cancel against NCHW convolutions.
         (Transpose | Reshape | AvgPool2d, Element::Int(8)) => true,
         _ => false,
@@ -153,8 +158,9 @@ fn check(graph: &TosaGraph) -> Result<()> {
         .filter_map(|n| match (lowered(n.op), typed(n)) {
             (true, true) => None,
             (true, false) => Some(format!(
-                "{} on {:?} at word {} (integer operators run natively as int8 convolutions, \
-                 additions and pools between RESCALEs)",
+                "{} on {:?} at word {} (integer operators run natively as TOSA's integer \
+                 arithmetic, RESCALEs, int8 TABLEs, reductions and reshapes, and int8 \
+                 convolutions and pools)",
                 n.op.name(),
                 n.result.element,
                 n.at
@@ -316,11 +322,20 @@ impl<'a> Lowering<'a> {
                 .ok_or_else(|| unsupported(format!("graph input {i} is not a model input"))),
             Operand::Node(n) => match self.nodes[*n] {
                 Value::Tosa(t) => Ok(t),
-                Value::Pending => Err(unsupported(format!(
-                    "the int32 result of {} at word {} is read by other than a RESCALE to int8",
-                    self.graph.nodes[*n].op.name(),
-                    self.graph.nodes[*n].at
-                ))),
+                Value::Pending => {
+                    let node = &self.graph.nodes[*n];
+                    if matches!(node.op, Operator::Conv2d | Operator::DepthwiseConv2d) {
+                        return Err(unsupported(format!(
+                            "the int32 result of {} at word {} is read by other than a \
+                             RESCALE to int8",
+                            node.op.name(),
+                            node.at
+                        )));
+                    }
+                    let t = self.integer(node)?;
+                    self.nodes[*n] = Value::Tosa(t);
+                    Ok(t)
+                }
                 Value::Nchw(t) => {
                     if let Some(&done) = self.nhwc.get(n) {
                         return Ok(done);
@@ -337,6 +352,21 @@ impl<'a> Lowering<'a> {
                 let t = self.graph_constant(*id, ty.element, ty.shape.as_deref())?;
                 self.constants.insert(*id, t);
                 Ok(t)
+            }
+            Operand::Constant(c) if matches!(c.element, Element::Int(_)) => {
+                // Integer constants are held widened to int32 words.
+                let shape = dims(c.shape.as_deref(), "a constant")?;
+                let values: Vec<i32> = c
+                    .ints()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|&v| i32::try_from(v))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|_| unsupported("an integer constant beyond 32 bits".into()))?;
+                let t = HostTensor::from_i32(shape, &values)
+                    .map_err(|e| unsupported(format!("an integer constant: {e}")))?;
+                let name = format!("tosa_constant_{}", self.nodes.len());
+                Ok(self.g.constant(&name, t)?)
             }
             Operand::Constant(c) => {
                 let values = c
@@ -492,6 +522,17 @@ impl<'a> Lowering<'a> {
             && matches!(n.op, Conv2d | DepthwiseConv2d | Add | Rescale)
         {
             return Ok(Value::Pending);
+        }
+        if matches!(n.result.element, Element::Int(_)) && n.op != Reshape {
+            // An int8 RESCALE closing a pattern of the int8 kernels, else TOSA's arithmetic.
+            if n.op == Rescale
+                && let Ok(v) = self.quantized(n)
+            {
+                return Ok(v);
+            }
+            if !matches!(n.op, Transpose | AvgPool2d | Conv2d | DepthwiseConv2d) {
+                return Ok(Value::Tosa(self.integer(n)?));
+            }
         }
         let t = match n.op {
             Rescale => self.quantized(n)?,
@@ -676,6 +717,93 @@ impl<'a> Lowering<'a> {
             }
             _ => Err(bad("an input that is not an int32 convolution or ADD")),
         }
+    }
+
+    /// An integer operator as TOSA computes it (`compute_delegate::IntBinary` and friends on
+    /// int32 words), its result narrowed to int8 where TOSA's is int8 (int16 results stay
+    /// widened).
+    fn integer(&mut self, n: &Node) -> Result<TensorId> {
+        use compute_delegate::{IntBinary, IntReduce, IntRescale};
+        let o = &n.operands;
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
+        let t = match n.op {
+            Operator::Rescale => {
+                let r = self.rescale_of(n)?;
+                let range = match n.result.element {
+                    Element::Int(8) => (-128, 127),
+                    Element::Int(16) => (-32768, 32767),
+                    _ => (i32::MIN, i32::MAX),
+                };
+                let x = self.wide(&o[5])?;
+                let r = IntRescale {
+                    scales: r.scales,
+                    in_zp: r.in_zp as i32,
+                    out_zp: r.out_zp as i32,
+                    range,
+                };
+                self.g.int_rescale(x, &r)?
+            }
+            Operator::Add | Operator::Sub | Operator::Mul => {
+                let op = match n.op {
+                    Operator::Add => IntBinary::Add,
+                    Operator::Sub => IntBinary::Sub,
+                    _ => {
+                        let shift = self.ints_of(&o[2])?.and_then(|v| v.first().copied());
+                        let shift = shift.ok_or_else(|| bad("a shift that is not constant"))?;
+                        let shift = u32::try_from(shift).map_err(|_| bad("a negative shift"))?;
+                        IntBinary::Mul { shift }
+                    }
+                };
+                let (a, b) = (self.wide(&o[0])?, self.wide(&o[1])?);
+                self.g.int_binary(op, a, b)?
+            }
+            Operator::Maximum | Operator::Minimum => {
+                let op = match n.op {
+                    Operator::Maximum => IntBinary::Maximum,
+                    _ => IntBinary::Minimum,
+                };
+                let (a, b) = (self.wide(&o[1])?, self.wide(&o[2])?);
+                self.g.int_binary(op, a, b)?
+            }
+            Operator::ReduceSum | Operator::ReduceMax | Operator::ReduceMin => {
+                let axis = ints(&o[0]).and_then(|a| a.first().copied());
+                let axis = axis.ok_or_else(|| bad("an axis that is not constant"))? as isize;
+                let op = match n.op {
+                    Operator::ReduceSum => IntReduce::Sum,
+                    Operator::ReduceMax => IntReduce::Max,
+                    _ => IntReduce::Min,
+                };
+                let x = self.wide(o.last().unwrap_or(&o[0]))?;
+                self.g.int_reduce(x, axis, op)?
+            }
+            Operator::Table => {
+                let entries = self.ints_of(&o[1])?;
+                let table: [i32; 256] = entries
+                    .and_then(|v| {
+                        v.iter()
+                            .map(|&e| i32::try_from(e).ok())
+                            .collect::<Option<Vec<_>>>()
+                    })
+                    .and_then(|v| v.try_into().ok())
+                    .ok_or_else(|| bad("a table other than 256 constant int8 entries"))?;
+                let x = self.wide(&o[0])?;
+                self.g.int_table(x, &table)?
+            }
+            _ => return Err(bad("not lowered on integers")),
+        };
+        Ok(match n.result.element {
+            Element::Int(8) => self.g.cast(t, DType::I8)?,
+            _ => t,
+        })
+    }
+
+    /// An integer operand widened to int32 words.
+    fn wide(&mut self, o: &Operand) -> Result<TensorId> {
+        let t = self.tensor(o)?;
+        Ok(match self.g.dtype(t) {
+            Some(DType::I32) => t,
+            _ => self.g.cast(t, DType::I32)?,
+        })
     }
 
     /// A RESCALE's parameters, where it is one the int8 kernels compute: 32-bit multipliers,

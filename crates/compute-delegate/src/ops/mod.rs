@@ -26,6 +26,8 @@ mod conv;
 mod elementwise;
 mod gemm;
 mod index;
+mod integer;
+pub use integer::{IntBinary, IntReduce, IntRescale};
 mod norm;
 mod pool;
 mod quantized;

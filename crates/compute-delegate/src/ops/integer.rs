@@ -1,0 +1,267 @@
+//! Integer arithmetic as TOSA defines it, on i32 tensors (int8 and int16 values held widened),
+//! on `int_ops.comp`: elementwise add, sub, mul with a rounding shift, maximum and minimum
+//! with broadcasting; RESCALE per tensor or per channel; int8 TABLE lookups; sums and extremes
+//! along a dim. The Rust API only (a front end such as a VGF file's TOSA graph calls it); no
+//! ExecuTorch op answers to these.
+
+use vk_core::{DType, HostTensor};
+
+use crate::error::{Error, Result};
+use crate::graph::{GraphBuilder, Rescale, TensorId, shape_err};
+use crate::kernels::{Kernel, push::IntOpsPush};
+
+/// An elementwise integer op of two operands (TOSA's ADD, SUB, MUL, MAXIMUM, MINIMUM on i32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntBinary {
+    /// Wrapping sum.
+    Add,
+    /// Wrapping difference.
+    Sub,
+    /// `(a * b + 2^(shift - 1)) >> shift` in 64-bit arithmetic, the low 32 bits kept (the
+    /// plain product for a shift of 0); the shift is 0 to 63.
+    Mul {
+        /// The right shift.
+        shift: u32,
+    },
+    /// The larger.
+    Maximum,
+    /// The smaller.
+    Minimum,
+}
+
+/// A reduction of integers along a dim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntReduce {
+    /// Wrapping sum.
+    Sum,
+    /// The largest.
+    Max,
+    /// The smallest.
+    Min,
+}
+
+/// TOSA's RESCALE on integers held in i32: `clamp(apply_scale(x - in_zp) + out_zp, lo, hi)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntRescale {
+    /// One scale, or one per element of the last dim.
+    pub scales: Vec<Rescale>,
+    /// The input's zero point.
+    pub in_zp: i32,
+    /// The output's zero point.
+    pub out_zp: i32,
+    /// The output type's range (`-128..=127` for int8).
+    pub range: (i32, i32),
+}
+
+const OP: &str = "int_ops";
+
+/// Kernel modes (`int_ops.comp`'s `OP`).
+const RESCALE: u32 = 8;
+const TABLE: u32 = 9;
+
+impl GraphBuilder {
+    /// `op` on i32 tensors `a` and `b` of one rank (at most 4) whose dims are equal or 1 (TOSA's
+    /// broadcasting): the result has the larger of each.
+    pub fn int_binary(&mut self, op: IntBinary, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let ai = self.typed_operand(OP, a, DType::I32)?;
+        let bi = self.typed_operand(OP, b, DType::I32)?;
+        let bad = |why: String| {
+            shape_err(
+                OP,
+                format!("{op:?} of {:?} and {:?}: {why}", ai.shape, bi.shape),
+            )
+        };
+        if ai.shape.len() != bi.shape.len() || ai.shape.len() > 4 {
+            return Err(bad("not one rank of at most 4".into()));
+        }
+        let mut out = Vec::with_capacity(ai.shape.len());
+        for (&x, &y) in ai.shape.iter().zip(&bi.shape) {
+            if x != y && x != 1 && y != 1 {
+                return Err(bad("dims neither equal nor 1".into()));
+            }
+            out.push(x.max(y));
+        }
+        let (mode, shift) = match op {
+            IntBinary::Add => (0, 0),
+            IntBinary::Sub => (1, 0),
+            IntBinary::Mul { shift } if shift < 64 => (2, shift),
+            IntBinary::Mul { shift } => return Err(bad(format!("a shift of {shift}"))),
+            IntBinary::Maximum => (3, 0),
+            IntBinary::Minimum => (4, 0),
+        };
+        let d = padded4(&out);
+        let (sa, sb) = (broadcast_strides(&ai.shape), broadcast_strides(&bi.shape));
+        let push = IntOpsPush {
+            n: words(out.iter().product())?,
+            d1: words(d[1])?,
+            d2: words(d[2])?,
+            d3: words(d[3])?,
+            sa0: sa[0],
+            sa1: sa[1],
+            sa2: sa[2],
+            sa3: sa[3],
+            sb0: sb[0],
+            sb1: sb[1],
+            sb2: sb[2],
+            sb3: sb[3],
+            shift,
+            ..IntOpsPush::default()
+        };
+        self.int_node(mode, &[a, b], out, &push)
+    }
+
+    /// TOSA's RESCALE of i32 tensor `x` (see [`IntRescale`]); per-channel scales go along the
+    /// last dim.
+    pub fn int_rescale(&mut self, x: TensorId, r: &IntRescale) -> Result<TensorId> {
+        let xi = self.typed_operand(OP, x, DType::I32)?;
+        let last = xi.shape.last().copied().unwrap_or(1);
+        if r.scales.is_empty() || (r.scales.len() != 1 && r.scales.len() != last) {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{} scales for a last dim of {last} in {:?}",
+                    r.scales.len(),
+                    xi.shape
+                ),
+            ));
+        }
+        if let Some(s) = r
+            .scales
+            .iter()
+            .find(|s| !(1..=62).contains(&s.shift) || s.multiplier < 0)
+        {
+            return Err(Error::Graph(format!(
+                "{OP}: rescale multiplier {} with shift {} (multipliers are nonnegative, shifts 1 to 62)",
+                s.multiplier, s.shift
+            )));
+        }
+        if r.range.0 > r.range.1 {
+            return Err(Error::Graph(format!("{OP}: an empty range {:?}", r.range)));
+        }
+        let words: Vec<i32> = r
+            .scales
+            .iter()
+            .flat_map(|s| [s.multiplier, s.shift as i32])
+            .collect();
+        let name = format!("rescale_{}", self.tensors.len());
+        let table = HostTensor::from_i32(vec![words.len()], &words)
+            .map_err(|e| Error::Graph(format!("{OP}: {e}")))?;
+        let params = self.constant(&name, table)?;
+        let push = IntOpsPush {
+            n: words_of(&xi.shape)?,
+            in_zp: r.in_zp,
+            out_zp: r.out_zp,
+            lo: r.range.0,
+            hi: r.range.1,
+            channels: r.scales.len() as u32,
+            ..IntOpsPush::default()
+        };
+        self.int_node(RESCALE, &[x, params], xi.shape, &push)
+    }
+
+    /// TOSA's int8 TABLE on i32 tensor `x` of int8 values: entry `x + 128` of `table`.
+    pub fn int_table(&mut self, x: TensorId, table: &[i32; 256]) -> Result<TensorId> {
+        let xi = self.typed_operand(OP, x, DType::I32)?;
+        let name = format!("table_{}", self.tensors.len());
+        let t = HostTensor::from_i32(vec![256], table)
+            .map_err(|e| Error::Graph(format!("{OP}: {e}")))?;
+        let entries = self.constant(&name, t)?;
+        let push = IntOpsPush {
+            n: words_of(&xi.shape)?,
+            ..IntOpsPush::default()
+        };
+        self.int_node(TABLE, &[x, entries], xi.shape, &push)
+    }
+
+    /// `op` of i32 tensor `x` along `dim`, kept as a dim of 1.
+    pub fn int_reduce(&mut self, x: TensorId, dim: isize, op: IntReduce) -> Result<TensorId> {
+        let xi = self.typed_operand(OP, x, DType::I32)?;
+        let rank = xi.shape.len() as isize;
+        let d = if dim < 0 { dim + rank } else { dim };
+        if !(0..rank).contains(&d) {
+            return Err(shape_err(OP, format!("dim {dim} of {:?}", xi.shape)));
+        }
+        let d = d as usize;
+        let (len, inner) = (xi.shape[d], xi.shape[d + 1..].iter().product::<usize>());
+        if len == 0 {
+            return Err(shape_err(
+                OP,
+                format!("a reduction over an empty dim of {:?}", xi.shape),
+            ));
+        }
+        let mut out = xi.shape.clone();
+        out[d] = 1;
+        let push = IntOpsPush {
+            n: words_of(&out)?,
+            d1: words(len)?,
+            d2: words(inner)?,
+            ..IntOpsPush::default()
+        };
+        let mode = match op {
+            IntReduce::Sum => 16,
+            IntReduce::Max => 17,
+            IntReduce::Min => 18,
+        };
+        self.int_node(mode, &[x], out, &push)
+    }
+
+    /// An `int_ops.comp` node in `mode` (a second operand bound to the first where there is
+    /// none).
+    fn int_node(
+        &mut self,
+        mode: u32,
+        inputs: &[TensorId],
+        shape: Vec<usize>,
+        push: &IntOpsPush,
+    ) -> Result<TensorId> {
+        let (a, b) = (inputs[0], inputs.get(1).copied().unwrap_or(inputs[0]));
+        let out = crate::graph::KernelOut {
+            dtype: DType::I32,
+            shape,
+            storage: None,
+            groups: None,
+            precision: None,
+            spec: vec![mode],
+        };
+        self.kernel_node_into(OP, Kernel::IntOps, &[a, b], out, push)
+    }
+}
+
+/// `shape` right-aligned in 4 dims.
+fn padded4(shape: &[usize]) -> [usize; 4] {
+    let mut d = [1; 4];
+    d[4 - shape.len()..].copy_from_slice(shape);
+    d
+}
+
+/// The strides of a row-major `shape` right-aligned in 4 dims, 0 along dims of 1.
+fn broadcast_strides(shape: &[usize]) -> [u32; 4] {
+    let d = padded4(shape);
+    let mut s = [0u32; 4];
+    let mut acc = 1usize;
+    for i in (0..4).rev() {
+        s[i] = if d[i] == 1 { 0 } else { acc as u32 };
+        acc *= d[i];
+    }
+    s
+}
+
+fn words(v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::Graph(format!("{OP}: {v} elements exceed 32 bits")))
+}
+
+fn words_of(shape: &[usize]) -> Result<u32> {
+    words(shape.iter().product())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_dims_step_by_zero() {
+        assert_eq!(broadcast_strides(&[2, 1, 3]), [0, 3, 0, 1]);
+        assert_eq!(broadcast_strides(&[4]), [0, 0, 0, 1]);
+        assert_eq!(padded4(&[5, 6]), [1, 1, 5, 6]);
+    }
+}
