@@ -472,3 +472,107 @@ fn integer_arithmetic_matches_tosa() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// The rest of TOSA's integer operators on `int_ops.comp`, against host references:
+/// comparisons as 1 or 0 and SELECT with all three operands broadcast, ABS, NEGATE with zero
+/// points saturating to int8, CLAMP, and MATMUL with zero points.
+#[test]
+fn integer_comparisons_selects_and_products_match_tosa() {
+    use compute_delegate::{IntBinary, IntUnary};
+    let Some((instance, dev)) = testing::device(
+        "integer_comparisons_selects_and_products_match_tosa",
+        &compute_delegate::requirements(),
+    ) else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(31);
+    let mut ints = |n: usize, lo: i32, hi: i32| -> Vec<i32> {
+        (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+    };
+    let (a, b) = (ints(12, -5, 5), ints(8, -5, 5));
+    let c = ints(6, -1000, 1000);
+    let x = ints(24, -128, 128);
+    let (ma, mb) = (ints(2 * 3 * 7, -128, 128), ints(2 * 7 * 4, -128, 128));
+    // a [1, 3, 4], b [2, 1, 4], c [2, 3, 1]: each broadcast to [2, 3, 4].
+    let mut g = GraphBuilder::new();
+    let ai = g.input("a", DType::I32, &[1, 3, 4]).unwrap();
+    let bi = g.input("b", DType::I32, &[2, 1, 4]).unwrap();
+    let ci = g.input("c", DType::I32, &[2, 3, 1]).unwrap();
+    let xi = g.input("x", DType::I32, &[24]).unwrap();
+    let mai = g.input("ma", DType::I32, &[2, 3, 7]).unwrap();
+    let mbi = g.input("mb", DType::I32, &[2, 7, 4]).unwrap();
+    let gt = g.int_binary(IntBinary::Greater, ai, bi).unwrap();
+    let outs = [
+        g.int_binary(IntBinary::Equal, ai, bi).unwrap(),
+        gt,
+        g.int_binary(IntBinary::GreaterEqual, ai, bi).unwrap(),
+        g.int_select(gt, ci, bi).unwrap(),
+        g.int_unary(IntUnary::Abs, xi).unwrap(),
+        g.int_unary(
+            IntUnary::Negate {
+                in_zp: -100,
+                out_zp: 20,
+                range: (-128, 127),
+            },
+            xi,
+        )
+        .unwrap(),
+        g.int_unary(IntUnary::Clamp { range: (-50, 60) }, xi)
+            .unwrap(),
+        g.int_matmul(mai, mbi, (3, -2)).unwrap(),
+    ];
+    for t in outs {
+        g.output(t).unwrap();
+    }
+    let mut graph = g.build(&dev).unwrap();
+    let inputs = [
+        HostTensor::from_i32(vec![1, 3, 4], &a).unwrap(),
+        HostTensor::from_i32(vec![2, 1, 4], &b).unwrap(),
+        HostTensor::from_i32(vec![2, 3, 1], &c).unwrap(),
+        HostTensor::from_i32(vec![24], &x).unwrap(),
+        HostTensor::from_i32(vec![2, 3, 7], &ma).unwrap(),
+        HostTensor::from_i32(vec![2, 7, 4], &mb).unwrap(),
+    ];
+    let got: Vec<Vec<i32>> = graph
+        .execute(&inputs)
+        .unwrap()
+        .iter()
+        .map(|t| t.to_i32().unwrap())
+        .collect();
+    let mut want: Vec<Vec<i32>> = vec![Vec::new(); 4];
+    for i in 0..2 {
+        for j in 0..3 {
+            for k in 0..4 {
+                let (p, q, r) = (a[j * 4 + k], b[i * 4 + k], c[i * 3 + j]);
+                want[0].push(i32::from(p == q));
+                want[1].push(i32::from(p > q));
+                want[2].push(i32::from(p >= q));
+                want[3].push(if p > q { r } else { q });
+            }
+        }
+    }
+    want.push(x.iter().map(|v| v.abs()).collect());
+    want.push(
+        x.iter()
+            .map(|v| (20 - (v + 100)).clamp(-128, 127))
+            .collect(),
+    );
+    want.push(x.iter().map(|v| (*v).clamp(-50, 60)).collect());
+    let mut mm = Vec::new();
+    for n in 0..2 {
+        for h in 0..3 {
+            for w in 0..4 {
+                mm.push(
+                    (0..7)
+                        .map(|k| (ma[(n * 3 + h) * 7 + k] - 3) * (mb[(n * 7 + k) * 4 + w] + 2))
+                        .sum(),
+                );
+            }
+        }
+    }
+    want.push(mm);
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "output {k}");
+    }
+    assert_no_validation_errors(&instance);
+}

@@ -140,10 +140,13 @@ fn typed(n: &Node) -> bool {
         (Greater | GreaterEqual | Equal, Element::Bool) => true,
         (Rescale, Element::Int(8 | 16 | 32)) => true,
         (Conv2d | DepthwiseConv2d | Add | Sub | Mul | Maximum | Minimum, Element::Int(32)) => true,
+        (Matmul | TransposeConv2d, Element::Int(32)) => true,
         (ReduceSum, Element::Int(32)) => true,
-        (ReduceMax | ReduceMin, Element::Int(8 | 16 | 32)) => true,
+        (ReduceMax | ReduceMin | Abs | Negate | Clamp | Select, Element::Int(8 | 16 | 32)) => true,
         (Table, Element::Int(8)) => true,
         (Reshape, Element::Int(16 | 32)) => true,
+        // Moved through exact float copies (int8 values are exact in f32).
+        (Concat | Pad | Tile | Slice | MaxPool2d, Element::Int(8)) => true,
         // Edge transposes of int8 tensors cancel against NCHW convolutions.
         (Transpose | Reshape | AvgPool2d, Element::Int(8)) => true,
         _ => false,
@@ -394,7 +397,8 @@ impl<'a> Lowering<'a> {
         self.relayout(t, &TO_NCHW)
     }
 
-    /// `t` permuted: a reshape where only dims of size 1 move.
+    /// `t` permuted: a reshape where only dims of size 1 move; an int8 tensor through int32
+    /// words.
     fn relayout(&mut self, t: TensorId, perm: &[isize]) -> Result<TensorId> {
         let shape = self.shape(t);
         let size = |p: isize| shape.get(p as usize).copied().unwrap_or(0);
@@ -402,6 +406,12 @@ impl<'a> Lowering<'a> {
         if moved.windows(2).all(|w| w[0] < w[1]) {
             let to: Vec<isize> = perm.iter().map(|&p| size(p) as isize).collect();
             return Ok(self.g.reshape(t, &to)?);
+        }
+        if self.g.dtype(t) == Some(DType::I8) {
+            // int8 tensors take no permute: through int32 words.
+            let wide = self.g.cast(t, DType::I32)?;
+            let moved = self.g.permute(wide, perm)?;
+            return Ok(self.g.cast(moved, DType::I8)?);
         }
         Ok(self.g.permute(t, perm)?)
     }
@@ -530,9 +540,20 @@ impl<'a> Lowering<'a> {
             {
                 return Ok(v);
             }
-            if !matches!(n.op, Transpose | AvgPool2d | Conv2d | DepthwiseConv2d) {
-                return Ok(Value::Tosa(self.integer(n)?));
+            match n.op {
+                Transpose | AvgPool2d | Conv2d | DepthwiseConv2d => {}
+                MaxPool2d | TransposeConv2d => return Ok(Value::Nchw(self.integer_nchw(n)?)),
+                _ => return Ok(Value::Tosa(self.integer(n)?)),
             }
+        }
+        if matches!(n.op, Greater | GreaterEqual | Equal) && self.is_integer(&o[0]) {
+            let op = match n.op {
+                Greater => compute_delegate::IntBinary::Greater,
+                GreaterEqual => compute_delegate::IntBinary::GreaterEqual,
+                _ => compute_delegate::IntBinary::Equal,
+            };
+            let (a, b) = (self.wide(&o[0])?, self.wide(&o[1])?);
+            return Ok(Value::Tosa(self.g.int_binary(op, a, b)?));
         }
         let t = match n.op {
             Rescale => self.quantized(n)?,
@@ -604,7 +625,7 @@ impl<'a> Lowering<'a> {
                     let x = self.tensor(&o[1])?;
                     match perm == TO_NHWC {
                         true => Value::Nchw(x),
-                        false => Value::Tosa(self.g.permute(x, &perm)?),
+                        false => Value::Tosa(self.relayout(x, &perm)?),
                     }
                 }
             }
@@ -723,17 +744,13 @@ impl<'a> Lowering<'a> {
     /// int32 words), its result narrowed to int8 where TOSA's is int8 (int16 results stay
     /// widened).
     fn integer(&mut self, n: &Node) -> Result<TensorId> {
-        use compute_delegate::{IntBinary, IntReduce, IntRescale};
+        use compute_delegate::{IntBinary, IntReduce, IntRescale, IntUnary};
         let o = &n.operands;
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
         let t = match n.op {
             Operator::Rescale => {
                 let r = self.rescale_of(n)?;
-                let range = match n.result.element {
-                    Element::Int(8) => (-128, 127),
-                    Element::Int(16) => (-32768, 32767),
-                    _ => (i32::MIN, i32::MAX),
-                };
+                let range = range_of(n.result.element);
                 let x = self.wide(&o[5])?;
                 let r = IntRescale {
                     scales: r.scales,
@@ -776,6 +793,45 @@ impl<'a> Lowering<'a> {
                 let x = self.wide(o.last().unwrap_or(&o[0]))?;
                 self.g.int_reduce(x, axis, op)?
             }
+            Operator::Abs => {
+                let x = self.wide(&o[0])?;
+                self.g.int_unary(IntUnary::Abs, x)?
+            }
+            Operator::Negate => {
+                let (in_zp, out_zp) = (self.zero_point(n, 1)?, self.zero_point(n, 2)?);
+                let x = self.wide(&o[0])?;
+                let range = range_of(n.result.element);
+                self.g.int_unary(
+                    IntUnary::Negate {
+                        in_zp,
+                        out_zp,
+                        range,
+                    },
+                    x,
+                )?
+            }
+            Operator::Clamp => {
+                let bound = |i: usize| -> Result<i32> {
+                    let v = self.ints_of(&o[i])?.and_then(|v| v.first().copied());
+                    v.and_then(|v| i32::try_from(v).ok())
+                        .ok_or_else(|| bad("bounds that are not integer constants"))
+                };
+                let range = (bound(0)?, bound(1)?);
+                let x = self.wide(&o[3])?;
+                self.g.int_unary(IntUnary::Clamp { range }, x)?
+            }
+            Operator::Select => {
+                let (c, a, b) = (self.wide(&o[0])?, self.wide(&o[1])?, self.wide(&o[2])?);
+                self.g.int_select(c, a, b)?
+            }
+            Operator::Matmul => {
+                let zps = (self.zero_point(n, 2)?, self.zero_point(n, 3)?);
+                let (a, b) = (self.wide(&o[0])?, self.wide(&o[1])?);
+                self.g.int_matmul(a, b, zps)?
+            }
+            Operator::Concat | Operator::Pad | Operator::Tile | Operator::Slice => {
+                return self.moved_exactly(n);
+            }
             Operator::Table => {
                 let entries = self.ints_of(&o[1])?;
                 let table: [i32; 256] = entries
@@ -795,6 +851,187 @@ impl<'a> Lowering<'a> {
             Element::Int(8) => self.g.cast(t, DType::I8)?,
             _ => t,
         })
+    }
+
+    /// An int8 CONCAT, PAD, TILE or SLICE on exact f32 copies of its operands (every int8
+    /// value is an f32), through the float lowering's own operators, narrowed back.
+    fn moved_exactly(&mut self, n: &Node) -> Result<TensorId> {
+        let o = &n.operands;
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
+        let t = match n.op {
+            Operator::Concat => {
+                let axis = ints(&o[0]).and_then(|a| a.first().copied());
+                let axis = axis.ok_or_else(|| bad("an axis that is not constant"))? as isize;
+                let xs = o[1..]
+                    .iter()
+                    .map(|x| self.float_copy(x))
+                    .collect::<Result<Vec<_>>>()?;
+                self.g.cat(&xs, axis)?
+            }
+            Operator::Pad => {
+                let pads = ints(&o[1]).ok_or_else(|| bad("padding that is not constant"))?;
+                let value = self.zero_point(n, 2)?;
+                let x = self.float_copy(&o[0])?;
+                let pad: Vec<i64> = pads.chunks(2).rev().flatten().copied().collect();
+                self.registry(
+                    "aten.constant_pad_nd.default",
+                    vec![Arg::Tensor(x), Arg::Ints(pad), Arg::Float(f64::from(value))],
+                )?
+            }
+            Operator::Tile => {
+                let times = ints(&o[1]).ok_or_else(|| bad("multiples that are not constant"))?;
+                let x = self.float_copy(&o[0])?;
+                self.registry(
+                    "aten.repeat.default",
+                    vec![Arg::Tensor(x), Arg::Ints(times)],
+                )?
+            }
+            _ => {
+                let (start, size) = (ints(&o[1]), ints(&o[2]));
+                let (Some(start), Some(size)) = (start, size) else {
+                    return Err(bad("a start or size that is not constant"));
+                };
+                let mut x = self.float_copy(&o[0])?;
+                for (d, (&s, &len)) in start.iter().zip(&size).enumerate() {
+                    let full = self.shape(x).get(d).copied().unwrap_or(0) as i64;
+                    if s != 0 || len != full {
+                        x = self
+                            .g
+                            .slice(x, d as isize, s as isize, (s + len) as isize, 1)?;
+                    }
+                }
+                x
+            }
+        };
+        Ok(self.g.cast(t, DType::I8)?)
+    }
+
+    /// An int8 MAX_POOL2D on exact f32 copies, or an int8 TRANSPOSE_CONV2D's int32
+    /// accumulators through the float convolution where they are exact (every partial sum
+    /// under 2^24), in NCHW.
+    fn integer_nchw(&mut self, n: &Node) -> Result<TensorId> {
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
+        match (n.op, n.result.element) {
+            (Operator::MaxPool2d, Element::Int(8)) => {
+                let o = &n.operands;
+                let attr =
+                    |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
+                let (kernel, stride, pad) = (attr(0)?, attr(1)?, attr(2)?);
+                let (padding, stride, kernel) = conv_geometry(&pad, &stride, &kernel)
+                    .ok_or_else(|| bad("uneven padding (top != bottom or left != right)"))?;
+                let x = self.float_nchw(&o[4])?;
+                let p = Pool2d {
+                    kernel,
+                    stride,
+                    padding,
+                    ceil_mode: false,
+                    count_include_pad: false,
+                };
+                let y = self.g.max_pool2d(x, p)?;
+                Ok(self.g.cast(y, DType::I8)?)
+            }
+            (Operator::TransposeConv2d, Element::Int(32)) => self.conv_transpose_q8(n, &bad),
+            _ => Err(bad("not lowered on integers")),
+        }
+    }
+
+    /// An int8 TRANSPOSE_CONV2D with int32 accumulators (see [`Lowering::integer_nchw`]): the
+    /// input less its zero point and the weights (zero point 0) as f32, the float transposed
+    /// convolution, then the int32 bias.
+    fn conv_transpose_q8(
+        &mut self,
+        n: &Node,
+        bad: &dyn Fn(&str) -> NativeError,
+    ) -> Result<TensorId> {
+        let o = &n.operands;
+        let (x_zp, w_zp) = (self.zero_point(n, 7)?, self.zero_point(n, 8)?);
+        if w_zp != 0 {
+            return Err(bad("a weight zero point"));
+        }
+        let Operand::GraphConstant { id, ty } = &o[5] else {
+            return Err(bad("weights that are not an int8 graph constant"));
+        };
+        if ty.element != Element::Int(8) {
+            return Err(bad("weights that are not an int8 graph constant"));
+        }
+        let data = self.constant_data(*id)?;
+        let shape = dims(ty.shape.as_deref(), "the weights")?;
+        let Ok(shape4) = <[usize; 4]>::try_from(shape.as_slice()) else {
+            return Err(bad("weights that are not 4-D"));
+        };
+        if shape.iter().product::<usize>() != data.len() {
+            return Err(bad(&format!("weights {shape:?} of {} bytes", data.len())));
+        }
+        // Each output sums at most every weight of its channel times |x - x_zp| <= 255 (an
+        // input reaches an output through one weight per input channel and tap).
+        let per_oc = data.len() / shape4[0].max(1);
+        let worst = data
+            .chunks(per_oc.max(1))
+            .map(|w| {
+                w.iter()
+                    .map(|&b| i64::from((b as i8).unsigned_abs()))
+                    .sum::<i64>()
+            })
+            .max()
+            .unwrap_or(0);
+        if worst * 255 >= 1 << 24 {
+            return Err(bad("sums too deep to be exact in f32"));
+        }
+        let values: Vec<f32> = data.iter().map(|&b| f32::from(b as i8)).collect();
+        let (values, wshape) = permute4(&values, shape4, [3, 0, 1, 2]);
+        let name = format!("weights_{}", self.nodes.len());
+        let w = self.g.constant_f32(&name, &wshape, &values)?;
+        let x = self.float_nchw(&o[4])?;
+        let x = self.g.unary(UnaryOp::AddScalar(-(x_zp as f32)), x)?;
+        let (padding, extra, stride) = transpose_geometry(n, bad)?;
+        let p = Conv2d {
+            stride,
+            padding,
+            dilation: [1, 1],
+            groups: 1,
+        };
+        let y = self.g.conv_transpose2d(x, w, None, p, extra)?;
+        let y = self.g.cast(y, DType::I32)?;
+        let bias = self.wide(&o[6])?;
+        let oc = wshape[1];
+        if self.shape(bias).iter().product::<usize>() != oc {
+            return Err(bad("a bias other than one per output channel"));
+        }
+        let bias = self.g.reshape(bias, &[1, oc as isize, 1, 1])?;
+        Ok(self
+            .g
+            .int_binary(compute_delegate::IntBinary::Add, y, bias)?)
+    }
+
+    /// An int8 operand as an exact f32 copy, in TOSA's layout.
+    fn float_copy(&mut self, o: &Operand) -> Result<TensorId> {
+        if let Some(t) = self.held_nchw(o) {
+            let f = self.g.cast(t, DType::F32)?;
+            return self.relayout(f, &TO_NHWC);
+        }
+        let t = self.tensor(o)?;
+        Ok(self.g.cast(t, DType::F32)?)
+    }
+
+    /// An int8 operand as an exact f32 copy, in NCHW.
+    fn float_nchw(&mut self, o: &Operand) -> Result<TensorId> {
+        if let Some(t) = self.held_nchw(o) {
+            return Ok(self.g.cast(t, DType::F32)?);
+        }
+        let t = self.tensor(o)?;
+        let f = self.g.cast(t, DType::F32)?;
+        self.relayout(f, &TO_NCHW)
+    }
+
+    /// Whether an operand is an integer tensor.
+    fn is_integer(&self, o: &Operand) -> bool {
+        let element = match o {
+            Operand::Node(k) => Some(self.graph.nodes[*k].result.element),
+            Operand::Input(i) => self.graph.inputs.get(*i).map(|p| p.ty.element),
+            Operand::GraphConstant { ty, .. } => Some(ty.element),
+            Operand::Constant(c) => Some(c.element),
+        };
+        matches!(element, Some(Element::Int(_)))
     }
 
     /// An integer operand widened to int32 words.
@@ -1019,28 +1256,7 @@ impl<'a> Lowering<'a> {
     /// `-left`, the rest output padding.
     fn conv_transpose(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
         let o = &n.operands;
-        let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
-        let (out_pad, stride) = (attr(0)?, attr(1)?);
-        let (&[t, b, l, r], &[sy, sx]) = (&out_pad[..], &stride[..]) else {
-            return Err(bad(
-                "out_pad of other than 4 values or stride of other than 2",
-            ));
-        };
-        let geometry = (|| {
-            let pad = [
-                usize::try_from(t.checked_neg()?).ok()?,
-                usize::try_from(l.checked_neg()?).ok()?,
-            ];
-            let extra = [
-                usize::try_from(b.checked_sub(t)?).ok()?,
-                usize::try_from(r.checked_sub(l)?).ok()?,
-            ];
-            let stride = [usize::try_from(sy).ok()?, usize::try_from(sx).ok()?];
-            (stride.iter().all(|&s| (1..=1 << 16).contains(&s))).then_some((pad, extra, stride))
-        })();
-        let Some((padding, extra, stride)) = geometry else {
-            return Err(bad(&format!("out_pad {out_pad:?} with stride {stride:?}")));
-        };
+        let (padding, extra, stride) = transpose_geometry(n, bad)?;
         let x = self.nchw(&o[4])?;
         let w = self.weights(&o[5], [3, 0, 1, 2])?;
         let bias = self.tensor(&o[6])?;
@@ -1196,6 +1412,44 @@ impl<'a> Lowering<'a> {
             _ => self.g.max_pool2d(x, p)?,
         })
     }
+}
+
+/// The range of an integer element type held in int32 words.
+fn range_of(e: Element) -> (i32, i32) {
+    match e {
+        Element::Int(8) => (-128, 127),
+        Element::Int(16) => (-32768, 32767),
+        _ => (i32::MIN, i32::MAX),
+    }
+}
+
+/// TRANSPOSE_CONV2D's `out_pad` `[top, bottom, left, right]` and stride as PyTorch's
+/// transposed convolution: padding `-top` and `-left`, the rest output padding.
+fn transpose_geometry(
+    n: &Node,
+    bad: &dyn Fn(&str) -> NativeError,
+) -> Result<([usize; 2], [usize; 2], [usize; 2])> {
+    let o = &n.operands;
+    let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
+    let (out_pad, stride) = (attr(0)?, attr(1)?);
+    let (&[t, b, l, r], &[sy, sx]) = (&out_pad[..], &stride[..]) else {
+        return Err(bad(
+            "out_pad of other than 4 values or stride of other than 2",
+        ));
+    };
+    let geometry = (|| {
+        let pad = [
+            usize::try_from(t.checked_neg()?).ok()?,
+            usize::try_from(l.checked_neg()?).ok()?,
+        ];
+        let extra = [
+            usize::try_from(b.checked_sub(t)?).ok()?,
+            usize::try_from(r.checked_sub(l)?).ok()?,
+        ];
+        let stride = [usize::try_from(sy).ok()?, usize::try_from(sx).ok()?];
+        (stride.iter().all(|&s| (1..=1 << 16).contains(&s))).then_some((pad, extra, stride))
+    })();
+    geometry.ok_or_else(|| bad(&format!("out_pad {out_pad:?} with stride {stride:?}")))
 }
 
 /// TOSA's `[top, bottom, left, right]` padding as its even part (the smaller of each pair,

@@ -196,9 +196,12 @@ fn fp16_vgf_models_run_natively() {
 /// The int8 models run natively, bit-exact with scenario-runner: RESCALEs around an ADD; a
 /// CONV2D and its per-channel RESCALE; MobileNetV2's blocks (convolutions, depthwise
 /// convolutions, residual additions, the average pool and the classifier) on the int8
-/// kernels; and an int8 transformer MLP (linear layers, a layer norm, GELU and a softmax as
+/// kernels; an int8 transformer MLP (linear layers, a layer norm, GELU and a softmax as
 /// TOSA writes them in integers: standalone RESCALEs, int32 MUL, SUB and ADD, REDUCE_SUM and
-/// REDUCE_MAX, and four int8 TABLEs) on TOSA's integer arithmetic.
+/// REDUCE_MAX, and four int8 TABLEs) on TOSA's integer arithmetic; TOSA's int8 elementwise
+/// operators (ABS, NEGATE, comparisons and SELECT, MAXIMUM, MINIMUM, CLAMP, TABLEs); and int8
+/// data movement and products (MATMUL with zero points, PAD, TILE, TRANSPOSE_CONV2D, the
+/// reductions, MAX_POOL2D).
 #[test]
 fn int8_vgf_models_run_natively_bit_exact() {
     let g = graph_of(&file("add_int8")).unwrap();
@@ -210,6 +213,8 @@ fn int8_vgf_models_run_natively_bit_exact() {
         "conv_int8",
         "mobilenet_v2_small_int8",
         "gelu_mlp_int8",
+        "elementwise_int8",
+        "movement_int8",
     ] {
         let (kernels, pairs) = run_natively(&dev, model);
         for (out, want) in &pairs {

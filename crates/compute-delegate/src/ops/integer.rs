@@ -1,7 +1,8 @@
 //! Integer arithmetic as TOSA defines it, on i32 tensors (int8 and int16 values held widened),
-//! on `int_ops.comp`: elementwise add, sub, mul with a rounding shift, maximum and minimum
-//! with broadcasting; RESCALE per tensor or per channel; int8 TABLE lookups; sums and extremes
-//! along a dim. The Rust API only (a front end such as a VGF file's TOSA graph calls it); no
+//! on `int_ops.comp`: elementwise add, sub, mul with a rounding shift, maximum, minimum and
+//! comparisons, and select, with broadcasting; abs, negate with zero points and clamp;
+//! RESCALE per tensor or per channel; int8 TABLE lookups; sums and extremes along a dim; and
+//! batched products with zero points. The Rust API only (a front end such as a VGF file's TOSA graph calls it); no
 //! ExecuTorch op answers to these.
 
 use vk_core::{DType, HostTensor};
@@ -27,6 +28,33 @@ pub enum IntBinary {
     Maximum,
     /// The smaller.
     Minimum,
+    /// 1 where equal, else 0.
+    Equal,
+    /// 1 where `a > b`, else 0.
+    Greater,
+    /// 1 where `a >= b`, else 0.
+    GreaterEqual,
+}
+
+/// An elementwise integer op of one operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntUnary {
+    /// `|x|` (wrapping at `i32::MIN`).
+    Abs,
+    /// TOSA's NEGATE: `clamp(out_zp - (x - in_zp), lo, hi)`.
+    Negate {
+        /// The input's zero point.
+        in_zp: i32,
+        /// The output's zero point.
+        out_zp: i32,
+        /// The output type's range.
+        range: (i32, i32),
+    },
+    /// `clamp(x, lo, hi)`.
+    Clamp {
+        /// The bounds.
+        range: (i32, i32),
+    },
 }
 
 /// A reduction of integers along a dim.
@@ -63,34 +91,113 @@ impl GraphBuilder {
     /// `op` on i32 tensors `a` and `b` of one rank (at most 4) whose dims are equal or 1 (TOSA's
     /// broadcasting): the result has the larger of each.
     pub fn int_binary(&mut self, op: IntBinary, a: TensorId, b: TensorId) -> Result<TensorId> {
-        let ai = self.typed_operand(OP, a, DType::I32)?;
-        let bi = self.typed_operand(OP, b, DType::I32)?;
-        let bad = |why: String| {
-            shape_err(
-                OP,
-                format!("{op:?} of {:?} and {:?}: {why}", ai.shape, bi.shape),
-            )
-        };
-        if ai.shape.len() != bi.shape.len() || ai.shape.len() > 4 {
-            return Err(bad("not one rank of at most 4".into()));
-        }
-        let mut out = Vec::with_capacity(ai.shape.len());
-        for (&x, &y) in ai.shape.iter().zip(&bi.shape) {
-            if x != y && x != 1 && y != 1 {
-                return Err(bad("dims neither equal nor 1".into()));
-            }
-            out.push(x.max(y));
-        }
         let (mode, shift) = match op {
             IntBinary::Add => (0, 0),
             IntBinary::Sub => (1, 0),
             IntBinary::Mul { shift } if shift < 64 => (2, shift),
-            IntBinary::Mul { shift } => return Err(bad(format!("a shift of {shift}"))),
+            IntBinary::Mul { shift } => {
+                return Err(Error::Graph(format!("{OP}: a shift of {shift}")));
+            }
             IntBinary::Maximum => (3, 0),
             IntBinary::Minimum => (4, 0),
+            IntBinary::Equal => (5, 0),
+            IntBinary::Greater => (6, 0),
+            IntBinary::GreaterEqual => (7, 0),
         };
+        self.int_elementwise(mode, &[a, b], shift)
+    }
+
+    /// `a` where `cond` is nonzero, else `b`: i32 tensors of one rank (at most 4) broadcast as
+    /// in [`GraphBuilder::int_binary`] (TOSA's SELECT).
+    pub fn int_select(&mut self, cond: TensorId, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.int_elementwise(13, &[cond, a, b], 0)
+    }
+
+    /// `op` of i32 tensor `x`, elementwise.
+    pub fn int_unary(&mut self, op: IntUnary, x: TensorId) -> Result<TensorId> {
+        let xi = self.typed_operand(OP, x, DType::I32)?;
+        let (mode, in_zp, out_zp, (lo, hi)) = match op {
+            IntUnary::Abs => (10, 0, 0, (0, 0)),
+            IntUnary::Negate {
+                in_zp,
+                out_zp,
+                range,
+            } => (11, in_zp, out_zp, range),
+            IntUnary::Clamp { range } => (12, 0, 0, range),
+        };
+        if lo > hi {
+            return Err(Error::Graph(format!("{OP}: an empty range {:?}", (lo, hi))));
+        }
+        let push = IntOpsPush {
+            n: words_of(&xi.shape)?,
+            in_zp,
+            out_zp,
+            lo,
+            hi,
+            ..IntOpsPush::default()
+        };
+        self.int_node(mode, &[x], xi.shape, &push)
+    }
+
+    /// TOSA's MATMUL of i32 tensors `a` `[N, H, C]` and `b` `[N, C, W]` with zero points:
+    /// `[N, H, W]` sums of `(a - a_zp) (b - b_zp)` (wrapping).
+    pub fn int_matmul(
+        &mut self,
+        a: TensorId,
+        b: TensorId,
+        (a_zp, b_zp): (i32, i32),
+    ) -> Result<TensorId> {
+        let ai = self.typed_operand(OP, a, DType::I32)?;
+        let bi = self.typed_operand(OP, b, DType::I32)?;
+        let (&[n, h, c], &[n2, c2, w]) = (&ai.shape[..], &bi.shape[..]) else {
+            return Err(shape_err(
+                OP,
+                format!("a product of {:?} and {:?}", ai.shape, bi.shape),
+            ));
+        };
+        if n != n2 || c != c2 {
+            return Err(shape_err(
+                OP,
+                format!("a product of {:?} and {:?}", ai.shape, bi.shape),
+            ));
+        }
+        let push = IntOpsPush {
+            n: words(n * h * w)?,
+            d1: words(h)?,
+            d2: words(w)?,
+            d3: words(c)?,
+            in_zp: a_zp,
+            out_zp: b_zp,
+            ..IntOpsPush::default()
+        };
+        self.int_node(24, &[a, b], vec![n, h, w], &push)
+    }
+
+    /// An elementwise `int_ops.comp` node of two or three i32 operands of one rank (at most 4)
+    /// broadcast to the largest of each dim.
+    fn int_elementwise(&mut self, mode: u32, xs: &[TensorId], shift: u32) -> Result<TensorId> {
+        let infos = xs
+            .iter()
+            .map(|&x| self.typed_operand(OP, x, DType::I32))
+            .collect::<Result<Vec<_>>>()?;
+        let shapes: Vec<&[usize]> = infos.iter().map(|i| &i.shape[..]).collect();
+        let bad = |why: &str| shape_err(OP, format!("operands {shapes:?}: {why}"));
+        let rank = shapes[0].len();
+        if shapes.iter().any(|s| s.len() != rank) || rank > 4 {
+            return Err(bad("not one rank of at most 4"));
+        }
+        let mut out = vec![1usize; rank];
+        for s in &shapes {
+            for (o, &d) in out.iter_mut().zip(s.iter()) {
+                if d != *o && d != 1 && *o != 1 {
+                    return Err(bad("dims neither equal nor 1"));
+                }
+                *o = (*o).max(d);
+            }
+        }
         let d = padded4(&out);
-        let (sa, sb) = (broadcast_strides(&ai.shape), broadcast_strides(&bi.shape));
+        let st = |k: usize| shapes.get(k).map_or([0; 4], |s| broadcast_strides(s));
+        let (sa, sb, sc) = (st(0), st(1), st(2));
         let push = IntOpsPush {
             n: words(out.iter().product())?,
             d1: words(d[1])?,
@@ -104,10 +211,14 @@ impl GraphBuilder {
             sb1: sb[1],
             sb2: sb[2],
             sb3: sb[3],
+            sc0: sc[0],
+            sc1: sc[1],
+            sc2: sc[2],
+            sc3: sc[3],
             shift,
             ..IntOpsPush::default()
         };
-        self.int_node(mode, &[a, b], out, &push)
+        self.int_node(mode, xs, out, &push)
     }
 
     /// TOSA's RESCALE of i32 tensor `x` (see [`IntRescale`]); per-channel scales go along the
@@ -205,8 +316,7 @@ impl GraphBuilder {
         self.int_node(mode, &[x], out, &push)
     }
 
-    /// An `int_ops.comp` node in `mode` (a second operand bound to the first where there is
-    /// none).
+    /// An `int_ops.comp` node in `mode` (operands past those given bound to the first).
     fn int_node(
         &mut self,
         mode: u32,
@@ -214,7 +324,7 @@ impl GraphBuilder {
         shape: Vec<usize>,
         push: &IntOpsPush,
     ) -> Result<TensorId> {
-        let (a, b) = (inputs[0], inputs.get(1).copied().unwrap_or(inputs[0]));
+        let at = |k: usize| inputs.get(k).copied().unwrap_or(inputs[0]);
         let out = crate::graph::KernelOut {
             dtype: DType::I32,
             shape,
@@ -223,7 +333,7 @@ impl GraphBuilder {
             precision: None,
             spec: vec![mode],
         };
-        self.kernel_node_into(OP, Kernel::IntOps, &[a, b], out, push)
+        self.kernel_node_into(OP, Kernel::IntOps, &[at(0), at(1), at(2)], out, push)
     }
 }
 
