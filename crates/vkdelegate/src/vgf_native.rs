@@ -109,6 +109,12 @@ fn lowered(op: Operator) -> bool {
                 | Tile
                 | Rescale
                 | Table
+                | LogicalAnd
+                | LogicalOr
+                | LogicalXor
+                | LogicalNot
+                | Cast
+                | Gather
         )
 }
 
@@ -138,6 +144,8 @@ fn typed(n: &Node) -> bool {
     match (n.op, n.result.element) {
         (_, Element::Float(16 | 32)) => true,
         (Greater | GreaterEqual | Equal, Element::Bool) => true,
+        (LogicalAnd | LogicalOr | LogicalXor | LogicalNot | Cast, Element::Bool) => true,
+        (Cast | Gather, Element::Int(8 | 32)) => true,
         (Rescale, Element::Int(8 | 16 | 32)) => true,
         (Conv2d | DepthwiseConv2d | Add | Sub | Mul | Maximum | Minimum, Element::Int(32)) => true,
         (Matmul | TransposeConv2d, Element::Int(32)) => true,
@@ -553,7 +561,9 @@ impl<'a> Lowering<'a> {
                 _ => compute_delegate::IntBinary::Equal,
             };
             let (a, b) = (self.wide(&o[0])?, self.wide(&o[1])?);
-            return Ok(Value::Tosa(self.g.int_binary(op, a, b)?));
+            // Booleans are f32 masks, whatever compared them.
+            let mask = self.g.int_binary(op, a, b)?;
+            return Ok(Value::Tosa(self.g.cast(mask, DType::F32)?));
         }
         let t = match n.op {
             Rescale => self.quantized(n)?,
@@ -590,6 +600,13 @@ impl<'a> Lowering<'a> {
                 self.each(&o[0], |g, x| g.math(Math::Neg, x, 0.0))?
             }
             Pow => self.binary(BinaryOp::Pow, &o[0], &o[1])?,
+            LogicalAnd => self.binary(BinaryOp::And, &o[0], &o[1])?,
+            LogicalOr => self.binary(BinaryOp::Or, &o[0], &o[1])?,
+            // On masks of 0 and 1, exclusive or is inequality.
+            LogicalXor => self.binary(BinaryOp::Ne, &o[0], &o[1])?,
+            LogicalNot => self.each(&o[0], |g, x| g.logical_not(x))?,
+            Cast => Value::Tosa(self.cast_node(n)?),
+            Gather => Value::Tosa(self.gather(n)?),
             Greater => self.binary(BinaryOp::Gt, &o[0], &o[1])?,
             GreaterEqual => self.binary(BinaryOp::Ge, &o[0], &o[1])?,
             Equal => self.binary(BinaryOp::Eq, &o[0], &o[1])?,
@@ -832,6 +849,8 @@ impl<'a> Lowering<'a> {
             Operator::Concat | Operator::Pad | Operator::Tile | Operator::Slice => {
                 return self.moved_exactly(n);
             }
+            Operator::Cast => return self.cast_node(n),
+            Operator::Gather => return self.gather(n),
             Operator::Table => {
                 let entries = self.ints_of(&o[1])?;
                 let table: [i32; 256] = entries
@@ -1021,6 +1040,87 @@ impl<'a> Lowering<'a> {
         let t = self.tensor(o)?;
         let f = self.g.cast(t, DType::F32)?;
         self.relayout(f, &TO_NCHW)
+    }
+
+    /// TOSA's CAST: between floats, from integers or booleans (f32 masks) exactly, from
+    /// floats to integers rounded half to even and saturated, to booleans as `x != 0`, and
+    /// between integers where it widens.
+    fn cast_node(&mut self, n: &Node) -> Result<TensorId> {
+        let bad = |why: &str| unsupported(format!("CAST at word {}: {why}", n.at));
+        let x = self.tensor(&n.operands[0])?;
+        let from = self.g.dtype(x).ok_or_else(|| bad("an unknown operand"))?;
+        let float = |d: DType| matches!(d, DType::F32 | DType::F16);
+        Ok(match n.result.element {
+            Element::Bool => {
+                let x = if float(from) {
+                    x
+                } else {
+                    self.g.cast(x, DType::F32)?
+                };
+                self.g
+                    .compare_scalar(x, compute_delegate::Compare::Ne, 0.0)?
+            }
+            Element::Float(_) => {
+                let to = dtype(n.result.element, "CAST")?;
+                match from {
+                    DType::I8 | DType::I32 if to == DType::F16 => {
+                        let f = self.g.cast(x, DType::F32)?;
+                        self.g.cast(f, to)?
+                    }
+                    _ => self.g.cast(x, to)?,
+                }
+            }
+            Element::Int(bits @ (8 | 32)) => {
+                let to = if bits == 8 { DType::I8 } else { DType::I32 };
+                if float(from) {
+                    let r = self.g.math(Math::Round, x, 0.0)?;
+                    self.g.cast(r, to)?
+                } else if from.size() <= to.size() {
+                    self.g.cast(x, to)?
+                } else {
+                    return Err(bad("an integer narrowed"));
+                }
+            }
+            e => return Err(bad(&format!("a {e:?} result"))),
+        })
+    }
+
+    /// TOSA's GATHER: rows `[N, W, C]` of values `[N, K, C]` at int32 indices `[N, W]`, as one
+    /// embedding lookup in values `[N K, C]` (the indices of batch item `n` offset by `n K`).
+    fn gather(&mut self, n: &Node) -> Result<TensorId> {
+        let bad = |why: &str| unsupported(format!("GATHER at word {}: {why}", n.at));
+        let o = &n.operands;
+        let mut values = self.tensor(&o[0])?;
+        if self.g.dtype(values) == Some(DType::I8) {
+            values = self.g.cast(values, DType::I32)?;
+        }
+        let ids = self.wide(&o[1])?;
+        let (&[nb, k, c], &[nb2, _]) = (&self.shape(values)[..], &self.shape(ids)[..]) else {
+            return Err(bad(
+                "values other than [N, K, C] or indices other than [N, W]",
+            ));
+        };
+        if nb != nb2 {
+            return Err(bad("values and indices of different batches"));
+        }
+        let table = self.g.reshape(values, &[(nb * k) as isize, c as isize])?;
+        let ids = if nb > 1 {
+            let offsets: Vec<i32> = (0..nb)
+                .map(|i| i32::try_from(i * k).map_err(|_| bad("more rows than 32 bits count")))
+                .collect::<Result<_>>()?;
+            let t = HostTensor::from_i32(vec![nb, 1], &offsets).map_err(|e| bad(&e.to_string()))?;
+            let name = format!("gather_offsets_{}", self.nodes.len());
+            let offsets = self.g.constant(&name, t)?;
+            self.g
+                .int_binary(compute_delegate::IntBinary::Add, ids, offsets)?
+        } else {
+            ids
+        };
+        let rows = self.g.embedding(table, ids)?;
+        Ok(match n.result.element {
+            Element::Int(8) => self.g.cast(rows, DType::I8)?,
+            _ => rows,
+        })
     }
 
     /// Whether an operand is an integer tensor.
@@ -1227,6 +1327,11 @@ impl<'a> Lowering<'a> {
             return Ok(Value::Nchw(self.g.where_(c, x, y)?));
         }
         let (c, x, y) = (self.tensor(cond)?, self.tensor(a)?, self.tensor(b)?);
+        // A mask of another float type than the values.
+        let c = match (self.g.dtype(c), self.g.dtype(x)) {
+            (Some(m), Some(v)) if m != v => self.g.cast(c, v)?,
+            _ => c,
+        };
         Ok(Value::Tosa(self.g.where_(c, x, y)?))
     }
 
