@@ -1,13 +1,13 @@
 #version 450
 // kernel: Cast
-// Dtype conversion between f32, f16, i32 and i8, four elements (one "quad") per iteration,
+// Dtype conversion between f32, f16, i32, i16 and i8, four elements (one "quad") per iteration,
 // on 32-bit words so that no 8- or 16-bit storage feature is needed: f16 pairs go through
-// (un)packHalf2x16, i8 quads through byte shifts. Float to integer truncates toward zero and
+// (un)packHalf2x16, i16 pairs and i8 quads through shifts. Float to integer truncates toward zero and
 // saturates to the integer range. SRC == DST copies the words unchanged. An i64 is read as
 // its low 32-bit word (narrowing as ExecuTorch's Vulkan backend does for int64 inputs) and
 // written sign-extended; its words are bounds-checked, since a quad of i64 spans 32 bytes
-// and buffers are padded to 16.
-// Dtype codes: 0 f32, 1 f16, 2 i32, 3 i8, 4 i64.
+// and buffers are padded to 16. Integers narrowed to i16 or i8 saturate.
+// Dtype codes: 0 f32, 1 f16, 2 i32, 3 i8, 4 i64, 5 i16.
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SRC = 0;
 layout(constant_id = 1) const uint DST = 0;
@@ -24,7 +24,7 @@ bool is_int(uint t) {
 }
 
 uint words_per_quad(uint t) {
-    return (t == 4) ? 8 : ((t == 0 || t == 2) ? 4 : ((t == 1) ? 2 : 1));
+    return (t == 4) ? 8 : ((t == 0 || t == 2) ? 4 : ((t == 1 || t == 5) ? 2 : 1));
 }
 
 uint src_word(uint i) {
@@ -57,6 +57,11 @@ void main() {
             v = ivec4(src[4 * q], src[4 * q + 1], src[4 * q + 2], src[4 * q + 3]);
         } else if (SRC == 4) {
             v = ivec4(src_word(8 * q), src_word(8 * q + 2), src_word(8 * q + 4), src_word(8 * q + 6));
+        } else if (SRC == 5) {
+            uint lo = src[2 * q];
+            uint hi = src[2 * q + 1];
+            // Sign-extend each half.
+            v = ivec4(int(lo << 16) >> 16, int(lo) >> 16, int(hi << 16) >> 16, int(hi) >> 16);
         } else {
             uint w = src[q];
             // Sign-extend each byte.
@@ -88,6 +93,10 @@ void main() {
                 dst_word(8 * q + 2 * k, uint(v[k]));
                 dst_word(8 * q + 2 * k + 1, v[k] < 0 ? 0xFFFFFFFFu : 0u);
             }
+        } else if (DST == 5) {
+            uvec4 h = uvec4(clamp(v, -32768, 32767)) & 0xFFFFu;
+            dst[2 * q] = h.x | (h.y << 16);
+            dst[2 * q + 1] = h.z | (h.w << 16);
         } else {
             uvec4 b = uvec4(clamp(v, -128, 127)) & 0xFFu;
             dst[q] = b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);

@@ -14,8 +14,15 @@
 //   10 abs (wrapping), 11 negate: clamp(out_zp - (a - in_zp), lo, hi), 12 clamp(a, lo, hi);
 //   16 sum, 17 maximum, 18 minimum along one dim: the output [outer, inner] from a
 //     [outer, len, inner], len = d1 and inner = d2 (sums wrap);
+//   14 int16 table: (b[i] << 7) + (b[i + 1] - b[i]) * f for a + 32768 = 128 i + f (TOSA's
+//     interpolating TABLE of 513 entries, an int32 result);
 //   24 matmul: y[n, h, w] = sum_c (a[n, h, c] - in_zp) (b[n, c, w] - out_zp) for a
-//     [N, H, C] and b [N, C, W], H = d1, W = d2, C = d3 (wrapping).
+//     [N, H, C] and b [N, C, W], H = d1, W = d2, C = d3 (wrapping);
+//   32 a convolution and the RESCALE of its accumulators in one: a CONV2D or
+//     DEPTHWISE_CONV2D of NHWC input a and weights b (int8 or int16 values held widened),
+//     its sums, the bias added, in 64 bits (TOSA's int48 accumulators), then
+//     clamp(scale(sum, m, s) + out_zp, lo, hi), scale = (v * m + 2^(s-1)) >> s in 64 bits;
+//     the geometry and each output channel's bias and scale at c (see `conv_at`).
 // apply_scale_32 is TOSA's single-rounding scale (requantize.glsl).
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
@@ -94,6 +101,87 @@ int binary(int x, int w) {
     return x >= w ? 1 : 0;
 }
 
+// The convolution's parameters at c: the header's words, then four words an output channel
+// (the bias's low and high words, the multiplier, the shift) from word 24.
+const uint C_IH = 0, C_IW = 1, C_IC = 2, C_OH = 3, C_OW = 4, C_OC = 5, C_KH = 6, C_KW = 7;
+const uint C_SY = 8, C_SX = 9, C_PT = 10, C_PL = 11, C_DY = 12, C_DX = 13, C_XZP = 14;
+const uint C_WZP = 15, C_OUTZP = 16, C_LO = 17, C_HI = 18, C_MULT = 19, C_CHANNELS = 24;
+
+// (hi, lo) + p, in 64 bits.
+void add64(inout int hi, inout uint lo, int p) {
+    uint carry;
+    lo = uaddCarry(lo, uint(p), carry);
+    hi += int(carry) + (p < 0 ? -1 : 0);
+}
+
+// (v * m + 2^(s-1)) >> s for the 64-bit v = (hi, lo), m >= 0 and s in 1..62: the low word of
+// a 64-bit result (TOSA's scales never leave 32 bits).
+int scale64(int hi, uint lo, int m, uint s) {
+    uint phi;
+    uint plo;
+    umulExtended(lo, uint(m), phi, plo);
+    phi += uint(hi * m);
+    uint carry;
+    if (s <= 32) {
+        plo = uaddCarry(plo, 1u << (s - 1), carry);
+        phi += carry;
+    } else {
+        phi += 1u << (s - 33);
+    }
+    if (s < 32) {
+        return int((plo >> s) | (phi << (32 - s)));
+    }
+    if (s == 32) {
+        return int(phi);
+    }
+    return int(phi) >> (s - 32);
+}
+
+// Mode 32: one output element of the convolution and its rescale.
+int conv(uint e) {
+    uint oc_n = uint(c[C_OC]);
+    uint oc = e % oc_n;
+    uint r = e / oc_n;
+    uint ox = r % uint(c[C_OW]);
+    r /= uint(c[C_OW]);
+    uint oy = r % uint(c[C_OH]);
+    uint nb = r / uint(c[C_OH]);
+    uint ih = uint(c[C_IH]), iw = uint(c[C_IW]), ic_n = uint(c[C_IC]);
+    uint kh = uint(c[C_KH]), kw = uint(c[C_KW]);
+    uint mult = uint(c[C_MULT]);
+    uint at = C_CHANNELS + 4 * oc;
+    int hi = c[at + 1];
+    uint lo = uint(c[at]);
+    for (uint ky = 0; ky < kh; ++ky) {
+        int iy = int(oy) * c[C_SY] - c[C_PT] + int(ky) * c[C_DY];
+        if (iy < 0 || iy >= int(ih)) {
+            continue;
+        }
+        for (uint kx = 0; kx < kw; ++kx) {
+            int ix = int(ox) * c[C_SX] - c[C_PL] + int(kx) * c[C_DX];
+            if (ix < 0 || ix >= int(iw)) {
+                continue;
+            }
+            uint row = ((nb * ih + uint(iy)) * iw + uint(ix)) * ic_n;
+            if (mult > 0) {
+                // Depthwise: weights [KH, KW, C, M], output channel c M + m.
+                uint ic = oc / mult;
+                int x = a[row + ic] - c[C_XZP];
+                int w = b[((ky * kw + kx) * ic_n + ic) * mult + oc % mult] - c[C_WZP];
+                add64(hi, lo, x * w);
+            } else {
+                // Weights [OC, KH, KW, IC].
+                uint wrow = ((oc * kh + ky) * kw + kx) * ic_n;
+                for (uint ic = 0; ic < ic_n; ++ic) {
+                    add64(hi, lo, (a[row + ic] - c[C_XZP]) * (b[wrow + ic] - c[C_WZP]));
+                }
+            }
+        }
+    }
+    int v = scale64(hi, lo, c[at + 2], uint(c[at + 3])) + c[C_OUTZP];
+    return clamp(v, c[C_LO], c[C_HI]);
+}
+
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint e = gl_GlobalInvocationID.x; e < pc.n; e += stride) {
@@ -124,6 +212,13 @@ void main() {
             y[e] = clamp(pc.out_zp - (a[e] - pc.in_zp), pc.lo, pc.hi);
         } else if (OP == 12) {
             y[e] = clamp(a[e], pc.lo, pc.hi);
+        } else if (OP == 14) {
+            int i = a[e] + 32768;
+            int base = b[i >> 7];
+            int next = b[min((i >> 7) + 1, 512)];
+            y[e] = (base << 7) + (next - base) * (i & 127);
+        } else if (OP == 32) {
+            y[e] = conv(e);
         } else if (OP == 24) {
             uint w = e % pc.d2;
             uint h = (e / pc.d2) % pc.d1;

@@ -1171,6 +1171,7 @@ pub(crate) fn cast_code(d: DType) -> Option<u32> {
         DType::I32 => Some(2),
         DType::I8 => Some(3),
         DType::I64 => Some(4),
+        DType::I16 => Some(5),
         _ => None,
     }
 }

@@ -576,3 +576,153 @@ fn integer_comparisons_selects_and_products_match_tosa() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// Integer convolutions with their accumulators rescaled in one op (TOSA's int48 sums), and
+/// int16 TABLEs, against host references in 128-bit arithmetic: a CONV2D of int16 values
+/// with uneven padding, strides and a bias past 32 bits, a DEPTHWISE_CONV2D with a dilation
+/// and weight and input zero points, 16-bit multipliers; the 513-entry interpolating TABLE
+/// over int16's whole range; and int16 values through i16 tensors and back.
+#[test]
+fn integer_convolutions_and_int16_tables_match_tosa() {
+    use compute_delegate::IntConv;
+    let Some((instance, dev)) = testing::device(
+        "integer_convolutions_and_int16_tables_match_tosa",
+        &compute_delegate::requirements(),
+    ) else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(32);
+    let (ih, iw, ic) = (5usize, 6usize, 3usize);
+    let x: Vec<i32> = (0..ih * iw * ic)
+        .map(|_| rng.gen_range(-32768..32768))
+        .collect();
+    let wc: Vec<i32> = (0..4 * 3 * 3 * ic)
+        .map(|_| rng.gen_range(-128..128))
+        .collect();
+    let wd: Vec<i32> = (0..3 * 3 * ic * 2)
+        .map(|_| rng.gen_range(-128..128))
+        .collect();
+    let mut table = [0i32; 513];
+    for t in table.iter_mut() {
+        *t = rng.gen_range(-16000..16000);
+    }
+    let mut probe: Vec<i32> = (0..200).map(|_| rng.gen_range(-32768..32768)).collect();
+    probe.extend([-32768, 32767, 0, -1, 127, 128]);
+    let conv = IntConv {
+        padding: [1, 0, 1, 2],
+        stride: [2, 1],
+        dilation: [1, 1],
+        depth_multiplier: None,
+        x_zp: 0,
+        w_zp: 0,
+        bias: vec![1 << 40, -(3 << 38), 12345, -7],
+        scales: vec![Rescale {
+            multiplier: 23_000,
+            shift: 40,
+        }],
+        out_zp: 3,
+        range: (-32768, 32767),
+    };
+    let depthwise = IntConv {
+        padding: [2, 2, 0, 0],
+        stride: [1, 1],
+        dilation: [2, 1],
+        depth_multiplier: Some(2),
+        x_zp: -5,
+        w_zp: 2,
+        bias: vec![1000],
+        scales: (0..6)
+            .map(|k| Rescale {
+                multiplier: 20_000 + 1000 * k,
+                shift: 30 + k as u32,
+            })
+            .collect(),
+        out_zp: 0,
+        range: (-128, 127),
+    };
+    let mut g = GraphBuilder::new();
+    let xi = g.input("x", DType::I32, &[1, ih, iw, ic]).unwrap();
+    let wci = g.input("wc", DType::I32, &[4, 3, 3, ic]).unwrap();
+    let wdi = g.input("wd", DType::I32, &[3, 3, ic, 2]).unwrap();
+    let pi = g.input("probe", DType::I32, &[probe.len()]).unwrap();
+    let narrow = g.cast(pi, DType::I16).unwrap();
+    let outs = [
+        g.int_conv_rescaled(xi, wci, &conv).unwrap(),
+        g.int_conv_rescaled(xi, wdi, &depthwise).unwrap(),
+        g.int_table16(pi, &table).unwrap(),
+        g.cast(narrow, DType::I32).unwrap(),
+    ];
+    for t in outs {
+        g.output(t).unwrap();
+    }
+    let mut graph = g.build(&dev).unwrap();
+    let inputs = [
+        HostTensor::from_i32(vec![1, ih, iw, ic], &x).unwrap(),
+        HostTensor::from_i32(vec![4, 3, 3, ic], &wc).unwrap(),
+        HostTensor::from_i32(vec![3, 3, ic, 2], &wd).unwrap(),
+        HostTensor::from_i32(vec![probe.len()], &probe).unwrap(),
+    ];
+    let got: Vec<Vec<i32>> = graph
+        .execute(&inputs)
+        .unwrap()
+        .iter()
+        .map(|t| t.to_i32().unwrap())
+        .collect();
+    // TOSA: (v * m + 2^(s-1)) >> s in 64 bits, then the zero point and the range.
+    let scale64 = |v: i128, r: Rescale, zp: i32, (lo, hi): (i32, i32)| -> i32 {
+        let s = ((v * i128::from(r.multiplier) + (1i128 << (r.shift - 1))) >> r.shift) as i32;
+        (s + zp).clamp(lo, hi)
+    };
+    let reference = |p: &IntConv, w: &[i32], oc: usize, kh: usize, kw: usize| -> Vec<i32> {
+        let [pt, pb, pl, pr] = p.padding;
+        let oh = (ih + pt + pb - 1 - (kh - 1) * p.dilation[0]) / p.stride[0] + 1;
+        let ow = (iw + pl + pr - 1 - (kw - 1) * p.dilation[1]) / p.stride[1] + 1;
+        let mut out = Vec::new();
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for o in 0..oc {
+                    let mut acc = i128::from(p.bias[if p.bias.len() == 1 { 0 } else { o }]);
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - pt as isize;
+                            let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize - pl as isize;
+                            if iy < 0 || ix < 0 || iy >= ih as isize || ix >= iw as isize {
+                                continue;
+                            }
+                            let at = (iy as usize * iw + ix as usize) * ic;
+                            let taps: Vec<(usize, usize)> = match p.depth_multiplier {
+                                Some(m) => vec![(o / m, ((ky * kw + kx) * ic + o / m) * m + o % m)],
+                                None => (0..ic)
+                                    .map(|c| (c, ((o * kh + ky) * kw + kx) * ic + c))
+                                    .collect(),
+                            };
+                            for (c, wat) in taps {
+                                acc += i128::from(x[at + c] - p.x_zp) * i128::from(w[wat] - p.w_zp);
+                            }
+                        }
+                    }
+                    let r = p.scales[if p.scales.len() == 1 { 0 } else { o }];
+                    out.push(scale64(acc, r, p.out_zp, p.range));
+                }
+            }
+        }
+        out
+    };
+    let want = [
+        reference(&conv, &wc, 4, 3, 3),
+        reference(&depthwise, &wd, 6, 3, 3),
+        probe
+            .iter()
+            .map(|&v| {
+                let i = (v + 32768) as usize;
+                let (base, next) = (table[i >> 7], table[((i >> 7) + 1).min(512)]);
+                (base << 7) + (next - base) * (i & 127) as i32
+            })
+            .collect(),
+        probe.iter().map(|&v| v.clamp(-32768, 32767)).collect(),
+    ];
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "output {k}");
+    }
+    assert_no_validation_errors(&instance);
+}

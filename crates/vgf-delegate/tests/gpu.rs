@@ -51,6 +51,11 @@ fn load_npy(path: &Path) -> HostTensor {
             HostTensor::new(DType::F16, shape, bytes).unwrap()
         }
         "<i4" => HostTensor::from_i32(shape, &npy.into_vec::<i32>().unwrap()).unwrap(),
+        "<i2" => {
+            let v: Vec<i16> = npy.into_vec().unwrap();
+            let bytes = v.iter().flat_map(|b| b.to_le_bytes()).collect();
+            HostTensor::new(DType::I16, shape, bytes).unwrap()
+        }
         other => panic!("{}: unsupported dtype {other}", path.display()),
     }
 }
@@ -86,6 +91,19 @@ fn max_abs_diff(a: &HostTensor, b: &HostTensor) -> f32 {
             .zip(b.to_i8().unwrap())
             .map(|(x, y)| (*x as f32 - y as f32).abs())
             .fold(0.0, f32::max),
+        DType::I16 => {
+            let values = |t: &HostTensor| -> Vec<f32> {
+                t.bytes()
+                    .chunks_exact(2)
+                    .map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])))
+                    .collect()
+            };
+            values(a)
+                .iter()
+                .zip(values(b))
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max)
+        }
         other => panic!("unexpected dtype {other}"),
     }
 }
@@ -157,8 +175,8 @@ fn every_corpus_model_matches_scenario_runner_and_pytorch() {
                         assert!(d <= 1e-2 * scale, "{name}: {d} from {what}, scale {scale}");
                     }
                 }
-                DType::I8 => {
-                    assert_eq!(out.bytes(), reference.bytes(), "{name}: int8 not bit-exact");
+                DType::I8 | DType::I16 => {
+                    assert_eq!(out.bytes(), reference.bytes(), "{name}: not bit-exact");
                     // PyTorch simulates quantization in float: a deep network drifts by
                     // as many steps from it as scenario-runner does, one step otherwise.
                     let drift = max_abs_diff(&reference, &pytorch).max(1.0);

@@ -39,6 +39,10 @@ fn every_corpus_graph_decodes_with_its_operators() {
         ("conv", &[("CONV2D", 1), ("TRANSPOSE", 2)]),
         ("conv_fp16", &[("CONV2D", 1), ("TRANSPOSE", 2)]),
         (
+            "conv_int16",
+            &[("CONV2D", 1), ("RESCALE", 1), ("TRANSPOSE", 2)],
+        ),
+        (
             "conv_int8",
             &[("CONV2D", 1), ("RESCALE", 1), ("TRANSPOSE", 2)],
         ),
@@ -155,6 +159,20 @@ fn every_corpus_graph_decodes_with_its_operators() {
             ],
         ),
         (
+            "gelu_mlp_int16",
+            &[
+                ("ADD", 3),
+                ("CONV2D", 2),
+                ("MUL", 7),
+                ("REDUCE_MAX", 1),
+                ("REDUCE_SUM", 3),
+                ("RESCALE", 42),
+                ("RESHAPE", 7),
+                ("SUB", 3),
+                ("TABLE", 4),
+            ],
+        ),
+        (
             "gelu_mlp_int8",
             &[
                 ("ADD", 3),
@@ -181,6 +199,10 @@ fn every_corpus_graph_decodes_with_its_operators() {
             ],
         ),
         ("mlp", &[("CLAMP", 1), ("CONV2D", 2), ("RESHAPE", 2)]),
+        (
+            "mlp_int16",
+            &[("CLAMP", 1), ("CONV2D", 2), ("RESCALE", 2), ("RESHAPE", 2)],
+        ),
         (
             "mobilenet_v2",
             &[

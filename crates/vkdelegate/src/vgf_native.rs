@@ -148,11 +148,14 @@ fn typed(n: &Node) -> bool {
         (Cast | Gather, Element::Int(8 | 32)) => true,
         (Rescale, Element::Int(8 | 16 | 32)) => true,
         (Conv2d | DepthwiseConv2d | Add | Sub | Mul | Maximum | Minimum, Element::Int(32)) => true,
+        // int16 convolutions' int48 accumulators, rescaled by the RESCALE that reads them.
+        (Conv2d | DepthwiseConv2d, Element::Int(64)) => true,
+        (Table, Element::Int(32)) => true,
         (Matmul | TransposeConv2d, Element::Int(32)) => true,
         (ReduceSum, Element::Int(32)) => true,
         (ReduceMax | ReduceMin | Abs | Negate | Clamp | Select, Element::Int(8 | 16 | 32)) => true,
         (Table, Element::Int(8)) => true,
-        (Reshape, Element::Int(16 | 32)) => true,
+        (Reshape | Transpose, Element::Int(16 | 32)) => true,
         // Moved through exact float copies (int8 values are exact in f32).
         (Concat | Pad | Tile | Slice | MaxPool2d, Element::Int(8)) => true,
         // Edge transposes of int8 tensors cancel against NCHW convolutions.
@@ -170,8 +173,8 @@ fn check(graph: &TosaGraph) -> Result<()> {
             (true, true) => None,
             (true, false) => Some(format!(
                 "{} on {:?} at word {} (integer operators run natively as TOSA's integer \
-                 arithmetic, RESCALEs, int8 TABLEs, reductions and reshapes, and int8 \
-                 convolutions and pools)",
+                 arithmetic, RESCALEs, TABLEs, reductions, convolutions, products and \
+                 reshapes, and int8 pools and data movement)",
                 n.op.name(),
                 n.result.element,
                 n.at
@@ -293,7 +296,14 @@ impl<'a> Lowering<'a> {
                 .ok_or_else(|| {
                     unsupported(format!("model output {k} comes from no graph output"))
                 })?;
-            let t = self.tensor(&self.graph.results[j].clone())?;
+            let result = self.graph.results[j].clone();
+            let mut t = self.tensor(&result)?;
+            // int16 values are held widened.
+            if self.element_of(&result) == Some(Element::Int(16))
+                && self.g.dtype(t) != Some(DType::I16)
+            {
+                t = self.g.cast(t, DType::I16)?;
+            }
             if let Some(spec) = out_specs.get(k) {
                 self.g.set_name(t, spec.name.clone())?;
             }
@@ -405,8 +415,8 @@ impl<'a> Lowering<'a> {
         self.relayout(t, &TO_NCHW)
     }
 
-    /// `t` permuted: a reshape where only dims of size 1 move; an int8 tensor through int32
-    /// words.
+    /// `t` permuted: a reshape where only dims of size 1 move; int8 and int16 tensors through
+    /// int32 words (int16 values stay widened).
     fn relayout(&mut self, t: TensorId, perm: &[isize]) -> Result<TensorId> {
         let shape = self.shape(t);
         let size = |p: isize| shape.get(p as usize).copied().unwrap_or(0);
@@ -415,11 +425,19 @@ impl<'a> Lowering<'a> {
             let to: Vec<isize> = perm.iter().map(|&p| size(p) as isize).collect();
             return Ok(self.g.reshape(t, &to)?);
         }
-        if self.g.dtype(t) == Some(DType::I8) {
+        match self.g.dtype(t) {
             // int8 tensors take no permute: through int32 words.
-            let wide = self.g.cast(t, DType::I32)?;
-            let moved = self.g.permute(wide, perm)?;
-            return Ok(self.g.cast(moved, DType::I8)?);
+            Some(DType::I8) => {
+                let wide = self.g.cast(t, DType::I32)?;
+                let moved = self.g.permute(wide, perm)?;
+                return Ok(self.g.cast(moved, DType::I8)?);
+            }
+            // int16 values are held widened.
+            Some(DType::I16) => {
+                let wide = self.g.cast(t, DType::I32)?;
+                return Ok(self.g.permute(wide, perm)?);
+            }
+            _ => {}
         }
         Ok(self.g.permute(t, perm)?)
     }
@@ -538,6 +556,7 @@ impl<'a> Lowering<'a> {
         use Operator::*;
         if n.result.element == Element::Int(32)
             && matches!(n.op, Conv2d | DepthwiseConv2d | Add | Rescale)
+            || n.result.element == Element::Int(64) && matches!(n.op, Conv2d | DepthwiseConv2d)
         {
             return Ok(Value::Pending);
         }
@@ -765,6 +784,15 @@ impl<'a> Lowering<'a> {
         let o = &n.operands;
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
         let t = match n.op {
+            Operator::Rescale
+                if matches!(o[5], Operand::Node(k)
+                    if matches!(self.graph.nodes[k].op, Operator::Conv2d | Operator::DepthwiseConv2d)) =>
+            {
+                let Operand::Node(k) = o[5] else {
+                    return Err(bad("not a convolution's result"));
+                };
+                self.conv_rescaled(&self.graph.nodes[k], n)?
+            }
             Operator::Rescale => {
                 let r = self.rescale_of(n)?;
                 let range = range_of(n.result.element);
@@ -851,6 +879,19 @@ impl<'a> Lowering<'a> {
             }
             Operator::Cast => return self.cast_node(n),
             Operator::Gather => return self.gather(n),
+            Operator::Table if self.element_of(&o[0]) == Some(Element::Int(16)) => {
+                let entries = self.ints_of(&o[1])?;
+                let table: [i32; 513] = entries
+                    .and_then(|v| {
+                        v.iter()
+                            .map(|&e| i32::try_from(e).ok())
+                            .collect::<Option<Vec<_>>>()
+                    })
+                    .and_then(|v| v.try_into().ok())
+                    .ok_or_else(|| bad("an int16 table other than 513 constant entries"))?;
+                let x = self.wide(&o[0])?;
+                self.g.int_table16(x, &table)?
+            }
             Operator::Table => {
                 let entries = self.ints_of(&o[1])?;
                 let table: [i32; 256] = entries
@@ -870,6 +911,72 @@ impl<'a> Lowering<'a> {
             Element::Int(8) => self.g.cast(t, DType::I8)?,
             _ => t,
         })
+    }
+
+    /// A RESCALE of an integer CONV2D's or DEPTHWISE_CONV2D's accumulators (int16 inputs' int48
+    /// sums, or int8 ones outside the int8 kernels' patterns), as one op in TOSA's layout.
+    fn conv_rescaled(&mut self, conv: &Node, rescale: &Node) -> Result<TensorId> {
+        let o = &conv.operands;
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", conv.op.name(), conv.at));
+        let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
+        let (pad, stride, dilation) = (attr(0)?, attr(1)?, attr(2)?);
+        let size = |v: &[i64]| -> Option<Vec<usize>> {
+            v.iter().map(|&x| usize::try_from(x).ok()).collect()
+        };
+        let (Some(pad), Some(stride), Some(dilation)) =
+            (size(&pad), size(&stride), size(&dilation))
+        else {
+            return Err(bad("negative padding, strides or dilations"));
+        };
+        let (Ok(padding), Ok(stride), Ok(dilation)) = (
+            <[usize; 4]>::try_from(pad.as_slice()),
+            <[usize; 2]>::try_from(stride.as_slice()),
+            <[usize; 2]>::try_from(dilation.as_slice()),
+        ) else {
+            return Err(bad(
+                "padding of other than 4 values, or strides or dilations of other than 2",
+            ));
+        };
+        let Operand::GraphConstant { id, ty } = &o[6] else {
+            return Err(bad("weights that are not an integer graph constant"));
+        };
+        let shape = dims(ty.shape.as_deref(), "the weights")?;
+        let values: Vec<i32> = self
+            .ints_of(&o[6])?
+            .ok_or_else(|| bad("weights that are not an integer graph constant"))?
+            .iter()
+            .map(|&v| v as i32)
+            .collect();
+        if shape.len() != 4 || shape.iter().product::<usize>() != values.len() {
+            return Err(bad(&format!(
+                "weights {shape:?} of {} values",
+                values.len()
+            )));
+        }
+        let t = HostTensor::from_i32(shape.clone(), &values).map_err(|e| bad(&e.to_string()))?;
+        let name = format!("weights_{}_{id}", self.nodes.len());
+        let w = self.g.constant(&name, t)?;
+        let bias = self
+            .ints_of(&o[7])?
+            .ok_or_else(|| bad("a bias that is not an integer constant"))?;
+        let r = self.rescale_of(rescale)?;
+        if r.in_zp != 0 {
+            return Err(bad("a RESCALE of its sums with an input zero point"));
+        }
+        let p = compute_delegate::IntConv {
+            padding,
+            stride,
+            dilation,
+            depth_multiplier: (conv.op == Operator::DepthwiseConv2d).then(|| shape[3]),
+            x_zp: self.zero_point(conv, 8)?,
+            w_zp: self.zero_point(conv, 9)?,
+            bias,
+            scales: r.scales,
+            out_zp: r.out_zp as i32,
+            range: range_of(rescale.result.element),
+        };
+        let x = self.wide(&o[5])?;
+        Ok(self.g.int_conv_rescaled(x, w, &p)?)
     }
 
     /// An int8 CONCAT, PAD, TILE or SLICE on exact f32 copies of its operands (every int8
@@ -1123,15 +1230,19 @@ impl<'a> Lowering<'a> {
         })
     }
 
-    /// Whether an operand is an integer tensor.
-    fn is_integer(&self, o: &Operand) -> bool {
-        let element = match o {
+    /// An operand's TOSA element type.
+    fn element_of(&self, o: &Operand) -> Option<Element> {
+        match o {
             Operand::Node(k) => Some(self.graph.nodes[*k].result.element),
             Operand::Input(i) => self.graph.inputs.get(*i).map(|p| p.ty.element),
             Operand::GraphConstant { ty, .. } => Some(ty.element),
             Operand::Constant(c) => Some(c.element),
-        };
-        matches!(element, Some(Element::Int(_)))
+        }
+    }
+
+    /// Whether an operand is an integer tensor.
+    fn is_integer(&self, o: &Operand) -> bool {
+        matches!(self.element_of(o), Some(Element::Int(_)))
     }
 
     /// An integer operand widened to int32 words.
@@ -1153,8 +1264,8 @@ impl<'a> Lowering<'a> {
             _ => None,
         };
         let rounding = ints(&o[1]).and_then(|v| v.first().copied());
-        if flag(0) != Some(true) || rounding != Some(1) {
-            return Err(bad("other than 32-bit multipliers with single rounding"));
+        if flag(0).is_none() || rounding != Some(1) {
+            return Err(bad("other than single rounding"));
         }
         if flag(3) != Some(false) || flag(4) != Some(false) {
             return Err(bad("an unsigned input or output"));
@@ -1204,6 +1315,10 @@ impl<'a> Lowering<'a> {
             Element::Int(32) => data
                 .chunks_exact(4)
                 .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                .collect(),
+            Element::Int(64) => data
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
                 .collect(),
             _ => return Ok(None),
         };
@@ -1659,6 +1774,7 @@ fn dtype(e: Element, what: &str) -> Result<DType> {
         Element::Float(32) => Ok(DType::F32),
         Element::Float(16) => Ok(DType::F16),
         Element::Int(8) => Ok(DType::I8),
+        Element::Int(16) => Ok(DType::I16),
         Element::Int(32) => Ok(DType::I32),
         other => Err(unsupported(format!("{what}: {other:?} elements"))),
     }

@@ -23,7 +23,7 @@ fn dir(model: &str) -> PathBuf {
     testing::fixture("vgf").join(model)
 }
 
-/// An f32, f16, int8 or int32 `.npy` file.
+/// An f32, f16, int8, int16 or int32 `.npy` file.
 fn npy(path: &Path) -> HostTensor {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
@@ -36,6 +36,11 @@ fn npy(path: &Path) -> HostTensor {
         let v: Vec<half::f16> = npy.into_vec().unwrap();
         let bytes = v.iter().flat_map(|b| b.to_le_bytes()).collect();
         return HostTensor::new(DType::F16, shape, bytes).unwrap();
+    }
+    if matches!(npy.dtype(), npyz::DType::Plain(t) if t.to_string() == "<i2") {
+        let v: Vec<i16> = npy.into_vec().unwrap();
+        let bytes = v.iter().flat_map(|b| b.to_le_bytes()).collect();
+        return HostTensor::new(DType::I16, shape, bytes).unwrap();
     }
     if matches!(npy.dtype(), npyz::DType::Plain(t) if t.to_string() == "<i4") {
         return HostTensor::from_i32(shape, &npy.into_vec::<i32>().unwrap()).unwrap();
@@ -208,6 +213,29 @@ fn fp16_vgf_models_run_natively() {
                 "{model}: {worst} against a scale of {scale}"
             );
         }
+    }
+    assert_no_validation_errors(&instance);
+}
+
+/// The int16 models (int16 activations, int8 weights: Arm's a16w8 quantization) run natively,
+/// bit-exact with scenario-runner: their convolutions' int48 sums and RESCALEs as one op each
+/// (`IntConv`), CLAMP, and a transformer MLP's int16 TABLEs (513 entries, interpolated).
+#[test]
+fn int16_vgf_models_run_natively_bit_exact() {
+    let g = graph_of(&file("mlp_int16")).unwrap();
+    let Some((instance, dev)) = native_device("vgf_native_int16", &g.requirements()) else {
+        return;
+    };
+    for model in ["mlp_int16", "conv_int16", "gelu_mlp_int16"] {
+        let (kernels, pairs) = run_natively(&dev, model);
+        for (out, want) in &pairs {
+            assert_eq!(out.dtype(), DType::I16, "{model}");
+            assert_eq!(out.bytes(), want.bytes(), "{model}");
+        }
+        assert!(
+            kernels.iter().any(|k| k == "IntOps"),
+            "{model}: {kernels:?}"
+        );
     }
     assert_no_validation_errors(&instance);
 }

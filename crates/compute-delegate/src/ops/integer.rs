@@ -81,6 +81,33 @@ pub struct IntRescale {
     pub range: (i32, i32),
 }
 
+/// A CONV2D or DEPTHWISE_CONV2D of integers (int8 or int16 values held widened, NHWC) and the
+/// RESCALE of its accumulators, as one op: TOSA's int48 sums never leave the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntConv {
+    /// Padding: top, bottom, left, right.
+    pub padding: [usize; 4],
+    /// Stride: y, x.
+    pub stride: [usize; 2],
+    /// Dilation: y, x.
+    pub dilation: [usize; 2],
+    /// `Some(m)` for a depthwise convolution of weights `[KH, KW, C, m]`; `None` for weights
+    /// `[OC, KH, KW, IC]`.
+    pub depth_multiplier: Option<usize>,
+    /// The input's zero point.
+    pub x_zp: i32,
+    /// The weights' zero point.
+    pub w_zp: i32,
+    /// The bias: one, or one per output channel.
+    pub bias: Vec<i64>,
+    /// The rescale: one, or one per output channel (16- or 32-bit multipliers).
+    pub scales: Vec<Rescale>,
+    /// The output's zero point.
+    pub out_zp: i32,
+    /// The output type's range.
+    pub range: (i32, i32),
+}
+
 const OP: &str = "int_ops";
 
 /// Kernel modes (`int_ops.comp`'s `OP`).
@@ -282,6 +309,102 @@ impl GraphBuilder {
             ..IntOpsPush::default()
         };
         self.int_node(TABLE, &[x, entries], xi.shape, &push)
+    }
+
+    /// TOSA's int16 TABLE on i32 tensor `x` of int16 values: 513 entries interpolated, an
+    /// int32 result (`(t[i] << 7) + (t[i + 1] - t[i]) f` for `x + 32768 = 128 i + f`).
+    pub fn int_table16(&mut self, x: TensorId, table: &[i32; 513]) -> Result<TensorId> {
+        let xi = self.typed_operand(OP, x, DType::I32)?;
+        let name = format!("table_{}", self.tensors.len());
+        let t = HostTensor::from_i32(vec![513], table)
+            .map_err(|e| Error::Graph(format!("{OP}: {e}")))?;
+        let entries = self.constant(&name, t)?;
+        let push = IntOpsPush {
+            n: words_of(&xi.shape)?,
+            ..IntOpsPush::default()
+        };
+        self.int_node(14, &[x, entries], xi.shape, &push)
+    }
+
+    /// The convolution of i32 tensors `x` `[N, IH, IW, IC]` (NHWC) and `w`, rescaled (see
+    /// [`IntConv`]): `[N, OH, OW, OC]`.
+    pub fn int_conv_rescaled(&mut self, x: TensorId, w: TensorId, p: &IntConv) -> Result<TensorId> {
+        let xi = self.typed_operand(OP, x, DType::I32)?;
+        let wi = self.typed_operand(OP, w, DType::I32)?;
+        let bad = |why: String| {
+            shape_err(
+                OP,
+                format!("conv of {:?} by {:?}: {why}", xi.shape, wi.shape),
+            )
+        };
+        let (&[n, ih, iw, ic], &[w0, w1, w2, w3]) = (&xi.shape[..], &wi.shape[..]) else {
+            return Err(bad("not 4-D".into()));
+        };
+        let (oc, kh, kw, mult) = match p.depth_multiplier {
+            Some(m) if w2 == ic && w3 == m && m > 0 => (ic * m, w0, w1, m),
+            None if w3 == ic => (w0, w1, w2, 0),
+            _ => return Err(bad("weights of another depth".into())),
+        };
+        let [pt, pb, pl, pr] = p.padding;
+        let [sy, sx] = p.stride;
+        let [dy, dx] = p.dilation;
+        let out = |size: usize, pad: usize, k: usize, d: usize, s: usize| -> Option<usize> {
+            let span = (k.checked_sub(1)?).checked_mul(d)?;
+            (size + pad).checked_sub(1 + span).map(|v| v / s.max(1) + 1)
+        };
+        let (Some(oh), Some(ow)) = (out(ih, pt + pb, kh, dy, sy), out(iw, pl + pr, kw, dx, sx))
+        else {
+            return Err(bad("a window larger than the padded input".into()));
+        };
+        if sy == 0 || sx == 0 || dy == 0 || dx == 0 {
+            return Err(bad("a stride or dilation of 0".into()));
+        }
+        let per = |len: usize, what: &str| -> Result<()> {
+            match len == 1 || len == oc {
+                true => Ok(()),
+                false => Err(bad(format!("{len} {what} for {oc} output channels"))),
+            }
+        };
+        per(p.bias.len(), "biases")?;
+        per(p.scales.len(), "scales")?;
+        if let Some(s) = p
+            .scales
+            .iter()
+            .find(|s| !(1..=62).contains(&s.shift) || s.multiplier < 0)
+        {
+            return Err(Error::Graph(format!(
+                "{OP}: rescale multiplier {} with shift {} (multipliers are nonnegative, shifts 1 to 62)",
+                s.multiplier, s.shift
+            )));
+        }
+        let word = |v: usize| i32::try_from(v).map_err(|_| bad(format!("{v} exceeds 31 bits")));
+        let mut params = vec![0i32; 24];
+        for (at, v) in [ih, iw, ic, oh, ow, oc, kh, kw, sy, sx, pt, pl, dy, dx]
+            .into_iter()
+            .enumerate()
+        {
+            params[at] = word(v)?;
+        }
+        params[14] = p.x_zp;
+        params[15] = p.w_zp;
+        params[16] = p.out_zp;
+        (params[17], params[18]) = p.range;
+        params[19] = word(mult)?;
+        for k in 0..oc {
+            let b = p.bias[if p.bias.len() == 1 { 0 } else { k }];
+            let s = p.scales[if p.scales.len() == 1 { 0 } else { k }];
+            params.extend([b as i32, (b >> 32) as i32, s.multiplier, s.shift as i32]);
+        }
+        let name = format!("conv_params_{}", self.tensors.len());
+        let t = HostTensor::from_i32(vec![params.len()], &params)
+            .map_err(|e| Error::Graph(format!("{OP}: {e}")))?;
+        let c = self.constant(&name, t)?;
+        let shape = vec![n, oh, ow, oc];
+        let push = IntOpsPush {
+            n: words_of(&shape)?,
+            ..IntOpsPush::default()
+        };
+        self.int_node(32, &[x, w, c], shape, &push)
     }
 
     /// `op` of i32 tensor `x` along `dim`, kept as a dim of 1.

@@ -27,7 +27,7 @@ mod elementwise;
 mod gemm;
 mod index;
 mod integer;
-pub use integer::{IntBinary, IntReduce, IntRescale, IntUnary};
+pub use integer::{IntBinary, IntConv, IntReduce, IntRescale, IntUnary};
 mod norm;
 mod pool;
 mod quantized;

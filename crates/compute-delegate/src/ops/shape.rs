@@ -591,9 +591,9 @@ impl GraphBuilder {
         }
     }
 
-    /// Converts between f32, f16, i32, i8 and i64 (float to integer truncates toward zero and
-    /// saturates; i64 to a narrower type keeps the low 32 bits, as ExecuTorch's Vulkan backend
-    /// narrows int64 inputs).
+    /// Converts between f32, f16, i32, i16, i8 and i64 (float to integer truncates toward zero
+    /// and saturates, as do integers narrowed to i16 or i8; i64 to a narrower type keeps the
+    /// low 32 bits, as ExecuTorch's Vulkan backend narrows int64 inputs).
     pub fn cast(&mut self, x: TensorId, to: DType) -> Result<TensorId> {
         const OP: &str = "cast";
         let xi = self.info(OP, x)?.clone();
@@ -603,7 +603,7 @@ impl GraphBuilder {
                     op: OP,
                     tensor: t.clone(),
                     actual: dtype,
-                    expected: "f32, f16, i32, i8 or i64",
+                    expected: "f32, f16, i32, i16, i8 or i64",
                 });
             }
         }
@@ -873,7 +873,7 @@ impl Lowerer<'_> {
                         op: "cast",
                         tensor: xi.name.clone(),
                         actual: d,
-                        expected: "f32, f16, i32, i8 or i64",
+                        expected: "f32, f16, i32, i16, i8 or i64",
                     })
                 };
                 let (src, dst) = (code(xi.dtype)?, code(*to)?);
