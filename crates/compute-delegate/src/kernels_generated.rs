@@ -100,6 +100,8 @@ pub(crate) enum Kernel {
     ReduceDim,
     /// `reduce_sg.comp`.
     ReduceSg,
+    /// `resize.comp`.
+    Resize,
     /// `rope.comp`.
     Rope,
     /// `softmax.comp`.
@@ -121,7 +123,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 56] = [
+    pub(crate) const ALL: [Kernel; 57] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -170,6 +172,7 @@ impl Kernel {
         Kernel::Reduce,
         Kernel::ReduceDim,
         Kernel::ReduceSg,
+        Kernel::Resize,
         Kernel::Rope,
         Kernel::Softmax,
         Kernel::SoftmaxSg,
@@ -231,6 +234,7 @@ impl Kernel {
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::ReduceDim => include_bytes!("../spirv/reduce_dim.spv"),
             Kernel::ReduceSg => include_bytes!("../spirv/reduce_sg.spv"),
+            Kernel::Resize => include_bytes!("../spirv/resize.spv"),
             Kernel::Rope => include_bytes!("../spirv/rope.spv"),
             Kernel::Softmax => include_bytes!("../spirv/softmax.spv"),
             Kernel::SoftmaxSg => include_bytes!("../spirv/softmax_sg.spv"),
@@ -294,6 +298,7 @@ impl Kernel {
             Kernel::Reduce => Some(include_bytes!("../spirv/reduce_f16.spv")),
             Kernel::ReduceDim => Some(include_bytes!("../spirv/reduce_dim_f16.spv")),
             Kernel::ReduceSg => Some(include_bytes!("../spirv/reduce_sg_f16.spv")),
+            Kernel::Resize => Some(include_bytes!("../spirv/resize_f16.spv")),
             Kernel::Rope => Some(include_bytes!("../spirv/rope_f16.spv")),
             Kernel::Softmax => Some(include_bytes!("../spirv/softmax_f16.spv")),
             Kernel::SoftmaxSg => Some(include_bytes!("../spirv/softmax_sg_f16.spv")),
@@ -356,6 +361,7 @@ impl Kernel {
             Kernel::Reduce => 2,
             Kernel::ReduceDim => 2,
             Kernel::ReduceSg => 2,
+            Kernel::Resize => 2,
             Kernel::Rope => 5,
             Kernel::Softmax => 2,
             Kernel::SoftmaxSg => 2,
@@ -1331,6 +1337,29 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<ReduceSgPush>() as u32 <= super::super::PUSH_BYTES,
         "reduce_sg.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `resize.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ResizePush {
+        pub total: u32,
+        pub ih: u32,
+        pub iw: u32,
+        pub c: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub scale_y_n: i32,
+        pub scale_y_d: i32,
+        pub scale_x_n: i32,
+        pub scale_x_d: i32,
+        pub offset_y: i32,
+        pub offset_x: i32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<ResizePush>() as u32 <= super::super::PUSH_BYTES,
+        "resize.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `rope.comp`'s push constants.

@@ -278,6 +278,16 @@ fn every_corpus_graph_decodes_with_its_operators() {
                 ("TRANSPOSE_CONV2D", 1),
             ],
         ),
+        ("resize", &[("RESIZE", 3), ("REVERSE", 1), ("TRANSPOSE", 4)]),
+        (
+            "resize_int8",
+            &[
+                ("RESCALE", 2),
+                ("RESIZE", 3),
+                ("REVERSE", 1),
+                ("TRANSPOSE", 4),
+            ],
+        ),
         ("sqplus", &[("ADD", 1), ("MUL", 1)]),
         ("sqplus_1x3x4x4", &[("ADD", 1), ("MUL", 1)]),
     ];

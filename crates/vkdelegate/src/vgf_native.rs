@@ -115,6 +115,8 @@ fn lowered(op: Operator) -> bool {
                 | LogicalNot
                 | Cast
                 | Gather
+                | Resize
+                | Reverse
         )
 }
 
@@ -146,6 +148,9 @@ fn typed(n: &Node) -> bool {
         (Greater | GreaterEqual | Equal, Element::Bool) => true,
         (LogicalAnd | LogicalOr | LogicalXor | LogicalNot | Cast, Element::Bool) => true,
         (Cast | Gather, Element::Int(8 | 32)) => true,
+        // int8 nearest, int8 bilinear's int32 sums; int16 ones the same.
+        (Resize, Element::Int(8 | 16 | 32 | 64)) => true,
+        (Reverse, Element::Int(8)) => true,
         (Rescale, Element::Int(8 | 16 | 32)) => true,
         (Conv2d | DepthwiseConv2d | Add | Sub | Mul | Maximum | Minimum, Element::Int(32)) => true,
         // int16 convolutions' int48 accumulators, rescaled by the RESCALE that reads them.
@@ -625,6 +630,16 @@ impl<'a> Lowering<'a> {
             LogicalXor => self.binary(BinaryOp::Ne, &o[0], &o[1])?,
             LogicalNot => self.each(&o[0], |g, x| g.logical_not(x))?,
             Cast => Value::Tosa(self.cast_node(n)?),
+            Resize => Value::Tosa(self.resize(n)?),
+            Reverse => {
+                let axis = ints(&o[0]).and_then(|a| a.first().copied());
+                let axis = axis.ok_or_else(|| bad("an axis that is not constant"))?;
+                let x = self.tensor(&o[1])?;
+                Value::Tosa(self.registry(
+                    "aten.flip.default",
+                    vec![Arg::Tensor(x), Arg::Ints(vec![axis])],
+                )?)
+            }
             Gather => Value::Tosa(self.gather(n)?),
             Greater => self.binary(BinaryOp::Gt, &o[0], &o[1])?,
             GreaterEqual => self.binary(BinaryOp::Ge, &o[0], &o[1])?,
@@ -874,10 +889,15 @@ impl<'a> Lowering<'a> {
                 let (a, b) = (self.wide(&o[0])?, self.wide(&o[1])?);
                 self.g.int_matmul(a, b, zps)?
             }
-            Operator::Concat | Operator::Pad | Operator::Tile | Operator::Slice => {
+            Operator::Concat
+            | Operator::Pad
+            | Operator::Tile
+            | Operator::Slice
+            | Operator::Reverse => {
                 return self.moved_exactly(n);
             }
             Operator::Cast => return self.cast_node(n),
+            Operator::Resize => self.resize(n)?,
             Operator::Gather => return self.gather(n),
             Operator::Table if self.element_of(&o[0]) == Some(Element::Int(16)) => {
                 let entries = self.ints_of(&o[1])?;
@@ -979,7 +999,54 @@ impl<'a> Lowering<'a> {
         Ok(self.g.int_conv_rescaled(x, w, &p)?)
     }
 
-    /// An int8 CONCAT, PAD, TILE or SLICE on exact f32 copies of its operands (every int8
+    /// TOSA's RESIZE of an NHWC operand (`compute_delegate::Resize`): floats as they are,
+    /// integers widened (bilinear gives their int32 sums, nearest int8 narrowed back).
+    fn resize(&mut self, n: &Node) -> Result<TensorId> {
+        let o = &n.operands;
+        let bad = |why: &str| unsupported(format!("RESIZE at word {}: {why}", n.at));
+        let mode = ints(&o[0]).and_then(|v| v.first().copied());
+        let bilinear = match mode {
+            Some(1) => false,
+            Some(2) => true,
+            _ => return Err(bad("a mode other than nearest (1) or bilinear (2)")),
+        };
+        let int4 = |i: usize| -> Option<Vec<i32>> {
+            ints(&o[i])?
+                .iter()
+                .map(|&v| i32::try_from(v).ok())
+                .collect()
+        };
+        let (Some(scale), Some(offset)) = (int4(2), int4(3)) else {
+            return Err(bad("a scale or offset that is not constant"));
+        };
+        let (Ok(scale), Ok(offset)) = (<[i32; 4]>::try_from(scale), <[i32; 2]>::try_from(offset))
+        else {
+            return Err(bad(
+                "a scale of other than 4 values or an offset of other than 2",
+            ));
+        };
+        let shape = dims(n.result.shape.as_deref(), "RESIZE's result")?;
+        let &[_, oh, ow, _] = &shape[..] else {
+            return Err(bad("a result other than [N, H, W, C]"));
+        };
+        let r = compute_delegate::Resize {
+            bilinear,
+            scale,
+            offset,
+            out: [oh, ow],
+        };
+        let x = match self.is_integer(&o[1]) {
+            true => self.wide(&o[1])?,
+            false => self.tensor(&o[1])?,
+        };
+        let y = self.g.resize(x, &r)?;
+        Ok(match n.result.element {
+            Element::Int(8) => self.g.cast(y, DType::I8)?,
+            _ => y,
+        })
+    }
+
+    /// An int8 CONCAT, PAD, TILE, SLICE or REVERSE on exact f32 copies of its operands (every int8
     /// value is an f32), through the float lowering's own operators, narrowed back.
     fn moved_exactly(&mut self, n: &Node) -> Result<TensorId> {
         let o = &n.operands;
@@ -1010,6 +1077,15 @@ impl<'a> Lowering<'a> {
                 self.registry(
                     "aten.repeat.default",
                     vec![Arg::Tensor(x), Arg::Ints(times)],
+                )?
+            }
+            Operator::Reverse => {
+                let axis = ints(&o[0]).and_then(|a| a.first().copied());
+                let axis = axis.ok_or_else(|| bad("an axis that is not constant"))?;
+                let x = self.float_copy(&o[1])?;
+                self.registry(
+                    "aten.flip.default",
+                    vec![Arg::Tensor(x), Arg::Ints(vec![axis])],
                 )?
             }
             _ => {

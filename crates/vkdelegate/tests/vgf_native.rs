@@ -144,6 +144,7 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
         "gelu_mlp",
         "logical",
         "gather",
+        "resize",
     ];
     // Only the compute delegate's needs: no ARM extension.
     let g = graph_of(&file("add")).unwrap();
@@ -248,7 +249,7 @@ fn int16_vgf_models_run_natively_bit_exact() {
 /// REDUCE_MAX, and four int8 TABLEs) on TOSA's integer arithmetic; TOSA's int8 elementwise
 /// operators (ABS, NEGATE, comparisons and SELECT, MAXIMUM, MINIMUM, CLAMP, TABLEs); and int8
 /// data movement and products (MATMUL with zero points, PAD, TILE, TRANSPOSE_CONV2D, the
-/// reductions, MAX_POOL2D).
+/// reductions, MAX_POOL2D); RESIZE (nearest, and bilinear's int32 sums rescaled) and REVERSE.
 #[test]
 fn int8_vgf_models_run_natively_bit_exact() {
     let g = graph_of(&file("add_int8")).unwrap();
@@ -262,6 +263,7 @@ fn int8_vgf_models_run_natively_bit_exact() {
         "gelu_mlp_int8",
         "elementwise_int8",
         "movement_int8",
+        "resize_int8",
     ] {
         let (kernels, pairs) = run_natively(&dev, model);
         for (out, want) in &pairs {

@@ -28,6 +28,7 @@ mod gemm;
 mod index;
 mod integer;
 pub use integer::{IntBinary, IntConv, IntReduce, IntRescale, IntUnary};
+pub use pool::Resize;
 mod norm;
 mod pool;
 mod quantized;

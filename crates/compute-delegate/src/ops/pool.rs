@@ -1,4 +1,5 @@
-//! 2-D pooling (average and max) and resampling (nearest and bilinear upsampling), NCHW.
+//! 2-D pooling (average and max) and resampling (nearest and bilinear upsampling), NCHW;
+//! TOSA's RESIZE (its integer coordinates, NHWC, floats and integers) through the Rust API.
 
 use super::{Call, Fallback, Kind, Math, OpDef, Param, one};
 use crate::error::Result;
@@ -327,6 +328,80 @@ fn max_pool2d(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 
 // Shape and dtype inference: the builder's methods of this family, each checking its
 // operands and naming the tensor and the numbers on error.
+
+/// TOSA's RESIZE of an NHWC tensor: output `(oy, ox)` reads input coordinates
+/// `(oy * scale[1] + offset[0]) / scale[0]` and `(ox * scale[3] + offset[1]) / scale[2]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resize {
+    /// Bilinear, else nearest.
+    pub bilinear: bool,
+    /// `[scale_y_n, scale_y_d, scale_x_n, scale_x_d]`, each positive.
+    pub scale: [i32; 4],
+    /// `[offset_y, offset_x]`.
+    pub offset: [i32; 2],
+    /// The output's height and width.
+    pub out: [usize; 2],
+}
+
+impl GraphBuilder {
+    /// TOSA's RESIZE (see [`Resize`]) of `x` `[N, H, W, C]`: f32 or f16, or i32 words of int8
+    /// or int16 values (bilinear then sums the four weighted neighbours in int32, which TOSA
+    /// rescales afterwards).
+    pub fn resize(&mut self, x: TensorId, r: &Resize) -> Result<TensorId> {
+        const OP: &str = "resize";
+        let xi = self.info(OP, x)?.clone();
+        let int = match xi.dtype {
+            DType::F32 | DType::F16 => 0,
+            DType::I32 => 1,
+            d => {
+                return Err(crate::Error::DType {
+                    op: OP,
+                    tensor: xi.name.clone(),
+                    actual: d,
+                    expected: "f32, f16 or i32",
+                });
+            }
+        };
+        let &[n, ih, iw, c] = &xi.shape[..] else {
+            return Err(shape_err(OP, format!("{:?} is not [N, H, W, C]", xi.shape)));
+        };
+        let [oh, ow] = r.out;
+        if r.scale.iter().any(|&s| s <= 0) || oh == 0 || ow == 0 || oh >= 1 << 14 || ow >= 1 << 14 {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "scale {:?} to {oh}x{ow} (scales positive, sizes 1 to 16383)",
+                    r.scale
+                ),
+            ));
+        }
+        let word = |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} elements")));
+        let shape = vec![n, oh, ow, c];
+        let push = push::ResizePush {
+            total: word(n * oh * ow * c)?,
+            ih: word(ih)?,
+            iw: word(iw)?,
+            c: word(c)?,
+            oh: word(oh)?,
+            ow: word(ow)?,
+            scale_y_n: r.scale[0],
+            scale_y_d: r.scale[1],
+            scale_x_n: r.scale[2],
+            scale_x_d: r.scale[3],
+            offset_y: r.offset[0],
+            offset_x: r.offset[1],
+        };
+        let out = crate::graph::KernelOut {
+            dtype: xi.dtype,
+            shape,
+            storage: None,
+            groups: None,
+            precision: None,
+            spec: vec![u32::from(r.bilinear), int],
+        };
+        self.kernel_node_into(OP, Kernel::Resize, &[x], out, &push)
+    }
+}
 
 impl GraphBuilder {
     fn pool_impl(&mut self, x: TensorId, p: Pool2d, max: bool) -> Result<TensorId> {
