@@ -1381,3 +1381,15 @@ fn concats_are_written_in_place_by_their_producers() {
     }
     assert_no_validation_errors(&inst);
 }
+
+/// A view whose sizes overflow when multiplied is refused with a named error, not a panic
+/// (sizes like a VGF RESHAPE's that fuzzing found).
+#[test]
+fn a_view_of_overflowing_sizes_is_an_error() {
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[8, 64]).unwrap();
+    for shape in [[1isize << 40, 1 << 40, 8], [1 << 40, 1 << 40, -1]] {
+        let e = g.reshape(x, &shape).unwrap_err();
+        assert!(e.to_string().contains("cannot view"), "{e}");
+    }
+}

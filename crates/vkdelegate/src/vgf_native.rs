@@ -967,7 +967,7 @@ impl<'a> Lowering<'a> {
             .iter()
             .map(|&v| v as i32)
             .collect();
-        if shape.len() != 4 || shape.iter().product::<usize>() != values.len() {
+        if shape.len() != 4 || checked_numel(&shape) != Some(values.len()) {
             return Err(bad(&format!(
                 "weights {shape:?} of {} values",
                 values.len()
@@ -1161,7 +1161,7 @@ impl<'a> Lowering<'a> {
         let Ok(shape4) = <[usize; 4]>::try_from(shape.as_slice()) else {
             return Err(bad("weights that are not 4-D"));
         };
-        if shape.iter().product::<usize>() != data.len() {
+        if checked_numel(&shape) != Some(data.len()) {
             return Err(bad(&format!("weights {shape:?} of {} bytes", data.len())));
         }
         // Each output sums at most every weight of its channel times |x - x_zp| <= 255 (an
@@ -1196,7 +1196,7 @@ impl<'a> Lowering<'a> {
         let y = self.g.cast(y, DType::I32)?;
         let bias = self.wide(&o[6])?;
         let oc = wshape[1];
-        if self.shape(bias).iter().product::<usize>() != oc {
+        if checked_numel(&self.shape(bias)) != Some(oc) {
             return Err(bad("a bias other than one per output channel"));
         }
         let bias = self.g.reshape(bias, &[1, oc as isize, 1, 1])?;
@@ -1708,6 +1708,11 @@ impl<'a> Lowering<'a> {
             _ => self.g.max_pool2d(x, p)?,
         })
     }
+}
+
+/// The elements of `shape`, `None` past `usize`.
+fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
 }
 
 /// The range of an integer element type held in int32 words.

@@ -189,7 +189,7 @@ impl GraphBuilder {
             ));
         }
         let push = IntOpsPush {
-            n: words(n * h * w)?,
+            n: words_of(&[n, h, w])?,
             d1: words(h)?,
             d2: words(w)?,
             d3: words(c)?,
@@ -226,7 +226,7 @@ impl GraphBuilder {
         let st = |k: usize| shapes.get(k).map_or([0; 4], |s| broadcast_strides(s));
         let (sa, sb, sc) = (st(0), st(1), st(2));
         let push = IntOpsPush {
-            n: words(out.iter().product())?,
+            n: words_of(&out)?,
             d1: words(d[1])?,
             d2: words(d[2])?,
             d3: words(d[3])?,
@@ -484,7 +484,15 @@ fn words(v: usize) -> Result<u32> {
 }
 
 fn words_of(shape: &[usize]) -> Result<u32> {
-    words(shape.iter().product())
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    n.map_or_else(
+        || {
+            Err(Error::Graph(format!(
+                "{OP}: {shape:?} exceeds the address space"
+            )))
+        },
+        words,
+    )
 }
 
 #[cfg(test)]

@@ -378,7 +378,12 @@ impl GraphBuilder {
         let word = |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} elements")));
         let shape = vec![n, oh, ow, c];
         let push = push::ResizePush {
-            total: word(n * oh * ow * c)?,
+            total: word(
+                [n, oh, ow, c]
+                    .iter()
+                    .try_fold(1usize, |a, &d| a.checked_mul(d))
+                    .unwrap_or(usize::MAX),
+            )?,
             ih: word(ih)?,
             iw: word(iw)?,
             c: word(c)?,

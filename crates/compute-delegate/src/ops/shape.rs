@@ -615,13 +615,17 @@ impl GraphBuilder {
         const OP: &str = "reshape";
         let xi = self.info(OP, x)?.clone();
         let n = xi.numel();
-        let known: usize = shape
+        // Sizes whose product overflows name no view of any tensor.
+        let known = shape
             .iter()
             .filter(|&&d| d >= 0)
-            .map(|&d| d as usize)
-            .product();
+            .try_fold(1usize, |a, &d| a.checked_mul(d as usize));
         let infer = shape.iter().filter(|&&d| d == -1).count();
-        let bad = shape.is_empty() || shape.iter().any(|&d| d < -1 || d == 0) || infer > 1;
+        let bad = shape.is_empty()
+            || shape.iter().any(|&d| d < -1 || d == 0)
+            || infer > 1
+            || known.is_none();
+        let known = known.unwrap_or(1);
         let mut out: Vec<usize> = Vec::with_capacity(shape.len());
         if !bad {
             for &d in shape {
@@ -632,7 +636,7 @@ impl GraphBuilder {
                 });
             }
         }
-        if bad || out.iter().product::<usize>() != n {
+        if bad || out.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(n) {
             return Err(shape_err(
                 OP,
                 format!(
