@@ -5,13 +5,16 @@
 // element per iteration, grid-stride. OP:
 //   0 add, 1 sub (wrapping), 2 mul: (a * b + 2^(shift-1)) >> shift in 64-bit arithmetic,
 //     low word kept (a plain product for shift 0), 3 maximum, 4 minimum, 5 a == b, 6 a > b,
-//     7 a >= b (1 or 0), 13 select: b where a != 0, else c; the operands broadcast to the
-//     output through their strides (0 along a dim of size 1);
+//     7 a >= b (1 or 0), 13 select: b where a != 0, else c, 40 a & b, 41 a | b, 42 a ^ b,
+//     43 a << b, 44 a >> b on the type's `hi` bits unsigned (sign-extended back), 45 a >> b
+//     arithmetic (rounded where `shift` is 1), 46 a / b truncated; the operands broadcast to
+//     the output through their strides (0 along a dim of size 1);
 //   8 rescale: clamp(apply_scale_32(a - in_zp, m[c], s[c]) + out_zp, lo, hi), c the
 //     element's index along the last dim when `channels` > 1, the (multiplier, shift) pairs
 //     at b;
 //   9 table: b[a + 128] (TOSA's int8 TABLE, the 256 entries widened at b);
-//   10 abs (wrapping), 11 negate: clamp(out_zp - (a - in_zp), lo, hi), 12 clamp(a, lo, hi);
+//   10 abs (wrapping), 11 negate: clamp(out_zp - (a - in_zp), lo, hi), 12 clamp(a, lo, hi),
+//     15 ~a, 47 the leading zeros of a's 32 bits;
 //   16 sum, 17 maximum, 18 minimum along one dim: the output [outer, inner] from a
 //     [outer, len, inner], len = d1 and inner = d2 (sums wrap);
 //   14 int16 table: (b[i] << 7) + (b[i + 1] - b[i]) * f for a + 32768 = 128 i + f (TOSA's
@@ -91,6 +94,24 @@ int mul_shift(int x, int w, uint s) {
 }
 
 int binary(int x, int w) {
+    if (OP == 40) return x & w;
+    if (OP == 41) return x | w;
+    if (OP == 42) return x ^ w;
+    if (OP == 43) return x << w;
+    if (OP == 44) {
+        uint bits = uint(pc.hi);
+        uint mask = bits >= 32 ? 0xffffffffu : (1u << bits) - 1u;
+        uint r = (uint(x) & mask) >> uint(w);
+        return bits >= 32 ? int(r) : (int(r << (32 - bits)) >> (32 - bits));
+    }
+    if (OP == 45) {
+        int r = x >> w;
+        if (pc.shift != 0 && w > 0) {
+            r += (x >> (w - 1)) & 1;
+        }
+        return r;
+    }
+    if (OP == 46) return x / w;
     if (OP == 0) return x + w;
     if (OP == 1) return x - w;
     if (OP == 2) return mul_shift(x, w, pc.shift);
@@ -185,7 +206,7 @@ int conv(uint e) {
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint e = gl_GlobalInvocationID.x; e < pc.n; e += stride) {
-        if (OP < 8 || OP == 13) {
+        if (OP < 8 || OP == 13 || (OP >= 40 && OP < 47)) {
             uint i3 = e % pc.d3;
             uint r = e / pc.d3;
             uint i2 = r % pc.d2;
@@ -212,6 +233,10 @@ void main() {
             y[e] = clamp(pc.out_zp - (a[e] - pc.in_zp), pc.lo, pc.hi);
         } else if (OP == 12) {
             y[e] = clamp(a[e], pc.lo, pc.hi);
+        } else if (OP == 15) {
+            y[e] = ~a[e];
+        } else if (OP == 47) {
+            y[e] = a[e] == 0 ? 32 : 31 - findMSB(uint(a[e]));
         } else if (OP == 14) {
             int i = a[e] + 32768;
             int base = b[i >> 7];

@@ -1,8 +1,9 @@
 #version 450
 // kernel: ReduceDim
 #extension GL_GOOGLE_include_directive : require
-// The maximum (mode 0) or minimum (mode 1) along one dim of x viewed as [outer, d, inner],
-// one invocation per output element [outer, inner]; NaN wins, as in PyTorch.
+// The maximum (mode 0), minimum (mode 1) or product (mode 2, in fp32) along one dim of x
+// viewed as [outer, d, inner], one invocation per output element [outer, inner]; NaN wins, as
+// in PyTorch.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -24,6 +25,10 @@ void main() {
         float best = float(x[base]);
         for (uint k = 1u; k < pc.d; k++) {
             float v = float(x[base + k * pc.inner]);
+            if (pc.mode == 2u) {
+                best *= v;
+                continue;
+            }
             bool better = pc.mode == 0u ? v > best : v < best;
             if (isnan(v) || (better && !isnan(best))) {
                 best = v;

@@ -1393,3 +1393,46 @@ fn a_view_of_overflowing_sizes_is_an_error() {
         assert!(e.to_string().contains("cannot view"), "{e}");
     }
 }
+
+/// Products along one dim and along two (TOSA's REDUCE_PRODUCT), kept as dims of 1, against
+/// the host's.
+#[test]
+fn products_along_dims_match_the_host() {
+    let Some((inst, dev)) = device("products_along_dims_match_the_host") else {
+        return;
+    };
+    let (a, b, c) = (3usize, 4usize, 5usize);
+    let x: Vec<f32> = (0..a * b * c)
+        .map(|i| 0.6 + (i % 7) as f32 * 0.15)
+        .collect();
+    let mut g = GraphBuilder::new();
+    let xi = g.input("x", DType::F32, &[a, b, c]).unwrap();
+    let p1 = g.prod(xi, &[1], true).unwrap();
+    let p2 = g.prod(xi, &[0, 2], false).unwrap();
+    g.output(p1).unwrap();
+    g.output(p2).unwrap();
+    let mut graph = g.build(&dev).unwrap();
+    let out = graph
+        .execute(&[HostTensor::from_f32(vec![a, b, c], &x).unwrap()])
+        .unwrap();
+    assert_eq!(out[0].shape(), [a, 1, c]);
+    assert_eq!(out[1].shape(), [b]);
+    let at = |i: usize, j: usize, k: usize| f64::from(x[(i * b + j) * c + k]);
+    let want1: Vec<f64> = (0..a * c)
+        .map(|e| (0..b).map(|j| at(e / c, j, e % c)).product())
+        .collect();
+    let want2: Vec<f64> = (0..b)
+        .map(|j| {
+            (0..a)
+                .flat_map(|i| (0..c).map(move |k| (i, k)))
+                .map(|(i, k)| at(i, j, k))
+                .product()
+        })
+        .collect();
+    for (got, want) in [(&out[0], &want1), (&out[1], &want2)] {
+        for (g, w) in got.to_f32().unwrap().iter().zip(want) {
+            assert!((f64::from(*g) - w).abs() <= 1e-5 * w.abs(), "{g} vs {w}");
+        }
+    }
+    assert_no_validation_errors(&inst);
+}

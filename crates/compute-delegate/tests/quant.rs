@@ -726,3 +726,91 @@ fn integer_convolutions_and_int16_tables_match_tosa() {
     }
     assert_no_validation_errors(&instance);
 }
+
+/// TOSA's bitwise and shift operators, INTDIV and CLZ on `int_ops.comp`, against host
+/// references: and, or, xor, not; left shifts; logical right shifts of int8, int16 and int32
+/// values (the type's bits unsigned, sign-extended back); arithmetic right shifts with and
+/// without rounding; division truncated toward zero; leading zeros (32 for 0).
+#[test]
+fn integer_bitwise_operators_match_tosa() {
+    use compute_delegate::{IntBinary, IntUnary};
+    let Some((instance, dev)) = testing::device(
+        "integer_bitwise_operators_match_tosa",
+        &compute_delegate::requirements(),
+    ) else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(33);
+    let n = 64usize;
+    let a: Vec<i32> = (0..n).map(|_| rng.gen_range(-128..128)).collect();
+    let wide: Vec<i32> = (0..n).map(|_| rng.r#gen()).collect();
+    let shifts: Vec<i32> = (0..n).map(|_| rng.gen_range(0..8)).collect();
+    let mut divisors: Vec<i32> = (0..n).map(|_| rng.gen_range(1..50)).collect();
+    divisors[..n / 2].iter_mut().for_each(|d| *d = -*d);
+    let mut g = GraphBuilder::new();
+    let ai = g.input("a", DType::I32, &[n]).unwrap();
+    let wi = g.input("wide", DType::I32, &[n]).unwrap();
+    let si = g.input("shifts", DType::I32, &[n]).unwrap();
+    let di = g.input("divisors", DType::I32, &[n]).unwrap();
+    let outs = [
+        g.int_binary(IntBinary::BitAnd, ai, wi).unwrap(),
+        g.int_binary(IntBinary::BitOr, ai, wi).unwrap(),
+        g.int_binary(IntBinary::BitXor, ai, wi).unwrap(),
+        g.int_unary(IntUnary::BitNot, wi).unwrap(),
+        g.int_binary(IntBinary::ShiftLeft, ai, si).unwrap(),
+        g.int_binary(IntBinary::ShiftRightLogical { bits: 8 }, ai, si)
+            .unwrap(),
+        g.int_binary(IntBinary::ShiftRightLogical { bits: 16 }, ai, si)
+            .unwrap(),
+        g.int_binary(IntBinary::ShiftRightLogical { bits: 32 }, wi, si)
+            .unwrap(),
+        g.int_binary(IntBinary::ShiftRightArithmetic { round: false }, wi, si)
+            .unwrap(),
+        g.int_binary(IntBinary::ShiftRightArithmetic { round: true }, wi, si)
+            .unwrap(),
+        g.int_binary(IntBinary::Div, wi, di).unwrap(),
+        g.int_unary(IntUnary::LeadingZeros, ai).unwrap(),
+    ];
+    for t in outs {
+        g.output(t).unwrap();
+    }
+    let mut graph = g.build(&dev).unwrap();
+    let inputs = [&a, &wide, &shifts, &divisors].map(|v| HostTensor::from_i32(vec![n], v).unwrap());
+    let got: Vec<Vec<i32>> = graph
+        .execute(&inputs)
+        .unwrap()
+        .iter()
+        .map(|t| t.to_i32().unwrap())
+        .collect();
+    let each = |f: &dyn Fn(usize) -> i32| -> Vec<i32> { (0..n).map(f).collect() };
+    let logical = |v: i32, s: i32, bits: u32| -> i32 {
+        let mask = if bits == 32 {
+            u32::MAX
+        } else {
+            (1u32 << bits) - 1
+        };
+        let r = ((v as u32) & mask) >> s;
+        ((r << (32 - bits)) as i32) >> (32 - bits)
+    };
+    let want = [
+        each(&|i| a[i] & wide[i]),
+        each(&|i| a[i] | wide[i]),
+        each(&|i| a[i] ^ wide[i]),
+        each(&|i| !wide[i]),
+        each(&|i| a[i] << shifts[i]),
+        each(&|i| logical(a[i], shifts[i], 8)),
+        each(&|i| logical(a[i], shifts[i], 16)),
+        each(&|i| logical(wide[i], shifts[i], 32)),
+        each(&|i| wide[i] >> shifts[i]),
+        each(&|i| {
+            let s = shifts[i];
+            (wide[i] >> s) + if s > 0 { (wide[i] >> (s - 1)) & 1 } else { 0 }
+        }),
+        each(&|i| wide[i] / divisors[i]),
+        each(&|i| a[i].leading_zeros() as i32),
+    ];
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "output {k}");
+    }
+    assert_no_validation_errors(&instance);
+}

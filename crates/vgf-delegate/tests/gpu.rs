@@ -91,6 +91,13 @@ fn max_abs_diff(a: &HostTensor, b: &HostTensor) -> f32 {
             .zip(b.to_i8().unwrap())
             .map(|(x, y)| (*x as f32 - y as f32).abs())
             .fold(0.0, f32::max),
+        DType::I32 => a
+            .to_i32()
+            .unwrap()
+            .iter()
+            .zip(b.to_i32().unwrap())
+            .map(|(x, y)| (*x as f32 - y as f32).abs())
+            .fold(0.0, f32::max),
         DType::I16 => {
             let values = |t: &HostTensor| -> Vec<f32> {
                 t.bytes()
@@ -175,7 +182,7 @@ fn every_corpus_model_matches_scenario_runner_and_pytorch() {
                         assert!(d <= 1e-2 * scale, "{name}: {d} from {what}, scale {scale}");
                     }
                 }
-                DType::I8 | DType::I16 => {
+                DType::I8 | DType::I16 | DType::I32 => {
                     assert_eq!(out.bytes(), reference.bytes(), "{name}: not bit-exact");
                     // PyTorch simulates quantization in float: a deep network drifts by
                     // as many steps from it as scenario-runner does, one step otherwise.

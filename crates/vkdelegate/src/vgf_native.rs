@@ -117,6 +117,18 @@ fn lowered(op: Operator) -> bool {
                 | Gather
                 | Resize
                 | Reverse
+                | BitwiseAnd
+                | BitwiseOr
+                | BitwiseXor
+                | BitwiseNot
+                | LogicalLeftShift
+                | LogicalRightShift
+                | ArithmeticRightShift
+                | Intdiv
+                | Clz
+                | ReduceProduct
+                | ReduceAny
+                | ReduceAll
         )
 }
 
@@ -151,6 +163,13 @@ fn typed(n: &Node) -> bool {
         // int8 nearest, int8 bilinear's int32 sums; int16 ones the same.
         (Resize, Element::Int(8 | 16 | 32 | 64)) => true,
         (Reverse, Element::Int(8)) => true,
+        (
+            BitwiseAnd | BitwiseOr | BitwiseXor | BitwiseNot | LogicalLeftShift | LogicalRightShift
+            | ArithmeticRightShift | Clz,
+            Element::Int(8 | 16 | 32),
+        ) => true,
+        (Intdiv, Element::Int(32)) => true,
+        (ReduceAny | ReduceAll, Element::Bool) => true,
         (Rescale, Element::Int(8 | 16 | 32)) => true,
         (Conv2d | DepthwiseConv2d | Add | Sub | Mul | Maximum | Minimum, Element::Int(32)) => true,
         // int16 convolutions' int48 accumulators, rescaled by the RESCALE that reads them.
@@ -687,13 +706,17 @@ impl<'a> Lowering<'a> {
             }
             Conv2d | DepthwiseConv2d => Value::Nchw(self.conv(n, &bad)?),
             AvgPool2d | MaxPool2d => Value::Nchw(self.pool(n, &bad)?),
-            ReduceSum | ReduceMax | ReduceMin => {
+            ReduceSum | ReduceMax | ReduceMin | ReduceProduct | ReduceAny | ReduceAll => {
                 let axis = ints(&o[0]).and_then(|a| a.first().copied());
                 let axis = axis.ok_or_else(|| bad("an axis that is not constant"))? as isize;
                 let x = self.tensor(o.last().unwrap_or(&o[0]))?;
                 Value::Tosa(match n.op {
                     ReduceSum => self.g.sum(x, &[axis], true)?,
-                    op => self.g.extreme(x, &[axis], true, op == ReduceMin)?,
+                    ReduceProduct => self.g.prod(x, &[axis], true)?,
+                    // On masks of 0 and 1: any is the largest, all the smallest.
+                    op => self
+                        .g
+                        .extreme(x, &[axis], true, matches!(op, ReduceMin | ReduceAll))?,
                 })
             }
             Concat => {
@@ -853,9 +876,42 @@ impl<'a> Lowering<'a> {
                 let x = self.wide(o.last().unwrap_or(&o[0]))?;
                 self.g.int_reduce(x, axis, op)?
             }
-            Operator::Abs => {
+            Operator::Abs | Operator::BitwiseNot | Operator::Clz => {
+                let op = match n.op {
+                    Operator::Abs => IntUnary::Abs,
+                    Operator::BitwiseNot => IntUnary::BitNot,
+                    _ => IntUnary::LeadingZeros,
+                };
                 let x = self.wide(&o[0])?;
-                self.g.int_unary(IntUnary::Abs, x)?
+                self.g.int_unary(op, x)?
+            }
+            Operator::BitwiseAnd
+            | Operator::BitwiseOr
+            | Operator::BitwiseXor
+            | Operator::LogicalLeftShift
+            | Operator::LogicalRightShift
+            | Operator::Intdiv => {
+                let op = match (n.op, n.result.element) {
+                    (Operator::BitwiseAnd, _) => IntBinary::BitAnd,
+                    (Operator::BitwiseOr, _) => IntBinary::BitOr,
+                    (Operator::BitwiseXor, _) => IntBinary::BitXor,
+                    (Operator::LogicalLeftShift, _) => IntBinary::ShiftLeft,
+                    (Operator::LogicalRightShift, Element::Int(bits)) => {
+                        IntBinary::ShiftRightLogical { bits }
+                    }
+                    _ => IntBinary::Div,
+                };
+                let (a, b) = (self.wide(&o[0])?, self.wide(&o[1])?);
+                self.g.int_binary(op, a, b)?
+            }
+            Operator::ArithmeticRightShift => {
+                let round = match &o[0] {
+                    Operand::Constant(c) => c.values.first().is_some_and(|&v| v != 0),
+                    _ => return Err(bad("a round flag that is not constant")),
+                };
+                let (a, b) = (self.wide(&o[1])?, self.wide(&o[2])?);
+                self.g
+                    .int_binary(IntBinary::ShiftRightArithmetic { round }, a, b)?
             }
             Operator::Negate => {
                 let (in_zp, out_zp) = (self.zero_point(n, 1)?, self.zero_point(n, 2)?);

@@ -145,6 +145,7 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
         "logical",
         "gather",
         "resize",
+        "reductions",
     ];
     // Only the compute delegate's needs: no ARM extension.
     let g = graph_of(&file("add")).unwrap();
@@ -220,17 +221,23 @@ fn fp16_vgf_models_run_natively() {
 
 /// The int16 models (int16 activations, int8 weights: Arm's a16w8 quantization) run natively,
 /// bit-exact with scenario-runner: their convolutions' int48 sums and RESCALEs as one op each
-/// (`IntConv`), CLAMP, and a transformer MLP's int16 TABLEs (513 entries, interpolated).
+/// (`IntConv`), CLAMP, and a transformer MLP's int16 TABLEs (513 entries, interpolated); and
+/// int32 arithmetic without quantization (bitwise operators, shifts, INTDIV).
 #[test]
-fn int16_vgf_models_run_natively_bit_exact() {
+fn int16_and_int32_vgf_models_run_natively_bit_exact() {
     let g = graph_of(&file("mlp_int16")).unwrap();
     let Some((instance, dev)) = native_device("vgf_native_int16", &g.requirements()) else {
         return;
     };
-    for model in ["mlp_int16", "conv_int16", "gelu_mlp_int16"] {
+    for (model, dtype) in [
+        ("mlp_int16", DType::I16),
+        ("conv_int16", DType::I16),
+        ("gelu_mlp_int16", DType::I16),
+        ("bitwise", DType::I32),
+    ] {
         let (kernels, pairs) = run_natively(&dev, model);
         for (out, want) in &pairs {
-            assert_eq!(out.dtype(), DType::I16, "{model}");
+            assert_eq!(out.dtype(), dtype, "{model}");
             assert_eq!(out.bytes(), want.bytes(), "{model}");
         }
         assert!(
@@ -301,7 +308,7 @@ fn int8_vgf_models_run_natively_bit_exact() {
 }
 
 /// What the native path cannot lower is named, each operator with its word offset, all at
-/// once: the int8 transformer MLP with its four TABLEs turned into INTDIVs (an operator of the
+/// once: the int8 transformer MLP with its four TABLEs turned into RFFT2Ds (an operator of the
 /// same operand count that it does not lower), its SPIR-V otherwise intact.
 #[test]
 fn unsupported_operators_are_named_at_once() {
@@ -312,7 +319,7 @@ fn unsupported_operators_are_named_at_once() {
     let mut patched = 0;
     for at in (0..bytes.len().saturating_sub(24)).step_by(4) {
         if word(&bytes, at) == header && word(&bytes, at + 16) == 30 {
-            bytes[at + 16..at + 20].copy_from_slice(&19u32.to_le_bytes());
+            bytes[at + 16..at + 20].copy_from_slice(&8u32.to_le_bytes());
             patched += 1;
         }
     }
@@ -321,11 +328,11 @@ fn unsupported_operators_are_named_at_once() {
     let Err(NativeError::Unsupported(what)) = graph_of(&file) else {
         panic!("the patched gelu_mlp_int8 lowered");
     };
-    let divisions = what
+    let ffts = what
         .iter()
-        .filter(|w| w.starts_with("INTDIV at word "))
+        .filter(|w| w.starts_with("RFFT2D at word "))
         .count();
-    assert_eq!((divisions, what.len()), (4, 4), "{what:?}");
+    assert_eq!((ffts, what.len()), (4, 4), "{what:?}");
     let e = NativeError::Unsupported(what.clone());
     assert!(e.to_string().starts_with("not runnable natively: "), "{e}");
 }

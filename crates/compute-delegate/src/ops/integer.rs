@@ -34,6 +34,27 @@ pub enum IntBinary {
     Greater,
     /// 1 where `a >= b`, else 0.
     GreaterEqual,
+    /// Bitwise and.
+    BitAnd,
+    /// Bitwise or.
+    BitOr,
+    /// Bitwise exclusive or.
+    BitXor,
+    /// `a << b` (TOSA requires `b` in 0..=31).
+    ShiftLeft,
+    /// `a >> b` on the low `bits` bits of `a` taken unsigned, the result sign-extended from
+    /// `bits` (TOSA's LOGICAL_RIGHT_SHIFT on int8, int16 or int32).
+    ShiftRightLogical {
+        /// The type's width: 8, 16 or 32.
+        bits: u32,
+    },
+    /// `a >> b` arithmetic, plus the last bit shifted out where `round`.
+    ShiftRightArithmetic {
+        /// TOSA's round flag.
+        round: bool,
+    },
+    /// `a / b` truncated toward zero (TOSA's INTDIV; `b` nonzero).
+    Div,
 }
 
 /// An elementwise integer op of one operand.
@@ -55,6 +76,10 @@ pub enum IntUnary {
         /// The bounds.
         range: (i32, i32),
     },
+    /// Bitwise not.
+    BitNot,
+    /// The leading zero bits of the 32-bit value (32 for 0).
+    LeadingZeros,
 }
 
 /// A reduction of integers along a dim.
@@ -130,7 +155,23 @@ impl GraphBuilder {
             IntBinary::Equal => (5, 0),
             IntBinary::Greater => (6, 0),
             IntBinary::GreaterEqual => (7, 0),
+            IntBinary::BitAnd => (40, 0),
+            IntBinary::BitOr => (41, 0),
+            IntBinary::BitXor => (42, 0),
+            IntBinary::ShiftLeft => (43, 0),
+            IntBinary::ShiftRightLogical { bits } if matches!(bits, 8 | 16 | 32) => (44, bits),
+            IntBinary::ShiftRightLogical { bits } => {
+                return Err(Error::Graph(format!(
+                    "{OP}: a logical shift of {bits}-bit values"
+                )));
+            }
+            IntBinary::ShiftRightArithmetic { round } => (45, u32::from(round)),
+            IntBinary::Div => (46, 0),
         };
+        // The logical shift's width travels as the output range's upper bound.
+        if mode == 44 {
+            return self.int_elementwise_with(mode, &[a, b], 0, shift as i32);
+        }
         self.int_elementwise(mode, &[a, b], shift)
     }
 
@@ -151,6 +192,8 @@ impl GraphBuilder {
                 range,
             } => (11, in_zp, out_zp, range),
             IntUnary::Clamp { range } => (12, 0, 0, range),
+            IntUnary::BitNot => (15, 0, 0, (0, 0)),
+            IntUnary::LeadingZeros => (47, 0, 0, (0, 0)),
         };
         if lo > hi {
             return Err(Error::Graph(format!("{OP}: an empty range {:?}", (lo, hi))));
@@ -203,6 +246,17 @@ impl GraphBuilder {
     /// An elementwise `int_ops.comp` node of two or three i32 operands of one rank (at most 4)
     /// broadcast to the largest of each dim.
     fn int_elementwise(&mut self, mode: u32, xs: &[TensorId], shift: u32) -> Result<TensorId> {
+        self.int_elementwise_with(mode, xs, shift, 0)
+    }
+
+    /// [`GraphBuilder::int_elementwise`] with `hi` in the push block.
+    fn int_elementwise_with(
+        &mut self,
+        mode: u32,
+        xs: &[TensorId],
+        shift: u32,
+        hi: i32,
+    ) -> Result<TensorId> {
         let infos = xs
             .iter()
             .map(|&x| self.typed_operand(OP, x, DType::I32))
@@ -243,6 +297,7 @@ impl GraphBuilder {
             sc2: sc[2],
             sc3: sc[3],
             shift,
+            hi,
             ..IntOpsPush::default()
         };
         self.int_node(mode, xs, out, &push)

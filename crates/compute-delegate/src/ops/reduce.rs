@@ -179,6 +179,32 @@ impl GraphBuilder {
         self.reduced_shape(y, &xi.shape, &ds, keepdim)
     }
 
+    /// The product of float `x` over `dims` (every dim when empty), one dim at a time on
+    /// `reduce_dim.comp`, in fp32.
+    pub fn prod(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
+        const OP: &str = "prod";
+        let xi = self.float_operand(OP, x)?;
+        let rank = xi.shape.len();
+        let mut ds: Vec<usize> = dims
+            .iter()
+            .map(|&d| norm_dim(OP, &xi.name, d, rank))
+            .collect::<Result<_>>()?;
+        if ds.is_empty() {
+            ds = (0..rank).collect();
+        }
+        ds.sort_unstable();
+        ds.dedup();
+        let mut y = x;
+        let mut shape = xi.shape.clone();
+        for &d in ds.iter().rev() {
+            let (outer, inner) = (shape[..d].iter().product(), shape[d + 1..].iter().product());
+            y = self.reduce_dim(OP, Kernel::ReduceDim, y, [outer, shape[d], inner], 2)?;
+            shape[d] = 1;
+            y = self.reshape(y, &shape.iter().map(|&s| s as isize).collect::<Vec<_>>())?;
+        }
+        self.reduced_shape(y, &xi.shape, &ds, keepdim)
+    }
+
     /// The index of the maximum (`min` false) or minimum of `x` along `dim`, as i32, on
     /// `arg_reduce.comp` (f16 inputs widened first).
     pub fn arg_extreme(
