@@ -14,7 +14,8 @@
 //     at b;
 //   9 table: b[a + 128] (TOSA's int8 TABLE, the 256 entries widened at b);
 //   10 abs (wrapping), 11 negate: clamp(out_zp - (a - in_zp), lo, hi), 12 clamp(a, lo, hi),
-//     15 ~a, 47 the leading zeros of a's 32 bits;
+//     15 ~a, 47 the leading zeros of a's 32 bits, 48 a's low `hi` bits sign-extended (a
+//     narrowing CAST, which wraps);
 //   16 sum, 17 maximum, 18 minimum along one dim: the output [outer, inner] from a
 //     [outer, len, inner], len = d1 and inner = d2 (sums wrap);
 //   14 int16 table: (b[i] << 7) + (b[i + 1] - b[i]) * f for a + 32768 = 128 i + f (TOSA's
@@ -237,6 +238,9 @@ void main() {
             y[e] = ~a[e];
         } else if (OP == 47) {
             y[e] = a[e] == 0 ? 32 : 31 - findMSB(uint(a[e]));
+        } else if (OP == 48) {
+            uint drop = 32 - uint(pc.hi);
+            y[e] = (a[e] << drop) >> drop;
         } else if (OP == 14) {
             int i = a[e] + 32768;
             int base = b[i >> 7];

@@ -730,7 +730,8 @@ fn integer_convolutions_and_int16_tables_match_tosa() {
 /// TOSA's bitwise and shift operators, INTDIV and CLZ on `int_ops.comp`, against host
 /// references: and, or, xor, not; left shifts; logical right shifts of int8, int16 and int32
 /// values (the type's bits unsigned, sign-extended back); arithmetic right shifts with and
-/// without rounding; division truncated toward zero; leading zeros (32 for 0).
+/// without rounding; division truncated toward zero; leading zeros (32 for 0); narrowing to
+/// 8 and 16 bits, which wraps.
 #[test]
 fn integer_bitwise_operators_match_tosa() {
     use compute_delegate::{IntBinary, IntUnary};
@@ -770,6 +771,8 @@ fn integer_bitwise_operators_match_tosa() {
             .unwrap(),
         g.int_binary(IntBinary::Div, wi, di).unwrap(),
         g.int_unary(IntUnary::LeadingZeros, ai).unwrap(),
+        g.int_unary(IntUnary::Wrap { bits: 8 }, wi).unwrap(),
+        g.int_unary(IntUnary::Wrap { bits: 16 }, wi).unwrap(),
     ];
     for t in outs {
         g.output(t).unwrap();
@@ -808,6 +811,8 @@ fn integer_bitwise_operators_match_tosa() {
         }),
         each(&|i| wide[i] / divisors[i]),
         each(&|i| a[i].leading_zeros() as i32),
+        each(&|i| i32::from(wide[i] as i8)),
+        each(&|i| i32::from(wide[i] as i16)),
     ];
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g, w, "output {k}");

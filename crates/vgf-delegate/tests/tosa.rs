@@ -52,6 +52,7 @@ fn every_corpus_graph_decodes_with_its_operators() {
                 ("SUB", 1),
             ],
         ),
+        ("casts", &[("CAST", 3), ("MUL", 1)]),
         ("conv", &[("CONV2D", 1), ("TRANSPOSE", 2)]),
         ("conv_fp16", &[("CONV2D", 1), ("TRANSPOSE", 2)]),
         (

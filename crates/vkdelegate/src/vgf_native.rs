@@ -159,7 +159,8 @@ fn typed(n: &Node) -> bool {
         (_, Element::Float(16 | 32)) => true,
         (Greater | GreaterEqual | Equal, Element::Bool) => true,
         (LogicalAnd | LogicalOr | LogicalXor | LogicalNot | Cast, Element::Bool) => true,
-        (Cast | Gather, Element::Int(8 | 32)) => true,
+        (Cast, Element::Int(8 | 16 | 32)) => true,
+        (Gather, Element::Int(8 | 32)) => true,
         // int8 nearest, int8 bilinear's int32 sums; int16 ones the same.
         (Resize, Element::Int(8 | 16 | 32 | 64)) => true,
         (Reverse, Element::Int(8)) => true,
@@ -1309,15 +1310,33 @@ impl<'a> Lowering<'a> {
                     _ => self.g.cast(x, to)?,
                 }
             }
-            Element::Int(bits @ (8 | 32)) => {
-                let to = if bits == 8 { DType::I8 } else { DType::I32 };
+            Element::Int(bits @ (8 | 16 | 32)) => {
+                // int16 values are held widened.
+                let to = match bits {
+                    8 => DType::I8,
+                    _ => DType::I32,
+                };
                 if float(from) {
                     let r = self.g.math(Math::Round, x, 0.0)?;
-                    self.g.cast(r, to)?
-                } else if from.size() <= to.size() {
+                    let t = self.g.cast(r, to)?;
+                    match bits {
+                        16 => self.g.int_unary(
+                            compute_delegate::IntUnary::Clamp {
+                                range: range_of(Element::Int(16)),
+                            },
+                            t,
+                        )?,
+                        _ => t,
+                    }
+                } else if from.size() <= to.size() && bits != 16 {
                     self.g.cast(x, to)?
                 } else {
-                    return Err(bad("an integer narrowed"));
+                    // Narrowing wraps: the low bits, sign-extended.
+                    let wide = self.wide(&n.operands[0])?;
+                    let t = self
+                        .g
+                        .int_unary(compute_delegate::IntUnary::Wrap { bits }, wide)?;
+                    self.g.cast(t, to)?
                 }
             }
             e => return Err(bad(&format!("a {e:?} result"))),

@@ -80,6 +80,12 @@ pub enum IntUnary {
     BitNot,
     /// The leading zero bits of the 32-bit value (32 for 0).
     LeadingZeros,
+    /// The low `bits` bits (1 to 32), sign-extended: TOSA's CAST to a narrower integer, which
+    /// wraps.
+    Wrap {
+        /// The narrower type's width.
+        bits: u32,
+    },
 }
 
 /// A reduction of integers along a dim.
@@ -194,6 +200,10 @@ impl GraphBuilder {
             IntUnary::Clamp { range } => (12, 0, 0, range),
             IntUnary::BitNot => (15, 0, 0, (0, 0)),
             IntUnary::LeadingZeros => (47, 0, 0, (0, 0)),
+            IntUnary::Wrap { bits } if (1..=32).contains(&bits) => (48, 0, 0, (0, bits as i32)),
+            IntUnary::Wrap { bits } => {
+                return Err(Error::Graph(format!("{OP}: a wrap to {bits} bits")));
+            }
         };
         if lo > hi {
             return Err(Error::Graph(format!("{OP}: an empty range {:?}", (lo, hi))));
