@@ -296,6 +296,20 @@ fn every_corpus_graph_decodes_with_its_operators() {
             ],
         ),
         (
+            "moves_int16",
+            &[
+                ("CONCAT", 1),
+                ("CONV2D", 1),
+                ("MAX_POOL2D", 1),
+                ("PAD", 1),
+                ("RESCALE", 1),
+                ("REVERSE", 1),
+                ("SLICE", 1),
+                ("TILE", 1),
+                ("TRANSPOSE", 3),
+            ],
+        ),
+        (
             "reductions",
             &[
                 ("GREATER", 1),

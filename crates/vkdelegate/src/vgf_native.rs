@@ -163,7 +163,6 @@ fn typed(n: &Node) -> bool {
         (Gather, Element::Int(8 | 32)) => true,
         // int8 nearest, int8 bilinear's int32 sums; int16 ones the same.
         (Resize, Element::Int(8 | 16 | 32 | 64)) => true,
-        (Reverse, Element::Int(8)) => true,
         (
             BitwiseAnd | BitwiseOr | BitwiseXor | BitwiseNot | LogicalLeftShift | LogicalRightShift
             | ArithmeticRightShift | Clz,
@@ -181,8 +180,8 @@ fn typed(n: &Node) -> bool {
         (ReduceMax | ReduceMin | Abs | Negate | Clamp | Select, Element::Int(8 | 16 | 32)) => true,
         (Table, Element::Int(8)) => true,
         (Reshape | Transpose, Element::Int(16 | 32)) => true,
-        // Moved through exact float copies (int8 values are exact in f32).
-        (Concat | Pad | Tile | Slice | MaxPool2d, Element::Int(8)) => true,
+        // Moved through exact float copies (int8 and int16 values are exact in f32).
+        (Concat | Pad | Tile | Slice | MaxPool2d | Reverse, Element::Int(8 | 16)) => true,
         // Edge transposes of int8 tensors cancel against NCHW convolutions.
         (Transpose | Reshape | AvgPool2d, Element::Int(8)) => true,
         _ => false,
@@ -199,7 +198,7 @@ fn check(graph: &TosaGraph) -> Result<()> {
             (true, false) => Some(format!(
                 "{} on {:?} at word {} (integer operators run natively as TOSA's integer \
                  arithmetic, RESCALEs, TABLEs, reductions, convolutions, products and \
-                 reshapes, and int8 pools and data movement)",
+                 reshapes, and int8 and int16 pools and data movement)",
                 n.op.name(),
                 n.result.element,
                 n.at
@@ -1103,8 +1102,8 @@ impl<'a> Lowering<'a> {
         })
     }
 
-    /// An int8 CONCAT, PAD, TILE, SLICE or REVERSE on exact f32 copies of its operands (every int8
-    /// value is an f32), through the float lowering's own operators, narrowed back.
+    /// An int8 or int16 CONCAT, PAD, TILE, SLICE or REVERSE on exact f32 copies of its operands
+    /// (every such value is an f32), through the float lowering's own operators, narrowed back.
     fn moved_exactly(&mut self, n: &Node) -> Result<TensorId> {
         let o = &n.operands;
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
@@ -1162,16 +1161,26 @@ impl<'a> Lowering<'a> {
                 x
             }
         };
-        Ok(self.g.cast(t, DType::I8)?)
+        self.narrowed(t, n.result.element)
     }
 
-    /// An int8 MAX_POOL2D on exact f32 copies, or an int8 TRANSPOSE_CONV2D's int32
+    /// An exact f32 copy of integers back in the integer type held for `element` (int8 as
+    /// int8, int16 widened).
+    fn narrowed(&mut self, t: TensorId, element: Element) -> Result<TensorId> {
+        let to = match element {
+            Element::Int(8) => DType::I8,
+            _ => DType::I32,
+        };
+        Ok(self.g.cast(t, to)?)
+    }
+
+    /// An int8 or int16 MAX_POOL2D on exact f32 copies, or an int8 TRANSPOSE_CONV2D's int32
     /// accumulators through the float convolution where they are exact (every partial sum
     /// under 2^24), in NCHW.
     fn integer_nchw(&mut self, n: &Node) -> Result<TensorId> {
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
         match (n.op, n.result.element) {
-            (Operator::MaxPool2d, Element::Int(8)) => {
+            (Operator::MaxPool2d, Element::Int(8 | 16)) => {
                 let o = &n.operands;
                 let attr =
                     |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
@@ -1187,7 +1196,7 @@ impl<'a> Lowering<'a> {
                     count_include_pad: false,
                 };
                 let y = self.g.max_pool2d(x, p)?;
-                Ok(self.g.cast(y, DType::I8)?)
+                self.narrowed(y, n.result.element)
             }
             (Operator::TransposeConv2d, Element::Int(32)) => self.conv_transpose_q8(n, &bad),
             _ => Err(bad("not lowered on integers")),
@@ -1262,7 +1271,7 @@ impl<'a> Lowering<'a> {
             .int_binary(compute_delegate::IntBinary::Add, y, bias)?)
     }
 
-    /// An int8 operand as an exact f32 copy, in TOSA's layout.
+    /// An int8 or int16 operand as an exact f32 copy, in TOSA's layout.
     fn float_copy(&mut self, o: &Operand) -> Result<TensorId> {
         if let Some(t) = self.held_nchw(o) {
             let f = self.g.cast(t, DType::F32)?;
@@ -1272,7 +1281,7 @@ impl<'a> Lowering<'a> {
         Ok(self.g.cast(t, DType::F32)?)
     }
 
-    /// An int8 operand as an exact f32 copy, in NCHW.
+    /// An int8 or int16 operand as an exact f32 copy, in NCHW.
     fn float_nchw(&mut self, o: &Operand) -> Result<TensorId> {
         if let Some(t) = self.held_nchw(o) {
             return Ok(self.g.cast(t, DType::F32)?);

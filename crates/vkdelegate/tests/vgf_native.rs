@@ -221,7 +221,8 @@ fn fp16_vgf_models_run_natively() {
 
 /// The int16 models (int16 activations, int8 weights: Arm's a16w8 quantization) run natively,
 /// bit-exact with scenario-runner: their convolutions' int48 sums and RESCALEs as one op each
-/// (`IntConv`), CLAMP, and a transformer MLP's int16 TABLEs (513 entries, interpolated); and
+/// (`IntConv`), CLAMP, a transformer MLP's int16 TABLEs (513 entries, interpolated), int16
+/// data movement (MAX_POOL2D, PAD, SLICE, CONCAT, TILE, REVERSE); and
 /// int32 arithmetic without quantization (bitwise operators, shifts, INTDIV; narrowing CASTs,
 /// which wrap).
 #[test]
@@ -234,6 +235,7 @@ fn int16_and_int32_vgf_models_run_natively_bit_exact() {
         "mlp_int16",
         "conv_int16",
         "gelu_mlp_int16",
+        "moves_int16",
         "bitwise",
         "casts",
     ] {
