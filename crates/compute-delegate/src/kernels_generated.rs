@@ -1287,6 +1287,8 @@ pub(crate) mod push {
         pub pw: u32,
         pub in_zp: i32,
         pub out_zp: i32,
+        pub lo: i32,
+        pub hi: i32,
     }
 
     const _: () = assert!(

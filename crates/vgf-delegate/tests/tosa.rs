@@ -310,6 +310,28 @@ fn every_corpus_graph_decodes_with_its_operators() {
             ],
         ),
         (
+            "pools_int16",
+            &[
+                ("AVG_POOL2D", 3),
+                ("CONV2D", 1),
+                ("RESCALE", 1),
+                ("RESHAPE", 1),
+                ("SLICE", 1),
+                ("TRANSPOSE", 3),
+            ],
+        ),
+        (
+            "pools_int8",
+            &[
+                ("AVG_POOL2D", 3),
+                ("CONV2D", 1),
+                ("RESCALE", 1),
+                ("RESHAPE", 1),
+                ("SLICE", 1),
+                ("TRANSPOSE", 3),
+            ],
+        ),
+        (
             "reductions",
             &[
                 ("GREATER", 1),

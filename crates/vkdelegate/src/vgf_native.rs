@@ -180,6 +180,7 @@ fn typed(n: &Node) -> bool {
         (ReduceMax | ReduceMin | Abs | Negate | Clamp | Select, Element::Int(8 | 16 | 32)) => true,
         (Table, Element::Int(8)) => true,
         (Reshape | Transpose, Element::Int(16 | 32)) => true,
+        (AvgPool2d, Element::Int(16)) => true,
         // Moved through exact float copies (int8 and int16 values are exact in f32).
         (Concat | Pad | Tile | Slice | MaxPool2d | Reverse, Element::Int(8 | 16)) => true,
         // Edge transposes of int8 tensors cancel against NCHW convolutions.
@@ -1787,6 +1788,16 @@ impl<'a> Lowering<'a> {
             (Operator::AvgPool2d, Element::Int(8)) => {
                 let (in_zp, out_zp) = (self.zero_point(n, 5)?, self.zero_point(n, 6)?);
                 self.g.avg_pool2d_q8(x, p, in_zp, out_zp)?
+            }
+            (Operator::AvgPool2d, Element::Int(16)) => {
+                let zps = (self.zero_point(n, 5)?, self.zero_point(n, 6)?);
+                // int16 values are held widened.
+                let x = match self.g.dtype(x) {
+                    Some(DType::I32) => x,
+                    _ => self.g.cast(x, DType::I32)?,
+                };
+                let range = range_of(Element::Int(16));
+                self.g.avg_pool2d_int(x, p, zps, range)?
             }
             (Operator::AvgPool2d, _) => self.g.avg_pool2d(x, p)?,
             _ => self.g.max_pool2d(x, p)?,

@@ -222,7 +222,7 @@ fn fp16_vgf_models_run_natively() {
 /// The int16 models (int16 activations, int8 weights: Arm's a16w8 quantization) run natively,
 /// bit-exact with scenario-runner: their convolutions' int48 sums and RESCALEs as one op each
 /// (`IntConv`), CLAMP, a transformer MLP's int16 TABLEs (513 entries, interpolated), int16
-/// data movement (MAX_POOL2D, PAD, SLICE, CONCAT, TILE, REVERSE); and
+/// data movement (MAX_POOL2D, PAD, SLICE, CONCAT, TILE, REVERSE) and average pools; and
 /// int32 arithmetic without quantization (bitwise operators, shifts, INTDIV; narrowing CASTs,
 /// which wrap).
 #[test]
@@ -236,6 +236,7 @@ fn int16_and_int32_vgf_models_run_natively_bit_exact() {
         "conv_int16",
         "gelu_mlp_int16",
         "moves_int16",
+        "pools_int16",
         "bitwise",
         "casts",
     ] {
@@ -275,6 +276,7 @@ fn int8_vgf_models_run_natively_bit_exact() {
         "elementwise_int8",
         "movement_int8",
         "resize_int8",
+        "pools_int8",
     ] {
         let (kernels, pairs) = run_natively(&dev, model);
         for (out, want) in &pairs {

@@ -317,28 +317,68 @@ impl GraphBuilder {
         in_zp: i32,
         out_zp: i32,
     ) -> Result<TensorId> {
-        const OP: &str = "avg_pool2d_q8";
-        let xi = self.typed_operand(OP, x, DType::I8)?;
+        self.avg_pool_int("avg_pool2d_q8", x, p, (in_zp, out_zp), None)
+    }
+
+    /// [`GraphBuilder::avg_pool2d_q8`] of an i32 tensor of int8 or int16 values, the result
+    /// saturated to `range` (TOSA's AVG_POOL2D on int16, with its int32 sums).
+    pub fn avg_pool2d_int(
+        &mut self,
+        x: TensorId,
+        p: Pool2d,
+        (in_zp, out_zp): (i32, i32),
+        range: (i32, i32),
+    ) -> Result<TensorId> {
+        self.avg_pool_int("avg_pool2d_int", x, p, (in_zp, out_zp), Some(range))
+    }
+
+    /// TOSA's integer AVG_POOL2D on `qpool.comp`: int8 packed (`range` `None`), or i32 words
+    /// saturated to `range`.
+    fn avg_pool_int(
+        &mut self,
+        op: &'static str,
+        x: TensorId,
+        p: Pool2d,
+        (in_zp, out_zp): (i32, i32),
+        range: Option<(i32, i32)>,
+    ) -> Result<TensorId> {
+        let dtype = if range.is_some() {
+            DType::I32
+        } else {
+            DType::I8
+        };
+        let (lo, hi) = range.unwrap_or((-128, 127));
+        // int16 zero points at most: the sums stay in 32 bits for any window allowed.
+        let wide_zp = |zp: i32| zp.unsigned_abs() > 1 << 16;
+        if lo > hi || range.is_some() && (wide_zp(in_zp) || wide_zp(out_zp)) {
+            return Err(shape_err(
+                op,
+                format!("zero points {in_zp}, {out_zp} and range {lo}..={hi}"),
+            ));
+        }
+        let xi = self.typed_operand(op, x, dtype)?;
         let &[_, _, h, w] = &xi.shape[..] else {
             return Err(shape_err(
-                OP,
+                op,
                 format!("'{}' {:?} is not [n, c, h, w]", xi.name, xi.shape),
             ));
         };
         if p.ceil_mode || p.count_include_pad {
             return Err(shape_err(
-                OP,
+                op,
                 "rounds its size down and counts only the input's positions".into(),
             ));
         }
-        let shape = super::pool::pool_shape(OP, &xi, &p)?;
-        for (name, zp) in [("in_zp", in_zp), ("out_zp", out_zp)] {
-            check_zero_point(OP, name, zp)?;
+        let shape = super::pool::pool_shape(op, &xi, &p)?;
+        if range.is_none() {
+            for (name, zp) in [("in_zp", in_zp), ("out_zp", out_zp)] {
+                check_zero_point(op, name, zp)?;
+            }
         }
         let most = p.kernel[0].saturating_mul(p.kernel[1]);
         if most > QPOOL_MOST {
             return Err(shape_err(
-                OP,
+                op,
                 format!("a window of {:?}: at most {QPOOL_MOST} positions", p.kernel),
             ));
         }
@@ -349,13 +389,13 @@ impl GraphBuilder {
             })
             .collect();
         let table = HostTensor::from_i32(vec![table.len()], &table)
-            .map_err(|e| shape_err(OP, format!("reciprocal scales: {e}")))?;
+            .map_err(|e| shape_err(op, format!("reciprocal scales: {e}")))?;
         let scale = self.constant(&format!("{}_pool_scales", xi.name), table)?;
         let total = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| shape_err(OP, format!("{shape:?}: over 2^32 elements")))?;
+            .ok_or_else(|| shape_err(op, format!("{shape:?}: over 2^32 elements")))?;
         let push = push::QPoolPush {
             total,
             h: h as u32,
@@ -370,17 +410,23 @@ impl GraphBuilder {
             pw: p.padding[1] as u32,
             in_zp,
             out_zp,
+            lo,
+            hi,
         };
-        let words = u64::from(total).div_ceil(4);
+        // Packed: a thread an output word; wide: a thread an output.
+        let words = match range {
+            Some(_) => u64::from(total),
+            None => u64::from(total).div_ceil(4),
+        };
         let out = KernelOut {
-            dtype: DType::I8,
+            dtype,
             shape,
             storage: None,
             groups: Some(words.div_ceil(256).max(1)),
             precision: None,
-            spec: vec![],
+            spec: vec![u32::from(range.is_some())],
         };
-        self.kernel_node_into(OP, Kernel::QPool, &[x, scale], out, &push)
+        self.kernel_node_into(op, Kernel::QPool, &[x, scale], out, &push)
     }
 
     /// int8 conv2d: `x` and `w` i8, `bias` i32 `[c_out]`, accumulation in i32 and a TOSA-style
