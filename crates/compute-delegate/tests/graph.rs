@@ -1436,3 +1436,29 @@ fn products_along_dims_match_the_host() {
     }
     assert_no_validation_errors(&inst);
 }
+
+/// A flip along a dim of declared millions, or a repeat into thousands of copies, is refused
+/// with a named error: both build host-side data in proportion (an index, a concatenation's
+/// parts), and a file's declared sizes alone must not take the host's memory (found by
+/// fuzzing VGF files).
+#[test]
+fn flips_and_repeats_of_declared_giants_are_refused() {
+    use compute_delegate::ops::{self, Arg};
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[2, 1 << 20]).unwrap();
+    let flip = ops::find("aten.flip.default").unwrap();
+    let e = flip
+        .call(&mut g, vec![Arg::Tensor(x), Arg::Ints(vec![1])])
+        .unwrap_err();
+    assert!(e.to_string().contains("at most"), "{e}");
+    assert!(
+        flip.call(&mut g, vec![Arg::Tensor(x), Arg::Ints(vec![0])])
+            .is_ok()
+    );
+    let y = g.input("y", DType::F32, &[1]).unwrap();
+    let repeat = ops::find("aten.repeat.default").unwrap();
+    let e = repeat
+        .call(&mut g, vec![Arg::Tensor(y), Arg::Ints(vec![1 << 20])])
+        .unwrap_err();
+    assert!(e.to_string().contains("at most"), "{e}");
+}

@@ -66,6 +66,9 @@ fn tile(c: &mut Call<'_>, x: TensorId, repeats: &[usize]) -> Result<TensorId> {
     if total.is_none() {
         return Err(c.err(1, format!("{repeats:?} of {shape:?}: over 2^32 elements")));
     }
+    if let Some(r) = repeats.iter().find(|&&r| r > REPEAT_MOST) {
+        return Err(c.err(1, format!("{r} copies along a dim: at most {REPEAT_MOST}")));
+    }
     let mut full: Vec<isize> = vec![1; repeats.len() - shape.len()];
     full.extend(shape.iter().map(|&s| s as isize));
     let mut y = c.g.reshape(x, &full)?;
@@ -124,6 +127,13 @@ fn repeat_interleave(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     one(c.g.reshape(y, &out)?)
 }
 
+/// The most elements along a flipped dim: its index is a constant made at build, one word an
+/// element (a declared size alone must not take the host's memory).
+const FLIP_MOST: usize = 1 << 18;
+
+/// The most copies of a tensor along one dim in a repeat (one concatenation of them).
+const REPEAT_MOST: usize = 1 << 12;
+
 /// The elements in reverse along each of `dims` (an index select by a constant reversed
 /// index per dim).
 fn flip(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
@@ -135,6 +145,9 @@ fn flip(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
             return Err(c.err(1, format!("dim {dim} of a tensor of rank {rank}")));
         }
         let n = c.shape(x)[d as usize];
+        if n > FLIP_MOST {
+            return Err(c.err(1, format!("a flip of a dim of {n}: at most {FLIP_MOST}")));
+        }
         let index: Vec<i32> = (0..n as i32).rev().collect();
         let t =
             vk_core::HostTensor::from_i32(vec![n], &index).map_err(|e| c.err(1, e.to_string()))?;
