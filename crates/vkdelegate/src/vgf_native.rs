@@ -730,20 +730,8 @@ impl<'a> Lowering<'a> {
                 Value::Tosa(self.g.cat(&xs, axis)?)
             }
             Slice => {
-                let (start, size) = (ints(&o[1]), ints(&o[2]));
-                let (Some(start), Some(size)) = (start, size) else {
-                    return Err(bad("a start or size that is not constant"));
-                };
-                let mut x = self.tensor(&o[0])?;
-                for (d, (&s, &n)) in start.iter().zip(&size).enumerate() {
-                    let full = self.shape(x).get(d).copied().unwrap_or(0) as i64;
-                    if s != 0 || n != full {
-                        x = self
-                            .g
-                            .slice(x, d as isize, s as isize, (s + n) as isize, 1)?;
-                    }
-                }
-                Value::Tosa(x)
+                let x = self.tensor(&o[0])?;
+                Value::Tosa(self.sliced(n, x)?)
             }
             _ => return Err(bad("not lowered")),
         };
@@ -956,31 +944,22 @@ impl<'a> Lowering<'a> {
             Operator::Cast => return self.cast_node(n),
             Operator::Resize => self.resize(n)?,
             Operator::Gather => return self.gather(n),
-            Operator::Table if self.element_of(&o[0]) == Some(Element::Int(16)) => {
-                let entries = self.ints_of(&o[1])?;
-                let table: [i32; 513] = entries
-                    .and_then(|v| {
-                        v.iter()
-                            .map(|&e| i32::try_from(e).ok())
-                            .collect::<Option<Vec<_>>>()
-                    })
-                    .and_then(|v| v.try_into().ok())
-                    .ok_or_else(|| bad("an int16 table other than 513 constant entries"))?;
-                let x = self.wide(&o[0])?;
-                self.g.int_table16(x, &table)?
-            }
             Operator::Table => {
-                let entries = self.ints_of(&o[1])?;
-                let table: [i32; 256] = entries
-                    .and_then(|v| {
-                        v.iter()
-                            .map(|&e| i32::try_from(e).ok())
-                            .collect::<Option<Vec<_>>>()
-                    })
-                    .and_then(|v| v.try_into().ok())
-                    .ok_or_else(|| bad("a table other than 256 constant int8 entries"))?;
+                let entries: Option<Vec<i32>> = self
+                    .ints_of(&o[1])?
+                    .and_then(|v| v.iter().map(|&e| i32::try_from(e).ok()).collect());
                 let x = self.wide(&o[0])?;
-                self.g.int_table(x, &table)?
+                if self.element_of(&o[0]) == Some(Element::Int(16)) {
+                    let table: [i32; 513] = entries
+                        .and_then(|v| v.try_into().ok())
+                        .ok_or_else(|| bad("an int16 table other than 513 constant entries"))?;
+                    self.g.int_table16(x, &table)?
+                } else {
+                    let table: [i32; 256] = entries
+                        .and_then(|v| v.try_into().ok())
+                        .ok_or_else(|| bad("a table other than 256 constant int8 entries"))?;
+                    self.g.int_table(x, &table)?
+                }
             }
             _ => return Err(bad("not lowered on integers")),
         };
@@ -1054,6 +1033,26 @@ impl<'a> Lowering<'a> {
         };
         let x = self.wide(&o[5])?;
         Ok(self.g.int_conv_rescaled(x, w, &p)?)
+    }
+
+    /// `x` sliced as SLICE `n`'s constant start and size say, dim by dim.
+    fn sliced(&mut self, n: &Node, mut x: TensorId) -> Result<TensorId> {
+        let o = &n.operands;
+        let (Some(start), Some(size)) = (ints(&o[1]), ints(&o[2])) else {
+            return Err(unsupported(format!(
+                "SLICE at word {}: a start or size that is not constant",
+                n.at
+            )));
+        };
+        for (d, (&s, &len)) in start.iter().zip(&size).enumerate() {
+            let full = self.shape(x).get(d).copied().unwrap_or(0) as i64;
+            if s != 0 || len != full {
+                x = self
+                    .g
+                    .slice(x, d as isize, s as isize, (s + len) as isize, 1)?;
+            }
+        }
+        Ok(x)
     }
 
     /// TOSA's RESIZE of an NHWC operand (`compute_delegate::Resize`): floats as they are,
@@ -1146,20 +1145,8 @@ impl<'a> Lowering<'a> {
                 )?
             }
             _ => {
-                let (start, size) = (ints(&o[1]), ints(&o[2]));
-                let (Some(start), Some(size)) = (start, size) else {
-                    return Err(bad("a start or size that is not constant"));
-                };
-                let mut x = self.float_copy(&o[0])?;
-                for (d, (&s, &len)) in start.iter().zip(&size).enumerate() {
-                    let full = self.shape(x).get(d).copied().unwrap_or(0) as i64;
-                    if s != 0 || len != full {
-                        x = self
-                            .g
-                            .slice(x, d as isize, s as isize, (s + len) as isize, 1)?;
-                    }
-                }
-                x
+                let x = self.float_copy(&o[0])?;
+                self.sliced(n, x)?
             }
         };
         self.narrowed(t, n.result.element)

@@ -144,6 +144,7 @@ const OP: &str = "int_ops";
 /// Kernel modes (`int_ops.comp`'s `OP`).
 const RESCALE: u32 = 8;
 const TABLE: u32 = 9;
+const TABLE16: u32 = 14;
 
 impl GraphBuilder {
     /// `op` on i32 tensors `a` and `b` of one rank (at most 4) whose dims are equal or 1 (TOSA's
@@ -364,31 +365,27 @@ impl GraphBuilder {
 
     /// TOSA's int8 TABLE on i32 tensor `x` of int8 values: entry `x + 128` of `table`.
     pub fn int_table(&mut self, x: TensorId, table: &[i32; 256]) -> Result<TensorId> {
-        let xi = self.typed_operand(OP, x, DType::I32)?;
-        let name = format!("table_{}", self.tensors.len());
-        let t = HostTensor::from_i32(vec![256], table)
-            .map_err(|e| Error::Graph(format!("{OP}: {e}")))?;
-        let entries = self.constant(&name, t)?;
-        let push = IntOpsPush {
-            n: words_of(&xi.shape)?,
-            ..IntOpsPush::default()
-        };
-        self.int_node(TABLE, &[x, entries], xi.shape, &push)
+        self.table_node(TABLE, x, table)
     }
 
     /// TOSA's int16 TABLE on i32 tensor `x` of int16 values: 513 entries interpolated, an
     /// int32 result (`(t[i] << 7) + (t[i + 1] - t[i]) f` for `x + 32768 = 128 i + f`).
     pub fn int_table16(&mut self, x: TensorId, table: &[i32; 513]) -> Result<TensorId> {
+        self.table_node(TABLE16, x, table)
+    }
+
+    /// A TABLE mode's node: `table` a constant, an output per element of `x`.
+    fn table_node(&mut self, mode: u32, x: TensorId, table: &[i32]) -> Result<TensorId> {
         let xi = self.typed_operand(OP, x, DType::I32)?;
         let name = format!("table_{}", self.tensors.len());
-        let t = HostTensor::from_i32(vec![513], table)
+        let t = HostTensor::from_i32(vec![table.len()], table)
             .map_err(|e| Error::Graph(format!("{OP}: {e}")))?;
         let entries = self.constant(&name, t)?;
         let push = IntOpsPush {
             n: words_of(&xi.shape)?,
             ..IntOpsPush::default()
         };
-        self.int_node(14, &[x, entries], xi.shape, &push)
+        self.int_node(mode, &[x, entries], xi.shape, &push)
     }
 
     /// The convolution of i32 tensors `x` `[N, IH, IW, IC]` (NHWC) and `w`, rescaled (see

@@ -151,6 +151,25 @@ impl GraphBuilder {
         min: bool,
     ) -> Result<TensorId> {
         let op = if min { "amin" } else { "amax" };
+        self.along_dims(op, x, dims, keepdim, u32::from(min))
+    }
+
+    /// The product of float `x` over `dims` (every dim when empty), one dim at a time on
+    /// `reduce_dim.comp`, in fp32.
+    pub fn prod(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
+        self.along_dims("prod", x, dims, keepdim, 2)
+    }
+
+    /// `reduce_dim.comp` in `mode` over `dims` of float `x` (every dim when empty), one dim
+    /// at a time.
+    fn along_dims(
+        &mut self,
+        op: &'static str,
+        x: TensorId,
+        dims: &[isize],
+        keepdim: bool,
+        mode: u32,
+    ) -> Result<TensorId> {
         let xi = self.float_operand(op, x)?;
         let rank = xi.shape.len();
         let mut ds: Vec<usize> = dims
@@ -166,39 +185,7 @@ impl GraphBuilder {
         let mut shape = xi.shape.clone();
         for &d in ds.iter().rev() {
             let (outer, inner) = (shape[..d].iter().product(), shape[d + 1..].iter().product());
-            y = self.reduce_dim(
-                op,
-                Kernel::ReduceDim,
-                y,
-                [outer, shape[d], inner],
-                u32::from(min),
-            )?;
-            shape[d] = 1;
-            y = self.reshape(y, &shape.iter().map(|&s| s as isize).collect::<Vec<_>>())?;
-        }
-        self.reduced_shape(y, &xi.shape, &ds, keepdim)
-    }
-
-    /// The product of float `x` over `dims` (every dim when empty), one dim at a time on
-    /// `reduce_dim.comp`, in fp32.
-    pub fn prod(&mut self, x: TensorId, dims: &[isize], keepdim: bool) -> Result<TensorId> {
-        const OP: &str = "prod";
-        let xi = self.float_operand(OP, x)?;
-        let rank = xi.shape.len();
-        let mut ds: Vec<usize> = dims
-            .iter()
-            .map(|&d| norm_dim(OP, &xi.name, d, rank))
-            .collect::<Result<_>>()?;
-        if ds.is_empty() {
-            ds = (0..rank).collect();
-        }
-        ds.sort_unstable();
-        ds.dedup();
-        let mut y = x;
-        let mut shape = xi.shape.clone();
-        for &d in ds.iter().rev() {
-            let (outer, inner) = (shape[..d].iter().product(), shape[d + 1..].iter().product());
-            y = self.reduce_dim(OP, Kernel::ReduceDim, y, [outer, shape[d], inner], 2)?;
+            y = self.reduce_dim(op, Kernel::ReduceDim, y, [outer, shape[d], inner], mode)?;
             shape[d] = 1;
             y = self.reshape(y, &shape.iter().map(|&s| s as isize).collect::<Vec<_>>())?;
         }
