@@ -71,8 +71,9 @@ void main() {
             f = vec4(v);
         } else if (is_int(DST)) {
             // Truncate toward zero, saturating at the i32 range (2147483520 is the largest
-            // float below 2^31).
+            // float below 2^31; 2^31 and above give i32's largest).
             v = ivec4(trunc(clamp(f, -2147483648.0, 2147483520.0)));
+            v = mix(v, ivec4(2147483647), greaterThanEqual(f, vec4(2147483648.0)));
         }
         if (DST == 0) {
             uvec4 u = floatBitsToUint(f);

@@ -242,7 +242,7 @@ void main() {
             uint drop = 32 - uint(pc.hi);
             y[e] = (a[e] << drop) >> drop;
         } else if (OP == 14) {
-            int i = a[e] + 32768;
+            int i = clamp(a[e], -32768, 32767) + 32768;
             int base = b[i >> 7];
             int next = b[min((i >> 7) + 1, 512)];
             y[e] = (base << 7) + (next - base) * (i & 127);

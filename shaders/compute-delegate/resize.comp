@@ -54,10 +54,12 @@ void main() {
         int ix = floor_div(xs, pc.scale_x_n);
         int ry = ys - iy * pc.scale_y_n;
         int rx = xs - ix * pc.scale_x_n;
-        uint iy0 = uint(max(iy, 0));
-        uint iy1 = uint(min(iy + 1, int(pc.ih) - 1));
-        uint ix0 = uint(max(ix, 0));
-        uint ix1 = uint(min(ix + 1, int(pc.iw) - 1));
+        // Both neighbours inside the input whatever the parameters (TOSA's rules keep
+        // -1 <= iy < ih; a file that breaks them must not read past the tensor).
+        uint iy0 = uint(clamp(iy, 0, int(pc.ih) - 1));
+        uint iy1 = uint(clamp(iy + 1, 0, int(pc.ih) - 1));
+        uint ix0 = uint(clamp(ix, 0, int(pc.iw) - 1));
+        uint ix1 = uint(clamp(ix + 1, 0, int(pc.iw) - 1));
         uint base = nb * pc.ih;
         uint a00 = ((base + iy0) * pc.iw + ix0) * pc.c + ch;
         uint a01 = ((base + iy0) * pc.iw + ix1) * pc.c + ch;

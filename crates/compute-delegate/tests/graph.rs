@@ -1462,3 +1462,44 @@ fn flips_and_repeats_of_declared_giants_are_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("at most"), "{e}");
 }
+
+/// Floats cast to i32 truncate toward zero and saturate at both ends of i32's range (2^31 and
+/// above give i32's largest, as TOSA's CAST clips).
+#[test]
+fn float_to_int_casts_saturate_at_both_ends() {
+    let Some((inst, dev)) = device("float_to_int_casts_saturate_at_both_ends") else {
+        return;
+    };
+    let x = [
+        3e9f32,
+        -3e9,
+        2_147_483_648.0,
+        1.5,
+        -1.5,
+        2_147_483_520.0,
+        f32::INFINITY,
+        -7.0,
+    ];
+    let mut g = GraphBuilder::new();
+    let xi = g.input("x", DType::F32, &[x.len()]).unwrap();
+    let y = g.cast(xi, DType::I32).unwrap();
+    g.output(y).unwrap();
+    let mut graph = g.build(&dev).unwrap();
+    let out = graph
+        .execute(&[HostTensor::from_f32(vec![x.len()], &x).unwrap()])
+        .unwrap();
+    assert_eq!(
+        out[0].to_i32().unwrap(),
+        [
+            i32::MAX,
+            i32::MIN,
+            i32::MAX,
+            1,
+            -1,
+            2_147_483_520,
+            i32::MAX,
+            -7
+        ]
+    );
+    assert_no_validation_errors(&inst);
+}

@@ -165,7 +165,7 @@ fn typed(n: &Node) -> bool {
         (Resize, Element::Int(8 | 16 | 32 | 64)) => true,
         (
             BitwiseAnd | BitwiseOr | BitwiseXor | BitwiseNot | LogicalLeftShift | LogicalRightShift
-            | ArithmeticRightShift | Clz,
+            | ArithmeticRightShift,
             Element::Int(8 | 16 | 32),
         ) => true,
         (Intdiv, Element::Int(32)) => true,
@@ -177,7 +177,9 @@ fn typed(n: &Node) -> bool {
         (Table, Element::Int(32)) => true,
         (Matmul | TransposeConv2d, Element::Int(32)) => true,
         (ReduceSum, Element::Int(32)) => true,
-        (ReduceMax | ReduceMin | Abs | Negate | Clamp | Select, Element::Int(8 | 16 | 32)) => true,
+        (ReduceMax | ReduceMin | Negate | Clamp | Select, Element::Int(8 | 16 | 32)) => true,
+        // TOSA defines these on int32 only.
+        (Abs | Clz, Element::Int(32)) => true,
         (Table, Element::Int(8)) => true,
         (Reshape | Transpose, Element::Int(16 | 32)) => true,
         (AvgPool2d, Element::Int(16)) => true,
@@ -891,7 +893,14 @@ impl<'a> Lowering<'a> {
                     _ => IntBinary::Div,
                 };
                 let (a, b) = (self.wide(&o[0])?, self.wide(&o[1])?);
-                self.g.int_binary(op, a, b)?
+                let t = self.g.int_binary(op, a, b)?;
+                // A left shift of int8 or int16 wraps to the type.
+                match (n.op, n.result.element) {
+                    (Operator::LogicalLeftShift, Element::Int(bits @ (8 | 16))) => {
+                        self.g.int_unary(IntUnary::Wrap { bits }, t)?
+                    }
+                    _ => t,
+                }
             }
             Operator::ArithmeticRightShift => {
                 let round = match &o[0] {
@@ -1019,6 +1028,12 @@ impl<'a> Lowering<'a> {
         if r.in_zp != 0 {
             return Err(bad("a RESCALE of its sums with an input zero point"));
         }
+        // int48 sums take 16-bit multipliers (TOSA: scale32 is false for int48 inputs).
+        let scale32 = matches!(&rescale.operands[0],
+            Operand::Constant(c) if c.values.first().is_some_and(|&v| v != 0));
+        if conv.result.element == Element::Int(64) && scale32 {
+            return Err(bad("int48 sums rescaled with 32-bit multipliers"));
+        }
         let p = compute_delegate::IntConv {
             padding,
             stride,
@@ -1085,6 +1100,45 @@ impl<'a> Lowering<'a> {
         let &[_, oh, ow, _] = &shape[..] else {
             return Err(bad("a result other than [N, H, W, C]"));
         };
+        let border = int4(4)
+            .and_then(|v| <[i32; 2]>::try_from(v).ok())
+            .ok_or_else(|| bad("a border that is not 2 constants"))?;
+        let in_shape = self.element_shape(&o[1]);
+        let Some(&[_, ih, iw, _]) = in_shape.as_deref() else {
+            return Err(bad("an input other than [N, H, W, C]"));
+        };
+        // TOSA's ERROR_IFs: the scales, offsets and borders in range, and each output size
+        // the one they make.
+        let axis = |(i, size, out): (usize, usize, usize)| -> bool {
+            let (n, d, off, bord) = (
+                i64::from(scale[2 * i]),
+                i64::from(scale[2 * i + 1]),
+                i64::from(offset[i]),
+                i64::from(border[i]),
+            );
+            let span = (size as i64 - 1) * n - off + bord;
+            (1..=2048).contains(&n)
+                && (1..16 * n).contains(&d)
+                && (-n..16 * n).contains(&off)
+                && (-16 * n..n).contains(&bord)
+                && (1..=1 << 14).contains(&size)
+                && span >= 0
+                && span % d == 0
+                && span / d + 1 == out as i64
+        };
+        if ![(0, ih, oh), (1, iw, ow)].into_iter().all(axis) {
+            return Err(bad(&format!(
+                "scale {scale:?}, offset {offset:?} and border {border:?} from {ih}x{iw} to \
+                 {oh}x{ow}, outside TOSA's rules"
+            )));
+        }
+        // int16 bilinear sums are int48: they must fit int32 here.
+        if bilinear
+            && self.element_of(&o[1]) == Some(Element::Int(16))
+            && i64::from(scale[0]) * i64::from(scale[2]) * 32768 > i64::from(i32::MAX)
+        {
+            return Err(bad("int16 bilinear weights whose sums pass 32 bits"));
+        }
         let r = compute_delegate::Resize {
             bilinear,
             scale,
@@ -1378,6 +1432,17 @@ impl<'a> Lowering<'a> {
         })
     }
 
+    /// An operand's TOSA shape, where declared.
+    fn element_shape(&self, o: &Operand) -> Option<Vec<usize>> {
+        let shape = match o {
+            Operand::Node(k) => self.graph.nodes[*k].result.shape.clone(),
+            Operand::Input(i) => self.graph.inputs.get(*i)?.ty.shape.clone(),
+            Operand::GraphConstant { ty, .. } => ty.shape.clone(),
+            Operand::Constant(c) => c.shape.clone(),
+        }?;
+        shape.iter().map(|&d| usize::try_from(d).ok()).collect()
+    }
+
     /// An operand's TOSA element type.
     fn element_of(&self, o: &Operand) -> Option<Element> {
         match o {
@@ -1421,6 +1486,14 @@ impl<'a> Lowering<'a> {
         let (Some(m), Some(sh)) = (self.ints_of(&o[6])?, self.ints_of(&o[7])?) else {
             return Err(bad("multipliers or shifts that are not constants"));
         };
+        let per_channel = flag(2).ok_or_else(|| bad("a per-channel flag that is not constant"))?;
+        if m.len() != sh.len() || m.is_empty() || (!per_channel && m.len() != 1) {
+            return Err(bad(&format!(
+                "{} multipliers and {} shifts (per channel: {per_channel})",
+                m.len(),
+                sh.len()
+            )));
+        }
         let scales = m
             .iter()
             .zip(&sh)

@@ -410,12 +410,17 @@ impl GraphBuilder {
         let [pt, pb, pl, pr] = p.padding;
         let [sy, sx] = p.stride;
         let [dy, dx] = p.dilation;
-        let out = |size: usize, pad: usize, k: usize, d: usize, s: usize| -> Option<usize> {
-            let span = (k.checked_sub(1)?).checked_mul(d)?;
-            (size + pad).checked_sub(1 + span).map(|v| v / s.max(1) + 1)
-        };
-        let (Some(oh), Some(ow)) = (out(ih, pt + pb, kh, dy, sy), out(iw, pl + pr, kw, dx, sx))
-        else {
+        let out =
+            |size: usize, pad: Option<usize>, k: usize, d: usize, s: usize| -> Option<usize> {
+                let span = (k.checked_sub(1)?).checked_mul(d)?.checked_add(1)?;
+                size.checked_add(pad?)?
+                    .checked_sub(span)
+                    .map(|v| v / s.max(1) + 1)
+            };
+        let (Some(oh), Some(ow)) = (
+            out(ih, pt.checked_add(pb), kh, dy, sy),
+            out(iw, pl.checked_add(pr), kw, dx, sx),
+        ) else {
             return Err(bad("a window larger than the padded input".into()));
         };
         if sy == 0 || sx == 0 || dy == 0 || dx == 0 {

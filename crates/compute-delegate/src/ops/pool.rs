@@ -366,7 +366,8 @@ impl GraphBuilder {
             return Err(shape_err(OP, format!("{:?} is not [N, H, W, C]", xi.shape)));
         };
         let [oh, ow] = r.out;
-        if r.scale.iter().any(|&s| s <= 0) || oh == 0 || ow == 0 || oh >= 1 << 14 || ow >= 1 << 14 {
+        let empty = ih == 0 || iw == 0 || oh == 0 || ow == 0;
+        if r.scale.iter().any(|&s| s <= 0) || empty || oh >= 1 << 14 || ow >= 1 << 14 {
             return Err(shape_err(
                 OP,
                 format!(

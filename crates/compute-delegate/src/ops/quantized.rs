@@ -348,9 +348,11 @@ impl GraphBuilder {
             DType::I8
         };
         let (lo, hi) = range.unwrap_or((-128, 127));
-        // int16 zero points at most: the sums stay in 32 bits for any window allowed.
+        // Wide: zero points of at most 2^16 and windows of at most 2^14 positions, so that the
+        // int32 sums of int16 values never wrap.
         let wide_zp = |zp: i32| zp.unsigned_abs() > 1 << 16;
-        if lo > hi || range.is_some() && (wide_zp(in_zp) || wide_zp(out_zp)) {
+        let wide_window = p.kernel[0].saturating_mul(p.kernel[1]) > 1 << 14;
+        if lo > hi || range.is_some() && (wide_zp(in_zp) || wide_zp(out_zp) || wide_window) {
             return Err(shape_err(
                 op,
                 format!("zero points {in_zp}, {out_zp} and range {lo}..={hi}"),
