@@ -2625,20 +2625,7 @@ fn attention_over_a_kv_cache_matches_its_definition() {
                 vec![Arg::Int(start as i64)],
             );
             assert_eq!(shape, [1, s, hq, d]);
-            let write = |cache: &[f32], new: &[f32]| {
-                let mut c = cache.to_vec();
-                c[start * hk * d..(start + s) * hk * d].copy_from_slice(new);
-                c
-            };
-            let (kc, vc) = (write(&kc, &k), write(&vc, &v));
-            let mut want = Vec::with_capacity(s * hq * d);
-            for i in 0..s {
-                for h in 0..hq {
-                    let qrow = &q[(i * hq + h) * d..][..d];
-                    let kv = (h / (hq / hk), hk);
-                    want.extend(attend_ref(qrow, [&kc, &vc], kv, start + i + 1));
-                }
-            }
+            let want = cached_attention_ref([&q, &k, &v, &kc, &vc], (s, hq, hk, d), start);
             assert_close(&got, &want, dtype, &format!("{max} rows of {d}"));
         }
     });
@@ -2707,20 +2694,7 @@ fn a_prompt_attends_over_its_cache_as_defined() {
                 ins.push(HostTensor::from_i32(vec![1], &[start as i32]).unwrap());
             }
             let got = graph.execute(&ins).unwrap()[0].to_f32().unwrap();
-            let write = |cache: &[f32], new: &[f32]| {
-                let mut c = cache.to_vec();
-                c[start * hk * d..(start + s) * hk * d].copy_from_slice(new);
-                c
-            };
-            let (kc, vc) = (write(&kc, &k), write(&vc, &v));
-            let mut want = Vec::with_capacity(s * hq * d);
-            for i in 0..s {
-                for h in 0..hq {
-                    let qrow = &q[(i * hq + h) * d..][..d];
-                    let kv = (h / (hq / hk), hk);
-                    want.extend(attend_ref(qrow, [&kc, &vc], kv, start + i + 1));
-                }
-            }
+            let want = cached_attention_ref([&q, &k, &v, &kc, &vc], (s, hq, hk, d), start);
             assert_close(&got, &want, dtype, &format!("{s} queries at {start}"));
         }
     });
@@ -3050,6 +3024,31 @@ fn fused_matches_unfused(
 
 /// One query row's attention over the first `rows` rows of key head `kv` of `kv_heads` in the
 /// caches (`[rows, kv_heads, d]`): `softmax(q . k / sqrt(d)) v`, the definition.
+/// `sdpa_with_kv_cache`'s definition: `s` new keys and values `[s, hk, d]` written into the
+/// caches `[max, hk, d]` at `start`, then each query `[s, hq, d]` over the cache rows up to its
+/// own position.
+fn cached_attention_ref(
+    [q, k, v, kc, vc]: [&[f32]; 5],
+    (s, hq, hk, d): (usize, usize, usize, usize),
+    start: usize,
+) -> Vec<f32> {
+    let write = |cache: &[f32], new: &[f32]| {
+        let mut c = cache.to_vec();
+        c[start * hk * d..(start + s) * hk * d].copy_from_slice(new);
+        c
+    };
+    let (kc, vc) = (write(kc, k), write(vc, v));
+    let mut want = Vec::with_capacity(s * hq * d);
+    for i in 0..s {
+        for h in 0..hq {
+            let qrow = &q[(i * hq + h) * d..][..d];
+            let kv = (h / (hq / hk), hk);
+            want.extend(attend_ref(qrow, [&kc, &vc], kv, start + i + 1));
+        }
+    }
+    want
+}
+
 fn attend_ref(
     q: &[f32],
     [kc, vc]: [&[f32]; 2],

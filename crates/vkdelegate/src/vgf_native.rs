@@ -595,8 +595,8 @@ impl<'a> Lowering<'a> {
                 return Ok(v);
             }
             match n.op {
-                Transpose | AvgPool2d | Conv2d | DepthwiseConv2d => {}
-                MaxPool2d | TransposeConv2d => return Ok(Value::Nchw(self.integer_nchw(n)?)),
+                Transpose | AvgPool2d | MaxPool2d | Conv2d | DepthwiseConv2d => {}
+                TransposeConv2d => return Ok(Value::Nchw(self.conv_transpose_q8(n, &bad)?)),
                 _ => return Ok(Value::Tosa(self.integer(n)?)),
             }
         }
@@ -1029,9 +1029,7 @@ impl<'a> Lowering<'a> {
             return Err(bad("a RESCALE of its sums with an input zero point"));
         }
         // int48 sums take 16-bit multipliers (TOSA: scale32 is false for int48 inputs).
-        let scale32 = matches!(&rescale.operands[0],
-            Operand::Constant(c) if c.values.first().is_some_and(|&v| v != 0));
-        if conv.result.element == Element::Int(64) && scale32 {
+        if conv.result.element == Element::Int(64) && r.scale32 {
             return Err(bad("int48 sums rescaled with 32-bit multipliers"));
         }
         let p = compute_delegate::IntConv {
@@ -1216,38 +1214,9 @@ impl<'a> Lowering<'a> {
         Ok(self.g.cast(t, to)?)
     }
 
-    /// An int8 or int16 MAX_POOL2D on exact f32 copies, or an int8 TRANSPOSE_CONV2D's int32
-    /// accumulators through the float convolution where they are exact (every partial sum
-    /// under 2^24), in NCHW.
-    fn integer_nchw(&mut self, n: &Node) -> Result<TensorId> {
-        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
-        match (n.op, n.result.element) {
-            (Operator::MaxPool2d, Element::Int(8 | 16)) => {
-                let o = &n.operands;
-                let attr =
-                    |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
-                let (kernel, stride, pad) = (attr(0)?, attr(1)?, attr(2)?);
-                let (padding, stride, kernel) = conv_geometry(&pad, &stride, &kernel)
-                    .ok_or_else(|| bad("uneven padding (top != bottom or left != right)"))?;
-                let x = self.float_nchw(&o[4])?;
-                let p = Pool2d {
-                    kernel,
-                    stride,
-                    padding,
-                    ceil_mode: false,
-                    count_include_pad: false,
-                };
-                let y = self.g.max_pool2d(x, p)?;
-                self.narrowed(y, n.result.element)
-            }
-            (Operator::TransposeConv2d, Element::Int(32)) => self.conv_transpose_q8(n, &bad),
-            _ => Err(bad("not lowered on integers")),
-        }
-    }
-
-    /// An int8 TRANSPOSE_CONV2D with int32 accumulators (see [`Lowering::integer_nchw`]): the
-    /// input less its zero point and the weights (zero point 0) as f32, the float transposed
-    /// convolution, then the int32 bias.
+    /// An int8 TRANSPOSE_CONV2D's int32 accumulators in NCHW, through the float transposed
+    /// convolution where they are exact (every partial sum under 2^24): the input less its
+    /// zero point and the weights (zero point 0) as f32, the convolution, then the int32 bias.
     fn conv_transpose_q8(
         &mut self,
         n: &Node,
@@ -1323,7 +1292,7 @@ impl<'a> Lowering<'a> {
         Ok(self.g.cast(t, DType::F32)?)
     }
 
-    /// An int8 or int16 operand as an exact f32 copy, in NCHW.
+    /// An int8 or int16 operand as an exact f32 copy, in NCHW (int MAX_POOL2D's input).
     fn float_nchw(&mut self, o: &Operand) -> Result<TensorId> {
         if let Some(t) = self.held_nchw(o) {
             return Ok(self.g.cast(t, DType::F32)?);
@@ -1467,7 +1436,7 @@ impl<'a> Lowering<'a> {
         })
     }
 
-    /// A RESCALE's parameters, where it is one the int8 kernels compute: 32-bit multipliers,
+    /// A RESCALE's parameters, where it is one the kernels compute: 16- or 32-bit multipliers,
     /// single rounding, signed input and output.
     fn rescale_of(&self, n: &Node) -> Result<Requantize> {
         let o = &n.operands;
@@ -1506,6 +1475,7 @@ impl<'a> Lowering<'a> {
             .collect::<Result<Vec<_>>>()?;
         Ok(Requantize {
             scales,
+            scale32: flag(0) == Some(true),
             in_zp: self.zero_point(n, 8)?.into(),
             out_zp: self.zero_point(n, 9)?.into(),
         })
@@ -1828,7 +1798,8 @@ impl<'a> Lowering<'a> {
         Ok((padding, stride, dilation, extra))
     }
 
-    /// AVG_POOL2D (float, or int8 on `avg_pool2d_q8`) and MAX_POOL2D, the result in NCHW.
+    /// AVG_POOL2D (float, int8 on `avg_pool2d_q8`, int16 on `avg_pool2d_int`) and MAX_POOL2D
+    /// (integers on exact f32 copies), the result in NCHW.
     fn pool(&mut self, n: &Node, bad: &dyn Fn(&str) -> NativeError) -> Result<TensorId> {
         let o = &n.operands;
         let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
@@ -1836,7 +1807,11 @@ impl<'a> Lowering<'a> {
         let (padding, stride, kernel) = conv_geometry(&pad, &stride, &kernel)
             .ok_or_else(|| bad("uneven padding (top != bottom or left != right)"))?;
         // The input follows acc_type (AVG_POOL2D) or nan_mode (MAX_POOL2D).
-        let x = self.nchw(&o[4])?;
+        let int_max = n.op == Operator::MaxPool2d && matches!(n.result.element, Element::Int(_));
+        let x = match int_max {
+            true => self.float_nchw(&o[4])?,
+            false => self.nchw(&o[4])?,
+        };
         let p = Pool2d {
             kernel,
             stride,
@@ -1860,6 +1835,10 @@ impl<'a> Lowering<'a> {
                 self.g.avg_pool2d_int(x, p, zps, range)?
             }
             (Operator::AvgPool2d, _) => self.g.avg_pool2d(x, p)?,
+            (_, Element::Int(_)) => {
+                let y = self.g.max_pool2d(x, p)?;
+                self.narrowed(y, n.result.element)?
+            }
             _ => self.g.max_pool2d(x, p)?,
         })
     }
@@ -1967,10 +1946,12 @@ fn permute4(values: &[f32], shape: [usize; 4], perm: [usize; 4]) -> (Vec<f32>, V
     (v, out)
 }
 
-/// A RESCALE's parameters: its scales (one, or one per channel), zero points.
+/// A RESCALE's parameters: its scales (one, or one per channel), whether their multipliers
+/// are 32-bit, zero points.
 #[derive(Debug, Clone)]
 struct Requantize {
     scales: Vec<compute_delegate::Rescale>,
+    scale32: bool,
     in_zp: i64,
     out_zp: i64,
 }

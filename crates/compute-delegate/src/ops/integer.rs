@@ -329,16 +329,7 @@ impl GraphBuilder {
                 ),
             ));
         }
-        if let Some(s) = r
-            .scales
-            .iter()
-            .find(|s| !(1..=62).contains(&s.shift) || s.multiplier < 0)
-        {
-            return Err(Error::Graph(format!(
-                "{OP}: rescale multiplier {} with shift {} (multipliers are nonnegative, shifts 1 to 62)",
-                s.multiplier, s.shift
-            )));
-        }
+        check_scales(&r.scales)?;
         if r.range.0 > r.range.1 {
             return Err(Error::Graph(format!("{OP}: an empty range {:?}", r.range)));
         }
@@ -434,16 +425,7 @@ impl GraphBuilder {
         };
         per(p.bias.len(), "biases")?;
         per(p.scales.len(), "scales")?;
-        if let Some(s) = p
-            .scales
-            .iter()
-            .find(|s| !(1..=62).contains(&s.shift) || s.multiplier < 0)
-        {
-            return Err(Error::Graph(format!(
-                "{OP}: rescale multiplier {} with shift {} (multipliers are nonnegative, shifts 1 to 62)",
-                s.multiplier, s.shift
-            )));
-        }
+        check_scales(&p.scales)?;
         let word = |v: usize| i32::try_from(v).map_err(|_| bad(format!("{v} exceeds 31 bits")));
         let mut params = vec![0i32; 24];
         for (at, v) in [ih, iw, ic, oh, ow, oc, kh, kw, sy, sx, pt, pl, dy, dx]
@@ -524,6 +506,20 @@ impl GraphBuilder {
             spec: vec![mode],
         };
         self.kernel_node_into(OP, Kernel::IntOps, &[at(0), at(1), at(2)], out, push)
+    }
+}
+
+/// Scales TOSA's RESCALE takes: nonnegative multipliers, shifts 1 to 62.
+fn check_scales(scales: &[Rescale]) -> Result<()> {
+    match scales
+        .iter()
+        .find(|s| !(1..=62).contains(&s.shift) || s.multiplier < 0)
+    {
+        Some(s) => Err(Error::Graph(format!(
+            "{OP}: rescale multiplier {} with shift {} (multipliers are nonnegative, shifts 1 to 62)",
+            s.multiplier, s.shift
+        ))),
+        None => Ok(()),
     }
 }
 
