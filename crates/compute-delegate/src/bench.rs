@@ -722,6 +722,9 @@ struct Sizes {
     q4: Vec<(usize, usize, usize)>,
     /// ... and a gated MLP `(hidden, dim)` on an RMS norm, with its residual.
     mlp_q4: (usize, usize),
+    /// 4-bit products of a prompt, `(rows, n, k)`: the weights unpacked on the device, then
+    /// a GEMM (in fp16 where `VKDELEGATE_PACKED_F16` or the device says so).
+    q4_prompt: Vec<(usize, usize, usize)>,
     copy_bytes: u64,
     fma: (u32, u32),
     e2e_runs: usize,
@@ -739,6 +742,7 @@ impl Sizes {
                 softmax: [256, 1024],
                 q4: vec![(64, 256, 1), (64, 64, 4), (8200, 64, 1)],
                 mlp_q4: (512, 128),
+                q4_prompt: vec![(64, 2048, 512)],
                 copy_bytes: 16 << 20,
                 fma: (64, 256),
                 e2e_runs: 5,
@@ -761,6 +765,8 @@ impl Sizes {
                     (128256, 2048, 1),
                 ],
                 mlp_q4: (8192, 2048),
+                // Llama-3.2-1B's q and o, and its up, on prompts of 128 and 512 tokens.
+                q4_prompt: vec![(128, 2048, 2048), (512, 2048, 2048), (512, 8192, 2048)],
                 copy_bytes: 1 << 30,
                 fma: (8192, 4096),
                 e2e_runs: 3,
@@ -1112,6 +1118,21 @@ fn decode_cases(s: &Sizes) -> Vec<Case> {
                 }
                 g.output(y)?;
                 Ok((g, vec![pattern(&[1, k], 1)?]))
+            }),
+        });
+    }
+    for &(rows, n, k) in &s.q4_prompt {
+        cases.push(Case {
+            op: "linear_q4_prompt",
+            f32_op: None,
+            shape: format!("[{rows},{k}]x[{n},{k}]^T"),
+            work: Work::Flops(2.0 * (rows * n * k) as f64),
+            make: Box::new(move || {
+                let mut g = GraphBuilder::new();
+                let x = g.input("x", f32_t, &[rows, k])?;
+                let y = q4_linear(&mut g, x, 1, n, k)?;
+                g.output(y)?;
+                Ok((g, vec![pattern(&[rows, k], 1)?]))
             }),
         });
     }

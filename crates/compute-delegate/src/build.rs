@@ -57,6 +57,16 @@ impl GraphBuilder {
         {
             return folded.build_with(device, options);
         }
+        if self.has_unpacked_f32_products()
+            && crate::packed::in_f16(options.packed_products_in_f16, || {
+                crate::supports_f16(device)
+                    && crate::coop::usable(device, options.cooperative).is_some()
+            })
+        {
+            if let Some(f16) = self.with_unpacked_products_in_f16() {
+                return f16.build_with(device, options);
+            }
+        }
         if let Some(merged) = self.with_common_nodes_merged() {
             return merged.build_with(device, options);
         }

@@ -44,6 +44,8 @@ pub(crate) enum Kernel {
     CopyVec4,
     /// `cumsum.comp`.
     Cumsum,
+    /// `dequant_q4.comp`.
+    DequantQ4,
     /// `dilate2d.comp`.
     Dilate2d,
     /// `fma_peak.comp`.
@@ -123,7 +125,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 57] = [
+    pub(crate) const ALL: [Kernel; 58] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -144,6 +146,7 @@ impl Kernel {
         Kernel::Copy,
         Kernel::CopyVec4,
         Kernel::Cumsum,
+        Kernel::DequantQ4,
         Kernel::Dilate2d,
         Kernel::FmaPeak,
         Kernel::Gather,
@@ -206,6 +209,7 @@ impl Kernel {
             Kernel::Copy => include_bytes!("../spirv/copy_strided.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
             Kernel::Cumsum => include_bytes!("../spirv/cumsum.spv"),
+            Kernel::DequantQ4 => include_bytes!("../spirv/dequant_q4.spv"),
             Kernel::Dilate2d => include_bytes!("../spirv/dilate2d.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::Gather => include_bytes!("../spirv/gather.spv"),
@@ -270,6 +274,7 @@ impl Kernel {
             Kernel::Copy => Some(include_bytes!("../spirv/copy_strided_f16.spv")),
             Kernel::CopyVec4 => None,
             Kernel::Cumsum => Some(include_bytes!("../spirv/cumsum_f16.spv")),
+            Kernel::DequantQ4 => Some(include_bytes!("../spirv/dequant_q4_f16.spv")),
             Kernel::Dilate2d => Some(include_bytes!("../spirv/dilate2d_f16.spv")),
             Kernel::FmaPeak => None,
             Kernel::Gather => Some(include_bytes!("../spirv/gather_f16.spv")),
@@ -333,6 +338,7 @@ impl Kernel {
             Kernel::Copy => 2,
             Kernel::CopyVec4 => 2,
             Kernel::Cumsum => 2,
+            Kernel::DequantQ4 => 3,
             Kernel::Dilate2d => 2,
             Kernel::FmaPeak => 1,
             Kernel::Gather => 3,
@@ -778,6 +784,21 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<CumsumPush>() as u32 <= super::super::PUSH_BYTES,
         "cumsum.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `dequant_q4.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct DequantQ4Push {
+        pub n: u32,
+        pub k: u32,
+        pub group_shift: u32,
+        pub groups: u32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<DequantQ4Push>() as u32 <= super::super::PUSH_BYTES,
+        "dequant_q4.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `dilate2d.comp`'s push constants.

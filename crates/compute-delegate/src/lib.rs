@@ -95,6 +95,7 @@ pub mod ops;
 pub use ops::{IntBinary, IntConv, IntReduce, IntRescale, IntUnary, Math, Resize};
 mod fusion;
 mod options;
+mod packed;
 mod passes;
 mod placement;
 mod runtime;
@@ -113,6 +114,7 @@ pub use graph::{
     BinaryOp, Compare, Conv2d, GraphBuilder, Pool2d, QAdd, QConv, Rescale, TensorId, UnaryOp,
 };
 pub use options::{BuildOptions, ExternalBindings, FUSION_ENV};
+pub use packed::PACKED_F16_ENV;
 pub use runtime::{DispatchTime, Graph, MemoryReport};
 
 use vk_core::{Device, Features, QueueCaps, Requirements, Version};

@@ -59,6 +59,10 @@ pub struct BuildOptions {
     /// (a mask made of fills and concats, a bias table's lookup by a constant index) once on
     /// the device and making their results constants.
     pub unfolded: bool,
+    /// Whether graphs that compute in fp32 multiply 4-bit weights unpacked on the device (a
+    /// prompt's `linear_q4gsw`) in fp16, with fp32 sums (`None`: `VKDELEGATE_PACKED_F16` if
+    /// set to `on` or `off`, else where the device runs fp16 GEMMs on cooperative matrices).
+    pub packed_products_in_f16: Option<bool>,
     /// Constants shared with the other graphs built with a clone of this pool on the same
     /// device: each constant of one name and the same bytes gets one buffer, and state a graph
     /// writes in place (a KV cache) is seen by the others. `None`: the graph's own buffers.

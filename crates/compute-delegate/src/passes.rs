@@ -104,7 +104,7 @@ fn widen(bytes: &[u8]) -> Vec<u8> {
 
 impl GraphBuilder {
     /// A tensor of `dtype` and `shape` with a temporary storage of its own.
-    fn push_temp(&mut self, name: String, dtype: DType, shape: Vec<usize>) -> TensorId {
+    pub(crate) fn push_temp(&mut self, name: String, dtype: DType, shape: Vec<usize>) -> TensorId {
         let id = TensorId(self.tensors.len());
         self.storages.push(Storage {
             kind: StorageKind::Temp,

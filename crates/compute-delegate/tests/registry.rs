@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] functions
 
-use compute_delegate::GraphBuilder;
 use compute_delegate::ops::{self, Arg};
+use compute_delegate::{BuildOptions, GraphBuilder};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vk_core::testing::{self, assert_no_validation_errors};
@@ -3072,17 +3072,22 @@ fn attend_ref(
 }
 
 /// `linear_q4gsw` of one to four rows reads its weights packed on the device (`gemv_q4.comp`);
-/// longer products unpack them at build in the graph's precision. Both in fp32 and fp16
-/// against the definition: groups of 8, 16 and 32, columns that leave a work group's lanes
-/// idle, a bias.
+/// longer products unpack them on the device into a temporary just before their GEMM
+/// (`dequant_q4.comp`), or at build where the packing does not suit it (groups of 4). Both in
+/// fp32 and fp16 against the definition: groups of 4 to 128, columns that leave a work
+/// group's lanes idle, a bias.
 #[test]
-fn few_row_four_bit_linears_read_packed_weights() {
-    each_precision("few_row_four_bit_linears", |dev, dtype| {
+fn four_bit_linears_keep_their_weights_packed() {
+    each_precision("four_bit_linears", |dev, dtype| {
         for (rows, n, k, group) in [
             (1usize, 5usize, 64usize, 32usize),
             (3, 6, 96, 16),
             (4, 9, 32, 8),
             (6, 5, 64, 32),
+            (33, 40, 96, 32),
+            (8, 7, 72, 8),
+            (5, 300, 128, 128),
+            (6, 5, 12, 4),
             // Lanes looping over more than 64 words, and groups over one word; work groups
             // of 128 and 256 lanes for deep rows, looping over twice that at 16384.
             (2, 17, 2112, 64),
@@ -3127,11 +3132,22 @@ fn few_row_four_bit_linears_read_packed_weights() {
                 .unwrap()[0];
             let y = g.cast(y, DType::F32).unwrap();
             g.output(y).unwrap();
-            let mut built = g.build(dev).unwrap();
+            // Unfolded: weights this small would otherwise be unpacked once at build.
+            let options = BuildOptions {
+                unfolded: true,
+                ..BuildOptions::default()
+            };
+            let mut built = g.build_with(dev, &options).unwrap();
             assert_eq!(
                 built.kernels().iter().any(|k| k.starts_with("GemvQ4")),
                 rows <= 4,
                 "{rows} rows: {:?}",
+                built.kernels()
+            );
+            assert_eq!(
+                built.kernels().iter().any(|k| k.starts_with("DequantQ4")),
+                rows > 4 && group >= 8,
+                "{rows} rows, groups of {group}: {:?}",
                 built.kernels()
             );
             let out = built
@@ -3167,6 +3183,95 @@ fn few_row_four_bit_linears_read_packed_weights() {
             }
         }
     });
+}
+
+/// A prompt's 4-bit product in an fp32 graph, with `BuildOptions::packed_products_in_f16`
+/// on (the default where fp16 GEMMs run on cooperative matrices) and off: on, the weights are
+/// unpacked to fp16 and the input and result cast around an fp16 GEMM, within fp16's
+/// tolerance of the definition; off, all in fp32, within fp32's. Over a batch of two and
+/// with the bias added after.
+#[test]
+fn prompt_four_bit_products_may_multiply_in_f16() {
+    let Some((instance, dev)) = device("prompt_four_bit_f16", true) else {
+        return;
+    };
+    let (rows, n, k, group) = (2 * 37usize, 48usize, 256usize, 32usize);
+    let q: Vec<i8> = int8s(171, n * k)
+        .iter()
+        .map(|v| v.rem_euclid(16) - 8)
+        .collect();
+    let scales: Vec<f32> = (0..k / group * n)
+        .map(|i| 0.01 + 0.0007 * i as f32)
+        .collect();
+    let bias = rand_vec(172, n);
+    let x = rand_vec(173, rows * k);
+    let want: Vec<f32> = (0..rows * n)
+        .map(|at| {
+            let (r, o) = (at / n, at % n);
+            let dot: f64 = (0..k)
+                .map(|c| {
+                    f64::from(x[r * k + c])
+                        * f64::from(q[o * k + c])
+                        * f64::from(scales[(c / group) * n + o])
+                })
+                .sum();
+            (dot + f64::from(bias[o])) as f32
+        })
+        .collect();
+    for on in [true, false] {
+        let mut g = GraphBuilder::new();
+        let xin = g.input("x", DType::F32, &[2, rows / 2, k]).unwrap();
+        let w = HostTensor::new(DType::U8, vec![n, k / 2], pack4(&q)).unwrap();
+        let w = g.constant("w", w).unwrap();
+        let s = g.constant_f32("s", &[k / group, n], &scales).unwrap();
+        let b = g.constant_f32("b", &[n], &bias).unwrap();
+        let args = vec![
+            Arg::Tensor(xin),
+            Arg::Tensor(w),
+            Arg::Tensor(s),
+            Arg::Int(group as i64),
+            Arg::Tensor(b),
+        ];
+        let y = ops::find("et_vk.linear_q4gsw.default")
+            .unwrap()
+            .call(&mut g, args)
+            .unwrap()[0];
+        g.output(y).unwrap();
+        let options = BuildOptions {
+            packed_products_in_f16: Some(on),
+            // Weights this small would be unpacked once at build.
+            unfolded: true,
+            ..BuildOptions::default()
+        };
+        let mut built = g.build_with(&dev, &options).unwrap();
+        let unpacked: Vec<DType> = built
+            .kernels()
+            .iter()
+            .zip(built.float_types())
+            .filter(|(k, _)| k.starts_with("DequantQ4"))
+            .map(|(_, t)| t)
+            .collect();
+        let in_f16 = if on { DType::F16 } else { DType::F32 };
+        assert_eq!(unpacked, [in_f16], "{:?}", built.kernels());
+        let got = built
+            .execute(&[HostTensor::from_f32(vec![2, rows / 2, k], &x).unwrap()])
+            .unwrap()[0]
+            .to_f32()
+            .unwrap();
+        let what = format!("products in fp16: {on}");
+        if on {
+            assert_close(&got, &want, DType::F16, &what);
+        } else {
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * scale,
+                    "{what}: {i}: got {g}, want {w}"
+                );
+            }
+        }
+    }
+    assert_no_validation_errors(&instance);
 }
 
 /// 4-bit values in -8..8, two to a byte as ExecuTorch packs them (the even one low).

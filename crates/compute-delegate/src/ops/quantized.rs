@@ -859,11 +859,15 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
         x = per_token_fake_quant(c, x)?;
     }
     let k = c.shape(x).last().copied().unwrap_or(0);
-    let y = match packed_q4_rows(c, x, [w, scales, group], k)? {
-        Some(y) => y,
-        None => {
-            // Unpacked in the graph's precision (an fp16 graph's longer products on fp16
-            // weights, as ExecuTorch computes them).
+    let packed = packed_q4(c, [w, scales, group], k)?;
+    let y = match (packed_q4_rows(c, x, packed.as_ref(), k)?, &packed) {
+        (Some(y), _) => y,
+        (None, Some(p)) if c.shape(x).len() >= 2 && p.n * k <= UNPACKED_MAX => {
+            unpacked_on_device(c, x, p, k)?
+        }
+        (None, _) => {
+            // Unpacked at build in the graph's precision (an fp16 graph's longer products on
+            // fp16 weights, as ExecuTorch computes them).
             let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
             let w = group_weights(c, [w, scales, group], k, dtype)?;
             c.g.linear(x, w, None)?
@@ -879,35 +883,45 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
     }
 }
 
-/// `x @ dequantized(weights)^T` for one to four rows of `x`, the weights read packed on the
-/// device (`gemv_q4.comp`: 4 bits a weight, as a decode step reads them), where `k` is a
-/// multiple of 32 and the group size a power of two of at least 8; `None` elsewhere (the
-/// weights are then unpacked at build). The scales become an f32 constant `[n][groups]`.
-fn packed_q4_rows(
+/// The most weights a product unpacks on the device: 128 MiB in f32, the smallest
+/// `maxStorageBufferRange` Vulkan allows. Larger ones are unpacked at build, where a
+/// constant too large for one binding is cut into pieces that fit.
+const UNPACKED_MAX: usize = 1 << 25;
+
+/// Group-wise 4-bit weights that the device reads packed: constant bytes `[n, k / 2]` (the
+/// even column in the low nibble), constant scales `[groups, n]` that cover `k`, groups of a
+/// power of two of at least 8 columns, `k` a multiple of 8 and `n * k` under 2^32.
+struct PackedQ4 {
+    w: TensorId,
+    /// The scales transposed to an f32 constant `[n][groups]`, a column's scales together.
+    scales: TensorId,
+    n: usize,
+    groups: usize,
+    group: usize,
+}
+
+/// The weights at `[w_at, scales_at, group_at]` as [`PackedQ4`] for products of depth `k`;
+/// `None` where they do not fit it (they are then unpacked at build).
+fn packed_q4(
     c: &mut Call<'_>,
-    x: TensorId,
     [w_at, scales_at, group_at]: [usize; 3],
     k: usize,
-) -> Result<Option<TensorId>> {
+) -> Result<Option<PackedQ4>> {
     let (w, scales) = (c.tensor(w_at)?, c.tensor(scales_at)?);
     let group = c.count(group_at)?.max(1);
-    let xs = c.shape(x);
-    let rows = xs.iter().product::<usize>() / k.max(1);
     let (ws, ss) = (c.shape(w), c.shape(scales));
     let (&[n, half], &[groups, sn]) = (&ws[..], &ss[..]) else {
         return Ok(None);
     };
     let one_byte = c.g.dtype(w).is_some_and(|d| d.size() == 1);
-    let constant = c.g.constant_bytes(w).is_some() && c.g.constant_bytes(scales).is_some();
-    let fits = (1..=4).contains(&rows) && k % 32 == 0 && half * 2 == k;
+    let fits = k % 8 == 0 && half * 2 == k && (n as u64) * (k as u64) <= u64::from(u32::MAX);
     let group_fits = group >= 8 && group.is_power_of_two();
-    if !fits || !group_fits || !one_byte || !constant || sn != n || groups * group < k {
-        return Ok(None);
-    }
-    let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
-    let Some(sv) = c.g.constant_values(scales) else {
+    let (Some(_), Some(sv)) = (c.g.constant_bytes(w), c.g.constant_values(scales)) else {
         return Ok(None);
     };
+    if !fits || !group_fits || !one_byte || sn != n || groups * group < k {
+        return Ok(None);
+    }
     let mut by_column = vec![0f32; n * groups];
     for (j, column) in by_column.chunks_exact_mut(groups).enumerate() {
         for (gi, v) in column.iter_mut().enumerate() {
@@ -916,11 +930,36 @@ fn packed_q4_rows(
     }
     let name = format!("q4gsw_scales_by_column{}", scales.index());
     let scales = c.g.constant_f32(&name, &[n, groups], &by_column)?;
-    let word = |v: usize| u32::try_from(v).map_err(|_| c.err(w_at, format!("{v} is over 2^32")));
+    Ok(Some(PackedQ4 {
+        w,
+        scales,
+        n,
+        groups,
+        group,
+    }))
+}
+
+/// `x @ dequantized(weights)^T` for one to four rows of `x`, the weights read packed on the
+/// device (`gemv_q4.comp`: 4 bits a weight, as a decode step reads them), where `k` is a
+/// multiple of 32; `None` elsewhere.
+fn packed_q4_rows(
+    c: &mut Call<'_>,
+    x: TensorId,
+    packed: Option<&PackedQ4>,
+    k: usize,
+) -> Result<Option<TensorId>> {
+    let xs = c.shape(x);
+    let rows = xs.iter().product::<usize>() / k.max(1);
+    let Some(p) = packed.filter(|_| (1..=4).contains(&rows) && k % 32 == 0) else {
+        return Ok(None);
+    };
+    let (n, groups) = (p.n, p.groups);
+    let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
+    let word = |v: usize| u32::try_from(v).map_err(|_| c.err(0, format!("{v} is over 2^32")));
     let push = push::GemvQ4Push {
         n: word(n)?,
         k: word(k)?,
-        group_shift: group.trailing_zeros(),
+        group_shift: p.group.trailing_zeros(),
         groups: word(groups)?,
         col_groups: word(n.div_ceil(8))?,
         has_bias: 0,
@@ -948,10 +987,38 @@ fn packed_q4_rows(
     // The second weights, the bias, the norm's weights and a cache's position and rotary
     // tables are bound to the first weights and to `x` until a fusion pass gives them (see
     // `fusion.rs`).
+    let (w, scales) = (p.w, p.scales);
     let inputs = [x, w, scales, w, scales, x, x, x, x, x];
     let y =
         c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &inputs, out, &push)?;
     Ok(Some(y))
+}
+
+/// `x @ dequantized(weights)^T` for longer products (a prompt's): the weights are unpacked on
+/// the device into a temporary `[k, n]` in `x`'s precision (`dequant_q4.comp`) that a GEMM
+/// then reads, so the model keeps 4 bits a weight between executions. Graphs in fp32 may
+/// multiply them in fp16 where the device's fp16 GEMMs are fast (`packed.rs`).
+fn unpacked_on_device(c: &mut Call<'_>, x: TensorId, p: &PackedQ4, k: usize) -> Result<TensorId> {
+    let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
+    // `packed_q4` checked that n * k, and so every count below, fits 32 bits.
+    let push = push::DequantQ4Push {
+        n: p.n as u32,
+        k: k as u32,
+        group_shift: p.group.trailing_zeros(),
+        groups: p.groups as u32,
+    };
+    let out = KernelOut {
+        dtype,
+        shape: vec![k, p.n],
+        storage: None,
+        groups: Some((p.n * k / 8).div_ceil(256) as u64),
+        precision: None,
+        spec: vec![],
+    };
+    let inputs = [p.w, p.scales];
+    let wt =
+        c.g.kernel_node_into("linear_q4gsw", Kernel::DequantQ4, &inputs, out, &push)?;
+    c.g.matmul(x, wt)
 }
 
 /// `x` rounded to int8 and back with the scale and zero point of arguments 1 and 2: one per
