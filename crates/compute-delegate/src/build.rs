@@ -412,7 +412,10 @@ pub(crate) struct MemoryPlan {
 }
 
 impl MemoryPlan {
-    /// The bytes that storage `s` binds, with its buffer as the root.
+    /// The bytes that storage `s` binds, with its buffer as the root: a placed storage's
+    /// range, else its whole buffer, as its descriptor binds it (a buffer reused by a smaller
+    /// storage still binds whole, and a shader may touch any byte it binds, so validation
+    /// counts them all).
     pub fn extent(&self, storages: &[Storage], s: usize) -> Extent {
         match self.slot_of[s] {
             Some(slot) if slot >= self.buffers.len() => {
@@ -423,8 +426,13 @@ impl MemoryPlan {
                     end: start + bytes,
                 }
             }
-            slot => Extent {
-                root: slot.unwrap_or(usize::MAX),
+            Some(slot) => Extent {
+                root: slot,
+                start: 0,
+                end: self.buffers[slot].0.max(storages[s].bytes),
+            },
+            None => Extent {
+                root: usize::MAX,
                 start: 0,
                 end: storages[s].bytes,
             },
