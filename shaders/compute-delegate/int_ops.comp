@@ -22,6 +22,9 @@
 //     interpolating TABLE of 513 entries, an int32 result);
 //   24 matmul: y[n, h, w] = sum_c (a[n, h, c] - in_zp) (b[n, c, w] - out_zp) for a
 //     [N, H, C] and b [N, C, W], H = d1, W = d2, C = d3 (wrapping);
+//   25 the matmul of 24, its products and sums in 64 bits (TOSA's int48
+//     accumulators) and rescaled: clamp(scale(sum, m, s) + out_zp, lo, hi), as mode 32
+//     scales; c holds [out_zp, lo, hi, per column, then (m, s) per column or one pair];
 //   32 a convolution and the RESCALE of its accumulators in one: a CONV2D or
 //     DEPTHWISE_CONV2D of NHWC input a and weights b (int8 or int16 values held widened),
 //     its sums, the bias added, in 64 bits (TOSA's int48 accumulators), then
@@ -136,6 +139,16 @@ void add64(inout int hi, inout uint lo, int p) {
     hi += int(carry) + (p < 0 ? -1 : 0);
 }
 
+// (hi, lo) + x * y, the product in 64 bits.
+void add_product64(inout int hi, inout uint lo, int x, int y) {
+    int phi;
+    int plo;
+    imulExtended(x, y, phi, plo);
+    uint carry;
+    lo = uaddCarry(lo, uint(plo), carry);
+    hi += phi + int(carry);
+}
+
 // (v * m + 2^(s-1)) >> s for the 64-bit v = (hi, lo), m >= 0 and s in 1..62: the low word of
 // a 64-bit result (TOSA's scales never leave 32 bits).
 int scale64(int hi, uint lo, int m, uint s) {
@@ -248,6 +261,20 @@ void main() {
             y[e] = (base << 7) + (next - base) * (i & 127);
         } else if (OP == 32) {
             y[e] = conv(e);
+        } else if (OP == 25) {
+            uint w = e % pc.d2;
+            uint h = (e / pc.d2) % pc.d1;
+            uint n = e / (pc.d2 * pc.d1);
+            uint at = (n * pc.d1 + h) * pc.d3;
+            uint bt = n * pc.d3 * pc.d2 + w;
+            int hi = 0;
+            uint lo = 0;
+            for (uint k = 0; k < pc.d3; ++k) {
+                add_product64(hi, lo, a[at + k] - pc.in_zp, b[bt + k * pc.d2] - pc.out_zp);
+            }
+            uint ch = c[3] != 0 ? 4 + 2 * w : 4;
+            int v = scale64(hi, lo, c[ch], uint(c[ch + 1])) + c[0];
+            y[e] = clamp(v, c[1], c[2]);
         } else if (OP == 24) {
             uint w = e % pc.d2;
             uint h = (e / pc.d2) % pc.d1;

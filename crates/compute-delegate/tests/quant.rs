@@ -577,6 +577,114 @@ fn integer_comparisons_selects_and_products_match_tosa() {
     assert_no_validation_errors(&instance);
 }
 
+/// An int16 MATMUL of two activations with its int48 sums rescaled in the same op
+/// (`int_matmul_rescaled`), against a 128-bit reference: int16's extremes over a depth of 300,
+/// so that the sums pass 32 bits, 16-bit multipliers per tensor and per column, an output
+/// zero point and int16's range.
+#[test]
+fn int16_products_rescale_their_int48_sums() {
+    use compute_delegate::IntRescale;
+    let Some((instance, dev)) = testing::device(
+        "int16_products_rescale_their_int48_sums",
+        &compute_delegate::requirements(),
+    ) else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(33);
+    let (n, h, c, w) = (2usize, 3usize, 300usize, 5usize);
+    let mut extreme = |len: usize| -> Vec<i32> {
+        (0..len)
+            .map(|_| match rng.gen_range(0..4) {
+                0 => -32768,
+                1 => 32767,
+                _ => rng.gen_range(-32768..32768),
+            })
+            .collect()
+    };
+    let (a, b) = (extreme(n * h * c), extreme(n * c * w));
+    let per_column: Vec<Rescale> = (0..w)
+        .map(|j| Rescale {
+            multiplier: 20000 + 977 * j as i32,
+            shift: 30 + j as u32,
+        })
+        .collect();
+    let cases = [
+        (
+            vec![Rescale {
+                multiplier: 16384,
+                shift: 33,
+            }],
+            7,
+        ),
+        (per_column, -3),
+    ];
+    for (scales, out_zp) in cases {
+        let mut g = GraphBuilder::new();
+        let ai = g.input("a", DType::I32, &[n, h, c]).unwrap();
+        let bi = g.input("b", DType::I32, &[n, c, w]).unwrap();
+        let r = IntRescale {
+            scales: scales.clone(),
+            in_zp: 0,
+            out_zp,
+            range: (-32768, 32767),
+        };
+        let y = g.int_matmul_rescaled(ai, bi, (0, 0), &r).unwrap();
+        g.output(y).unwrap();
+        let mut graph = g.build(&dev).unwrap();
+        let got = graph
+            .execute(&[
+                HostTensor::from_i32(vec![n, h, c], &a).unwrap(),
+                HostTensor::from_i32(vec![n, c, w], &b).unwrap(),
+            ])
+            .unwrap()[0]
+            .to_i32()
+            .unwrap();
+        let mut want = Vec::new();
+        let mut widest = 0i128;
+        for z in 0..n {
+            for i in 0..h {
+                for j in 0..w {
+                    let sum: i128 = (0..c)
+                        .map(|k| {
+                            i128::from(a[(z * h + i) * c + k]) * i128::from(b[(z * c + k) * w + j])
+                        })
+                        .sum();
+                    widest = widest.max(sum.abs());
+                    let s = scales[if scales.len() == 1 { 0 } else { j }];
+                    let v = (sum * i128::from(s.multiplier) + (1i128 << (s.shift - 1))) >> s.shift;
+                    want.push((v as i32 + out_zp).clamp(-32768, 32767));
+                }
+            }
+        }
+        assert!(
+            widest > i128::from(i32::MAX),
+            "the sums stay within 32 bits"
+        );
+        assert_eq!(got, want, "{} scales", scales.len());
+    }
+    // Zero points on int48 inputs, and scales that do not fit, are named.
+    let mut g = GraphBuilder::new();
+    let ai = g.input("a", DType::I32, &[1, 2, 3]).unwrap();
+    let bi = g.input("b", DType::I32, &[1, 3, 4]).unwrap();
+    let r = |in_zp: i32, scales: usize| IntRescale {
+        scales: vec![
+            Rescale {
+                multiplier: 1,
+                shift: 1,
+            };
+            scales
+        ],
+        in_zp,
+        out_zp: 0,
+        range: (-128, 127),
+    };
+    for (bad, what) in [(r(1, 1), "zero point"), (r(0, 3), "3 scales for 4 columns")] {
+        let e = g.int_matmul_rescaled(ai, bi, (0, 0), &bad).unwrap_err();
+        assert!(e.to_string().contains(what), "{e}");
+    }
+    assert_no_validation_errors(&instance);
+}
+
 /// Integer convolutions with their accumulators rescaled in one op (TOSA's int48 sums), and
 /// int16 TABLEs, against host references in 128-bit arithmetic: a CONV2D of int16 values
 /// with uneven padding, strides and a bias past 32 bits, a DEPTHWISE_CONV2D with a dilation

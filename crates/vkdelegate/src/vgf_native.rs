@@ -95,6 +95,7 @@ fn lowered(op: Operator) -> bool {
                 | Transpose
                 | Reshape
                 | Conv2d
+                | Conv3d
                 | DepthwiseConv2d
                 | TransposeConv2d
                 | Matmul
@@ -129,6 +130,7 @@ fn lowered(op: Operator) -> bool {
                 | ReduceProduct
                 | ReduceAny
                 | ReduceAll
+                | Argmax
         )
 }
 
@@ -172,8 +174,10 @@ fn typed(n: &Node) -> bool {
         (ReduceAny | ReduceAll, Element::Bool) => true,
         (Rescale, Element::Int(8 | 16 | 32)) => true,
         (Conv2d | DepthwiseConv2d | Add | Sub | Mul | Maximum | Minimum, Element::Int(32)) => true,
-        // int16 convolutions' int48 accumulators, rescaled by the RESCALE that reads them.
-        (Conv2d | DepthwiseConv2d, Element::Int(64)) => true,
+        // int16 convolutions' and products' int48 accumulators, rescaled by the RESCALE that
+        // reads them.
+        (Conv2d | Conv3d | DepthwiseConv2d | Matmul, Element::Int(64)) => true,
+        (Conv3d | Argmax, Element::Int(32)) => true,
         (Table, Element::Int(32)) => true,
         (Matmul | TransposeConv2d, Element::Int(32)) => true,
         (ReduceSum, Element::Int(32)) => true,
@@ -372,7 +376,17 @@ impl<'a> Lowering<'a> {
                 Value::Tosa(t) => Ok(t),
                 Value::Pending => {
                     let node = &self.graph.nodes[*n];
-                    if matches!(node.op, Operator::Conv2d | Operator::DepthwiseConv2d) {
+                    if node.result.element == Element::Int(64) {
+                        return Err(unsupported(format!(
+                            "the int48 result of {} at word {} is read by other than a RESCALE",
+                            node.op.name(),
+                            node.at
+                        )));
+                    }
+                    if matches!(
+                        node.op,
+                        Operator::Conv2d | Operator::Conv3d | Operator::DepthwiseConv2d
+                    ) {
                         return Err(unsupported(format!(
                             "the int32 result of {} at word {} is read by other than a \
                              RESCALE to int8",
@@ -582,8 +596,9 @@ impl<'a> Lowering<'a> {
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
         use Operator::*;
         if n.result.element == Element::Int(32)
-            && matches!(n.op, Conv2d | DepthwiseConv2d | Add | Rescale)
-            || n.result.element == Element::Int(64) && matches!(n.op, Conv2d | DepthwiseConv2d)
+            && matches!(n.op, Conv2d | Conv3d | DepthwiseConv2d | Add | Rescale)
+            || n.result.element == Element::Int(64)
+                && matches!(n.op, Conv2d | Conv3d | DepthwiseConv2d | Matmul)
         {
             return Ok(Value::Pending);
         }
@@ -708,6 +723,7 @@ impl<'a> Lowering<'a> {
                 Value::Tosa(self.g.reshape(x, &to_isize(&shape))?)
             }
             Conv2d | DepthwiseConv2d => Value::Nchw(self.conv(n, &bad)?),
+            Conv3d => Value::Tosa(self.conv3d(n, None)?),
             AvgPool2d | MaxPool2d => Value::Nchw(self.pool(n, &bad)?),
             ReduceSum | ReduceMax | ReduceMin | ReduceProduct | ReduceAny | ReduceAll => {
                 let axis = ints(&o[0]).and_then(|a| a.first().copied());
@@ -821,6 +837,23 @@ impl<'a> Lowering<'a> {
                     return Err(bad("not a convolution's result"));
                 };
                 self.conv_rescaled(&self.graph.nodes[k], n)?
+            }
+            Operator::Rescale if matches!(o[5], Operand::Node(k) if self.graph.nodes[k].op == Operator::Conv3d) =>
+            {
+                let Operand::Node(k) = o[5] else {
+                    return Err(bad("not a convolution's result"));
+                };
+                self.conv3d(&self.graph.nodes[k], Some(n))?
+            }
+            Operator::Rescale
+                if matches!(o[5], Operand::Node(k)
+                    if self.graph.nodes[k].op == Operator::Matmul
+                        && self.graph.nodes[k].result.element == Element::Int(64)) =>
+            {
+                let Operand::Node(k) = o[5] else {
+                    return Err(bad("not a product's result"));
+                };
+                self.matmul_rescaled(&self.graph.nodes[k], n)?
             }
             Operator::Rescale => {
                 let r = self.rescale_of(n)?;
@@ -951,6 +984,22 @@ impl<'a> Lowering<'a> {
                 return self.moved_exactly(n);
             }
             Operator::Cast => return self.cast_node(n),
+            Operator::Argmax => {
+                let axis = ints(&o[0]).and_then(|a| a.first().copied());
+                let axis = axis.ok_or_else(|| bad("an axis that is not constant"))? as isize;
+                // PROPAGATE (1, the default): the first NaN wins, as the kernel does; IGNORE
+                // skips NaNs.
+                if ints(&o[1]).is_some_and(|m| m.first().is_some_and(|&v| v != 1)) {
+                    return Err(bad("NaNs ignored (nan_mode IGNORE)"));
+                }
+                // Integers through an exact f32 copy; the first of equal values wins.
+                let x = match self.is_integer(&o[2]) {
+                    true => self.float_copy(&o[2])?,
+                    false => self.tensor(&o[2])?,
+                };
+                let y = self.g.arg_extreme(x, axis, false, false)?;
+                self.g.cast(y, DType::I32)?
+            }
             Operator::Resize => self.resize(n)?,
             Operator::Gather => return self.gather(n),
             Operator::Table => {
@@ -1046,6 +1095,217 @@ impl<'a> Lowering<'a> {
         };
         let x = self.wide(&o[5])?;
         Ok(self.g.int_conv_rescaled(x, w, &p)?)
+    }
+
+    /// CONV3D (input `[N, D, H, W, IC]`, weights `[OC, KD, KH, KW, IC]`, padding `[front,
+    /// back, top, bottom, left, right]`) as one 2-D convolution: the input padded (with zeros,
+    /// or the input's zero point, which counts as zero), the KD depth slices each output depth
+    /// reads side by side along channels, `[N * OD, H, W, KD * IC]`, and the weights laid out
+    /// to match, `[OC, KH, KW, KD * IC]`. Float, or integer with `rescale`, the RESCALE of its
+    /// sums (as `IntConv`). The result `[N, OD, OH, OW, OC]`.
+    fn conv3d(&mut self, n: &Node, rescale: Option<&Node>) -> Result<TensorId> {
+        let o = &n.operands;
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
+        let attr = |i: usize| -> Result<Vec<usize>> {
+            let v = ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"))?;
+            v.iter()
+                .map(|&x| usize::try_from(x).map_err(|_| bad("negative attributes")))
+                .collect()
+        };
+        let (pad, stride, dilation) = (attr(0)?, attr(1)?, attr(2)?);
+        let (&[p0, p1, pt, pb, pl, pr], &[sd, sy, sx], &[dd, dy, dx]) =
+            (&pad[..], &stride[..], &dilation[..])
+        else {
+            return Err(bad(
+                "padding of other than 6 values, or strides or dilations of other than 3",
+            ));
+        };
+        if [sd, sy, sx, dd, dy, dx].contains(&0) {
+            return Err(bad("a stride or dilation of 0"));
+        }
+        let int = rescale.is_some();
+        let x_zp = if int { self.zero_point(n, 8)? } else { 0 };
+        let x = match int {
+            true => self.float_copy(&o[5])?,
+            false => self.tensor(&o[5])?,
+        };
+        let (ws, w_values) = match int {
+            true => {
+                let Operand::GraphConstant { ty, .. } = &o[6] else {
+                    return Err(bad("weights that are not a graph constant"));
+                };
+                let v = self
+                    .ints_of(&o[6])?
+                    .ok_or_else(|| bad("weights that are not integers"))?;
+                (
+                    dims(ty.shape.as_deref(), "the weights")?,
+                    v.iter().map(|&v| v as f32).collect(),
+                )
+            }
+            false => {
+                let (v, _, shape) = self
+                    .constant_floats(&o[6])?
+                    .ok_or_else(|| bad("weights that are not a float constant"))?;
+                (shape, v)
+            }
+        };
+        let xs = self.shape(x);
+        let (&[nb, _, _, _, ic], &[oc, kd, kh, kw, wic]) = (&xs[..], &ws[..]) else {
+            return Err(bad(&format!("input {xs:?} and weights {ws:?}: not 5-D")));
+        };
+        if wic != ic || checked_numel(&ws) != Some(w_values.len()) || kd == 0 {
+            return Err(bad(&format!("input {xs:?} and weights {ws:?}")));
+        }
+        // The registry's pad lists the last dim first.
+        let pads = [0, 0, pl, pr, pt, pb, p0, p1].map(|v| v as i64).to_vec();
+        let x = self.registry(
+            "aten.constant_pad_nd.default",
+            vec![Arg::Tensor(x), Arg::Ints(pads), Arg::Float(f64::from(x_zp))],
+        )?;
+        let &[_, dp, hp, wp, _] = &self.shape(x)[..] else {
+            return Err(bad("a padded input that is not 5-D"));
+        };
+        let span = (kd - 1).checked_mul(dd).and_then(|v| v.checked_add(1));
+        let Some(od) = span.and_then(|s| dp.checked_sub(s)).map(|v| v / sd + 1) else {
+            return Err(bad("a window deeper than the padded input"));
+        };
+        let mut parts = Vec::with_capacity(kd);
+        for k in 0..kd {
+            let start = (k * dd) as i64;
+            let end = start + ((od - 1) * sd + 1) as i64;
+            let args = vec![
+                Arg::Tensor(x),
+                Arg::Int(1),
+                Arg::Int(start),
+                Arg::Int(end),
+                Arg::Int(sd as i64),
+            ];
+            parts.push(self.registry("aten.slice_copy.Tensor", args)?);
+        }
+        let x = self.g.cat(&parts, 4)?;
+        let rows = [
+            (nb * od) as isize,
+            hp as isize,
+            wp as isize,
+            (kd * ic) as isize,
+        ];
+        let x = self.g.reshape(x, &rows)?;
+        // [OC, KD, KH, KW, IC] to [OC, KH, KW, KD, IC]: channel kd * IC + ic, as the slices.
+        let mut w = vec![0f32; w_values.len()];
+        for (at, v) in w.iter_mut().enumerate() {
+            let (i, r) = (at % ic, at / ic);
+            let (d, r) = (r % kd, r / kd);
+            let (c, r) = (r % kw, r / kw);
+            let (h, f) = (r % kh, r / kh);
+            *v = w_values[(((f * kd + d) * kh + h) * kw + c) * ic + i];
+        }
+        let y = match rescale {
+            Some(r) => self.conv3d_int(n, r, x, &w, [oc, kh, kw, kd * ic], [sy, sx, dy, dx])?,
+            None => {
+                let name = format!("weights_{}", self.nodes.len());
+                let w = self.g.constant_f32(&name, &[oc, kh, kw, kd * ic], &w)?;
+                let w = self.g.permute(w, &[0, 3, 1, 2])?;
+                let w = match self.g.dtype(x) {
+                    Some(DType::F16) => self.g.cast(w, DType::F16)?,
+                    _ => w,
+                };
+                let x = self.relayout(x, &TO_NCHW)?;
+                let bias = self.tensor(&o[7])?;
+                let p = Conv2d {
+                    stride: [sy, sx],
+                    padding: [0, 0],
+                    dilation: [dy, dx],
+                    groups: 1,
+                };
+                let per_channel = checked_numel(&self.shape(bias)) == Some(oc);
+                let b = per_channel
+                    .then(|| self.g.reshape(bias, &[oc as isize]))
+                    .transpose()?;
+                let y = self.g.conv2d(x, w, b, p)?;
+                let y = self.relayout(y, &TO_NHWC)?;
+                match per_channel {
+                    true => y,
+                    false => self.g.add(y, bias)?,
+                }
+            }
+        };
+        let &[_, oh, ow, _] = &self.shape(y)[..] else {
+            return Err(bad("a 2-D result that is not 4-D"));
+        };
+        let out = [nb, od, oh, ow, oc].map(|v| v as isize);
+        Ok(self.g.reshape(y, &out)?)
+    }
+
+    /// The integer 2-D convolution of [`Lowering::conv3d`]: `x` an exact f32 copy `[N * OD, H,
+    /// W, KD * IC]`, weights `w` of `shape`, with CONV3D `n`'s zero points and bias and the
+    /// RESCALE `r` of its sums, as one `IntConv`.
+    fn conv3d_int(
+        &mut self,
+        n: &Node,
+        r: &Node,
+        x: TensorId,
+        w: &[f32],
+        shape: [usize; 4],
+        [sy, sx, dy, dx]: [usize; 4],
+    ) -> Result<TensorId> {
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
+        let w: Vec<i32> = w.iter().map(|&v| v as i32).collect();
+        let t = HostTensor::from_i32(shape.to_vec(), &w).map_err(|e| bad(&e.to_string()))?;
+        let name = format!("weights_{}", self.nodes.len());
+        let w = self.g.constant(&name, t)?;
+        let bias = self
+            .ints_of(&n.operands[7])?
+            .ok_or_else(|| bad("a bias that is not an integer constant"))?;
+        let q = self.rescale_of(r)?;
+        if q.in_zp != 0 || n.result.element == Element::Int(64) && q.scale32 {
+            return Err(bad(
+                "a RESCALE of its sums with an input zero point, or int48 sums with 32-bit multipliers",
+            ));
+        }
+        let p = compute_delegate::IntConv {
+            padding: [0; 4],
+            stride: [sy, sx],
+            dilation: [dy, dx],
+            depth_multiplier: None,
+            x_zp: self.zero_point(n, 8)?,
+            w_zp: self.zero_point(n, 9)?,
+            bias,
+            scales: q.scales,
+            out_zp: q.out_zp as i32,
+            range: range_of(r.result.element),
+        };
+        let x = self.g.cast(x, DType::I32)?;
+        Ok(self.g.int_conv_rescaled(x, w, &p)?)
+    }
+
+    /// A RESCALE of an int16 MATMUL's int48 sums, as one op.
+    fn matmul_rescaled(&mut self, product: &Node, rescale: &Node) -> Result<TensorId> {
+        let bad = |why: &str| {
+            unsupported(format!(
+                "{} at word {}: {why}",
+                product.op.name(),
+                product.at
+            ))
+        };
+        let r = self.rescale_of(rescale)?;
+        // TOSA: int48 inputs take 16-bit multipliers and no zero point.
+        if r.scale32 || r.in_zp != 0 {
+            return Err(bad(
+                "int48 sums rescaled with 32-bit multipliers or an input zero point",
+            ));
+        }
+        let zps = (self.zero_point(product, 2)?, self.zero_point(product, 3)?);
+        let r = compute_delegate::IntRescale {
+            scales: r.scales,
+            in_zp: 0,
+            out_zp: r.out_zp as i32,
+            range: range_of(rescale.result.element),
+        };
+        let (a, b) = (
+            self.wide(&product.operands[0])?,
+            self.wide(&product.operands[1])?,
+        );
+        Ok(self.g.int_matmul_rescaled(a, b, zps, &r)?)
     }
 
     /// `x` sliced as SLICE `n`'s constant start and size say, dim by dim.

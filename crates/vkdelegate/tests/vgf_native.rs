@@ -146,6 +146,8 @@ fn fp32_vgf_models_run_natively_as_scenario_runner() {
         "gather",
         "resize",
         "reductions",
+        "attention",
+        "conv3d",
     ];
     // Only the compute delegate's needs: no ARM extension.
     let g = graph_of(&file("add")).unwrap();
@@ -222,9 +224,11 @@ fn fp16_vgf_models_run_natively() {
 /// The int16 models (int16 activations, int8 weights: Arm's a16w8 quantization) run natively,
 /// bit-exact with scenario-runner: their convolutions' int48 sums and RESCALEs as one op each
 /// (`IntConv`), CLAMP, a transformer MLP's int16 TABLEs (513 entries, interpolated), int16
-/// data movement (MAX_POOL2D, PAD, SLICE, CONCAT, TILE, REVERSE) and average pools; and
-/// int32 arithmetic without quantization (bitwise operators, shifts, INTDIV; narrowing CASTs,
-/// which wrap).
+/// data movement (MAX_POOL2D, PAD, SLICE, CONCAT, TILE, REVERSE) and average pools, an
+/// attention's int16 MATMULs of two activations (int48 sums rescaled in the same op) and a
+/// CONV3D (one 2-D convolution over its depth slices side by side); int32 arithmetic without
+/// quantization (bitwise operators, shifts, INTDIV; narrowing CASTs, which wrap); and ARGMAX's
+/// int32 indices.
 #[test]
 fn int16_and_int32_vgf_models_run_natively_bit_exact() {
     let g = graph_of(&file("mlp_int16")).unwrap();
@@ -239,14 +243,18 @@ fn int16_and_int32_vgf_models_run_natively_bit_exact() {
         "pools_int16",
         "bitwise",
         "casts",
+        "attention_int16",
+        "conv3d_int16",
+        "argmax",
     ] {
         let (kernels, pairs) = run_natively(&dev, model);
         for (out, want) in &pairs {
             assert_eq!(out.dtype(), want.dtype(), "{model}");
             assert_eq!(out.bytes(), want.bytes(), "{model}");
         }
+        // ARGMAX of floats: the float kernels' argmax, an int32 index.
         assert!(
-            kernels.iter().any(|k| k == "IntOps"),
+            model == "argmax" || kernels.iter().any(|k| k == "IntOps"),
             "{model}: {kernels:?}"
         );
     }
@@ -261,7 +269,8 @@ fn int16_and_int32_vgf_models_run_natively_bit_exact() {
 /// REDUCE_MAX, and four int8 TABLEs) on TOSA's integer arithmetic; TOSA's int8 elementwise
 /// operators (ABS, NEGATE, comparisons and SELECT, MAXIMUM, MINIMUM, CLAMP, TABLEs); and int8
 /// data movement and products (MATMUL with zero points, PAD, TILE, TRANSPOSE_CONV2D, the
-/// reductions, MAX_POOL2D); RESIZE (nearest, and bilinear's int32 sums rescaled) and REVERSE.
+/// reductions, MAX_POOL2D); RESIZE (nearest, and bilinear's int32 sums rescaled) and REVERSE;
+/// an attention (MATMULs of two activations, the softmax's TABLEs) and a CONV3D.
 #[test]
 fn int8_vgf_models_run_natively_bit_exact() {
     let g = graph_of(&file("add_int8")).unwrap();
@@ -277,6 +286,8 @@ fn int8_vgf_models_run_natively_bit_exact() {
         "movement_int8",
         "resize_int8",
         "pools_int8",
+        "attention_int8",
+        "conv3d_int8",
     ] {
         let (kernels, pairs) = run_natively(&dev, model);
         for (out, want) in &pairs {

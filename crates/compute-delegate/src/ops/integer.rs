@@ -228,19 +228,66 @@ impl GraphBuilder {
         b: TensorId,
         (a_zp, b_zp): (i32, i32),
     ) -> Result<TensorId> {
+        let ([n, h, w], push) = self.int_product(a, b, (a_zp, b_zp))?;
+        self.int_node(24, &[a, b], vec![n, h, w], &push)
+    }
+
+    /// TOSA's MATMUL of i32 tensors `a` `[N, H, C]` and `b` `[N, C, W]` (an int16 MATMUL's
+    /// values held widened) and the RESCALE of its sums, as one op: the products and sums are
+    /// kept in 64 bits (TOSA's int48 accumulators) and scaled to `r`'s range, per tensor or
+    /// per element of the last dim. `r.in_zp` must be 0 (TOSA's rule for int48 inputs).
+    pub fn int_matmul_rescaled(
+        &mut self,
+        a: TensorId,
+        b: TensorId,
+        zps: (i32, i32),
+        r: &IntRescale,
+    ) -> Result<TensorId> {
+        let ([n, h, w], push) = self.int_product(a, b, zps)?;
+        let bad = |why: String| Error::Graph(format!("{OP}: a rescaled product: {why}"));
+        if r.in_zp != 0 {
+            return Err(bad(format!("an input zero point of {}", r.in_zp)));
+        }
+        if r.scales.len() != 1 && r.scales.len() != w {
+            return Err(bad(format!("{} scales for {w} columns", r.scales.len())));
+        }
+        check_scales(&r.scales)?;
+        let (lo, hi) = r.range;
+        if lo > hi {
+            return Err(bad(format!("an empty range {:?}", r.range)));
+        }
+        let mut params = vec![r.out_zp, lo, hi, i32::from(r.scales.len() > 1)];
+        for s in &r.scales {
+            params.extend([s.multiplier, s.shift as i32]);
+        }
+        let name = format!("matmul_rescale_{}", self.tensors.len());
+        let t = HostTensor::from_i32(vec![params.len()], &params)
+            .map_err(|e| Error::Graph(format!("{OP}: {e}")))?;
+        let c = self.constant(&name, t)?;
+        self.int_node(25, &[a, b, c], vec![n, h, w], &push)
+    }
+
+    /// The output `[N, H, W]` and push block of a product of `a` `[N, H, C]` and `b`
+    /// `[N, C, W]` (i32 tensors) with zero points.
+    fn int_product(
+        &self,
+        a: TensorId,
+        b: TensorId,
+        (a_zp, b_zp): (i32, i32),
+    ) -> Result<([usize; 3], IntOpsPush)> {
         let ai = self.typed_operand(OP, a, DType::I32)?;
         let bi = self.typed_operand(OP, b, DType::I32)?;
-        let (&[n, h, c], &[n2, c2, w]) = (&ai.shape[..], &bi.shape[..]) else {
-            return Err(shape_err(
+        let bad = || {
+            shape_err(
                 OP,
                 format!("a product of {:?} and {:?}", ai.shape, bi.shape),
-            ));
+            )
+        };
+        let (&[n, h, c], &[n2, c2, w]) = (&ai.shape[..], &bi.shape[..]) else {
+            return Err(bad());
         };
         if n != n2 || c != c2 {
-            return Err(shape_err(
-                OP,
-                format!("a product of {:?} and {:?}", ai.shape, bi.shape),
-            ));
+            return Err(bad());
         }
         let push = IntOpsPush {
             n: words_of(&[n, h, w])?,
@@ -251,7 +298,7 @@ impl GraphBuilder {
             out_zp: b_zp,
             ..IntOpsPush::default()
         };
-        self.int_node(24, &[a, b], vec![n, h, w], &push)
+        Ok(([n, h, w], push))
     }
 
     /// An elementwise `int_ops.comp` node of two or three i32 operands of one rank (at most 4)
