@@ -58,9 +58,9 @@ impl GraphBuilder {
             return folded.build_with(device, options);
         }
         if self.has_unpacked_f32_products()
+            && crate::supports_f16(device)
             && crate::packed::in_f16(options.packed_products_in_f16, || {
-                crate::supports_f16(device)
-                    && crate::coop::usable(device, options.cooperative).is_some()
+                crate::coop::usable(device, options.cooperative).is_some()
             })
         {
             if let Some(f16) = self.with_unpacked_products_in_f16() {

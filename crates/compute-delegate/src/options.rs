@@ -61,7 +61,8 @@ pub struct BuildOptions {
     pub unfolded: bool,
     /// Whether graphs that compute in fp32 multiply 4-bit weights unpacked on the device (a
     /// prompt's `linear_q4gsw`) in fp16, with fp32 sums (`None`: `VKDELEGATE_PACKED_F16` if
-    /// set to `on` or `off`, else where the device runs fp16 GEMMs on cooperative matrices).
+    /// set to `on` or `off`, else where the device runs fp16 GEMMs on cooperative matrices);
+    /// never on a device without [`crate::F16_FEATURES`].
     pub packed_products_in_f16: Option<bool>,
     /// Constants shared with the other graphs built with a clone of this pool on the same
     /// device: each constant of one name and the same bytes gets one buffer, and state a graph

@@ -3274,6 +3274,61 @@ fn prompt_four_bit_products_may_multiply_in_f16() {
     assert_no_validation_errors(&instance);
 }
 
+/// A group size past the depth (here 2^40) is one group: both the packed one-row product
+/// and a prompt's product unpacked on the device read one scale a column, and no shift of 32
+/// or more reaches a kernel.
+#[test]
+fn four_bit_groups_wider_than_the_depth_are_one_group() {
+    let Some((instance, dev)) = device("four_bit_wide_groups", false) else {
+        return;
+    };
+    let (n, k) = (300usize, 256usize);
+    let q: Vec<i8> = int8s(181, n * k)
+        .iter()
+        .map(|v| v.rem_euclid(16) - 8)
+        .collect();
+    let scales: Vec<f32> = (0..n).map(|i| 0.01 + 0.001 * i as f32).collect();
+    for rows in [1usize, 6] {
+        let x = rand_vec(182, rows * k);
+        let mut g = GraphBuilder::new();
+        let xin = g.input("x", DType::F32, &[rows, k]).unwrap();
+        let w = HostTensor::new(DType::U8, vec![n, k / 2], pack4(&q)).unwrap();
+        let w = g.constant("w", w).unwrap();
+        let s = g.constant_f32("s", &[1, n], &scales).unwrap();
+        let args = vec![
+            Arg::Tensor(xin),
+            Arg::Tensor(w),
+            Arg::Tensor(s),
+            Arg::Int(1 << 40),
+            Arg::None,
+        ];
+        let y = ops::find("et_vk.linear_q4gsw.default")
+            .unwrap()
+            .call(&mut g, args)
+            .unwrap()[0];
+        g.output(y).unwrap();
+        let options = BuildOptions {
+            unfolded: true,
+            ..BuildOptions::default()
+        };
+        let mut built = g.build_with(&dev, &options).unwrap();
+        let got = built
+            .execute(&[HostTensor::from_f32(vec![rows, k], &x).unwrap()])
+            .unwrap()[0]
+            .to_f32()
+            .unwrap();
+        let want: Vec<f32> = (0..rows * n)
+            .map(|at| {
+                let (r, o) = (at / n, at % n);
+                let dot: f32 = (0..k).map(|c| x[r * k + c] * f32::from(q[o * k + c])).sum();
+                dot * scales[o]
+            })
+            .collect();
+        assert_close(&got, &want, DType::F16, &format!("{rows} rows"));
+    }
+    assert_no_validation_errors(&instance);
+}
+
 /// 4-bit values in -8..8, two to a byte as ExecuTorch packs them (the even one low).
 fn pack4(q: &[i8]) -> Vec<u8> {
     q.chunks_exact(2)

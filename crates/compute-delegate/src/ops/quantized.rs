@@ -819,7 +819,7 @@ fn group_weights(
             format!("{ws:?} and scales {ss:?}: [n, k / 2] and [groups, n]"),
         ));
     };
-    if half * 2 < k || sn != n || groups * group < k {
+    if half * 2 < k || sn != n || groups.checked_mul(group).is_none_or(|c| c < k) {
         return Err(c.err(
             w_at,
             format!("{ws:?} and scales {ss:?} for k = {k} in groups of {group}"),
@@ -908,18 +908,21 @@ fn packed_q4(
     k: usize,
 ) -> Result<Option<PackedQ4>> {
     let (w, scales) = (c.tensor(w_at)?, c.tensor(scales_at)?);
-    let group = c.count(group_at)?.max(1);
     let (ws, ss) = (c.shape(w), c.shape(scales));
     let (&[n, half], &[groups, sn]) = (&ws[..], &ss[..]) else {
         return Ok(None);
     };
+    // A group of k or more columns is one group: the kernels shift by the group's log2, which
+    // must stay below 32.
+    let group = c.count(group_at)?.clamp(1, k.next_power_of_two().max(8));
     let one_byte = c.g.dtype(w).is_some_and(|d| d.size() == 1);
     let fits = k % 8 == 0 && half * 2 == k && (n as u64) * (k as u64) <= u64::from(u32::MAX);
     let group_fits = group >= 8 && group.is_power_of_two();
     let (Some(_), Some(sv)) = (c.g.constant_bytes(w), c.g.constant_values(scales)) else {
         return Ok(None);
     };
-    if !fits || !group_fits || !one_byte || sn != n || groups * group < k {
+    let covers = groups.checked_mul(group).is_some_and(|c| c >= k);
+    if !fits || !group_fits || !one_byte || sn != n || !covers {
         return Ok(None);
     }
     let mut by_column = vec![0f32; n * groups];
