@@ -1437,12 +1437,12 @@ fn products_along_dims_match_the_host() {
     assert_no_validation_errors(&inst);
 }
 
-/// A flip along a dim of declared millions, or a repeat into thousands of copies, is refused
-/// with a named error: both build host-side data in proportion (an index, a concatenation's
-/// parts), and a file's declared sizes alone must not take the host's memory (found by
-/// fuzzing VGF files).
+/// A flip along a dim of declared millions, a repeat into thousands of copies, or a pad of
+/// billions, is refused with a named error: each builds host-side data in proportion (an
+/// index, a concatenation's parts, the pad's fill), and a file's declared sizes alone must not
+/// take the host's memory (found by fuzzing VGF files).
 #[test]
-fn flips_and_repeats_of_declared_giants_are_refused() {
+fn flips_repeats_and_pads_of_declared_giants_are_refused() {
     use compute_delegate::ops::{self, Arg};
     let mut g = GraphBuilder::new();
     let x = g.input("x", DType::F32, &[2, 1 << 20]).unwrap();
@@ -1461,6 +1461,21 @@ fn flips_and_repeats_of_declared_giants_are_refused() {
         .call(&mut g, vec![Arg::Tensor(y), Arg::Ints(vec![1 << 20])])
         .unwrap_err();
     assert!(e.to_string().contains("at most"), "{e}");
+    let pad = ops::find("aten.constant_pad_nd.default").unwrap();
+    let e = pad
+        .call(
+            &mut g,
+            vec![Arg::Tensor(x), Arg::Ints(vec![0, 1 << 30]), Arg::Float(0.0)],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("2^26"), "{e}");
+    assert!(
+        pad.call(
+            &mut g,
+            vec![Arg::Tensor(x), Arg::Ints(vec![1, 2]), Arg::Float(0.0)]
+        )
+        .is_ok()
+    );
 }
 
 /// Floats cast to i32 truncate toward zero and saturate at both ends of i32's range (2^31 and

@@ -53,6 +53,23 @@ fn every_corpus_graph_decodes_with_its_operators() {
             ],
         ),
         (
+            "attention_fp16",
+            &[
+                ("CAST", 2),
+                ("CONV2D", 2),
+                ("EXP", 1),
+                ("MATMUL", 2),
+                ("MUL", 2),
+                ("RECIPROCAL", 1),
+                ("REDUCE_MAX", 1),
+                ("REDUCE_SUM", 1),
+                ("RESHAPE", 11),
+                ("SLICE", 3),
+                ("SUB", 1),
+                ("TRANSPOSE", 3),
+            ],
+        ),
+        (
             "attention_int16",
             &[
                 ("CONV2D", 2),
@@ -104,6 +121,10 @@ fn every_corpus_graph_decodes_with_its_operators() {
         ("casts", &[("CAST", 3), ("MUL", 1)]),
         ("conv", &[("CONV2D", 1), ("TRANSPOSE", 2)]),
         ("conv3d", &[("CLAMP", 1), ("CONV3D", 1), ("TRANSPOSE", 2)]),
+        (
+            "conv3d_fp16",
+            &[("CLAMP", 1), ("CONV3D", 1), ("TRANSPOSE", 2)],
+        ),
         (
             "conv3d_int16",
             &[
@@ -180,6 +201,26 @@ fn every_corpus_graph_decodes_with_its_operators() {
                 ("SIGMOID", 1),
                 ("SIN", 1),
                 ("TANH", 1),
+            ],
+        ),
+        (
+            "elementwise_int16",
+            &[
+                ("ABS", 1),
+                ("CLAMP", 1),
+                ("CONCAT", 1),
+                ("EQUAL", 1),
+                ("GREATER", 1),
+                ("GREATER_EQUAL", 1),
+                ("MAXIMUM", 1),
+                ("MINIMUM", 1),
+                ("MUL", 1),
+                ("NEGATE", 1),
+                ("RESCALE", 24),
+                ("RESHAPE", 1),
+                ("SELECT", 3),
+                ("SUB", 1),
+                ("TABLE", 4),
             ],
         ),
         (
@@ -342,6 +383,23 @@ fn every_corpus_graph_decodes_with_its_operators() {
             ],
         ),
         (
+            "movement_int16",
+            &[
+                ("ADD", 1),
+                ("MATMUL", 1),
+                ("MAX_POOL2D", 1),
+                ("PAD", 1),
+                ("REDUCE_MAX", 1),
+                ("REDUCE_MIN", 1),
+                ("REDUCE_SUM", 1),
+                ("RESCALE", 7),
+                ("RESHAPE", 2),
+                ("TILE", 1),
+                ("TRANSPOSE", 3),
+                ("TRANSPOSE_CONV2D", 1),
+            ],
+        ),
+        (
             "movement_int8",
             &[
                 ("ADD", 1),
@@ -407,6 +465,15 @@ fn every_corpus_graph_decodes_with_its_operators() {
             ],
         ),
         ("resize", &[("RESIZE", 3), ("REVERSE", 1), ("TRANSPOSE", 4)]),
+        (
+            "resize_int16",
+            &[
+                ("RESCALE", 2),
+                ("RESIZE", 3),
+                ("REVERSE", 1),
+                ("TRANSPOSE", 4),
+            ],
+        ),
         (
             "resize_int8",
             &[

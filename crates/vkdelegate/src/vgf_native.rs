@@ -176,7 +176,7 @@ fn typed(n: &Node) -> bool {
         (Conv2d | DepthwiseConv2d | Add | Sub | Mul | Maximum | Minimum, Element::Int(32)) => true,
         // int16 convolutions' and products' int48 accumulators, rescaled by the RESCALE that
         // reads them.
-        (Conv2d | Conv3d | DepthwiseConv2d | Matmul, Element::Int(64)) => true,
+        (Conv2d | Conv3d | DepthwiseConv2d | TransposeConv2d | Matmul, Element::Int(64)) => true,
         (Conv3d | Argmax, Element::Int(32)) => true,
         (Table, Element::Int(32)) => true,
         (Matmul | TransposeConv2d, Element::Int(32)) => true,
@@ -598,7 +598,10 @@ impl<'a> Lowering<'a> {
         if n.result.element == Element::Int(32)
             && matches!(n.op, Conv2d | Conv3d | DepthwiseConv2d | Add | Rescale)
             || n.result.element == Element::Int(64)
-                && matches!(n.op, Conv2d | Conv3d | DepthwiseConv2d | Matmul)
+                && matches!(
+                    n.op,
+                    Conv2d | Conv3d | DepthwiseConv2d | TransposeConv2d | Matmul
+                )
         {
             return Ok(Value::Pending);
         }
@@ -838,6 +841,16 @@ impl<'a> Lowering<'a> {
                 };
                 self.conv_rescaled(&self.graph.nodes[k], n)?
             }
+            Operator::Rescale
+                if matches!(o[5], Operand::Node(k)
+                    if self.graph.nodes[k].op == Operator::TransposeConv2d
+                        && self.graph.nodes[k].result.element == Element::Int(64)) =>
+            {
+                let Operand::Node(k) = o[5] else {
+                    return Err(bad("not a convolution's result"));
+                };
+                self.transpose_conv_rescaled(&self.graph.nodes[k], n)?
+            }
             Operator::Rescale if matches!(o[5], Operand::Node(k) if self.graph.nodes[k].op == Operator::Conv3d) =>
             {
                 let Operand::Node(k) = o[5] else {
@@ -1070,8 +1083,29 @@ impl<'a> Lowering<'a> {
         let t = HostTensor::from_i32(shape.clone(), &values).map_err(|e| bad(&e.to_string()))?;
         let name = format!("weights_{}_{id}", self.nodes.len());
         let w = self.g.constant(&name, t)?;
+        let geometry = compute_delegate::IntConv {
+            padding,
+            stride,
+            dilation,
+            depth_multiplier: (conv.op == Operator::DepthwiseConv2d).then(|| shape[3]),
+            ..self.int_conv_of(conv, rescale, [7, 8, 9])?
+        };
+        let x = self.wide(&o[5])?;
+        Ok(self.g.int_conv_rescaled(x, w, &geometry)?)
+    }
+
+    /// An `IntConv` of stride 1 and no padding (the caller sets the geometry) with integer
+    /// convolution `conv`'s bias and zero points (operands `[bias, x_zp, w_zp]`) and the
+    /// scales of `rescale`, the RESCALE of its sums.
+    fn int_conv_of(
+        &self,
+        conv: &Node,
+        rescale: &Node,
+        [bias, x_zp, w_zp]: [usize; 3],
+    ) -> Result<compute_delegate::IntConv> {
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", conv.op.name(), conv.at));
         let bias = self
-            .ints_of(&o[7])?
+            .ints_of(&conv.operands[bias])?
             .ok_or_else(|| bad("a bias that is not an integer constant"))?;
         let r = self.rescale_of(rescale)?;
         if r.in_zp != 0 {
@@ -1081,19 +1115,99 @@ impl<'a> Lowering<'a> {
         if conv.result.element == Element::Int(64) && r.scale32 {
             return Err(bad("int48 sums rescaled with 32-bit multipliers"));
         }
-        let p = compute_delegate::IntConv {
-            padding,
-            stride,
-            dilation,
-            depth_multiplier: (conv.op == Operator::DepthwiseConv2d).then(|| shape[3]),
-            x_zp: self.zero_point(conv, 8)?,
-            w_zp: self.zero_point(conv, 9)?,
+        Ok(compute_delegate::IntConv {
+            padding: [0; 4],
+            stride: [1, 1],
+            dilation: [1, 1],
+            depth_multiplier: None,
+            x_zp: self.zero_point(conv, x_zp)?,
+            w_zp: self.zero_point(conv, w_zp)?,
             bias,
             scales: r.scales,
             out_zp: r.out_zp as i32,
             range: range_of(rescale.result.element),
+        })
+    }
+
+    /// A RESCALE of an int16 TRANSPOSE_CONV2D's int48 sums (weights `[OC, KH, KW, IC]`,
+    /// `out_pad` `[top, bottom, left, right]`), as one `IntConv` of stride 1 over the input
+    /// spread by its strides and padded by `K - 1 + out_pad` (`spread2d`: zeros between and
+    /// around, which count as zero with the input zero point of 0 that int16 takes), the
+    /// weights flipped.
+    fn transpose_conv_rescaled(&mut self, conv: &Node, rescale: &Node) -> Result<TensorId> {
+        let o = &conv.operands;
+        let bad = |why: &str| unsupported(format!("{} at word {}: {why}", conv.op.name(), conv.at));
+        let attr = |i: usize| ints(&o[i]).ok_or_else(|| bad("attributes that are not constants"));
+        let (out_pad, stride) = (attr(0)?, attr(1)?);
+        let (&[t, b, l, r], &[sy, sx]) = (&out_pad[..], &stride[..]) else {
+            return Err(bad(
+                "out_pad of other than 4 values or stride of other than 2",
+            ));
         };
-        let x = self.wide(&o[5])?;
+        let p = self.int_conv_of(conv, rescale, [6, 7, 8])?;
+        if p.x_zp != 0 {
+            return Err(bad("an input zero point with int48 sums"));
+        }
+        let Operand::GraphConstant { ty, .. } = &o[5] else {
+            return Err(bad("weights that are not an integer graph constant"));
+        };
+        let shape = dims(ty.shape.as_deref(), "the weights")?;
+        let values = self
+            .ints_of(&o[5])?
+            .ok_or_else(|| bad("weights that are not an integer graph constant"))?;
+        let (&[oc, kh, kw, ic], true) = (&shape[..], checked_numel(&shape) == Some(values.len()))
+        else {
+            return Err(bad(&format!(
+                "weights {shape:?} of {} values",
+                values.len()
+            )));
+        };
+        let x = self.wide(&o[4])?;
+        let xs = self.shape(x);
+        let &[_, ih, iw, xic] = &xs[..] else {
+            return Err(bad(&format!("an input {xs:?} that is not 4-D")));
+        };
+        // Where the spread input starts, and its size: (I - 1) s + 1 + (K - 1 + before) +
+        // (K - 1 + after), at least K.
+        let side = |i: usize, k: usize, s: i64, before: i64, after: i64| -> Option<(i64, usize)> {
+            let s = usize::try_from(s)
+                .ok()
+                .filter(|s| (1..=1 << 16).contains(s))?;
+            let (k1, i1) = (i64::try_from(k).ok()? - 1, i64::try_from(i).ok()? - 1);
+            let (lo, hi) = (k1.checked_add(before)?, k1.checked_add(after)?);
+            let len = i1
+                .checked_mul(s as i64)?
+                .checked_add(1 + lo)?
+                .checked_add(hi)?;
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|&v| lo >= 0 && hi >= 0 && v >= k)?;
+            Some((lo, len))
+        };
+        let (Some((top, oh)), Some((left, ow)), true) = (
+            side(ih, kh, sy, t, b),
+            side(iw, kw, sx, l, r),
+            xic == ic && kh * kw > 0,
+        ) else {
+            return Err(bad(&format!(
+                "out_pad {out_pad:?} and stride {stride:?} for an input {xs:?} and weights {shape:?}"
+            )));
+        };
+        let mut flipped = vec![0i32; values.len()];
+        for (at, v) in flipped.iter_mut().enumerate() {
+            let (c, rest) = (at % ic, at / ic);
+            let (x, rest) = (rest % kw, rest / kw);
+            let (y, f) = (rest % kh, rest / kh);
+            *v = values[((f * kh + kh - 1 - y) * kw + kw - 1 - x) * ic + c] as i32;
+        }
+        let w = HostTensor::from_i32(vec![oc, kh, kw, ic], &flipped)
+            .map_err(|e| bad(&e.to_string()))?;
+        let name = format!("weights_{}", self.nodes.len());
+        let w = self.g.constant(&name, w)?;
+        let x = self.relayout(x, &TO_NCHW)?;
+        let spread = [sy as usize, sx as usize];
+        let x = self.g.spread2d(x, spread, [top, left], [oh, ow])?;
+        let x = self.relayout(x, &TO_NHWC)?;
         Ok(self.g.int_conv_rescaled(x, w, &p)?)
     }
 
@@ -1253,26 +1367,10 @@ impl<'a> Lowering<'a> {
         let t = HostTensor::from_i32(shape.to_vec(), &w).map_err(|e| bad(&e.to_string()))?;
         let name = format!("weights_{}", self.nodes.len());
         let w = self.g.constant(&name, t)?;
-        let bias = self
-            .ints_of(&n.operands[7])?
-            .ok_or_else(|| bad("a bias that is not an integer constant"))?;
-        let q = self.rescale_of(r)?;
-        if q.in_zp != 0 || n.result.element == Element::Int(64) && q.scale32 {
-            return Err(bad(
-                "a RESCALE of its sums with an input zero point, or int48 sums with 32-bit multipliers",
-            ));
-        }
         let p = compute_delegate::IntConv {
-            padding: [0; 4],
             stride: [sy, sx],
             dilation: [dy, dx],
-            depth_multiplier: None,
-            x_zp: self.zero_point(n, 8)?,
-            w_zp: self.zero_point(n, 9)?,
-            bias,
-            scales: q.scales,
-            out_zp: q.out_zp as i32,
-            range: range_of(r.result.element),
+            ..self.int_conv_of(n, r, [7, 8, 9])?
         };
         let x = self.g.cast(x, DType::I32)?;
         Ok(self.g.int_conv_rescaled(x, w, &p)?)

@@ -199,6 +199,8 @@ fn fp16_vgf_models_run_natively() {
         "elementwise_fp16",
         "movement_fp16",
         "gelu_mlp_fp16",
+        "attention_fp16",
+        "conv3d_fp16",
     ] {
         let (kernels, pairs) = run_natively(&dev, model);
         if model == "conv_fp16" {
@@ -245,6 +247,9 @@ fn int16_and_int32_vgf_models_run_natively_bit_exact() {
         "casts",
         "attention_int16",
         "conv3d_int16",
+        "elementwise_int16",
+        "movement_int16",
+        "resize_int16",
         "argmax",
     ] {
         let (kernels, pairs) = run_natively(&dev, model);

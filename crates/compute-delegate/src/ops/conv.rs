@@ -104,7 +104,7 @@ impl GraphBuilder {
         const OP: &str = "conv_transpose2d";
         let xi = self.float_operand(OP, x)?;
         let wi = self.same_float(OP, w, &xi)?;
-        let ([n, cin, h, wd], [wcin, cout_g, kh, kw]) = (
+        let ([_, cin, h, wd], [wcin, cout_g, kh, kw]) = (
             <[usize; 4]>::try_from(xi.shape.as_slice()).map_err(|_| {
                 shape_err(
                     OP,
@@ -170,27 +170,7 @@ impl GraphBuilder {
             }
             (out[a], before[a]) = (len as usize, b);
         }
-        let total = n * cin * out[0] * out[1];
-        let word =
-            |v: usize| u32::try_from(v).map_err(|_| shape_err(OP, format!("{v} is over 2^32")));
-        let push = push::Dilate2dPush {
-            total: word(total)?,
-            h: word(h)?,
-            w: word(wd)?,
-            oh: word(out[0])?,
-            ow: word(out[1])?,
-            sh: word(p.stride[0])?,
-            sw: word(p.stride[1])?,
-            top: before[0] as i32,
-            left: before[1] as i32,
-        };
-        let spread = self.kernel_node(
-            "conv_transpose2d",
-            Kernel::Dilate2d,
-            &[x],
-            (xi.dtype, vec![n, cin, out[0], out[1]]),
-            &push,
-        )?;
+        let spread = self.spread2d(x, p.stride, before, out)?;
         let plain = Conv2d {
             stride: [1, 1],
             padding: [0, 0],
@@ -198,6 +178,65 @@ impl GraphBuilder {
             groups: g,
         };
         self.conv2d(spread, w2, bias, plain)
+    }
+
+    /// `x` `[n, c, h, w]` (f32, f16 or i32) spread to `[n, c, out[0], out[1]]`: element `(i,
+    /// j)` moved to `(i * stride[0] + before[0], j * stride[1] + before[1])`, zeros elsewhere
+    /// (a negative `before` cuts): a transposed convolution's input as a plain one reads it.
+    pub fn spread2d(
+        &mut self,
+        x: TensorId,
+        stride: [usize; 2],
+        before: [i64; 2],
+        out: [usize; 2],
+    ) -> Result<TensorId> {
+        const OP: &str = "spread2d";
+        let xi = self.info(OP, x)?;
+        let Ok([n, c, h, w]) = <[usize; 4]>::try_from(xi.shape.as_slice()) else {
+            return Err(shape_err(
+                OP,
+                format!("'{}' {:?} is not [n, c, h, w]", xi.name, xi.shape),
+            ));
+        };
+        if !matches!(xi.dtype, DType::F32 | DType::F16 | DType::I32) {
+            return Err(crate::Error::DType {
+                op: OP,
+                tensor: xi.name.clone(),
+                actual: xi.dtype,
+                expected: "f32, f16 or i32",
+            });
+        }
+        let total = [n, c, out[0], out[1]]
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d));
+        let word = |v: Option<usize>| {
+            v.and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| shape_err(OP, format!("{:?} is over 2^32", [n, c, out[0], out[1]])))
+        };
+        let shift = |v: i64| {
+            i32::try_from(v).map_err(|_| shape_err(OP, format!("a shift of {v} is over 2^31")))
+        };
+        if stride.contains(&0) {
+            return Err(shape_err(OP, format!("a stride of {stride:?}")));
+        }
+        let push = push::Dilate2dPush {
+            total: word(total)?,
+            h: word(Some(h))?,
+            w: word(Some(w))?,
+            oh: word(Some(out[0]))?,
+            ow: word(Some(out[1]))?,
+            sh: word(Some(stride[0]))?,
+            sw: word(Some(stride[1]))?,
+            top: shift(before[0])?,
+            left: shift(before[1])?,
+        };
+        self.kernel_node(
+            OP,
+            Kernel::Dilate2d,
+            &[x],
+            (xi.dtype, vec![n, c, out[0], out[1]]),
+            &push,
+        )
     }
 
     /// `conv2d(x [n, c_in, h, w], w [c_out, c_in / groups, kh, kw], bias [c_out])`.

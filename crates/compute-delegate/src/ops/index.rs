@@ -30,6 +30,10 @@ pub(super) const OPS: &[OpDef] = &[
 /// ExecuTorch's `ScalarType` of a created tensor (none: as the values say).
 const DTYPE: Param = Param::new("dtype", Kind::Int, Fallback::Null);
 
+/// The most values a constant fill holds (`full`, and the pads of `constant_pad_nd`): they
+/// are made on the host, so a file cannot ask for gigabytes of them.
+pub(crate) const FULL_MAX: usize = 1 << 26;
+
 /// Whether a created tensor of ScalarType `code` holds integers (Byte to Long), or, without
 /// one, whether its values are all whole (`arange`'s default for integer scalars; `full` and
 /// `scalar_tensor` without a dtype are floats).
@@ -327,7 +331,7 @@ impl GraphBuilder {
         Ok(self.node(Op::Gather { table, ids }, OP, ti.dtype, shape))
     }
 
-    /// A constant f32 tensor of `shape` filled with `value`.
+    /// A constant f32 tensor of `shape` filled with `value` (at most 2^26 values).
     pub fn full(&mut self, name: &str, shape: &[usize], value: f32) -> Result<TensorId> {
         self.full_as(name, shape, value, DType::F32)
     }
@@ -341,7 +345,13 @@ impl GraphBuilder {
         dtype: DType,
     ) -> Result<TensorId> {
         Self::check_shape("full", name, shape)?;
-        let n = shape.iter().product();
+        let n: usize = shape.iter().product();
+        if n > FULL_MAX {
+            return Err(shape_err(
+                "full",
+                format!("'{name}' {shape:?}: more than 2^26 values to fill on the host"),
+            ));
+        }
         match dtype {
             DType::F32 => self.constant_f32(name, shape, &vec![value; n]),
             DType::F16 => self.constant_f16(name, shape, &vec![value; n]),
