@@ -36,6 +36,7 @@ fn every_corpus_graph_decodes_with_its_operators() {
         ("add", &[("ADD", 1)]),
         ("add_int8", &[("ADD", 1), ("RESCALE", 3)]),
         ("argmax", &[("ARGMAX", 1), ("MUL", 1)]),
+        ("argmax_fp16", &[("ARGMAX", 1), ("MUL", 1)]),
         (
             "attention",
             &[
@@ -248,6 +249,10 @@ fn every_corpus_graph_decodes_with_its_operators() {
             &[("CAST", 6), ("CONV2D", 1), ("GATHER", 1), ("RESHAPE", 3)],
         ),
         (
+            "gather_fp16",
+            &[("CAST", 6), ("CONV2D", 1), ("GATHER", 1), ("RESHAPE", 3)],
+        ),
+        (
             "gelu_mlp",
             &[
                 ("ADD", 3),
@@ -316,6 +321,32 @@ fn every_corpus_graph_decodes_with_its_operators() {
                 ("LOGICAL_OR", 1),
                 ("LOGICAL_XOR", 1),
                 ("MUL", 1),
+                ("SELECT", 2),
+            ],
+        ),
+        (
+            "logical_fp16",
+            &[
+                ("GREATER", 2),
+                ("LOGICAL_AND", 1),
+                ("LOGICAL_NOT", 1),
+                ("LOGICAL_OR", 1),
+                ("LOGICAL_XOR", 1),
+                ("MUL", 1),
+                ("SELECT", 2),
+            ],
+        ),
+        (
+            "logical_int8",
+            &[
+                ("GREATER", 2),
+                ("LOGICAL_AND", 1),
+                ("LOGICAL_NOT", 1),
+                ("LOGICAL_OR", 1),
+                ("LOGICAL_XOR", 1),
+                ("MUL", 1),
+                ("RESCALE", 7),
+                ("RESHAPE", 2),
                 ("SELECT", 2),
             ],
         ),
@@ -417,6 +448,19 @@ fn every_corpus_graph_decodes_with_its_operators() {
             ],
         ),
         (
+            "moves_fp16",
+            &[
+                ("CONCAT", 1),
+                ("CONV2D", 1),
+                ("MAX_POOL2D", 1),
+                ("PAD", 1),
+                ("REVERSE", 1),
+                ("SLICE", 1),
+                ("TILE", 1),
+                ("TRANSPOSE", 3),
+            ],
+        ),
+        (
             "moves_int16",
             &[
                 ("CONCAT", 1),
@@ -428,6 +472,17 @@ fn every_corpus_graph_decodes_with_its_operators() {
                 ("SLICE", 1),
                 ("TILE", 1),
                 ("TRANSPOSE", 3),
+            ],
+        ),
+        (
+            "pools_fp16",
+            &[
+                ("AVG_POOL2D", 2),
+                ("CONV2D", 1),
+                ("MUL", 1),
+                ("REDUCE_SUM", 2),
+                ("SLICE", 1),
+                ("TRANSPOSE", 4),
             ],
         ),
         (
@@ -464,7 +519,23 @@ fn every_corpus_graph_decodes_with_its_operators() {
                 ("SELECT", 2),
             ],
         ),
+        (
+            "reductions_fp16",
+            &[
+                ("GREATER", 1),
+                ("LOGICAL_NOT", 1),
+                ("MUL", 1),
+                ("NEGATE", 1),
+                ("REDUCE_ANY", 2),
+                ("REDUCE_PRODUCT", 1),
+                ("SELECT", 2),
+            ],
+        ),
         ("resize", &[("RESIZE", 3), ("REVERSE", 1), ("TRANSPOSE", 4)]),
+        (
+            "resize_fp16",
+            &[("RESIZE", 3), ("REVERSE", 1), ("TRANSPOSE", 4)],
+        ),
         (
             "resize_int16",
             &[
