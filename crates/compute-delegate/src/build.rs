@@ -115,7 +115,9 @@ impl GraphBuilder {
             true => self.concats_in_place(limits.min_storage_buffer_offset_alignment.max(16)),
             false => Placement::none(self.storages.len(), self.nodes.len()),
         };
-        let mut plan = lower_placed(self, limits, subgroups, coop, &placement)?;
+        let cpu =
+            device.capabilities().device_type == vk_core::DeviceType::Cpu && !options.gpu_layouts;
+        let mut plan = lower_placed(self, limits, (subgroups, cpu), coop, &placement)?;
         if scheduling() {
             let extent = |s: usize| storage_extent(&plan.storages, &plan.within, s);
             let order = scheduled(std::mem::take(&mut plan.dispatches), &extent);

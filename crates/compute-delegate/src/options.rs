@@ -36,6 +36,10 @@ pub struct BuildOptions {
     pub host_path: Option<vk_core::HostPath>,
     /// Use shared-memory reductions even where subgroup arithmetic is available.
     pub disable_subgroups: bool,
+    /// Lay kernels out as for a GPU even on a CPU driver, which otherwise keeps layouts that
+    /// spread few outputs over many lanes (the split int8 convolutions) for GPUs: for tests
+    /// that run every kernel on lavapipe.
+    pub gpu_layouts: bool,
     /// When fp16 GEMMs run on cooperative matrices (default: where the device enables them
     /// and they pass their check on it).
     pub cooperative: crate::CoopPolicy,

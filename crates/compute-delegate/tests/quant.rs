@@ -186,9 +186,21 @@ fn int8_add_and_conv_match_integer_references() {
         let y = g.conv2d_q8(tx, tw, Some(tb), &rescales, &q).unwrap();
         g.output(y).unwrap();
         let os = g.shape(y).unwrap().to_vec();
-        let mut graph = g.build(&dev).unwrap();
+        // As a GPU lays them out: a CPU driver runs no split convolution of its own.
+        let gpu = compute_delegate::BuildOptions {
+            gpu_layouts: true,
+            ..Default::default()
+        };
+        let mut graph = g.build_with(&dev, &gpu).unwrap();
         let kernels: Vec<String> = graph.kernels().iter().map(|k| k.to_string()).collect();
         assert_eq!(kernels, [kernel], "{xs:?} {ws:?}");
+        if kernel == "QConvSplit" && dev.capabilities().device_type == vk_core::DeviceType::Cpu {
+            let plain = g.build(&dev).unwrap();
+            assert!(
+                plain.kernels().iter().all(|k| *k != "QConvSplit"),
+                "{xs:?} {ws:?}"
+            );
+        }
         let got = graph
             .execute(&[HostTensor::from_i8(xs.to_vec(), &x).unwrap()])
             .unwrap()[0]

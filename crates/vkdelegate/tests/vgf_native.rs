@@ -92,7 +92,14 @@ fn native_device(test: &str, requirements: &Requirements) -> Option<(Instance, D
 /// scenario-runner's (same shapes, checked).
 fn run_natively(dev: &Device, model: &str) -> (Vec<String>, Vec<(HostTensor, HostTensor)>) {
     let g = graph_of(&file(model)).unwrap_or_else(|e| panic!("{model}: {e}"));
-    let mut built = g.build(dev).unwrap_or_else(|e| panic!("{model}: {e}"));
+    // As a GPU lays kernels out, so that every kernel runs on lavapipe too.
+    let options = compute_delegate::BuildOptions {
+        gpu_layouts: true,
+        ..Default::default()
+    };
+    let mut built = g
+        .build_with(dev, &options)
+        .unwrap_or_else(|e| panic!("{model}: {e}"));
     let inputs: Vec<HostTensor> = (0..g.input_specs().len())
         .map(|i| npy(&dir(model).join(format!("input_{i}.npy"))))
         .collect();

@@ -357,6 +357,9 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) precision: Precision,
     /// Where storages lie in others: a cat copies only the parts not already in place.
     pub(crate) placement: &'a Placement,
+    /// The device is a CPU driver (lavapipe): layouts that spread few outputs over many
+    /// lanes to fill a GPU do not pay there.
+    pub(crate) cpu: bool,
 }
 
 impl Lowerer<'_> {
@@ -683,14 +686,15 @@ pub(crate) fn lower(
     coop: Option<CoopConfig>,
 ) -> Result<Plan> {
     let none = Placement::none(b.storages.len(), b.nodes.len());
-    lower_placed(b, limits, subgroups, coop, &none)
+    lower_placed(b, limits, (subgroups, false), coop, &none)
 }
 
 /// [`lower`], with the cats that `placement` lays out in place left without dispatches.
+/// `(subgroups, cpu)`: the device has subgroup arithmetic; it is a CPU driver.
 pub(crate) fn lower_placed(
     b: &GraphBuilder,
     limits: &Limits,
-    subgroups: bool,
+    (subgroups, cpu): (bool, bool),
     coop: Option<CoopConfig>,
     placement: &Placement,
 ) -> Result<Plan> {
@@ -706,6 +710,7 @@ pub(crate) fn lower_placed(
         subgroups,
         precision: Precision::F32,
         placement,
+        cpu,
     };
     let fusion = fuse_activations(b);
     for (i, node) in b.nodes.iter().enumerate() {

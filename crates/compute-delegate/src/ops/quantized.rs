@@ -530,6 +530,24 @@ const QPOOL_MOST: usize = 1 << 20;
 /// pointwise kernel) runs on `qconv.comp`'s split variant: a work group per output word.
 const QCONV_SPLIT_BELOW: usize = 32 * 1024;
 
+/// Environment variable for tuning [`QCONV_SPLIT_BELOW`]: the thread count below which deep
+/// int8 convolutions run split (`0`: never).
+pub const ENV_QCONV_SPLIT_BELOW: &str = "VKDELEGATE_QCONV_SPLIT_BELOW";
+
+/// The thread count below which deep int8 convolutions run split: [`ENV_QCONV_SPLIT_BELOW`]
+/// if set, else none on a CPU driver (whose work groups run their lanes in turn, so a shared
+/// sum costs more than the few threads it would keep busy), else [`QCONV_SPLIT_BELOW`].
+fn qconv_split_below(cpu: bool) -> usize {
+    match std::env::var(ENV_QCONV_SPLIT_BELOW)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(n) => n,
+        None if cpu => 0,
+        None => QCONV_SPLIT_BELOW,
+    }
+}
+
 // Recording: what this family's nodes become, dispatches of the op library.
 impl Lowerer<'_> {
     /// Records a node of this family.
@@ -618,7 +636,7 @@ impl Lowerer<'_> {
                 let deep = depth >= if pointwise { 192 } else { 32 };
                 // A work group per output word, in rows of at most 65535.
                 let rows = packed.div_ceil(65535);
-                let (kernel, g) = if threads < QCONV_SPLIT_BELOW && deep {
+                let (kernel, g) = if threads < qconv_split_below(self.cpu) && deep {
                     let g = self.check_groups([packed.div_ceil(rows) as u64, rows as u64, 1])?;
                     (Kernel::QConvSplit, g)
                 } else if pointwise {
