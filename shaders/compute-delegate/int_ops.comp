@@ -9,7 +9,8 @@
 //     43 a << b, 44 a >> b on the type's `hi` bits unsigned (sign-extended back), 45 a >> b
 //     arithmetic (rounded where `shift` is 1), 46 a / b truncated; the operands broadcast to
 //     the output through their strides (0 along a dim of size 1);
-//   8 rescale: clamp(apply_scale_32(a - in_zp, m[c], s[c]) + out_zp, lo, hi), c the
+//   8 rescale: clamp(apply_scale_32(a - in_zp, m[c], s[c]) + out_zp, lo, hi) (double
+//     rounding where `shift` is 1), c the
 //     element's index along the last dim when `channels` > 1, the (multiplier, shift) pairs
 //     at b;
 //   9 table: b[a + 128] (TOSA's int8 TABLE, the 256 entries widened at b);
@@ -237,7 +238,8 @@ void main() {
             }
         } else if (OP == 8) {
             uint ch = pc.channels > 1 ? e % pc.channels : 0;
-            int v = apply_scale_32(a[e] - pc.in_zp, b[2 * ch], uint(b[2 * ch + 1])) + pc.out_zp;
+            int v = apply_scale_32_rounded(a[e] - pc.in_zp, b[2 * ch], uint(b[2 * ch + 1]),
+                                           pc.shift != 0) + pc.out_zp;
             y[e] = clamp(v, pc.lo, pc.hi);
         } else if (OP == 9) {
             y[e] = b[clamp(a[e] + 128, 0, 255)];

@@ -342,7 +342,7 @@ fn int8_average_pooling_matches_tosa() {
 /// written from the specification: wrapping ADD and SUB and MAXIMUM with broadcasting along
 /// either operand, MUL with a rounding shift (negative products included) and without one
 /// (wrapping), RESCALE per tensor and per channel with zero points and saturation to int8,
-/// an int8 TABLE, and sums and extremes along a middle dim.
+/// and with TOSA's double rounding, an int8 TABLE, and sums and extremes along a middle dim.
 #[test]
 fn integer_arithmetic_matches_tosa() {
     use compute_delegate::{IntBinary, IntReduce, IntRescale};
@@ -404,6 +404,7 @@ fn integer_arithmetic_matches_tosa() {
                 in_zp: 0,
                 out_zp: -3,
                 range: (-128, 127),
+                double_round: false,
             },
         )
         .unwrap(),
@@ -414,6 +415,7 @@ fn integer_arithmetic_matches_tosa() {
                 in_zp: -7,
                 out_zp: 0,
                 range: (i32::MIN, i32::MAX),
+                double_round: false,
             },
         )
         .unwrap(),
@@ -421,6 +423,17 @@ fn integer_arithmetic_matches_tosa() {
         g.int_reduce(xi, 1, IntReduce::Sum).unwrap(),
         g.int_reduce(xi, -2, IntReduce::Max).unwrap(),
         g.int_reduce(bi, 2, IntReduce::Min).unwrap(),
+        g.int_rescale(
+            bi,
+            &IntRescale {
+                scales: scales.to_vec(),
+                in_zp: 5,
+                out_zp: 2,
+                range: (i32::MIN, i32::MAX),
+                double_round: true,
+            },
+        )
+        .unwrap(),
     ];
     for t in outs {
         g.output(t).unwrap();
@@ -479,6 +492,29 @@ fn integer_arithmetic_matches_tosa() {
     want.push(along(&bytes, [2, 3, 20], i32::wrapping_add));
     want.push(along(&bytes, [6, 4, 5], i32::max));
     want.push(along(&b, [3, 4, 5], i32::min));
+    // TOSA's DOUBLE_ROUND: for shifts past 31, 2^30 more rounding at 0 and above, less below.
+    want.push(
+        b.iter()
+            .enumerate()
+            .map(|(e, &v)| {
+                let (r, v) = (scales[e % 5], i128::from(v - 5));
+                let extra = match (r.shift > 31, v >= 0) {
+                    (false, _) => 0,
+                    (true, true) => 1i128 << 30,
+                    (true, false) => -(1i128 << 30),
+                };
+                let wide = v * i128::from(r.multiplier) + (1i128 << (r.shift - 1)) + extra;
+                (wide >> r.shift) as i32 + 2
+            })
+            .collect(),
+    );
+    let single: Vec<i32> = b
+        .iter()
+        .enumerate()
+        .map(|(e, &v)| scale(v - 5, scales[e % 5]) + 2)
+        .collect();
+    assert_ne!(want.last(), Some(&single), "double rounding changes nothing here");
+    assert_eq!(got.len(), want.len());
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g, w, "output {k}");
     }
@@ -639,6 +675,7 @@ fn int16_products_rescale_their_int48_sums() {
             in_zp: 0,
             out_zp,
             range: (-32768, 32767),
+            double_round: false,
         };
         let y = g.int_matmul_rescaled(ai, bi, (0, 0), &r).unwrap();
         g.output(y).unwrap();
@@ -689,6 +726,7 @@ fn int16_products_rescale_their_int48_sums() {
         in_zp,
         out_zp: 0,
         range: (-128, 127),
+        double_round: false,
     };
     for (bad, what) in [(r(1, 1), "zero point"), (r(0, 3), "3 scales for 4 columns")] {
         let e = g.int_matmul_rescaled(ai, bi, (0, 0), &bad).unwrap_err();

@@ -771,6 +771,9 @@ impl<'a> Lowering<'a> {
         if out.in_zp != 0 {
             return Err(bad("an int32 input with a zero point"));
         }
+        if out.double_round {
+            return Err(bad("double rounding"));
+        }
         let Operand::Node(k) = n.operands[5] else {
             return Err(bad("an input that is not an int32 CONV2D or ADD"));
         };
@@ -790,6 +793,9 @@ impl<'a> Lowering<'a> {
                     return Err(bad("an ADD whose operands are not RESCALEs of int8"));
                 };
                 let (ra, rb) = (self.rescale_of(a)?, self.rescale_of(b)?);
+                if ra.double_round || rb.double_round {
+                    return Err(bad("an input RESCALE with double rounding"));
+                }
                 let one = |r: &Requantize| -> Result<compute_delegate::Rescale> {
                     match (&r.scales[..], r.out_zp) {
                         ([s], 0) => Ok(*s),
@@ -877,6 +883,7 @@ impl<'a> Lowering<'a> {
                     in_zp: r.in_zp as i32,
                     out_zp: r.out_zp as i32,
                     range,
+                    double_round: r.double_round,
                 };
                 self.g.int_rescale(x, &r)?
             }
@@ -1114,6 +1121,9 @@ impl<'a> Lowering<'a> {
         // int48 sums take 16-bit multipliers (TOSA: scale32 is false for int48 inputs).
         if conv.result.element == Element::Int(64) && r.scale32 {
             return Err(bad("int48 sums rescaled with 32-bit multipliers"));
+        }
+        if r.double_round {
+            return Err(bad("a RESCALE of its sums with double rounding"));
         }
         Ok(compute_delegate::IntConv {
             padding: [0; 4],
@@ -1398,6 +1408,7 @@ impl<'a> Lowering<'a> {
             in_zp: 0,
             out_zp: r.out_zp as i32,
             range: range_of(rescale.result.element),
+            double_round: false,
         };
         let (a, b) = (
             self.wide(&product.operands[0])?,
@@ -1803,9 +1814,19 @@ impl<'a> Lowering<'a> {
             Operand::Constant(c) => c.values.first().map(|&v| v != 0),
             _ => None,
         };
-        let rounding = ints(&o[1]).and_then(|v| v.first().copied());
-        if flag(0).is_none() || rounding != Some(1) {
-            return Err(bad("other than single rounding"));
+        // SINGLE_ROUND (1); INEXACT_ROUND (2) lets an implementation round once; DOUBLE_ROUND
+        // (3) needs 32-bit multipliers.
+        let double_round = match ints(&o[1]).and_then(|v| v.first().copied()) {
+            Some(1 | 2) => false,
+            Some(3) if flag(0) == Some(true) => true,
+            _ => {
+                return Err(bad(
+                    "a rounding mode other than single, inexact or double (with 32-bit multipliers)",
+                ));
+            }
+        };
+        if flag(0).is_none() {
+            return Err(bad("a scale32 flag that is not constant"));
         }
         if flag(3) != Some(false) || flag(4) != Some(false) {
             return Err(bad("an unsigned input or output"));
@@ -1834,6 +1855,7 @@ impl<'a> Lowering<'a> {
         Ok(Requantize {
             scales,
             scale32: flag(0) == Some(true),
+            double_round,
             in_zp: self.zero_point(n, 8)?.into(),
             out_zp: self.zero_point(n, 9)?.into(),
         })
@@ -2310,6 +2332,8 @@ fn permute4(values: &[f32], shape: [usize; 4], perm: [usize; 4]) -> (Vec<f32>, V
 struct Requantize {
     scales: Vec<compute_delegate::Rescale>,
     scale32: bool,
+    /// TOSA's DOUBLE_ROUND (standalone RESCALEs only).
+    double_round: bool,
     in_zp: i64,
     out_zp: i64,
 }

@@ -110,6 +110,9 @@ pub struct IntRescale {
     pub out_zp: i32,
     /// The output type's range (`-128..=127` for int8).
     pub range: (i32, i32),
+    /// TOSA's DOUBLE_ROUND: for shifts past 31, 2^30 more rounding for values of 0 or more and
+    /// 2^30 less below (standalone RESCALEs only: `int_matmul_rescaled` refuses it).
+    pub double_round: bool,
 }
 
 /// A CONV2D or DEPTHWISE_CONV2D of integers (int8 or int16 values held widened, NHWC) and the
@@ -247,6 +250,9 @@ impl GraphBuilder {
         let bad = |why: String| Error::Graph(format!("{OP}: a rescaled product: {why}"));
         if r.in_zp != 0 {
             return Err(bad(format!("an input zero point of {}", r.in_zp)));
+        }
+        if r.double_round {
+            return Err(bad("double rounding of int48 sums".into()));
         }
         if r.scales.len() != 1 && r.scales.len() != w {
             return Err(bad(format!("{} scales for {w} columns", r.scales.len())));
@@ -396,6 +402,7 @@ impl GraphBuilder {
             lo: r.range.0,
             hi: r.range.1,
             channels: r.scales.len() as u32,
+            shift: u32::from(r.double_round),
             ..IntOpsPush::default()
         };
         self.int_node(RESCALE, &[x, params], xi.shape, &push)
