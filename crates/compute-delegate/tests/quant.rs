@@ -513,7 +513,11 @@ fn integer_arithmetic_matches_tosa() {
         .enumerate()
         .map(|(e, &v)| scale(v - 5, scales[e % 5]) + 2)
         .collect();
-    assert_ne!(want.last(), Some(&single), "double rounding changes nothing here");
+    assert_ne!(
+        want.last(),
+        Some(&single),
+        "double rounding changes nothing here"
+    );
     assert_eq!(got.len(), want.len());
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g, w, "output {k}");

@@ -144,7 +144,14 @@ fn logical_not(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 
 fn where_(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let cond = c.tensor(0)?;
-    let (a, b) = promoted(c.g, c.tensor(1)?, c.tensor(2)?)?;
+    let (x, y) = (c.tensor(1)?, c.tensor(2)?);
+    // Integers pick through f32, as the other integer elementwise ops compute (exact to 2^24).
+    if let Some(dtype) = integer_pair(c.g, x, y)? {
+        let (x, y) = (c.g.cast(x, DType::F32)?, c.g.cast(y, DType::F32)?);
+        let z = c.g.where_(cond, x, y)?;
+        return one(c.g.cast(z, dtype)?);
+    }
+    let (a, b) = promoted(c.g, x, y)?;
     one(c.g.where_(cond, a, b)?)
 }
 

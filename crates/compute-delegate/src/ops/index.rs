@@ -224,7 +224,12 @@ fn fill_like(c: &mut Call<'_>, value: f32) -> Result<Vec<TensorId>> {
 
 /// Rows of `weight` picked by `indices` (padding index and sparsity only matter to training).
 fn embedding(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
-    let (table, ids) = (c.tensor(0)?, c.tensor(1)?);
+    let (table, mut ids) = (c.tensor(0)?, c.tensor(1)?);
+    // Indices computed through float arithmetic (integer elementwise ops, masks cast to
+    // integers) hold whole numbers: read as i32.
+    if matches!(c.g.dtype(ids), Some(DType::F32 | DType::F16)) {
+        ids = c.g.cast(ids, DType::I32)?;
+    }
     one(c.g.embedding(table, ids)?)
 }
 
