@@ -3329,6 +3329,51 @@ fn four_bit_groups_wider_than_the_depth_are_one_group() {
     assert_no_validation_errors(&instance);
 }
 
+/// Integer values through ops written for floats, as T5's relative position buckets compute
+/// them: `where` picks between i32 tensors (broadcast against a mask) and keeps i32, and an
+/// embedding takes indices that float arithmetic made (whole numbers in f32).
+#[test]
+fn integers_pass_through_where_and_float_indices_through_embeddings() {
+    let Some((instance, dev)) = device("integers_through_where", false) else {
+        return;
+    };
+    let mut g = GraphBuilder::new();
+    let a = g.input("a", DType::I32, &[2, 3]).unwrap();
+    let b = g.input("b", DType::I32, &[1, 3]).unwrap();
+    let m = g.input("m", DType::F32, &[2, 3]).unwrap();
+    let picked = ops::find("aten.where.self")
+        .unwrap()
+        .call(&mut g, vec![Arg::Tensor(m), Arg::Tensor(a), Arg::Tensor(b)])
+        .unwrap()[0];
+    assert_eq!(g.dtype(picked), Some(DType::I32));
+    let table: Vec<f32> = (0..10 * 4).map(|i| i as f32 * 0.5).collect();
+    let t = g.constant_f32("table", &[10, 4], &table).unwrap();
+    let ids = g.input("ids", DType::F32, &[3]).unwrap();
+    let rows = ops::find("aten.embedding.default")
+        .unwrap()
+        .call(&mut g, vec![Arg::Tensor(t), Arg::Tensor(ids)])
+        .unwrap()[0];
+    g.output(picked).unwrap();
+    g.output(rows).unwrap();
+    let out = g
+        .build(&dev)
+        .unwrap()
+        .execute(&[
+            HostTensor::from_i32(vec![2, 3], &[1, -2, 3, 40_000, 5, -6]).unwrap(),
+            HostTensor::from_i32(vec![1, 3], &[7, 8, -9]).unwrap(),
+            HostTensor::from_f32(vec![2, 3], &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0]).unwrap(),
+            HostTensor::from_f32(vec![3], &[9.0, 0.0, 4.0]).unwrap(),
+        ])
+        .unwrap();
+    assert_eq!(out[0].to_i32().unwrap(), [1, 8, 3, 7, 5, -9]);
+    let want: Vec<f32> = [9usize, 0, 4]
+        .iter()
+        .flat_map(|&r| table[r * 4..r * 4 + 4].to_vec())
+        .collect();
+    assert_eq!(out[1].to_f32().unwrap(), want);
+    assert_no_validation_errors(&instance);
+}
+
 /// 4-bit values in -8..8, two to a byte as ExecuTorch packs them (the even one low).
 fn pack4(q: &[i8]) -> Vec<u8> {
     q.chunks_exact(2)
