@@ -507,6 +507,7 @@ impl<'p, 'a> Lowering<'p, 'a> {
         for (k, &id) in ids.iter().enumerate() {
             match results.get(k) {
                 Some(&t) => {
+                    let t = self.as_declared(id, t)?;
                     let slot = self
                         .tensors
                         .get_mut(id as usize)
@@ -517,6 +518,29 @@ impl<'p, 'a> Lowering<'p, 'a> {
             }
         }
         Ok(())
+    }
+
+    /// `t`, the result bound to value `id`, cast where the graph declares the value an integer
+    /// and `t` holds floats, or the other way round: a dtype conversion serialized without its
+    /// dtype argument (`_to_dim_order_copy` of positions to float, of a mask to long) takes
+    /// the declared one. Booleans stay masks in the graph's float dtype.
+    fn as_declared(&mut self, id: u32, t: TensorId) -> Result<TensorId> {
+        let Ok(VkValue::Tensor(v)) = self.value(id) else {
+            return Ok(t);
+        };
+        let declared = v.datatype;
+        let held = self.g.dtype(t);
+        let float = |d: Option<DType>| matches!(d, Some(DType::F32 | DType::F16));
+        let ge = |e: compute_delegate::Error| err(e.to_string());
+        match declared {
+            VkDataType::Float32 | VkDataType::Float16 if held == Some(DType::I32) => {
+                self.g.cast(t, self.float).map_err(ge)
+            }
+            VkDataType::Int32 | VkDataType::Int64 if float(held) => {
+                self.g.cast(t, DType::I32).map_err(ge)
+            }
+            _ => Ok(t),
+        }
     }
 
     /// Refuses a graph that reads value `id` (an output this lowering does not compute).
