@@ -2308,6 +2308,39 @@ fn language_model_ops_match_their_definitions() {
             }
         }
         assert_close(&got, &want, dtype, "apply_rotary_emb_hf");
+        // Phi's and GPT-NeoX's layout: q [1, heads 2, seq 3, 6], tables [1, 3, 4] (batch, seq,
+        // rotary_dim) broadcast over the heads; the last 2 columns pass.
+        let q = rand_vec(142, 36);
+        let (cos, sin) = (rand_vec(143, 12), rand_vec(144, 12));
+        let (got, _) = call(
+            dev,
+            "et_vk.apply_rotary_emb_hf.default",
+            dtype,
+            &[
+                (&[1, 2, 3, 6], &q),
+                (&[1, 2, 3, 6], &q),
+                (&[1, 3, 4], &cos),
+                (&[1, 3, 4], &sin),
+            ],
+            vec![Arg::Int(0)],
+        );
+        let mut want = q.clone();
+        for h in 0..2 {
+            for s in 0..3 {
+                let at = (h * 3 + s) * 6;
+                let x = &q[at..at + 6];
+                for j in 0..4 {
+                    let half = if j < 2 { -x[j + 2] } else { x[j - 2] };
+                    want[at + j] = x[j] * cos[s * 4 + j] + half * sin[s * 4 + j];
+                }
+            }
+        }
+        assert_close(
+            &got,
+            &want,
+            dtype,
+            "apply_rotary_emb_hf, heads before positions",
+        );
 
         // apply_rotary_emb_interleaved: x [1, 3, 4], freqs_cis [3, 4] of (cos, sin) pairs.
         let (x, f) = (rand_vec(140, 12), rand_vec(141, 12));

@@ -134,38 +134,47 @@ fn rotate_pairs(
     g.as_dtype(y, dtype.unwrap_or(DType::F32))
 }
 
-/// Hugging Face's rotation (`rotate_half`) of `[batch, seq, heads, d]` by rows `start_pos ..
-/// start_pos + seq` of `freqs_cos` and `freqs_sin` (`[positions, rotary_dim]`); dims past
-/// `rotary_dim` pass unchanged.
+/// Hugging Face's rotation (`rotate_half`) of `x`'s first `rotary_dim` columns by rows
+/// `start_pos .. start_pos + x.shape[1]` of `freqs_cos` and `freqs_sin` (`[.., rotary_dim]`,
+/// fewer rows where they end), a dim of 1 inserted after their first and broadcast as
+/// PyTorch does: `x` `[batch, seq, heads, d]` with tables `[positions, rotary_dim]` (a Llama's
+/// layout), or `[batch, heads, seq, d]` with `[batch, seq, rotary_dim]` (Phi's and GPT-NeoX's,
+/// whose partial rotations ExecuTorch matches as this op too). Columns past `rotary_dim` pass
+/// unchanged.
 fn rotary_hf(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (q, k, cos, sin) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?, c.tensor(3)?);
     let start = c.count(4)?;
+    let (cs, ss) = (c.shape(cos), c.shape(sin));
+    let rot = cs.last().copied().unwrap_or(0);
+    if cs.is_empty() || cs != ss || rot % 2 != 0 {
+        return Err(c.err(
+            2,
+            format!("{cs:?} and {ss:?}: tables of one shape, an even rotary_dim last"),
+        ));
+    }
     let mut out = Vec::with_capacity(2);
     for x in [q, k] {
         let shape = c.shape(x);
         let (Some(&s), Some(&d)) = (shape.get(1), shape.last()) else {
-            return Err(c.err(
-                0,
-                format!("{shape:?}: [batch, seq, heads, head_dim] is needed"),
-            ));
+            return Err(c.err(0, format!("{shape:?}: a rank of at least 2 is needed")));
         };
-        let rot = c.shape(cos).last().copied().unwrap_or(0);
-        let positions = c.shape(cos).first().copied().unwrap_or(0);
-        if shape.len() != 4 || rot > d || rot % 2 != 0 || start + s > positions {
+        if rot > d {
             return Err(c.err(
                 2,
-                format!(
-                    "{:?} for {shape:?} from position {start}: [positions >= {}, even rotary_dim <= {d}] is needed",
-                    c.shape(cos),
-                    start + s
-                ),
+                format!("{cs:?}: a rotary_dim of at most {d} for {shape:?}"),
             ));
         }
+        // Rows `start..start + x.shape[1]` of the tables (fewer where they end first), with a
+        // dim of 1 after the first, broadcast against `x`'s first `rot` columns.
+        let end = (start + s).min(cs[0]).max(start.min(cs[0]));
+        let mut window_shape: Vec<isize> = cs.iter().map(|&v| v as isize).collect();
+        window_shape[0] = (end - start.min(cs[0])) as isize;
+        window_shape.insert(1, 1);
         let g = &mut *c.g;
         let window = |g: &mut GraphBuilder, f: TensorId| -> Result<TensorId> {
-            let f = g.slice(f, 0, start as isize, (start + s) as isize, 1)?;
+            let f = g.slice(f, 0, start.min(cs[0]) as isize, end as isize, 1)?;
             let f = g.as_dtype(f, DType::F32)?;
-            g.reshape(f, &[s as isize, 1, rot as isize])
+            g.reshape(f, &window_shape)
         };
         let (fc, fs) = (window(g, cos)?, window(g, sin)?);
         let dtype = g.dtype(x).unwrap_or(DType::F32);
