@@ -3407,6 +3407,100 @@ fn integers_pass_through_where_and_float_indices_through_embeddings() {
     assert_no_validation_errors(&instance);
 }
 
+/// A 3-D convolution through `aten.convolution` (ExecuTorch leaves torchvision's video
+/// ResNet's on the CPU), against its definition: padding, strides and a dilation along depth,
+/// a bias, in fp32 and fp16.
+#[test]
+fn three_d_convolutions_match_their_definition() {
+    each_precision("conv3d", |dev, dtype| {
+        let (n, c, d, h, w) = (2usize, 3usize, 5usize, 6usize, 7usize);
+        let (oc, kd, kh, kw) = (4usize, 2usize, 3usize, 3usize);
+        let ([sd, sh, sw], [pd, ph, pw], [dd, dh, dw]) = ([2, 1, 2], [1, 1, 0], [2, 1, 1]);
+        let x = rand_vec(191, n * c * d * h * w);
+        let wt = rand_vec(192, oc * c * kd * kh * kw);
+        let b = rand_vec(193, oc);
+        let out = |size: usize, p: usize, k: usize, s: usize, dl: usize| {
+            (size + 2 * p - dl * (k - 1) - 1) / s + 1
+        };
+        let (od, oh, ow) = (
+            out(d, pd, kd, sd, dd),
+            out(h, ph, kh, sh, dh),
+            out(w, pw, kw, sw, dw),
+        );
+        let mut want = Vec::new();
+        for img in 0..n {
+            for o in 0..oc {
+                for z in 0..od {
+                    for y in 0..oh {
+                        for xx in 0..ow {
+                            let mut acc = b[o];
+                            for ci in 0..c {
+                                for a in 0..kd {
+                                    for bb in 0..kh {
+                                        for cc in 0..kw {
+                                            let iz = (z * sd + a * dd) as isize - pd as isize;
+                                            let iy = (y * sh + bb * dh) as isize - ph as isize;
+                                            let ix = (xx * sw + cc * dw) as isize - pw as isize;
+                                            let inside = (0..d as isize).contains(&iz)
+                                                && (0..h as isize).contains(&iy)
+                                                && (0..w as isize).contains(&ix);
+                                            if inside {
+                                                let xi = (((img * c + ci) * d + iz as usize) * h
+                                                    + iy as usize)
+                                                    * w
+                                                    + ix as usize;
+                                                let wi =
+                                                    (((o * c + ci) * kd + a) * kh + bb) * kw + cc;
+                                                acc += x[xi] * wt[wi];
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            want.push(acc);
+                        }
+                    }
+                }
+            }
+        }
+        let mut g = GraphBuilder::new();
+        g.set_float(dtype);
+        let xin = g.input("x", DType::F32, &[n, c, d, h, w]).unwrap();
+        let xin = g.cast(xin, dtype).unwrap();
+        let wc = g.constant_f32("w", &[oc, c, kd, kh, kw], &wt).unwrap();
+        let wc = g.cast(wc, dtype).unwrap();
+        let bc = g.constant_f32("b", &[oc], &b).unwrap();
+        let bc = g.cast(bc, dtype).unwrap();
+        let ints = |v: [usize; 3]| Arg::Ints(v.iter().map(|&x| x as i64).collect());
+        let args = vec![
+            Arg::Tensor(xin),
+            Arg::Tensor(wc),
+            Arg::Tensor(bc),
+            ints([sd, sh, sw]),
+            ints([pd, ph, pw]),
+            ints([dd, dh, dw]),
+            Arg::Bool(false),
+            Arg::Ints(vec![0, 0, 0]),
+            Arg::Int(1),
+        ];
+        let y = ops::find("aten.convolution.default")
+            .unwrap()
+            .call(&mut g, args)
+            .unwrap()[0];
+        assert_eq!(g.shape(y).unwrap(), [n, oc, od, oh, ow]);
+        let y = g.cast(y, DType::F32).unwrap();
+        g.output(y).unwrap();
+        let got = g
+            .build(dev)
+            .unwrap()
+            .execute(&[HostTensor::from_f32(vec![n, c, d, h, w], &x).unwrap()])
+            .unwrap()[0]
+            .to_f32()
+            .unwrap();
+        assert_close(&got, &want, dtype, "conv3d");
+    });
+}
+
 /// 4-bit values in -8..8, two to a byte as ExecuTorch packs them (the even one low).
 fn pack4(q: &[i8]) -> Vec<u8> {
     q.chunks_exact(2)

@@ -1286,6 +1286,41 @@ impl<'a> Lowering<'a> {
             "aten.constant_pad_nd.default",
             vec![Arg::Tensor(x), Arg::Ints(pads), Arg::Float(f64::from(x_zp))],
         )?;
+        let Some(r) = rescale else {
+            // Floats: the compute delegate's 3-D convolution, in NCDHW, the weights as
+            // [OC, IC, KD, KH, KW].
+            let mut w = vec![0f32; w_values.len()];
+            for (at, v) in w.iter_mut().enumerate() {
+                let (c, rest) = (at % kw, at / kw);
+                let (h, rest) = (rest % kh, rest / kh);
+                let (d, rest) = (rest % kd, rest / kd);
+                let (i, f) = (rest % ic, rest / ic);
+                *v = w_values[(((f * kd + d) * kh + h) * kw + c) * ic + i];
+            }
+            let name = format!("weights_{}", self.nodes.len());
+            let w = self.g.constant_f32(&name, &[oc, ic, kd, kh, kw], &w)?;
+            let w = match self.g.dtype(x) {
+                Some(DType::F16) => self.g.cast(w, DType::F16)?,
+                _ => w,
+            };
+            let x = self.g.permute(x, &[0, 4, 1, 2, 3])?;
+            let bias = self.tensor(&o[7])?;
+            let per_channel = checked_numel(&self.shape(bias)) == Some(oc);
+            let b = per_channel
+                .then(|| self.g.reshape(bias, &[oc as isize]))
+                .transpose()?;
+            let p = compute_delegate::Conv3d {
+                stride: [sd, sy, sx],
+                padding: [0; 3],
+                dilation: [dd, dy, dx],
+            };
+            let y = self.g.conv3d(x, w, b, &p)?;
+            let y = self.g.permute(y, &[0, 2, 3, 4, 1])?;
+            return Ok(match per_channel {
+                true => y,
+                false => self.g.add(y, bias)?,
+            });
+        };
         let &[_, dp, hp, wp, _] = &self.shape(x)[..] else {
             return Err(bad("a padded input that is not 5-D"));
         };
@@ -1323,36 +1358,7 @@ impl<'a> Lowering<'a> {
             let (h, f) = (r % kh, r / kh);
             *v = w_values[(((f * kd + d) * kh + h) * kw + c) * ic + i];
         }
-        let y = match rescale {
-            Some(r) => self.conv3d_int(n, r, x, &w, [oc, kh, kw, kd * ic], [sy, sx, dy, dx])?,
-            None => {
-                let name = format!("weights_{}", self.nodes.len());
-                let w = self.g.constant_f32(&name, &[oc, kh, kw, kd * ic], &w)?;
-                let w = self.g.permute(w, &[0, 3, 1, 2])?;
-                let w = match self.g.dtype(x) {
-                    Some(DType::F16) => self.g.cast(w, DType::F16)?,
-                    _ => w,
-                };
-                let x = self.relayout(x, &TO_NCHW)?;
-                let bias = self.tensor(&o[7])?;
-                let p = Conv2d {
-                    stride: [sy, sx],
-                    padding: [0, 0],
-                    dilation: [dy, dx],
-                    groups: 1,
-                };
-                let per_channel = checked_numel(&self.shape(bias)) == Some(oc);
-                let b = per_channel
-                    .then(|| self.g.reshape(bias, &[oc as isize]))
-                    .transpose()?;
-                let y = self.g.conv2d(x, w, b, p)?;
-                let y = self.relayout(y, &TO_NHWC)?;
-                match per_channel {
-                    true => y,
-                    false => self.g.add(y, bias)?,
-                }
-            }
-        };
+        let y = self.conv3d_int(n, r, x, &w, [oc, kh, kw, kd * ic], [sy, sx, dy, dx])?;
         let &[_, oh, ow, _] = &self.shape(y)[..] else {
             return Err(bad("a 2-D result that is not 4-D"));
         };

@@ -33,6 +33,9 @@ pub(super) const OPS: &[OpDef] = &[
 
 fn convolution(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (mut x, mut w, b) = (c.tensor(0)?, c.tensor(1)?, c.opt_tensor(2)?);
+    if c.shape(x).len() == 5 {
+        return convolution3d(c, x, w, b);
+    }
     // 1-D: [n, c, l] as [n, c, 1, l], each parameter's one value for the width.
     let one_d = c.shape(x).len() == 3;
     let pair = |c: &Call<'_>, i: usize, h: usize| -> Result<[usize; 2]> {
@@ -71,6 +74,50 @@ fn convolution(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     }
     let (min, max) = (c.f32(9)?, c.f32(10)?);
     one(c.g.clamp(y, min, max)?)
+}
+
+/// A 3-D convolution (`x` `[n, c, d, h, w]`), of one group, not transposed.
+fn convolution3d(
+    c: &mut Call<'_>,
+    x: TensorId,
+    w: TensorId,
+    b: Option<TensorId>,
+) -> Result<Vec<TensorId>> {
+    let triple = |c: &Call<'_>, i: usize| -> Result<[usize; 3]> {
+        match c.counts(i)?.as_slice() {
+            &[v] => Ok([v; 3]),
+            &[d, h, w] => Ok([d, h, w]),
+            other => Err(c.err(i, format!("one or three sizes, found {other:?}"))),
+        }
+    };
+    if c.bool(6)? || c.count(8)? != 1 {
+        return Err(c.err(
+            6,
+            "a 3-D convolution transposed or of several groups is not supported",
+        ));
+    }
+    let p = Conv3d {
+        stride: triple(c, 3)?,
+        padding: triple(c, 4)?,
+        dilation: triple(c, 5)?,
+    };
+    let y = c.g.conv3d(x, w, b, &p)?;
+    if c.def.params.len() <= 9 {
+        return one(y);
+    }
+    let (min, max) = (c.f32(9)?, c.f32(10)?);
+    one(c.g.clamp(y, min, max)?)
+}
+
+/// A 3-D convolution's geometry, per dim `[d, h, w]`: padding on both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv3d {
+    /// Strides.
+    pub stride: [usize; 3],
+    /// Padding, before and after.
+    pub padding: [usize; 3],
+    /// Dilations.
+    pub dilation: [usize; 3],
 }
 
 // Shape and dtype inference: the builder's methods of this family, each checking its
@@ -237,6 +284,99 @@ impl GraphBuilder {
             (xi.dtype, vec![n, c, out[0], out[1]]),
             &push,
         )
+    }
+
+    /// `conv3d(x [n, c, d, h, w], w [c_out, c, kd, kh, kw], bias [c_out])`, one group: one 2-D
+    /// convolution over `[n * od, kd * c, h, w]`, the `kd` depth slices each output depth reads
+    /// side by side along channels (the input padded along depth with zeros first), the weights
+    /// laid out to match, `[c_out, kd * c, kh, kw]`.
+    pub fn conv3d(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        p: &Conv3d,
+    ) -> Result<TensorId> {
+        const OP: &str = "conv3d";
+        let xi = self.float_operand(OP, x)?;
+        let wi = self.same_float(OP, w, &xi)?;
+        let bad = |why: String| {
+            shape_err(
+                OP,
+                format!(
+                    "'{}' {:?} by '{}' {:?}: {why}",
+                    xi.name, xi.shape, wi.name, wi.shape
+                ),
+            )
+        };
+        let (Ok([n, c, d, h, wd]), Ok([oc, wc, kd, kh, kw])) = (
+            <[usize; 5]>::try_from(xi.shape.as_slice()),
+            <[usize; 5]>::try_from(wi.shape.as_slice()),
+        ) else {
+            return Err(bad("not [n, c, d, h, w] and [c_out, c, kd, kh, kw]".into()));
+        };
+        let [sd, sh, sw] = p.stride;
+        let [pd, ph, pw] = p.padding;
+        let [dd, dh, dw] = p.dilation;
+        if wc != c || kd == 0 || [sd, sh, sw, dd, dh, dw].contains(&0) {
+            return Err(bad(format!("{p:?}")));
+        }
+        let padded = d + 2 * pd;
+        let span = dd * (kd - 1) + 1;
+        let Some(od) = padded.checked_sub(span).map(|v| v / sd + 1) else {
+            return Err(bad(format!("a window of depth {span} over {padded}")));
+        };
+        let mut x = x;
+        if pd > 0 {
+            let zeros = self.full_as(
+                &format!("{}_depth_pad", xi.name),
+                &[n, c, pd, h, wd],
+                0.0,
+                xi.dtype,
+            )?;
+            x = self.cat(&[zeros, x, zeros], 2)?;
+        }
+        let mut parts = Vec::with_capacity(kd);
+        for k in 0..kd {
+            let start = (k * dd) as isize;
+            let end = start + ((od - 1) * sd + 1) as isize;
+            parts.push(self.slice(x, 2, start, end, sd)?);
+        }
+        let x = self.cat(&parts, 1)?;
+        let x = self.permute(x, &[0, 2, 1, 3, 4])?;
+        let x = self.reshape(
+            x,
+            &[
+                (n * od) as isize,
+                (kd * c) as isize,
+                h as isize,
+                wd as isize,
+            ],
+        )?;
+        let w = self.permute(w, &[0, 2, 1, 3, 4])?;
+        let w = self.reshape(
+            w,
+            &[oc as isize, (kd * c) as isize, kh as isize, kw as isize],
+        )?;
+        let plain = Conv2d {
+            stride: [sh, sw],
+            padding: [ph, pw],
+            dilation: [dh, dw],
+            groups: 1,
+        };
+        let y = self.conv2d(x, w, bias, plain)?;
+        let ys = self.info(OP, y)?.shape.clone();
+        let y = self.reshape(
+            y,
+            &[
+                n as isize,
+                od as isize,
+                oc as isize,
+                ys[2] as isize,
+                ys[3] as isize,
+            ],
+        )?;
+        self.permute(y, &[0, 2, 1, 3, 4])
     }
 
     /// `conv2d(x [n, c_in, h, w], w [c_out, c_in / groups, kh, kw], bias [c_out])`.

@@ -22,6 +22,7 @@
 mod activation;
 mod attention;
 pub use activation::Math;
+pub use conv::Conv3d;
 mod conv;
 mod elementwise;
 mod gemm;

@@ -583,14 +583,20 @@ fn kernel_step(
         }]
     };
     let def = compute_delegate::ops::find_kernel(op).ok_or_else(|| fail(String::new()))?;
-    // An out-variant kernel's arguments: the schema's (the out tensor last), then the value
-    // it returns, which is the out tensor again.
-    let (&out, params) = args
+    // An out-variant kernel's arguments: the schema's (the out tensors last), then the value
+    // it returns: the out tensor again, or the list of them (a batch norm's output and
+    // statistics).
+    let (&ret, params) = args
         .split_last()
         .ok_or_else(|| fail(": no arguments".into()))?;
-    let params = match params.split_last() {
-        Some((&o, rest)) if o == out => rest,
-        _ => params,
+    let (outs, params): (Vec<u32>, &[u32]) = match plan.values.get(ret as usize) {
+        Some(Value::TensorList(l)) if !l.is_empty() && params.ends_with(l) => {
+            (l.clone(), &params[..params.len() - l.len()])
+        }
+        _ => match params.split_last() {
+            Some((&o, rest)) if o == ret => (vec![ret], rest),
+            _ => (vec![ret], params),
+        },
     };
     let mut g = compute_delegate::GraphBuilder::new();
     let mut inputs = Vec::new();
@@ -639,24 +645,26 @@ fn kernel_step(
         };
         call.push(arg);
     }
-    // The output in the dtype the plan's value is staged as (an integer cumsum computes in
-    // f32, an integer out value holds i32).
-    let staged = staged_spec(plan, out).map_err(|e| fail(format!(": {e}")))?;
-    let made = def
-        .call(&mut g, call)
-        .and_then(|outs| match outs.as_slice() {
-            [y] if g.dtype(*y).is_some_and(|d| d != staged.dtype) => {
-                let y = g.cast(*y, staged.dtype)?;
-                g.output(y)
-            }
-            [y] => g.output(*y),
-            _ => Err(compute_delegate::Error::Graph(format!(
-                "{} outputs for one",
-                outs.len()
-            ))),
-        });
-    made.map_err(|e| fail(format!(": {e}")))?;
-    if let Some(spec) = g.output_specs().into_iter().next() {
+    // Each output in the dtype the plan's value is staged as (an integer cumsum computes in
+    // f32, an integer out value holds i32). Outputs the op does not compute (a batch norm's
+    // statistics) are left unmade: a later read of one is refused where the plan is wired.
+    let results = def.call(&mut g, call).map_err(|e| fail(format!(": {e}")))?;
+    if results.len() > outs.len() {
+        return Err(fail(format!(
+            ": {} outputs for {}",
+            results.len(),
+            outs.len()
+        )));
+    }
+    for (&y, &out) in results.iter().zip(&outs) {
+        let staged = staged_spec(plan, out).map_err(|e| fail(format!(": {e}")))?;
+        let made = match g.dtype(y) {
+            Some(d) if d != staged.dtype => g.cast(y, staged.dtype).and_then(|y| g.output(y)),
+            _ => g.output(y),
+        };
+        made.map_err(|e| fail(format!(": {e}")))?;
+    }
+    for (spec, &out) in g.output_specs().into_iter().zip(&outs) {
         known.insert(out, spec.shape);
     }
     Ok(StepSpec {
@@ -666,7 +674,10 @@ fn kernel_step(
             f16: false,
         }),
         inputs,
-        outputs: vec![value_name(plan, out)],
+        outputs: outs[..results.len()]
+            .iter()
+            .map(|&o| value_name(plan, o))
+            .collect(),
     })
 }
 
