@@ -3429,11 +3429,11 @@ fn three_d_convolutions_match_their_definition() {
         );
         let mut want = Vec::new();
         for img in 0..n {
-            for o in 0..oc {
+            for (o, &bias) in b.iter().enumerate() {
                 for z in 0..od {
                     for y in 0..oh {
                         for xx in 0..ow {
-                            let mut acc = b[o];
+                            let mut acc = bias;
                             for ci in 0..c {
                                 for a in 0..kd {
                                     for bb in 0..kh {
