@@ -92,7 +92,7 @@ mod layout;
 mod lower;
 mod merge;
 pub mod ops;
-pub use ops::{Conv3d, IntBinary, IntConv, IntReduce, IntRescale, IntUnary, Math, Resize};
+pub use ops::{Conv3d, IntBinary, IntConv, IntReduce, IntRescale, IntUnary, Math, Pool3d, Resize};
 mod fusion;
 mod options;
 mod packed;

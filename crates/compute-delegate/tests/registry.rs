@@ -3501,6 +3501,83 @@ fn three_d_convolutions_match_their_definition() {
     });
 }
 
+/// 3-D max and average pools (ExecuTorch leaves S3D's on the CPU) against their definitions:
+/// padding in every dim, strides, and averages counting padded positions or not.
+#[test]
+fn three_d_pools_match_their_definitions() {
+    each_precision("pool3d", |dev, dtype| {
+        let s = [1usize, 2, 5, 6, 7];
+        let x = rand_vec(195, s.iter().product());
+        let ([kd, kh, kw], [sd, sh, sw], [pd, ph, pw]) = ([3, 2, 3], [2, 2, 1], [1, 1, 1]);
+        let out = |n: usize, k: usize, st: usize, p: usize| (n + 2 * p - k) / st + 1;
+        let (od, oh, ow) = (
+            out(s[2], kd, sd, pd),
+            out(s[3], kh, sh, ph),
+            out(s[4], kw, sw, pw),
+        );
+        for (name, max, count_pad) in [
+            ("aten.max_pool3d_with_indices.default", true, true),
+            ("aten.avg_pool3d.default", false, true),
+            ("aten.avg_pool3d.default", false, false),
+        ] {
+            let mut want = Vec::new();
+            for ch in 0..s[1] {
+                for z in 0..od {
+                    for y in 0..oh {
+                        for xx in 0..ow {
+                            let (mut m, mut sum, mut inside) = (f32::NEG_INFINITY, 0f32, 0usize);
+                            for a in 0..kd {
+                                for b in 0..kh {
+                                    for c in 0..kw {
+                                        let iz = (z * sd + a) as isize - pd as isize;
+                                        let iy = (y * sh + b) as isize - ph as isize;
+                                        let ix = (xx * sw + c) as isize - pw as isize;
+                                        if (0..s[2] as isize).contains(&iz)
+                                            && (0..s[3] as isize).contains(&iy)
+                                            && (0..s[4] as isize).contains(&ix)
+                                        {
+                                            let v = x[((ch * s[2] + iz as usize) * s[3]
+                                                + iy as usize)
+                                                * s[4]
+                                                + ix as usize];
+                                            m = m.max(v);
+                                            sum += v;
+                                            inside += 1;
+                                        }
+                                    }
+                                }
+                            }
+                            let count = if count_pad { kd * kh * kw } else { inside };
+                            want.push(if max { m } else { sum / count as f32 });
+                        }
+                    }
+                }
+            }
+            let rest = vec![
+                Arg::Ints(vec![kd as i64, kh as i64, kw as i64]),
+                Arg::Ints(vec![sd as i64, sh as i64, sw as i64]),
+                Arg::Ints(vec![pd as i64, ph as i64, pw as i64]),
+            ];
+            let rest = match max {
+                true => [rest, vec![Arg::Ints(vec![1, 1, 1]), Arg::Bool(false)]].concat(),
+                false => [
+                    rest,
+                    vec![Arg::Bool(false), Arg::Bool(count_pad), Arg::None],
+                ]
+                .concat(),
+            };
+            let (got, shape) = call(dev, name, dtype, &[(&s, &x)], rest);
+            assert_eq!(shape, [1, 2, od, oh, ow], "{name}");
+            assert_close(
+                &got,
+                &want,
+                dtype,
+                &format!("{name}, count_include_pad {count_pad}"),
+            );
+        }
+    });
+}
+
 /// 4-bit values in -8..8, two to a byte as ExecuTorch packs them (the even one low).
 fn pack4(q: &[i8]) -> Vec<u8> {
     q.chunks_exact(2)

@@ -29,7 +29,7 @@ mod gemm;
 mod index;
 mod integer;
 pub use integer::{IntBinary, IntConv, IntReduce, IntRescale, IntUnary};
-pub use pool::Resize;
+pub use pool::{Pool3d, Resize};
 mod norm;
 mod pool;
 mod quantized;

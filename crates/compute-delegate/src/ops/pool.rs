@@ -24,6 +24,8 @@ const DIVISOR: Param = Param::new("divisor_override", Kind::Int, Fallback::Null)
 pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.avg_pool2d.default", "avg_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR], avg_pool2d),
     OpDef::new(&["aten.max_pool2d_with_indices.default", "aten.max_pool2d.default", "max_pool2d"], &[SELF, KERNEL, STRIDE, PADDING, DILATION, CEIL], max_pool2d),
+    OpDef::new(&["aten.avg_pool3d.default", "avg_pool3d"], &[SELF, KERNEL, STRIDE, PADDING, CEIL, COUNT_PAD, DIVISOR], |c| pool3d(c, false)),
+    OpDef::new(&["aten.max_pool3d_with_indices.default", "aten.max_pool3d.default", "max_pool3d"], &[SELF, KERNEL, STRIDE, PADDING, DILATION, CEIL], |c| pool3d(c, true)),
     OpDef::new(&["aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default", "adaptive_avg_pool2d"], &[SELF, Param::new("output_size|size", Kind::Ints, Fallback::Required)], adaptive_avg_pool2d),
     OpDef::new(&["aten.grid_sampler_2d.default", "grid_sampler_2d"], &[Param::tensor("input"), Param::tensor("grid"), Param::new("interpolation_mode", Kind::Int, Fallback::Int(0)), Param::new("padding_mode", Kind::Int, Fallback::Int(0)), Param::new("align_corners", Kind::Bool, Fallback::Bool(false))], grid_sampler),
     OpDef::new(&["aten.upsample_nearest2d.vec", "upsample_nearest2d"], &[Param::tensor("input"), Param::new("output_size|size", Kind::Ints, Fallback::Null), Param::new("scale_factors|scale", Kind::Floats, Fallback::Null)], |c| upsample(c, false)),
@@ -326,6 +328,51 @@ fn max_pool2d(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     one(c.g.max_pool2d(x, p)?)
 }
 
+/// `avg_pool3d` and `max_pool3d` (the values only) of `x` `[n, c, d, h, w]`, without
+/// `ceil_mode`, dilation or a divisor override.
+fn pool3d(c: &mut Call<'_>, max: bool) -> Result<Vec<TensorId>> {
+    let x = c.tensor(0)?;
+    let triple = |c: &Call<'_>, i: usize, default: Option<[usize; 3]>| -> Result<[usize; 3]> {
+        match (c.counts(i)?.as_slice(), default) {
+            (&[], Some(d)) => Ok(d),
+            (&[v], _) => Ok([v; 3]),
+            (&[d, h, w], _) => Ok([d, h, w]),
+            (other, _) => Err(c.err(i, format!("one or three sizes, found {other:?}"))),
+        }
+    };
+    let kernel = triple(c, 1, None)?;
+    let p = Pool3d {
+        kernel,
+        stride: triple(c, 2, Some(kernel))?,
+        padding: triple(c, 3, None)?,
+        count_include_pad: !max && c.bool(5)?,
+    };
+    let (ceil, extra) = match max {
+        true => (c.bool(5)?, triple(c, 4, None)? != [1, 1, 1]),
+        false => (c.bool(4)?, c.opt_int(6)?.is_some()),
+    };
+    if ceil || extra {
+        return Err(c.err(
+            4,
+            "a 3-D pool with ceil_mode, a dilation or a divisor override is not supported",
+        ));
+    }
+    one(c.g.pool3d(x, max, &p)?)
+}
+
+/// A 3-D pool's window, per dim `[d, h, w]`: padding on both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool3d {
+    /// Window sizes.
+    pub kernel: [usize; 3],
+    /// Strides.
+    pub stride: [usize; 3],
+    /// Padding, before and after.
+    pub padding: [usize; 3],
+    /// Average pools: padded positions count in the divisor.
+    pub count_include_pad: bool,
+}
+
 // Shape and dtype inference: the builder's methods of this family, each checking its
 // operands and naming the tensor and the numbers on error.
 
@@ -425,6 +472,99 @@ impl GraphBuilder {
     /// Max pooling over the last two dims.
     pub fn max_pool2d(&mut self, x: TensorId, p: Pool2d) -> Result<TensorId> {
         self.pool_impl(x, p, true)
+    }
+
+    /// Max or average pooling of `x` `[n, c, d, h, w]` over its last three dims: a 2-D pool of
+    /// every depth slice, then the extreme or the sum of the `kd` slices each output depth
+    /// reads (the depth padded with what changes neither), divided by the positions counted.
+    pub fn pool3d(&mut self, x: TensorId, max: bool, p: &Pool3d) -> Result<TensorId> {
+        const OP: &str = "pool3d";
+        let xi = self.float_operand(OP, x)?;
+        let Ok([n, c, d, h, w]) = <[usize; 5]>::try_from(xi.shape.as_slice()) else {
+            return Err(shape_err(
+                OP,
+                format!("'{}' {:?} is not [n, c, d, h, w]", xi.name, xi.shape),
+            ));
+        };
+        let ([kd, kh, kw], [sd, sh, sw], [pd, ph, pw]) = (p.kernel, p.stride, p.padding);
+        let padded = d + 2 * pd;
+        let bad = |why: &str| {
+            shape_err(
+                OP,
+                format!("{p:?} over '{}' {:?}: {why}", xi.name, xi.shape),
+            )
+        };
+        if kd == 0 || sd == 0 || 2 * pd > kd {
+            return Err(bad(
+                "a depth window of 0, a stride of 0 or padding past half the window",
+            ));
+        }
+        let Some(od) = padded.checked_sub(kd).map(|v| v / sd + 1) else {
+            return Err(bad("a window deeper than the input"));
+        };
+        // Each depth slice pooled in 2-D: [n * d, c, h, w].
+        let x = self.permute(x, &[0, 2, 1, 3, 4])?;
+        let x = self.reshape(x, &[(n * d) as isize, c as isize, h as isize, w as isize])?;
+        let plane = Pool2d {
+            kernel: [kh, kw],
+            stride: [sh, sw],
+            padding: [ph, pw],
+            ceil_mode: false,
+            count_include_pad: p.count_include_pad,
+        };
+        let y = match max {
+            true => self.max_pool2d(x, plane)?,
+            false => self.avg_pool2d(x, plane)?,
+        };
+        let ys = self.info(OP, y)?.shape.clone();
+        let (oh, ow) = (ys[2], ys[3]);
+        let mut y = self.reshape(
+            y,
+            &[n as isize, d as isize, c as isize, oh as isize, ow as isize],
+        )?;
+        if pd > 0 {
+            let fill = if max { f32::NEG_INFINITY } else { 0.0 };
+            let side = self.full_as(
+                &format!("{}_depth_pad", xi.name),
+                &[n, pd, c, oh, ow],
+                fill,
+                xi.dtype,
+            )?;
+            y = self.cat(&[side, y, side], 1)?;
+        }
+        let mut acc: Option<TensorId> = None;
+        for k in 0..kd {
+            let end = (k + (od - 1) * sd + 1) as isize;
+            let part = self.slice(y, 1, k as isize, end, sd)?;
+            acc = Some(match (acc, max) {
+                (None, _) => part,
+                (Some(a), true) => self.binary(BinaryOp::Maximum, a, part)?,
+                (Some(a), false) => self.add(a, part)?,
+            });
+        }
+        let mut y = acc.ok_or_else(|| bad("an empty window"))?;
+        if !max {
+            // The 2-D pools divided by the positions of their planes; the depth's count: the
+            // whole window, or the input's positions in it.
+            let counts: Vec<f32> = (0..od)
+                .map(|o| {
+                    let start = (o * sd) as isize - pd as isize;
+                    let inside = (start..start + kd as isize)
+                        .filter(|&z| (0..d as isize).contains(&z))
+                        .count();
+                    1.0 / if p.count_include_pad {
+                        kd
+                    } else {
+                        inside.max(1)
+                    } as f32
+                })
+                .collect();
+            let name = format!("{}_depth_counts", xi.name);
+            let scale = self.constant_f32(&name, &[1, od, 1, 1, 1], &counts)?;
+            let scale = self.as_dtype(scale, xi.dtype)?;
+            y = self.mul(y, scale)?;
+        }
+        self.permute(y, &[0, 2, 1, 3, 4])
     }
 }
 
