@@ -2341,6 +2341,63 @@ fn language_model_ops_match_their_definitions() {
             dtype,
             "apply_rotary_emb_hf, heads before positions",
         );
+        // Grouped keys over a batch of 2: q [2, 4, 3, 6] and k [2, 1, 3, 6] both take the
+        // tables' rows 0..q.shape[1] (both batches' tables, [2, 3, 4]).
+        let (q, k) = (rand_vec(145, 2 * 4 * 3 * 6), rand_vec(146, 2 * 3 * 6));
+        let (cos, sin) = (rand_vec(147, 24), rand_vec(148, 24));
+        let def = ops::find("et_vk.apply_rotary_emb_hf.default").unwrap();
+        let mut g = GraphBuilder::new();
+        g.set_float(dtype);
+        let mut ins = Vec::new();
+        for (name, shape) in [("q", [2usize, 4, 3, 6]), ("k", [2, 1, 3, 6])] {
+            let t = g.input(name, DType::F32, &shape).unwrap();
+            ins.push(g.cast(t, dtype).unwrap());
+        }
+        let tc = g.constant_f32("cos", &[2, 3, 4], &cos).unwrap();
+        let ts = g.constant_f32("sin", &[2, 3, 4], &sin).unwrap();
+        let (tc, ts) = (g.cast(tc, dtype).unwrap(), g.cast(ts, dtype).unwrap());
+        let args = vec![
+            Arg::Tensor(ins[0]),
+            Arg::Tensor(ins[1]),
+            Arg::Tensor(tc),
+            Arg::Tensor(ts),
+            Arg::Int(0),
+        ];
+        let outs = def.call(&mut g, args).unwrap();
+        for y in outs {
+            let y = g.cast(y, DType::F32).unwrap();
+            g.output(y).unwrap();
+        }
+        let got = g
+            .build(dev)
+            .unwrap()
+            .execute(&[
+                HostTensor::from_f32(vec![2, 4, 3, 6], &q).unwrap(),
+                HostTensor::from_f32(vec![2, 1, 3, 6], &k).unwrap(),
+            ])
+            .unwrap();
+        for (out, (x, heads)) in got.iter().zip([(&q, 4usize), (&k, 1)]) {
+            let mut want = x.clone();
+            for b in 0..2 {
+                for h in 0..heads {
+                    for p in 0..3 {
+                        let at = ((b * heads + h) * 3 + p) * 6;
+                        let v = &x[at..at + 6];
+                        for j in 0..4 {
+                            let half = if j < 2 { -v[j + 2] } else { v[j - 2] };
+                            let t = (b * 3 + p) * 4 + j;
+                            want[at + j] = v[j] * cos[t] + half * sin[t];
+                        }
+                    }
+                }
+            }
+            assert_close(
+                &out.to_f32().unwrap(),
+                &want,
+                dtype,
+                "grouped keys over a batch",
+            );
+        }
 
         // apply_rotary_emb_interleaved: x [1, 3, 4], freqs_cis [3, 4] of (cos, sin) pairs.
         let (x, f) = (rand_vec(140, 12), rand_vec(141, 12));
@@ -3576,6 +3633,36 @@ fn three_d_pools_match_their_definitions() {
             );
         }
     });
+}
+
+/// `where` between integers under an fp16 graph's mask (a comparison of f16 values).
+#[test]
+fn integers_pass_through_where_under_f16_masks() {
+    let Some((instance, dev)) = device("integers_through_where_f16", true) else {
+        return;
+    };
+    let mut g = GraphBuilder::new();
+    g.set_float(DType::F16);
+    let a = g.input("a", DType::I32, &[4]).unwrap();
+    let b = g.input("b", DType::I32, &[4]).unwrap();
+    let m = g.input("m", DType::F32, &[4]).unwrap();
+    let m = g.cast(m, DType::F16).unwrap();
+    let picked = ops::find("aten.where.self")
+        .unwrap()
+        .call(&mut g, vec![Arg::Tensor(m), Arg::Tensor(a), Arg::Tensor(b)])
+        .unwrap()[0];
+    g.output(picked).unwrap();
+    let out = g
+        .build(&dev)
+        .unwrap()
+        .execute(&[
+            HostTensor::from_i32(vec![4], &[1, 2, 3, 4]).unwrap(),
+            HostTensor::from_i32(vec![4], &[-1, -2, -3, -4]).unwrap(),
+            HostTensor::from_f32(vec![4], &[1.0, 0.0, 0.0, 1.0]).unwrap(),
+        ])
+        .unwrap();
+    assert_eq!(out[0].to_i32().unwrap(), [1, -2, -3, 4]);
+    assert_no_validation_errors(&instance);
 }
 
 /// 4-bit values in -8..8, two to a byte as ExecuTorch packs them (the even one low).

@@ -152,10 +152,17 @@ fn rotary_hf(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
             format!("{cs:?} and {ss:?}: tables of one shape, an even rotary_dim last"),
         ));
     }
+    // One window for both, from q's second dim, as ExecuTorch slices it.
+    let Some(&s) = c.shape(q).get(1) else {
+        return Err(c.err(
+            0,
+            format!("{:?}: a rank of at least 2 is needed", c.shape(q)),
+        ));
+    };
     let mut out = Vec::with_capacity(2);
     for x in [q, k] {
         let shape = c.shape(x);
-        let (Some(&s), Some(&d)) = (shape.get(1), shape.last()) else {
+        let (Some(_), Some(&d)) = (shape.get(1), shape.last()) else {
             return Err(c.err(0, format!("{shape:?}: a rank of at least 2 is needed")));
         };
         if rot > d {

@@ -321,10 +321,16 @@ impl GraphBuilder {
         if wc != c || kd == 0 || [sd, sh, sw, dd, dh, dw].contains(&0) {
             return Err(bad(format!("{p:?}")));
         }
-        let padded = d + 2 * pd;
-        let span = dd * (kd - 1) + 1;
-        let Some(od) = padded.checked_sub(span).map(|v| v / sd + 1) else {
-            return Err(bad(format!("a window of depth {span} over {padded}")));
+        let padded = pd.checked_mul(2).and_then(|p| p.checked_add(d));
+        let span = dd.checked_mul(kd - 1).and_then(|s| s.checked_add(1));
+        let Some(od) = padded
+            .zip(span)
+            .and_then(|(p, s)| p.checked_sub(s))
+            .map(|v| v / sd + 1)
+        else {
+            return Err(bad(format!(
+                "a window of {p:?} deeper than the padded input"
+            )));
         };
         let mut x = x;
         if pd > 0 {

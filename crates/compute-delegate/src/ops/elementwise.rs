@@ -148,6 +148,7 @@ fn where_(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     // Integers pick through f32, as the other integer elementwise ops compute (exact to 2^24).
     if let Some(dtype) = integer_pair(c.g, x, y)? {
         let (x, y) = (c.g.cast(x, DType::F32)?, c.g.cast(y, DType::F32)?);
+        let cond = c.g.as_dtype(cond, DType::F32)?;
         let z = c.g.where_(cond, x, y)?;
         return one(c.g.cast(z, dtype)?);
     }

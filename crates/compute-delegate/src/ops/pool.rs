@@ -487,19 +487,20 @@ impl GraphBuilder {
             ));
         };
         let ([kd, kh, kw], [sd, sh, sw], [pd, ph, pw]) = (p.kernel, p.stride, p.padding);
-        let padded = d + 2 * pd;
         let bad = |why: &str| {
             shape_err(
                 OP,
                 format!("{p:?} over '{}' {:?}: {why}", xi.name, xi.shape),
             )
         };
-        if kd == 0 || sd == 0 || 2 * pd > kd {
+        if kd == 0 || sd == 0 || pd > kd / 2 {
             return Err(bad(
                 "a depth window of 0, a stride of 0 or padding past half the window",
             ));
         }
-        let Some(od) = padded.checked_sub(kd).map(|v| v / sd + 1) else {
+        // pd <= kd / 2: 2 pd does not overflow.
+        let padded = d.checked_add(2 * pd);
+        let Some(od) = padded.and_then(|p| p.checked_sub(kd)).map(|v| v / sd + 1) else {
             return Err(bad("a window deeper than the input"));
         };
         // Each depth slice pooled in 2-D: [n * d, c, h, w].
