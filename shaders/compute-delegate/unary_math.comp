@@ -5,7 +5,8 @@
 // op: 0 abs, 1 neg, 2 exp, 3 log, 4 log10, 5 sqrt, 6 rsqrt, 7 sin, 8 cos, 9 tan,
 //     10 round (halves to even), 11 floor, 12 ceil, 13 reciprocal, 14 pow(x, p0),
 //     15 leaky_relu (slope p0), 16 hardshrink (lambda p0), 17 hardsigmoid, 18 fmod(x, p0)
-//     (the remainder of a division rounded toward zero, the sign of x), 19 erf.
+//     (the remainder of a division rounded toward zero, the sign of x), 19 erf, 20 log1p
+//     (log(u) * x / (u - 1) for u = 1 + x, exact for small x: Kahan's form).
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -52,6 +53,10 @@ float apply(float v) {
         case 17u: return clamp(v + 3.0, 0.0, 6.0) / 6.0;
         case 18u: return fma(-rounded_quotient(v, pc.p0, false), pc.p0, v);
         case 19u: return erf1(v);
+        case 20u: {
+            float u = 1.0 + v;
+            return u == 1.0 ? v : log(u) * (v / (u - 1.0));
+        }
     }
     return v;
 }

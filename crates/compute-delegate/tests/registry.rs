@@ -318,6 +318,9 @@ fn unary_math_matches_the_reference() {
         ("aten.sin.default", vec![], (-2.0, 2.0), f32::sin),
         ("aten.cos.default", vec![], (-2.0, 2.0), f32::cos),
         ("aten.erf.default", vec![], (-3.0, 3.0), libm::erff),
+        ("aten.log1p.default", vec![], (-0.9, 3.0), f32::ln_1p),
+        // Small arguments, where log(1 + x) would lose them.
+        ("aten.log1p.default", vec![], (-1e-5, 1e-5), f32::ln_1p),
         ("aten.tan.default", vec![], (-1.2, 1.2), f32::tan),
         (
             "aten.round.default",

@@ -33,6 +33,7 @@ pub(super) const OPS: &[OpDef] = &[
     OpDef::new(&["aten.rsqrt.default", "rsqrt"], &[SELF], |c| math(c, Math::Rsqrt)),
     OpDef::new(&["aten.sin.default", "sin"], &[SELF], |c| math(c, Math::Sin)),
     OpDef::new(&["aten.erf.default", "erf"], &[SELF], |c| math(c, Math::Erf)),
+    OpDef::new(&["aten.log1p.default", "log1p"], &[SELF], |c| math(c, Math::Log1p)),
     OpDef::new(&["aten.cos.default", "cos"], &[SELF], |c| math(c, Math::Cos)),
     OpDef::new(&["aten.tan.default", "tan"], &[SELF], |c| math(c, Math::Tan)),
     OpDef::new(&["aten.round.default", "round"], &[SELF], |c| math(c, Math::Round)),
@@ -89,6 +90,8 @@ pub enum Math {
     Fmod,
     /// The error function (max abs error 1.5e-7).
     Erf,
+    /// `log(1 + x)`, accurate for small `x`.
+    Log1p,
 }
 
 impl Math {
@@ -114,6 +117,7 @@ impl Math {
             Math::Hardsigmoid => "hardsigmoid",
             Math::Fmod => "fmod",
             Math::Erf => "erf",
+            Math::Log1p => "log1p",
         }
     }
 }
