@@ -137,10 +137,13 @@ fn output(cmd: &mut Command) -> Result<String> {
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("{}: {e}", show(cmd)))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
+        // What the command printed says why (a failing test's panic and its output).
+        print!("{stdout}");
         return Err(format!("{} failed: {}", show(cmd), out.status));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(stdout)
 }
 
 fn show(cmd: &Command) -> String {
