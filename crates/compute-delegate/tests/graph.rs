@@ -1469,6 +1469,18 @@ fn flips_repeats_and_pads_of_declared_giants_are_refused() {
         )
         .unwrap_err();
     assert!(e.to_string().contains("2^26"), "{e}");
+    // A `full` of billions (found by fuzzing ExecuTorch programs), and an arange as long.
+    let full = ops::find("aten.full.default").unwrap();
+    let e = full
+        .call(
+            &mut g,
+            vec![Arg::Ints(vec![1 << 20, 1 << 20]), Arg::Float(1.0)],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("2^26"), "{e}");
+    let arange = ops::find("aten.arange.start_step").unwrap();
+    let args = vec![Arg::Float(0.0), Arg::Float(1e9), Arg::Float(1.0)];
+    assert!(arange.call(&mut g, args).is_err());
     assert!(
         pad.call(
             &mut g,

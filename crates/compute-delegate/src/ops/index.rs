@@ -69,7 +69,7 @@ fn created(
 fn arange(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (start, end, step) = (c.float(0)?, c.float(1)?, c.float(2)?);
     let n = ((end - start) / step).ceil();
-    if step == 0.0 || !(0.0..=1e9).contains(&n) {
+    if step == 0.0 || !(0.0..=FULL_MAX as f64).contains(&n) {
         return Err(c.err(2, format!("{step} makes no range from {start} to {end}")));
     }
     let values: Vec<f64> = (0..n as usize).map(|i| start + i as f64 * step).collect();
@@ -84,7 +84,7 @@ fn arange(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 fn full(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (size, value) = (c.counts(0)?, c.float(1)?);
     let shape = if size.is_empty() { vec![1] } else { size };
-    let values = vec![value; shape.iter().product()];
+    let values = vec![value; fill_count(c, &shape)?];
     let int = c.opt_int(2)?.is_some_and(|code| integral(Some(code), &[]));
     created(c, "full", &shape, &values, int)
 }
@@ -93,9 +93,23 @@ fn full(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 fn fill(c: &mut Call<'_>, value: f64) -> Result<Vec<TensorId>> {
     let size = c.counts(0)?;
     let shape = if size.is_empty() { vec![1] } else { size };
-    let values = vec![value; shape.iter().product()];
+    let values = vec![value; fill_count(c, &shape)?];
     let int = c.opt_int(1)?.is_some_and(|code| integral(Some(code), &[]));
     created(c, "fill", &shape, &values, int)
+}
+
+/// The values a constant fill of `shape` holds: at most [`FULL_MAX`], made on the host.
+fn fill_count(c: &Call<'_>, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= FULL_MAX)
+        .ok_or_else(|| {
+            c.err(
+                0,
+                format!("{shape:?}: more than 2^26 values to fill on the host"),
+            )
+        })
 }
 
 /// A one-element constant.
