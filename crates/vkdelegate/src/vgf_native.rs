@@ -830,6 +830,24 @@ impl<'a> Lowering<'a> {
         }
     }
 
+    /// A RESCALE of a convolution's or an int16 product's sums (int32, or int48 ones), as one
+    /// op with them; `None` where its input is anything else.
+    fn fused_rescale(&mut self, n: &Node) -> Result<Option<TensorId>> {
+        let Operand::Node(k) = n.operands[5] else {
+            return Ok(None);
+        };
+        let graph = self.graph;
+        let inner = &graph.nodes[k];
+        let wide = inner.result.element == Element::Int(64);
+        Ok(Some(match inner.op {
+            Operator::Conv2d | Operator::DepthwiseConv2d => self.conv_rescaled(inner, n)?,
+            Operator::Conv3d => self.conv3d(inner, Some(n))?,
+            Operator::TransposeConv2d if wide => self.transpose_conv_rescaled(inner, n)?,
+            Operator::Matmul if wide => self.matmul_rescaled(inner, n)?,
+            _ => return Ok(None),
+        }))
+    }
+
     /// An integer operator as TOSA computes it (`compute_delegate::IntBinary` and friends on
     /// int32 words), its result narrowed to int8 where TOSA's is int8 (int16 results stay
     /// widened).
@@ -838,55 +856,22 @@ impl<'a> Lowering<'a> {
         let o = &n.operands;
         let bad = |why: &str| unsupported(format!("{} at word {}: {why}", n.op.name(), n.at));
         let t = match n.op {
-            Operator::Rescale
-                if matches!(o[5], Operand::Node(k)
-                    if matches!(self.graph.nodes[k].op, Operator::Conv2d | Operator::DepthwiseConv2d)) =>
-            {
-                let Operand::Node(k) = o[5] else {
-                    return Err(bad("not a convolution's result"));
-                };
-                self.conv_rescaled(&self.graph.nodes[k], n)?
-            }
-            Operator::Rescale
-                if matches!(o[5], Operand::Node(k)
-                    if self.graph.nodes[k].op == Operator::TransposeConv2d
-                        && self.graph.nodes[k].result.element == Element::Int(64)) =>
-            {
-                let Operand::Node(k) = o[5] else {
-                    return Err(bad("not a convolution's result"));
-                };
-                self.transpose_conv_rescaled(&self.graph.nodes[k], n)?
-            }
-            Operator::Rescale if matches!(o[5], Operand::Node(k) if self.graph.nodes[k].op == Operator::Conv3d) =>
-            {
-                let Operand::Node(k) = o[5] else {
-                    return Err(bad("not a convolution's result"));
-                };
-                self.conv3d(&self.graph.nodes[k], Some(n))?
-            }
-            Operator::Rescale
-                if matches!(o[5], Operand::Node(k)
-                    if self.graph.nodes[k].op == Operator::Matmul
-                        && self.graph.nodes[k].result.element == Element::Int(64)) =>
-            {
-                let Operand::Node(k) = o[5] else {
-                    return Err(bad("not a product's result"));
-                };
-                self.matmul_rescaled(&self.graph.nodes[k], n)?
-            }
-            Operator::Rescale => {
-                let r = self.rescale_of(n)?;
-                let range = range_of(n.result.element);
-                let x = self.wide(&o[5])?;
-                let r = IntRescale {
-                    scales: r.scales,
-                    in_zp: r.in_zp as i32,
-                    out_zp: r.out_zp as i32,
-                    range,
-                    double_round: r.double_round,
-                };
-                self.g.int_rescale(x, &r)?
-            }
+            Operator::Rescale => match self.fused_rescale(n)? {
+                Some(t) => t,
+                None => {
+                    let r = self.rescale_of(n)?;
+                    let range = range_of(n.result.element);
+                    let x = self.wide(&o[5])?;
+                    let r = IntRescale {
+                        scales: r.scales,
+                        in_zp: r.in_zp as i32,
+                        out_zp: r.out_zp as i32,
+                        range,
+                        double_round: r.double_round,
+                    };
+                    self.g.int_rescale(x, &r)?
+                }
+            },
             Operator::Add | Operator::Sub | Operator::Mul => {
                 let op = match n.op {
                     Operator::Add => IntBinary::Add,
