@@ -3225,9 +3225,11 @@ fn four_bit_linears_keep_their_weights_packed() {
                 .unwrap()[0];
             let y = g.cast(y, DType::F32).unwrap();
             g.output(y).unwrap();
-            // Unfolded: weights this small would otherwise be unpacked once at build.
+            // Unfolded: weights this small would otherwise be unpacked once at build. In
+            // fp32 throughout (`prompt_four_bit_products_may_multiply_in_f16` tests the rest).
             let options = BuildOptions {
                 unfolded: true,
+                packed_products_in_f16: Some(false),
                 ..BuildOptions::default()
             };
             let mut built = g.build_with(dev, &options).unwrap();
@@ -3261,6 +3263,91 @@ fn four_bit_linears_keep_their_weights_packed() {
                 })
                 .unzip();
             let what = format!("{rows} rows, n {n}, k {k}, groups of {group}");
+            let got = out[0].to_f32().unwrap();
+            if dtype == DType::F32 {
+                for (i, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
+                    let tol =
+                        1e-5 * (1.0 + w.abs()) + (f32::EPSILON * (k as f32).sqrt() * *m as f32);
+                    assert!(
+                        (g - w).abs() <= tol,
+                        "{what}: element {i}: got {g}, want {w}"
+                    );
+                }
+            } else {
+                assert_close(&got, &want, dtype, &what);
+            }
+        }
+    });
+}
+
+/// `et_vk.linear_qcs4w` (per-channel 4-bit weights, the even column in the high nibble) read
+/// packed where the depth is a multiple of 8: one to four rows by `gemv_q4.comp`, longer
+/// products unpacked on the device; against the definition, in each precision.
+#[test]
+fn channel_four_bit_linears_read_their_weights_packed() {
+    each_precision("channel_four_bit_linears", |dev, dtype| {
+        for (rows, n, k) in [
+            (1usize, 5usize, 64usize),
+            (4, 9, 32),
+            (8, 7, 72),
+            (33, 40, 96),
+        ] {
+            let q: Vec<i8> = int8s(181, n * k)
+                .iter()
+                .map(|v| v.rem_euclid(16) - 8)
+                .collect();
+            // The even column in the high nibble: `pack4` with each pair swapped.
+            let packed: Vec<u8> = pack4(&q).iter().map(|b| b.rotate_left(4)).collect();
+            let scales: Vec<f32> = (0..n).map(|o| 0.02 + 0.005 * o as f32).collect();
+            let x = rand_vec(182, rows * k);
+            let mut g = GraphBuilder::new();
+            let xin = g.input("x", DType::F32, &[rows, k]).unwrap();
+            let xd = g.cast(xin, dtype).unwrap();
+            let w = g
+                .constant(
+                    "w",
+                    HostTensor::new(DType::U8, vec![n, k / 2], packed).unwrap(),
+                )
+                .unwrap();
+            let s = g.constant_f32("s", &[n], &scales).unwrap();
+            let args = vec![Arg::Tensor(xd), Arg::Tensor(w), Arg::Tensor(s)];
+            let y = ops::find("et_vk.linear_qcs4w.default")
+                .unwrap()
+                .call(&mut g, args)
+                .unwrap()[0];
+            let y = g.cast(y, DType::F32).unwrap();
+            g.output(y).unwrap();
+            let options = BuildOptions {
+                unfolded: true,
+                packed_products_in_f16: Some(false),
+                ..BuildOptions::default()
+            };
+            let mut built = g.build_with(dev, &options).unwrap();
+            let kernels = built.kernels();
+            let what = format!("{rows} rows, n {n}, k {k}: {kernels:?}");
+            assert_eq!(
+                kernels.iter().any(|k| k.starts_with("GemvQ4")),
+                rows <= 4 && k % 32 == 0,
+                "{what}"
+            );
+            assert_eq!(
+                kernels.iter().any(|k| k.starts_with("DequantQ4")),
+                rows > 4,
+                "{what}"
+            );
+            let out = built
+                .execute(&[HostTensor::from_f32(vec![rows, k], &x).unwrap()])
+                .unwrap();
+            let (want, magnitude): (Vec<f32>, Vec<f64>) = (0..rows * n)
+                .map(|at| {
+                    let (r, o) = (at / n, at % n);
+                    let terms = (0..k).map(|c| {
+                        f64::from(x[r * k + c]) * f64::from(q[o * k + c]) * f64::from(scales[o])
+                    });
+                    let (sum, abs) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+                    (sum as f32, abs)
+                })
+                .unzip();
             let got = out[0].to_f32().unwrap();
             if dtype == DType::F32 {
                 for (i, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {

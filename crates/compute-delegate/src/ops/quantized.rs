@@ -771,7 +771,9 @@ fn linear_in_f32(g: &mut GraphBuilder, x: TensorId, w: TensorId) -> Result<Vec<T
 
 /// `x [.., k] @ (weights * scales)^T` for 4-bit weights packed two to a byte (`[n, k / 2]`
 /// uint8, the even column in the high nibble, each stored plus 8, as ExecuTorch packs them)
-/// with per-channel scales. Both must be constants: they are unpacked and scaled at build.
+/// with per-channel scales. Both must be constants. Where `k` is a multiple of 8 the device
+/// reads them packed, as one group-wise product of one group ([`qcs4w_packed`]); otherwise
+/// they are unpacked and scaled at build.
 fn linear_qcs4w(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let (x, w, scales) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
     let k = c.shape(x).last().copied().unwrap_or(0);
@@ -784,6 +786,11 @@ fn linear_qcs4w(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     };
     if half != k.div_ceil(2) || sv.len() < n {
         return Err(c.err(1, format!("{ws:?} with {} scales for k = {k}", sv.len())));
+    }
+    if let Some(p) = qcs4w_packed(c, w, &sv[..n], n, k)? {
+        if let Some(y) = packed_q4_product(c, "linear_qcs4w", x, &p, k)? {
+            return one(y);
+        }
     }
     let q = unpack4(&wv, n, half, true);
     let mut t = vec![0f32; n * k];
@@ -878,12 +885,13 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
     }
     let k = c.shape(x).last().copied().unwrap_or(0);
     let packed = packed_q4(c, [w, scales, group], k)?;
-    let y = match (packed_q4_rows(c, x, packed.as_ref(), k)?, &packed) {
-        (Some(y), _) => y,
-        (None, Some(p)) if c.shape(x).len() >= 2 && p.n * k <= UNPACKED_MAX => {
-            unpacked_on_device(c, x, p, k)?
-        }
-        (None, _) => {
+    let product = match &packed {
+        Some(p) => packed_q4_product(c, "linear_q4gsw", x, p, k)?,
+        None => None,
+    };
+    let y = match product {
+        Some(y) => y,
+        None => {
             // Unpacked at build in the graph's precision (an fp16 graph's longer products on
             // fp16 weights, as ExecuTorch computes them).
             let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
@@ -899,6 +907,56 @@ fn linear_q4gsw(c: &mut Call<'_>, [w, scales, group, bias]: [usize; 4]) -> Resul
         }
         None => one(y),
     }
+}
+
+/// `x @ dequantized(weights)^T` with the weights read packed: one to four rows of `x` by
+/// [`packed_q4_rows`], longer products by [`unpacked_on_device`] where the weights fit one
+/// binding; `None` where neither applies (the caller unpacks them at build).
+fn packed_q4_product(
+    c: &mut Call<'_>,
+    op: &'static str,
+    x: TensorId,
+    p: &PackedQ4,
+    k: usize,
+) -> Result<Option<TensorId>> {
+    if let Some(y) = packed_q4_rows(c, op, x, p, k)? {
+        return Ok(Some(y));
+    }
+    if c.shape(x).len() >= 2 && p.n * k <= UNPACKED_MAX {
+        return unpacked_on_device(c, op, x, p, k).map(Some);
+    }
+    Ok(None)
+}
+
+/// `linear_qcs4w`'s weights `w` (`[n, k / 2]` bytes, the even column in the high nibble) and
+/// per-channel scales as [`PackedQ4`]: the nibbles swapped into the group-wise layout (the
+/// even column in the low nibble), one group as wide as `k`. `None` where `k` is not a
+/// multiple of 8 or the weights are not one byte each.
+fn qcs4w_packed(
+    c: &mut Call<'_>,
+    w: TensorId,
+    scales: &[f32],
+    n: usize,
+    k: usize,
+) -> Result<Option<PackedQ4>> {
+    let one_byte = c.g.dtype(w).is_some_and(|d| d.size() == 1);
+    let fits = k % 8 == 0 && (n as u64) * (k as u64) <= u64::from(u32::MAX);
+    let Some(bytes) = c.g.constant_bytes(w).filter(|_| one_byte && fits) else {
+        return Ok(None);
+    };
+    let swapped: Vec<u8> = bytes.iter().map(|b| b.rotate_left(4)).collect();
+    let t = vk_core::HostTensor::new(DType::U8, vec![n, k / 2], swapped)
+        .map_err(|e| c.err(1, e.to_string()))?;
+    let packed = c.g.constant(&format!("qcs4w_packed{}", w.index()), t)?;
+    let scales =
+        c.g.constant_f32(&format!("qcs4w_scales{}", w.index()), &[n, 1], scales)?;
+    Ok(Some(PackedQ4 {
+        w: packed,
+        scales,
+        n,
+        groups: 1,
+        group: k.next_power_of_two().max(8),
+    }))
 }
 
 /// The most weights a product unpacks on the device: 128 MiB in f32, the smallest
@@ -965,17 +1023,18 @@ fn packed_q4(
 /// multiple of 32; `None` elsewhere.
 fn packed_q4_rows(
     c: &mut Call<'_>,
+    op: &'static str,
     x: TensorId,
-    packed: Option<&PackedQ4>,
+    p: &PackedQ4,
     k: usize,
 ) -> Result<Option<TensorId>> {
     let xs = c.shape(x);
     let rows = xs.iter().product::<usize>() / k.max(1);
-    let Some(p) = packed.filter(|_| (1..=4).contains(&rows) && k % 32 == 0) else {
+    if !(1..=4).contains(&rows) || k % 32 != 0 {
         return Ok(None);
-    };
+    }
     let (n, groups) = (p.n, p.groups);
-    let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
+    let dtype = c.g.float_operand(op, x)?.dtype;
     let word = |v: usize| u32::try_from(v).map_err(|_| c.err(0, format!("{v} is over 2^32")));
     let push = push::GemvQ4Push {
         n: word(n)?,
@@ -1011,7 +1070,7 @@ fn packed_q4_rows(
     let (w, scales) = (p.w, p.scales);
     let inputs = [x, w, scales, w, scales, x, x, x, x, x];
     let y =
-        c.g.kernel_node_into("linear_q4gsw", Kernel::GemvQ4, &inputs, out, &push)?;
+        c.g.kernel_node_into(op, Kernel::GemvQ4, &inputs, out, &push)?;
     Ok(Some(y))
 }
 
@@ -1019,8 +1078,14 @@ fn packed_q4_rows(
 /// the device into a temporary `[k, n]` in `x`'s precision (`dequant_q4.comp`) that a GEMM
 /// then reads, so the model keeps 4 bits a weight between executions. Graphs in fp32 may
 /// multiply them in fp16 where the device's fp16 GEMMs are fast (`packed.rs`).
-fn unpacked_on_device(c: &mut Call<'_>, x: TensorId, p: &PackedQ4, k: usize) -> Result<TensorId> {
-    let dtype = c.g.float_operand("linear_q4gsw", x)?.dtype;
+fn unpacked_on_device(
+    c: &mut Call<'_>,
+    op: &'static str,
+    x: TensorId,
+    p: &PackedQ4,
+    k: usize,
+) -> Result<TensorId> {
+    let dtype = c.g.float_operand(op, x)?.dtype;
     // `packed_q4` checked that n * k, and so every count below, fits 32 bits.
     let push = push::DequantQ4Push {
         n: p.n as u32,
@@ -1038,7 +1103,7 @@ fn unpacked_on_device(c: &mut Call<'_>, x: TensorId, p: &PackedQ4, k: usize) -> 
     };
     let inputs = [p.w, p.scales];
     let wt =
-        c.g.kernel_node_into("linear_q4gsw", Kernel::DequantQ4, &inputs, out, &push)?;
+        c.g.kernel_node_into(op, Kernel::DequantQ4, &inputs, out, &push)?;
     c.g.matmul(x, wt)
 }
 
