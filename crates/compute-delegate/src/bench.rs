@@ -580,7 +580,7 @@ struct Bench {
 impl Bench {
     fn new(device: &Device, s: &Sizes, valid_bits: u32) -> Result<Bench> {
         let mut g = GraphBuilder::new();
-        let probe = g.fma_probe(s.fma.0, s.fma.1);
+        let probe = g.fma_probe(s.fma.0, s.fma.1)?;
         g.output(probe)?;
         Ok(Bench {
             timer: Timer::new(device, s.device_runs, valid_bits)?,

@@ -586,9 +586,21 @@ pub(crate) struct KernelOut {
 }
 
 /// Bytes of a tensor's storage: whole vec4s, so vectorised shaders stay in bounds.
+/// Saturates where the shape's size does not fit 64 bits (nodes refuse such tensors: see
+/// [`GraphBuilder::node`]).
 pub(crate) fn storage_bytes(dtype: DType, shape: &[usize]) -> u64 {
-    let n: u64 = shape.iter().map(|&d| d as u64).product();
-    (n * dtype.size() as u64).div_ceil(16) * 16
+    let n = shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
+    n.saturating_mul(dtype.size() as u64)
+        .div_ceil(16)
+        .saturating_mul(16)
+}
+
+/// Whether a tensor of `shape` holds at most 2^32 elements, the most a graph's tensor may.
+fn within_elements(shape: &[usize]) -> bool {
+    shape
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+        .is_some_and(|n| n <= u64::from(u32::MAX))
 }
 
 pub(crate) fn shape_err(op: &'static str, detail: String) -> Error {
@@ -734,11 +746,7 @@ impl GraphBuilder {
                 format!("tensor '{name}' has shape {shape:?}: rank 1 or more and no zero dims"),
             ));
         }
-        if shape
-            .iter()
-            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
-            .is_none_or(|n| n > u64::from(u32::MAX))
-        {
+        if !within_elements(shape) {
             return Err(shape_err(
                 op,
                 format!("tensor '{name}' of shape {shape:?} has more than 2^32 elements"),
@@ -947,6 +955,12 @@ impl GraphBuilder {
         for &t in inputs {
             self.info(name, t)?;
         }
+        if !within_elements(&shape) {
+            return Err(shape_err(
+                name,
+                format!("a result of shape {shape:?} would hold more than 2^32 elements"),
+            ));
+        }
         let bytes = bytemuck::bytes_of(push);
         if bytes.len() % 4 != 0 {
             return Err(Error::Graph(format!(
@@ -968,7 +982,7 @@ impl GraphBuilder {
             spec: out.spec,
         };
         let Some(storage) = storage else {
-            return Ok(self.node(op, name, dtype, shape));
+            return self.node(op, name, dtype, shape);
         };
         let label = format!("{name}_{}", self.tensors.len());
         let out = self.push_tensor(
@@ -981,11 +995,25 @@ impl GraphBuilder {
         Ok(out)
     }
 
-    pub(crate) fn node(&mut self, op: Op, name: &str, dtype: DType, shape: Vec<usize>) -> TensorId {
+    /// A node of `op` writing a new tensor of `shape`: an error naming the op where that
+    /// tensor would hold more than 2^32 elements (sizes from a malformed model's attributes).
+    pub(crate) fn node(
+        &mut self,
+        op: Op,
+        name: &str,
+        dtype: DType,
+        shape: Vec<usize>,
+    ) -> Result<TensorId> {
         let label = format!("{name}_{}", self.tensors.len());
+        if !within_elements(&shape) {
+            return Err(Error::Shape {
+                op: "graph",
+                detail: format!("'{label}' of shape {shape:?} would hold more than 2^32 elements"),
+            });
+        }
         let out = self.push_tensor(label, dtype, shape, None);
         self.nodes.push(Node { op, out });
-        out
+        Ok(out)
     }
 
     /// A float operand: f32 or f16 (the op then runs in that precision).
@@ -1074,7 +1102,7 @@ impl GraphBuilder {
     /// The arithmetic-peak probe of the benchmarks: `groups` work groups of 256 threads, each
     /// running `iters` rounds of 16 FMAs; one f32 output per thread.
     #[cfg(feature = "bench")]
-    pub(crate) fn fma_probe(&mut self, groups: u32, iters: u32) -> TensorId {
+    pub(crate) fn fma_probe(&mut self, groups: u32, iters: u32) -> Result<TensorId> {
         self.node(
             Op::FmaProbe { groups, iters },
             "fma_probe",

@@ -1394,6 +1394,21 @@ fn a_view_of_overflowing_sizes_is_an_error() {
     }
 }
 
+/// A result too large to exist (a convolution padded by 2^17, from a malformed model's
+/// attributes, as fuzzing the lowering found) is refused by name, not a panic.
+#[test]
+fn a_result_of_more_than_2_32_elements_is_an_error() {
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, &[1, 1, 2, 2]).unwrap();
+    let w = g.constant_f32("w", &[1, 1, 1, 1], &[1.0]).unwrap();
+    let p = Conv2d {
+        padding: [1 << 17, 1 << 17],
+        ..Conv2d::default()
+    };
+    let e = g.conv2d(x, w, None, p).unwrap_err();
+    assert!(e.to_string().contains("more than 2^32 elements"), "{e}");
+}
+
 /// Products along one dim and along two (TOSA's REDUCE_PRODUCT), kept as dims of 1, against
 /// the host's.
 #[test]

@@ -401,7 +401,7 @@ impl GraphBuilder {
             let bi = self.same_float(OP, b, &xi)?;
             check_bias(OP, &bi, shape[1])?;
         }
-        Ok(self.node(Op::Conv { x, w, bias, p }, OP, xi.dtype, shape))
+        self.node(Op::Conv { x, w, bias, p }, OP, xi.dtype, shape)
     }
 }
 

@@ -188,7 +188,7 @@ impl GraphBuilder {
                 ));
             }
         }
-        Ok(self.node(Op::Unary { op, x }, op.name(), xi.dtype, xi.shape))
+        self.node(Op::Unary { op, x }, op.name(), xi.dtype, xi.shape)
     }
 
     /// A binary elementwise op with PyTorch broadcasting.
@@ -197,7 +197,7 @@ impl GraphBuilder {
         let ai = self.float_operand(name, a)?;
         let bi = self.same_float(name, b, &ai)?;
         let shape = broadcast_shape(name, &ai, &bi)?;
-        Ok(self.node(Op::Binary { op, a, b }, name, ai.dtype, shape))
+        self.node(Op::Binary { op, a, b }, name, ai.dtype, shape)
     }
 
     /// `a + b`, broadcasting.
@@ -282,7 +282,7 @@ impl GraphBuilder {
             ..ai
         };
         let shape = broadcast_shape(OP, &ci, &ab)?;
-        Ok(self.node(Op::Where { cond, a, b }, OP, ai.dtype, shape))
+        self.node(Op::Where { cond, a, b }, OP, ai.dtype, shape)
     }
 }
 

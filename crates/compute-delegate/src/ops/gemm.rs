@@ -83,7 +83,7 @@ impl GraphBuilder {
         if let Some(last) = shape.last_mut() {
             *last = n;
         }
-        Ok(self.node(
+        self.node(
             Op::Matmul {
                 a: x,
                 b: w,
@@ -93,7 +93,7 @@ impl GraphBuilder {
             OP,
             xi.dtype,
             shape,
-        ))
+        )
     }
 
     /// `a [.., m, k] @ b [.., k, n]`; batch dims must be equal, or one side's all 1.
@@ -164,7 +164,7 @@ impl GraphBuilder {
         let mut shape = batch;
         shape.push(m);
         shape.push(n);
-        Ok(self.node(
+        self.node(
             Op::Matmul {
                 a,
                 b,
@@ -174,6 +174,6 @@ impl GraphBuilder {
             op,
             ai.dtype,
             shape,
-        ))
+        )
     }
 }

@@ -347,7 +347,7 @@ impl GraphBuilder {
         let mut shape = ii.shape.clone();
         shape.push(ti.shape[1]);
         Self::check_shape(OP, &ii.name, &shape)?;
-        Ok(self.node(Op::Gather { table, ids }, OP, ti.dtype, shape))
+        self.node(Op::Gather { table, ids }, OP, ti.dtype, shape)
     }
 
     /// A constant f32 tensor of `shape` filled with `value` (at most 2^26 values).

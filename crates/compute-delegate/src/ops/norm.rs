@@ -72,7 +72,7 @@ impl GraphBuilder {
             eps,
             rms: true,
         };
-        Ok(self.node(op, OP, xi.dtype, xi.shape))
+        self.node(op, OP, xi.dtype, xi.shape)
     }
 
     /// Batch norm over dim 1 of `x` (`[n, c, ..]`) with constant running statistics `[mean,
@@ -177,7 +177,7 @@ impl GraphBuilder {
             }
         }
         let d = normalized_shape.iter().product();
-        Ok(self.node(
+        self.node(
             Op::LayerNorm {
                 x,
                 weight,
@@ -189,7 +189,7 @@ impl GraphBuilder {
             OP,
             xi.dtype,
             xi.shape,
-        ))
+        )
     }
 
     /// `group_norm` of `x` `[n, c, ..]` over `groups` groups of channels, with optional

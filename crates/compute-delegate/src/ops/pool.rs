@@ -461,7 +461,7 @@ impl GraphBuilder {
         let op = if max { "max_pool2d" } else { "avg_pool2d" };
         let xi = self.float_operand(op, x)?;
         let out = pool_shape(op, &xi, &p)?;
-        Ok(self.node(Op::Pool { x, max, p }, op, xi.dtype, out))
+        self.node(Op::Pool { x, max, p }, op, xi.dtype, out)
     }
 
     /// Average pooling over the last two dims.

@@ -303,7 +303,7 @@ impl GraphBuilder {
                 format!("left_shift {} is over 20", q.left_shift),
             ));
         }
-        Ok(self.node(Op::QAdd { a, b, q: *q }, OP, DType::I8, ai.shape))
+        self.node(Op::QAdd { a, b, q: *q }, OP, DType::I8, ai.shape)
     }
 
     /// int8 average pooling of `x` `[n, c, h, w]` as TOSA's AVG_POOL2D computes it: the sum
@@ -505,7 +505,7 @@ impl GraphBuilder {
         };
         let mult = self.constant(&format!("{label}_multiplier"), mk(&mult)?)?;
         let shift = self.constant(&format!("{label}_shift"), mk(&shift)?)?;
-        Ok(self.node(
+        self.node(
             Op::QConv {
                 x,
                 w,
@@ -517,7 +517,7 @@ impl GraphBuilder {
             OP,
             DType::I8,
             shape,
-        ))
+        )
     }
 }
 

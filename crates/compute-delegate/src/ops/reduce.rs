@@ -375,7 +375,7 @@ impl GraphBuilder {
         if shape.is_empty() {
             shape.push(1);
         }
-        Ok(self.node(Op::Reduce { x, dims: ds, mean }, op, xi.dtype, shape))
+        self.node(Op::Reduce { x, dims: ds, mean }, op, xi.dtype, shape)
     }
 
     /// Sum over `dims` (all dims when empty).

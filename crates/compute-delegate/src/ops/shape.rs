@@ -620,7 +620,7 @@ impl GraphBuilder {
                 });
             }
         }
-        Ok(self.node(Op::Cast { x, to }, OP, to, xi.shape))
+        self.node(Op::Cast { x, to }, OP, to, xi.shape)
     }
 
     /// A view with another shape (one dim may be -1); no data moves.
@@ -693,7 +693,7 @@ impl GraphBuilder {
             ));
         }
         let shape = p.iter().map(|&d| xi.shape[d]).collect();
-        Ok(self.node(Op::Permute { x, perm: p }, OP, xi.dtype, shape))
+        self.node(Op::Permute { x, perm: p }, OP, xi.dtype, shape)
     }
 
     /// Swaps two dims.
@@ -741,7 +741,7 @@ impl GraphBuilder {
             }
             shape[d] += ti.shape[d];
         }
-        Ok(self.node(
+        self.node(
             Op::Cat {
                 xs: xs.to_vec(),
                 dim: d,
@@ -749,7 +749,7 @@ impl GraphBuilder {
             OP,
             first.dtype,
             shape,
-        ))
+        )
     }
 
     /// `x[.., start:end:step, ..]` along `dim` (negative `start`/`end` count from the end and
@@ -792,7 +792,7 @@ impl GraphBuilder {
             let same: Vec<isize> = shape.iter().map(|&v| v as isize).collect();
             return self.reshape(x, &same);
         }
-        Ok(self.node(
+        self.node(
             Op::Slice {
                 x,
                 dim: d,
@@ -802,7 +802,7 @@ impl GraphBuilder {
             OP,
             xi.dtype,
             shape,
-        ))
+        )
     }
 
     /// `x.select(dim, index)`: the slice at `index` of `dim` (negative counts from the end),

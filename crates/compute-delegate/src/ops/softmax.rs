@@ -33,7 +33,7 @@ impl GraphBuilder {
         let op = if log { "log_softmax" } else { "softmax" };
         let xi = self.float_operand(op, x)?;
         let dim = norm_dim(op, &xi.name, dim, xi.shape.len())?;
-        Ok(self.node(Op::Softmax { x, dim, log }, op, xi.dtype, xi.shape))
+        self.node(Op::Softmax { x, dim, log }, op, xi.dtype, xi.shape)
     }
 
     /// Softmax over `dim` (negative counts from the end).
