@@ -19,6 +19,7 @@ const TARGETS: &[(&str, &[&str])] = &[
     ("vgf_decode", &["fixtures/vgf/*/model.vgf", "fixtures/malformed/vgf/*.vgf"]),
     ("program_file", &["examples/*.toml", "fixtures/malformed/program/*.toml"]),
     ("pte_decode", &["fixtures/pte/*/*.pte", "fixtures/zoo/*/model.pte", "fixtures/llm/*/model.pte"]),
+    ("pte_lower", &["fixtures/pte/*/*.pte", "fixtures/zoo/*/model.pte", "fixtures/llm/*/model.pte"]),
 ];
 
 /// Seeds larger than this are left out: libFuzzer's default input length follows the largest

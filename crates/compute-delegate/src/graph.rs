@@ -664,7 +664,10 @@ impl GraphBuilder {
 
     /// What this graph needs from a device: [`crate::f16_requirements`] when it
     /// [uses f16](Self::uses_f16), else [`crate::requirements`]; with fp16 GEMMs also,
-    /// optionally, [`crate::COOPERATIVE_FEATURES`] (without them the plain kernels run).
+    /// optionally, [`crate::COOPERATIVE_FEATURES`] (without them the plain kernels run). An
+    /// fp32 graph whose 4-bit weights are unpacked on the device asks, optionally, for
+    /// [`crate::F16_FEATURES`] too: with both, those products multiply in fp16
+    /// (`packed.rs`); without, in fp32.
     pub fn requirements(&self) -> vk_core::Requirements {
         let base = if self.uses_f16() {
             crate::f16_requirements()
@@ -673,6 +676,8 @@ impl GraphBuilder {
         };
         if self.has_f16_gemm() {
             base.optional_features(crate::COOPERATIVE_FEATURES)
+        } else if self.has_unpacked_f32_products() {
+            base.optional_features(crate::COOPERATIVE_FEATURES | crate::F16_FEATURES)
         } else {
             base
         }

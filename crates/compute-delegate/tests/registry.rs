@@ -3372,9 +3372,6 @@ fn channel_four_bit_linears_read_their_weights_packed() {
 /// with the bias added after.
 #[test]
 fn prompt_four_bit_products_may_multiply_in_f16() {
-    let Some((instance, dev)) = device("prompt_four_bit_f16", true) else {
-        return;
-    };
     let (rows, n, k, group) = (2 * 37usize, 48usize, 256usize, 32usize);
     let q: Vec<i8> = int8s(171, n * k)
         .iter()
@@ -3398,7 +3395,7 @@ fn prompt_four_bit_products_may_multiply_in_f16() {
             (dot + f64::from(bias[o])) as f32
         })
         .collect();
-    for on in [true, false] {
+    let graph = || {
         let mut g = GraphBuilder::new();
         let xin = g.input("x", DType::F32, &[2, rows / 2, k]).unwrap();
         let w = HostTensor::new(DType::U8, vec![n, k / 2], pack4(&q)).unwrap();
@@ -3417,6 +3414,22 @@ fn prompt_four_bit_products_may_multiply_in_f16() {
             .call(&mut g, args)
             .unwrap()[0];
         g.output(y).unwrap();
+        g
+    };
+    // The device opened as a program opens it, with what the fp32 graph asks for: fp16
+    // is optional, and enabled where the device has it.
+    let asked = graph().requirements();
+    assert!(
+        asked
+            .optional_features
+            .contains(compute_delegate::F16_FEATURES),
+        "{asked:?}"
+    );
+    let Some((instance, dev)) = testing::device("prompt_four_bit_f16", &asked) else {
+        return;
+    };
+    for on in [true, false] {
+        let g = graph();
         let options = BuildOptions {
             packed_products_in_f16: Some(on),
             // Weights this small would be unpacked once at build.
@@ -3431,6 +3444,7 @@ fn prompt_four_bit_products_may_multiply_in_f16() {
             .filter(|(k, _)| k.starts_with("DequantQ4"))
             .map(|(_, t)| t)
             .collect();
+        let on = on && compute_delegate::supports_f16(&dev);
         let in_f16 = if on { DType::F16 } else { DType::F32 };
         assert_eq!(unpacked, [in_f16], "{:?}", built.kernels());
         let got = built

@@ -218,7 +218,12 @@ fn fp16_vgf_models_run_natively() {
     ] {
         let (kernels, pairs) = run_natively(&dev, model);
         if model == "conv_fp16" {
-            assert_eq!(kernels, ["Gemm_f16"]);
+            // One product: the GEMM kernel the device runs best (cooperative matrices where
+            // it has them).
+            assert!(
+                kernels.len() == 1 && kernels[0].starts_with("Gemm"),
+                "{kernels:?}"
+            );
         }
         for (out, want) in &pairs {
             // ARGMAX's indices are int32: exact.
