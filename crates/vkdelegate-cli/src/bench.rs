@@ -361,7 +361,7 @@ fn program(path: &Path, repeat: usize) -> Result<Value> {
 
 /// How long programs run before they are timed.
 #[cfg(any(feature = "vgf", feature = "compute"))]
-const WARM_UP: Duration = Duration::from_millis(500);
+pub(crate) const WARM_UP: Duration = Duration::from_millis(500);
 
 /// ExecuTorch programs: load time, per-inference time (host input to host output), device time
 /// per delegate, host overhead.
