@@ -3,6 +3,7 @@
 // kernel: QConvPw variant=pw
 // kernel: QConvSplit variant=split
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // int8 conv2d (groups, stride, padding, dilation) with an i32 bias and per-channel TOSA-style
 // rescales: acc = bias[co] + sum (x - x_zp) * (w - w_zp) over the window (padding contributes
 // nothing, as padding with x_zp would), out = clamp(apply_scale_32(acc, mult[co], shift[co])
@@ -95,35 +96,49 @@ void main() {
         }
         for (uint e = 0; e < 4; ++e) partial[e][lane] = acc[e];
     } else {
-    for (uint e = 0; e < 4; ++e) {
-        uint i = q * 4 + e;
-        int acc = 0;
-        if (q < words && i < pc.total) {
-            uint ox = i % pc.ow;
-            uint t = i / pc.ow;
+        // The word's four outputs (they may straddle a channel) set up once; each lane then
+        // steps its share of the sum with the four outputs' terms side by side, so that a
+        // step's loads are independent of one another (a deep sum is a chain of load
+        // latencies: on an H200 the outputs one after the other took ~30 us a layer).
+        uint xbase[4];
+        uint wbase[4];
+        int y0[4];
+        int x0[4];
+        bool live[4];
+        [[unroll]] for (uint e = 0; e < 4; ++e) {
+            uint i = q * 4 + e;
+            live[e] = q < words && i < pc.total;
+            uint j = min(i, pc.total - 1);
+            uint ox = j % pc.ow;
+            uint t = j / pc.ow;
             uint oy = t % pc.oh;
             t /= pc.oh;
             uint co = t % pc.c_out;
             uint n = t / pc.c_out;
             uint g = co / cout_g;
-            int y0 = int(oy * pc.sh) - int(pc.ph);
-            int x0 = int(ox * pc.sw) - int(pc.pw);
-            uint xbase = (n * pc.c_in + g * cin_g) * pc.h * pc.w;
-            uint wbase = co * depth;
-            for (uint k = lane; k < depth; k += LANES) {
-                uint ci = k / taps;
-                uint r = k - ci * taps;
-                uint ky = r / pc.kw;
-                uint kx = r - ky * pc.kw;
-                int yy = y0 + int(ky * pc.dh);
-                int xx = x0 + int(kx * pc.dw);
-                if (yy < 0 || yy >= int(pc.h) || xx < 0 || xx >= int(pc.w)) continue;
-                int xv = load_i8_x(xbase + ci * pc.h * pc.w + uint(yy) * pc.w + uint(xx)) - pc.x_zp;
-                acc += xv * (load_i8_w(wbase + k) - pc.w_zp);
+            y0[e] = int(oy * pc.sh) - int(pc.ph);
+            x0[e] = int(ox * pc.sw) - int(pc.pw);
+            xbase[e] = (n * pc.c_in + g * cin_g) * plane;
+            wbase[e] = co * depth;
+        }
+        int acc[4] = int[4](0, 0, 0, 0);
+        for (uint k = lane; k < depth; k += LANES) {
+            uint ci = k / taps;
+            uint r = k - ci * taps;
+            uint ky = r / pc.kw;
+            uint kx = r - ky * pc.kw;
+            [[unroll]] for (uint e = 0; e < 4; ++e) {
+                int yy = y0[e] + int(ky * pc.dh);
+                int xx = x0[e] + int(kx * pc.dw);
+                bool inside = live[e] && yy >= 0 && yy < int(pc.h) && xx >= 0 && xx < int(pc.w);
+                // Clamped, so that the address is inside x whether or not it is read.
+                uint at = xbase[e] + ci * plane + uint(clamp(yy, 0, int(pc.h) - 1)) * pc.w
+                    + uint(clamp(xx, 0, int(pc.w) - 1));
+                int xv = inside ? load_i8_x(at) - pc.x_zp : 0;
+                acc[e] += xv * (load_i8_w(wbase[e] + k) - pc.w_zp);
             }
         }
-        partial[e][lane] = acc;
-    }
+        for (uint e = 0; e < 4; ++e) partial[e][lane] = acc[e];
     }
     barrier();
     for (uint half_ = LANES / 2; half_ > 0; half_ /= 2) {

@@ -118,6 +118,15 @@ fn int8_add_and_conv_match_integer_references() {
             None,
             "QConvSplit",
         ),
+        // A 1x1 layer over 7x7 planes: output words straddle channels.
+        (
+            [1, 96, 7, 7],
+            [40, 96, 1, 1],
+            Conv2d::default(),
+            true,
+            None,
+            "QConvSplit",
+        ),
         (
             [2, 4, 5, 5],
             [4, 2, 3, 1],
