@@ -13,12 +13,14 @@
 // and 4 output channels, 16 sums, so that each load of x serves four output channels.
 // variant: pw -DPOINTWISE
 // The split variant (SPLIT) is for convolutions of few outputs and deep sums (a classifier, the
-// last blocks' 1x1 layers): one work group of 64 lanes per output word, the lanes sharing
-// each output's sum, added up in shared memory.
+// last blocks' 1x1 layers): GROUP lanes of a work group of 64 per output word (GROUP, a
+// specialization constant of 8 to 64, chosen for about 16 terms a lane), sharing each
+// output's sum, added up in shared memory.
 // variant: split -DSPLIT
 #ifdef SPLIT
 #define LANES 64
 layout(local_size_x = LANES) in;
+layout(constant_id = 0) const uint GROUP = 64;
 #else
 layout(local_size_x = 256) in;
 #endif
@@ -67,8 +69,10 @@ int load_i8_w(uint i) {
 shared int partial[4][LANES];
 
 void main() {
-    uint lane = gl_LocalInvocationID.x;
-    uint q = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint me = gl_LocalInvocationID.x;
+    uint lane = me % GROUP;
+    uint q = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * (LANES / GROUP)
+        + me / GROUP;
     uint words = (pc.total + 3) / 4;
     uint cin_g = pc.c_in / pc.groups;
     uint cout_g = pc.c_out / pc.groups;
@@ -88,13 +92,13 @@ void main() {
             uint g = co / cout_g;
             uint xbase = (n * pc.c_in + g * cin_g) * quads + q % quads;
             uint wbase = co * depth;
-            for (uint k = lane; k < depth; k += LANES) {
+            for (uint k = lane; k < depth; k += GROUP) {
                 uint xw = x[xbase + k * quads];
                 int wv = load_i8_w(wbase + k) - pc.w_zp;
                 for (uint e = 0; e < 4; ++e) acc[e] += (byte_at(xw, e) - pc.x_zp) * wv;
             }
         }
-        for (uint e = 0; e < 4; ++e) partial[e][lane] = acc[e];
+        for (uint e = 0; e < 4; ++e) partial[e][me] = acc[e];
     } else {
         // The word's four outputs (they may straddle a channel) set up once; each lane then
         // steps its share of the sum with the four outputs' terms side by side, so that a
@@ -122,7 +126,7 @@ void main() {
             wbase[e] = co * depth;
         }
         int acc[4] = int[4](0, 0, 0, 0);
-        for (uint k = lane; k < depth; k += LANES) {
+        for (uint k = lane; k < depth; k += GROUP) {
             uint ci = k / taps;
             uint r = k - ci * taps;
             uint ky = r / pc.kw;
@@ -138,12 +142,12 @@ void main() {
                 acc[e] += xv * (load_i8_w(wbase[e] + k) - pc.w_zp);
             }
         }
-        for (uint e = 0; e < 4; ++e) partial[e][lane] = acc[e];
+        for (uint e = 0; e < 4; ++e) partial[e][me] = acc[e];
     }
     barrier();
-    for (uint half_ = LANES / 2; half_ > 0; half_ /= 2) {
+    for (uint half_ = GROUP / 2; half_ > 0; half_ /= 2) {
         if (lane < half_) {
-            for (uint e = 0; e < 4; ++e) partial[e][lane] += partial[e][lane + half_];
+            for (uint e = 0; e < 4; ++e) partial[e][me] += partial[e][me + half_];
         }
         barrier();
     }
@@ -153,7 +157,7 @@ void main() {
         uint i = q * 4 + e;
         if (i >= pc.total) break;
         uint co = (i / (pc.ow * pc.oh)) % pc.c_out;
-        int acc = partial[e][0] + ((pc.has_bias == 1) ? bias[co] : 0);
+        int acc = partial[e][me] + ((pc.has_bias == 1) ? bias[co] : 0);
         int o = clamp(apply_scale_32(acc, mult[co], shift[co]) + pc.out_zp, -128, 127);
         r |= (uint(o) & 0xFFu) << (8 * e);
     }

@@ -665,9 +665,9 @@ impl GraphBuilder {
     /// What this graph needs from a device: [`crate::f16_requirements`] when it
     /// [uses f16](Self::uses_f16), else [`crate::requirements`]; with fp16 GEMMs also,
     /// optionally, [`crate::COOPERATIVE_FEATURES`] (without them the plain kernels run). An
-    /// fp32 graph whose 4-bit weights are unpacked on the device asks, optionally, for
-    /// [`crate::F16_FEATURES`] too: with both, those products multiply in fp16
-    /// (`packed.rs`); without, in fp32.
+    /// fp32 graph that [reads packed 4-bit weights](Self::reads_packed_four_bit_weights) asks,
+    /// optionally, for [`crate::F16_FEATURES`] too: with both, its products of more than four
+    /// rows multiply in fp16 (`packed.rs`); without, in fp32.
     pub fn requirements(&self) -> vk_core::Requirements {
         let base = if self.uses_f16() {
             crate::f16_requirements()
@@ -676,7 +676,7 @@ impl GraphBuilder {
         };
         if self.has_f16_gemm() {
             base.optional_features(crate::COOPERATIVE_FEATURES)
-        } else if self.has_unpacked_f32_products() {
+        } else if self.reads_packed_four_bit_weights() {
             base.optional_features(crate::COOPERATIVE_FEATURES | crate::F16_FEATURES)
         } else {
             base

@@ -75,6 +75,23 @@ impl GraphBuilder {
         found
     }
 
+    /// Whether the graph reads 4-bit weights packed (`linear_q4gsw` and its kin): one to four
+    /// rows on `gemv_q4.comp`, more unpacked on the device. The same program built for more
+    /// rows (a language model's prompt after its one-token step, on the device the one-token
+    /// program opened) has products that may multiply in fp16, so such a graph asks for the
+    /// f16 features, optionally ([`GraphBuilder::requirements`]).
+    pub fn reads_packed_four_bit_weights(&self) -> bool {
+        self.nodes.iter().any(|n| {
+            matches!(
+                n.op,
+                Op::Kernel {
+                    kernel: Kernel::GemvQ4 | Kernel::GemvQ4Teams | Kernel::DequantQ4,
+                    ..
+                }
+            )
+        })
+    }
+
     /// Whether an fp32 product reads 4-bit weights unpacked on the device.
     pub(crate) fn has_unpacked_f32_products(&self) -> bool {
         !self.unpacked_f32_products().is_empty()

@@ -88,8 +88,9 @@ fn int8_add_and_conv_match_integer_references() {
     // conv: per-channel and per-tensor rescales, groups, padding, stride; more padding at the
     // bottom and right than at the top and left; 1x1 on the pointwise kernel (output
     // channels not a multiple of 4, two images); few outputs of deep sums on the split
-    // kernel (a 3x3 layer, a classifier, 73728 output words in two rows of work groups, and a
-    // 1x1 layer padded at the bottom and right, whose outputs are not its input's pixels).
+    // kernel (a 3x3 layer, a classifier, 73728 output words of 16 lanes each, 65664 words of
+    // 64 lanes each in two rows of work groups, and a 1x1 layer padded at the bottom and
+    // right, whose outputs are not its input's pixels).
     let cases = [
         (
             [1usize, 4, 7, 6],
@@ -113,6 +114,14 @@ fn int8_add_and_conv_match_integer_references() {
         (
             [1, 192, 64, 72],
             [64, 192, 1, 1],
+            Conv2d::default(),
+            true,
+            None,
+            "QConvSplit",
+        ),
+        (
+            [1, 1024, 8, 36],
+            [912, 1024, 1, 1],
             Conv2d::default(),
             true,
             None,

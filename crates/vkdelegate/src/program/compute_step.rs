@@ -22,10 +22,13 @@ pub(super) fn requirements(_step: &str) -> Result<Requirements> {
 }
 
 /// A graph step's requirements: the compute delegate's, and for fp16 graphs its f16
-/// features as optional (enabled where the device has them; fp32 otherwise).
+/// features as optional (enabled where the device has them; fp32 otherwise). So too for
+/// graphs that read packed 4-bit weights: their products of more rows multiply in fp16 where
+/// the device has those features, and the same program built for a longer input (a language
+/// model's prompt) runs on the device its one-token build opened.
 pub(super) fn graph_requirements(g: &GraphStep) -> Requirements {
     let base = compute_delegate::requirements();
-    if g.f16 {
+    if g.f16 || g.graph.reads_packed_four_bit_weights() {
         base.optional_features(
             compute_delegate::F16_FEATURES | compute_delegate::COOPERATIVE_FEATURES,
         )
