@@ -527,7 +527,7 @@ const QPOOL_MOST: usize = 1 << 20;
 
 /// Below this many threads (one per output word, or per four words of four channels on the
 /// pointwise kernel) an int8 convolution of deep sums (32 terms or more; 192 or more for the
-/// pointwise kernel) runs on `qconv.comp`'s split variant: a work group per output word.
+/// pointwise kernel) runs on `qconv.comp`'s split variant: [`split_lanes`] lanes a word.
 const QCONV_SPLIT_BELOW: usize = 32 * 1024;
 
 /// The lanes that share one output word's sums on the split kernel, for sums of `depth`
