@@ -1496,6 +1496,20 @@ fn flips_repeats_and_pads_of_declared_giants_are_refused() {
     let arange = ops::find("aten.arange.start_step").unwrap();
     let args = vec![Arg::Float(0.0), Arg::Float(1e9), Arg::Float(1.0)];
     assert!(arange.call(&mut g, args).is_err());
+    // A view of as many elements (found by fuzzing the lowering: its index is built on the
+    // host), and one whose strides overflow.
+    let strided = ops::find("aten.as_strided_copy.default").unwrap();
+    let view =
+        |size: Vec<i64>, stride: Vec<i64>| vec![Arg::Tensor(x), Arg::Ints(size), Arg::Ints(stride)];
+    let e = strided
+        .call(&mut g, view(vec![1 << 31, 1 << 31], vec![0, 0]))
+        .unwrap_err();
+    assert!(e.to_string().contains("2^26"), "{e}");
+    let e = strided
+        .call(&mut g, view(vec![2, 2], vec![1 << 62, 1]))
+        .unwrap_err();
+    assert!(e.to_string().contains("outside"), "{e}");
+    assert!(strided.call(&mut g, view(vec![2, 2], vec![1, 2])).is_ok());
     assert!(
         pad.call(
             &mut g,

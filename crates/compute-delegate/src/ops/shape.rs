@@ -249,20 +249,36 @@ fn strided_copy(
     offset: i64,
 ) -> Result<TensorId> {
     let numel: usize = c.shape(x).iter().product();
-    let mut index = Vec::with_capacity(size.iter().product());
-    for o in 0..size.iter().product::<usize>() {
-        let (mut rest, mut at) = (o, offset);
+    // The index is built on the host: at most `FULL_MAX` entries, counted with checks.
+    let count = size
+        .iter()
+        .try_fold(1usize, |n, &s| n.checked_mul(s))
+        .filter(|&n| n <= super::index::FULL_MAX)
+        .ok_or_else(|| {
+            c.err(
+                1,
+                format!("{size:?}: more than 2^26 elements to index on the host"),
+            )
+        })?;
+    let mut index = Vec::with_capacity(count);
+    for o in 0..count {
+        let (mut rest, mut at) = (o, Some(offset));
         for (&s, &st) in size.iter().zip(stride).rev() {
-            at += ((rest % s) * st) as i64;
+            let step = i64::try_from(rest % s).ok().zip(i64::try_from(st).ok());
+            at = at
+                .zip(step)
+                .and_then(|(at, (r, st))| r.checked_mul(st)?.checked_add(at));
             rest /= s;
         }
-        match i32::try_from(at) {
-            Ok(v) if (0..numel as i64).contains(&at) => index.push(v),
-            _ => {
-                return Err(c.err(
-                    2,
-                    format!("element {o} falls at {at}, outside the {numel} elements"),
-                ));
+        let inside = at.filter(|a| (0..numel as i64).contains(a));
+        match inside.and_then(|a| i32::try_from(a).ok()) {
+            Some(v) => index.push(v),
+            None => {
+                let why = format!(
+                    "element {o} (offset {offset}, strides {stride:?}) falls outside the \
+                     {numel} elements"
+                );
+                return Err(c.err(2, why));
             }
         }
     }
