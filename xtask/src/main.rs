@@ -80,8 +80,8 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("gpu-archive") => gpu_archive::run(&args[1..]),
         Some("fuzz") => match args.get(1).map(|s| s.parse::<u64>()) {
-            None => fuzz::run(FUZZ_SECONDS),
-            Some(Ok(seconds)) => fuzz::run(seconds),
+            None => fuzz::run(FUZZ_SECONDS, fuzz::Targets::All),
+            Some(Ok(seconds)) => fuzz::run(seconds, fuzz::Targets::All),
             Some(Err(e)) => Err(format!("fuzz SECONDS: {e}")),
         },
         _ => {
@@ -345,7 +345,7 @@ fn ci() -> Result {
             }
         }
         step(&mut summary, "fuzz (60 s per target)", || {
-            fuzz::run(FUZZ_SECONDS)
+            fuzz::run(FUZZ_SECONDS, fuzz::Targets::Decoders)
         })?;
         step(&mut summary, "package (every published crate)", || {
             // Each crate as crates.io would get it, built from its own package (workspace
