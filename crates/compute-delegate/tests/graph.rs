@@ -1510,6 +1510,19 @@ fn flips_repeats_and_pads_of_declared_giants_are_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("outside"), "{e}");
     assert!(strided.call(&mut g, view(vec![2, 2], vec![1, 2])).is_ok());
+    // Sizes whose sum, and a shuffle factor whose square, overflow (found the same way).
+    let split = ops::find("aten.split_with_sizes_copy.default").unwrap();
+    let sizes = vec![1, i64::MAX, i64::MAX];
+    let e = split
+        .call(&mut g, vec![Arg::Tensor(x), Arg::Ints(sizes), Arg::Int(1)])
+        .unwrap_err();
+    assert!(e.to_string().contains("do not split"), "{e}");
+    let shuffle = ops::find("aten.pixel_shuffle.default").unwrap();
+    let z = g.input("z", DType::F32, &[1, 4, 2, 2]).unwrap();
+    let e = shuffle
+        .call(&mut g, vec![Arg::Tensor(z), Arg::Int(1 << 33)])
+        .unwrap_err();
+    assert!(e.to_string().contains("multiple"), "{e}");
     assert!(
         pad.call(
             &mut g,

@@ -518,19 +518,20 @@ fn pixel_shuffle(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let [lead @ .., ch, h, w] = shape.as_slice() else {
         return Err(c.err(0, format!("must have at least 3 dims, found {shape:?}")));
     };
-    if r == 0 || ch % (r * r) != 0 {
+    let rr = r.checked_mul(r).filter(|&rr| rr != 0 && ch % rr == 0);
+    let (Some(rr), Some(oh), Some(ow)) = (rr, h.checked_mul(r), w.checked_mul(r)) else {
         return Err(c.err(
             1,
             format!("{r}: {ch} channels are not a multiple of {r}*{r}"),
         ));
-    }
+    };
     let mut out = lead.to_vec();
-    out.extend([ch / (r * r), h * r, w * r]);
+    out.extend([ch / rr, oh, ow]);
     let total = out.iter().product::<usize>();
     let word = |v: usize| u32::try_from(v).map_err(|_| c.err(0, format!("{v} is over 2^32")));
     let push = push::PixelShufflePush {
         total: word(total)?,
-        c: word(ch / (r * r))?,
+        c: word(ch / rr)?,
         h: word(*h)?,
         w: word(*w)?,
         r: word(r)?,
@@ -852,7 +853,8 @@ impl GraphBuilder {
         const OP: &str = "split";
         let xi = self.word_operand(OP, x)?;
         let d = norm_dim(OP, &xi.name, dim, xi.shape.len())?;
-        if sizes.iter().sum::<usize>() != xi.shape[d] || sizes.contains(&0) {
+        let total = sizes.iter().try_fold(0usize, |t, &s| t.checked_add(s));
+        if total != Some(xi.shape[d]) || sizes.contains(&0) {
             return Err(shape_err(
                 OP,
                 format!(
