@@ -3164,6 +3164,28 @@ fn attend_ref(
         .collect()
 }
 
+/// Products of `k` terms against their definition in f64 (`want`, with each output's sum of
+/// absolute terms): in fp32 within 1e-5 plus about sqrt(k) roundings of that sum; in fp16
+/// within fp16's tolerance of the output's scale.
+fn assert_sums_close(
+    got: &[f32],
+    (want, magnitude): (&[f32], &[f64]),
+    k: usize,
+    dtype: DType,
+    what: &str,
+) {
+    if dtype != DType::F32 {
+        return assert_close(got, want, dtype, what);
+    }
+    for (i, ((g, w), m)) in got.iter().zip(want).zip(magnitude).enumerate() {
+        let tol = 1e-5 * (1.0 + w.abs()) + (f32::EPSILON * (k as f32).sqrt() * *m as f32);
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {i}: got {g}, want {w}"
+        );
+    }
+}
+
 /// `linear_q4gsw` of one to four rows reads its weights packed on the device (`gemv_q4.comp`);
 /// longer products unpack them on the device into a temporary just before their GEMM
 /// (`dequant_q4.comp`), or at build where the packing does not suit it (groups of 4). Both in
@@ -3264,18 +3286,7 @@ fn four_bit_linears_keep_their_weights_packed() {
                 .unzip();
             let what = format!("{rows} rows, n {n}, k {k}, groups of {group}");
             let got = out[0].to_f32().unwrap();
-            if dtype == DType::F32 {
-                for (i, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
-                    let tol =
-                        1e-5 * (1.0 + w.abs()) + (f32::EPSILON * (k as f32).sqrt() * *m as f32);
-                    assert!(
-                        (g - w).abs() <= tol,
-                        "{what}: element {i}: got {g}, want {w}"
-                    );
-                }
-            } else {
-                assert_close(&got, &want, dtype, &what);
-            }
+            assert_sums_close(&got, (&want, &magnitude), k, dtype, &what);
         }
     });
 }
@@ -3349,18 +3360,7 @@ fn channel_four_bit_linears_read_their_weights_packed() {
                 })
                 .unzip();
             let got = out[0].to_f32().unwrap();
-            if dtype == DType::F32 {
-                for (i, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
-                    let tol =
-                        1e-5 * (1.0 + w.abs()) + (f32::EPSILON * (k as f32).sqrt() * *m as f32);
-                    assert!(
-                        (g - w).abs() <= tol,
-                        "{what}: element {i}: got {g}, want {w}"
-                    );
-                }
-            } else {
-                assert_close(&got, &want, dtype, &what);
-            }
+            assert_sums_close(&got, (&want, &magnitude), k, dtype, &what);
         }
     });
 }
