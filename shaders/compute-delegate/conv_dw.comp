@@ -6,13 +6,17 @@
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
-// Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh).
+// Fused activation (`epilogue.glsl`'s codes), applied after the bias and the residual.
 layout(constant_id = 0) const uint ACT = 0;
+// A residual (binding 4, laid out as y) is added to each result: a residual add fused at
+// lowering.
+layout(constant_id = 1) const uint RESID = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { T wt[]; };
 layout(std430, set = 0, binding = 2) readonly buffer B { T bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 4) readonly buffer R { T resid[]; };
 
 layout(push_constant) uniform Params {
     uint total;
@@ -34,6 +38,8 @@ layout(push_constant) uniform Params {
     float act_lo;
     float act_hi;
 } pc;
+
+#include "epilogue.glsl"
 
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
@@ -61,7 +67,7 @@ void main() {
                 acc += xv * float(wt[wbase + ky * pc.kw + kx]);
             }
         }
-        if (ACT == 1) acc = clamp(acc, pc.act_lo, pc.act_hi);
-        y[i] = T(acc);
+        if (RESID == 1) acc += float(resid[i]);
+        y[i] = T(activate(acc));
     }
 }

@@ -13,16 +13,20 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
-// Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh).
+// Fused activation (`epilogue.glsl`'s codes), applied after the bias and the residual.
 layout(constant_id = 0) const uint ACT = 0;
 // Output channels an invocation computes (1 to MAX_MT).
 layout(constant_id = 1) const uint MT = 4;
 const uint MAX_MT = 8;
+// A residual (binding 4, laid out as y) is added to each result: a residual add fused at
+// lowering.
+layout(constant_id = 2) const uint RESID = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { T wt[]; };
 layout(std430, set = 0, binding = 2) readonly buffer B { T bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 4) readonly buffer R { T resid[]; };
 
 // Rust: `kernels::push::ConvPwPush`, generated from this block.
 layout(push_constant) uniform Params {
@@ -35,6 +39,8 @@ layout(push_constant) uniform Params {
     float act_lo;
     float act_hi;
 } pc;
+
+#include "epilogue.glsl"
 
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
@@ -60,9 +66,10 @@ void main() {
         }
         [[unroll]] for (uint j = 0; j < MT; ++j) {
             if (m0 + j < pc.m) {
+                uint at = (n * pc.m + m0 + j) * pc.pixels + px;
                 ACC a = acc[j];
-                if (ACT == 1) a = clamp(a, pc.act_lo, pc.act_hi);
-                y[(n * pc.m + m0 + j) * pc.pixels + px] = T(a);
+                if (RESID == 1) a += float(resid[at]);
+                y[at] = T(activate(a));
             }
         }
     }

@@ -3,8 +3,8 @@
 // kernel: GemmWide variant=wide
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-// Tiled GEMM, C[m][n] = sum_k A[m][k] * B[k][n] (+ bias), used for matmul, bmm, linear and
-// (as an implicit GEMM) conv2d. A work group computes a BM x BN tile (BM = 8 * TY,
+// Tiled GEMM, C[m][n] = act(sum_k A[m][k] * B[k][n] (+ bias) (+ residual)), used for matmul,
+// bmm, linear and (as an implicit GEMM) conv2d. A work group computes a BM x BN tile (BM = 8 * TY,
 // BN = 4 * CQ * TX), each thread an 8 x 8 register tile (two vec4 rows x two vec4 columns,
 // split so that shared-memory reads are conflict-free; WARP_TILE picks the split), or 8 x 16 in
 // the wide variant (CQ = 4), stepping K by BK through two shared-memory stages: the next
@@ -40,7 +40,7 @@ layout(constant_id = 3) const uint MODE = 0;
 // patch index arithmetic divides by constants.
 layout(constant_id = 4) const uint KHS = 0;
 layout(constant_id = 5) const uint KWS = 0;
-// Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh).
+// Fused activation (`epilogue.glsl`'s codes), applied after the bias and the residual.
 layout(constant_id = 6) const uint ACT = 0;
 // vec4 loads: VEC_A when A rows are contiguous along K with K and the strides multiples of 4;
 // VEC_B (MODE 0) when B rows are contiguous along N with N and the strides multiples of 4.
@@ -55,6 +55,9 @@ layout(constant_id = 9) const uint PARTIAL_F32 = 0;
 // r + 4 and column quads c and c + 8 of it, so that a warp's shared-memory reads touch half
 // the bytes (one 128-byte wavefront for B).
 layout(constant_id = 10) const uint WARP_TILE = 0;
+// A residual (binding 4, laid out as C) is added to each result after its bias: a residual
+// add fused at lowering. Never with split-K, whose summing pass adds it.
+layout(constant_id = 11) const uint RESID = 0;
 
 #ifndef GEMM_BK
 #define GEMM_BK 8
@@ -97,6 +100,7 @@ layout(std430, set = 0, binding = 3) writeonly buffer C { T c[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C32 { float c32[]; };
 layout(std430, set = 0, binding = 0) readonly buffer A4 { T4 a4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B4 { T4 b4[]; };
+layout(std430, set = 0, binding = 4) readonly buffer R { T resid[]; };
 
 layout(push_constant) uniform Params {
     uint m;
@@ -134,6 +138,8 @@ layout(push_constant) uniform Params {
     float act_lo;
     float act_hi;
 } pc;
+
+#include "epilogue.glsl"
 
 shared vec4 As[2 * AS_STAGE];
 shared vec4 Bs[2 * BS_STAGE];
@@ -434,16 +440,18 @@ void main() {
                 float v = acc[i][j][q];
                 if (mm < pc.m && nn < pc.n) {
                     if (MODE == 0) {
+                        uint at = z * pc.sc_b + mm * pc.sc_m + nn;
                         if (add_bias) v += float(bias[nn]);
-                        if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
-                        store_c(c_off + z * pc.sc_b + mm * pc.sc_m + nn, v);
+                        if (RESID == 1) v += float(resid[at]);
+                        store_c(c_off + at, activate(v));
                     } else {
                         uint co = z * pc.m + mm;
-                        if (add_bias) v += float(bias[co]);
-                        if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
                         uint img = nn / ohw;
                         uint p = nn - img * ohw;
-                        store_c(c_off + (img * pc.cout + co) * ohw + p, v);
+                        uint at = (img * pc.cout + co) * ohw + p;
+                        if (add_bias) v += float(bias[co]);
+                        if (RESID == 1) v += float(resid[at]);
+                        store_c(c_off + at, activate(v));
                     }
                 }
             }

@@ -117,7 +117,8 @@ impl GraphBuilder {
         };
         let cpu =
             device.capabilities().device_type == vk_core::DeviceType::Cpu && !options.gpu_layouts;
-        let mut plan = lower_placed(self, limits, (subgroups, cpu), coop, &placement)?;
+        let epilogues = options.fuses();
+        let mut plan = lower_placed(self, limits, (subgroups, cpu), coop, &placement, epilogues)?;
         if scheduling() {
             let extent = |s: usize| storage_extent(&plan.storages, &plan.within, s);
             let order = scheduled(std::mem::take(&mut plan.dispatches), &extent);

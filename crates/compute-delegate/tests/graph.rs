@@ -1034,6 +1034,124 @@ fn hard_gates_are_one_dispatch() {
     assert_no_validation_errors(&inst);
 }
 
+/// Products and convolutions apply the residual add and the activation that read their
+/// results as they store them (one dispatch where there were two or three), with the same
+/// results as the graph built unfused, in fp32 and fp16: a linear layer and its GELU; one
+/// and its residual; a split-K product, its residual and a tanh GELU (the summing pass applies
+/// them); a 3x3 convolution, its residual and relu; a pointwise one, its residual and
+/// hardswish; a depthwise one and its SiLU. A product of two rows, whose kernel takes no
+/// epilogue, is followed by its GELU in place.
+#[test]
+fn products_apply_their_residuals_and_activations() {
+    use compute_delegate::UnaryOp;
+    let test = "products_apply_their_residuals_and_activations";
+    for dtype in [DType::F32, DType::F16] {
+        let found = if dtype == DType::F16 {
+            testing::device(test, &compute_delegate::f16_requirements())
+        } else {
+            device(test)
+        };
+        let Some((inst, dev)) = found else {
+            return;
+        };
+        let mut b = GraphBuilder::new();
+        b.set_float(dtype);
+        let input = |b: &mut GraphBuilder, name: &str, shape: &[usize]| {
+            let x = b.input(name, DType::F32, shape).unwrap();
+            b.cast(x, dtype).unwrap()
+        };
+        let weight = |b: &mut GraphBuilder, name: &str, seed: u32, shape: &[usize]| {
+            let n = shape.iter().product();
+            let v: Vec<f32> = data(seed, n).iter().map(|v| v * 0.25).collect();
+            let w = b.constant_f32(name, shape, &v).unwrap();
+            b.cast(w, dtype).unwrap()
+        };
+        // Residuals are written before the products that add them.
+        let x = input(&mut b, "x", &[40, 64]);
+        let r = input(&mut b, "r", &[40, 64]);
+        let deep = input(&mut b, "deep", &[16, 1024]);
+        let r_deep = input(&mut b, "r_deep", &[16, 32]);
+        let img = input(&mut b, "img", &[1, 8, 10, 10]);
+        let r_conv = input(&mut b, "r_conv", &[1, 16, 10, 10]);
+        let few = input(&mut b, "few", &[2, 64]);
+        let w1 = weight(&mut b, "w1", 1, &[96, 64]);
+        let b1 = weight(&mut b, "b1", 2, &[96]);
+        let y = b.linear(x, w1, Some(b1)).unwrap();
+        let gelu = b.gelu(y, false).unwrap();
+        let w2 = weight(&mut b, "w2", 3, &[64, 64]);
+        let y = b.linear(x, w2, None).unwrap();
+        let resid = b.add(r, y).unwrap();
+        let w3 = weight(&mut b, "w3", 4, &[32, 1024]);
+        let y = b.linear(deep, w3, None).unwrap();
+        let y = b.add(y, r_deep).unwrap();
+        let split = b.gelu(y, true).unwrap();
+        let k3 = weight(&mut b, "k3", 5, &[16, 8, 3, 3]);
+        let kb = weight(&mut b, "kb", 6, &[16]);
+        let pad = Conv2d {
+            padding: [1, 1],
+            ..Default::default()
+        };
+        let y = b.conv2d(img, k3, Some(kb), pad).unwrap();
+        let y = b.add(y, r_conv).unwrap();
+        let conv = b.relu(y).unwrap();
+        let k1 = weight(&mut b, "k1", 7, &[16, 16, 1, 1]);
+        let y = b.conv2d(conv, k1, None, Conv2d::default()).unwrap();
+        let y = b.add(y, conv).unwrap();
+        let pointwise = b.hardswish(y).unwrap();
+        let kd = weight(&mut b, "kd", 8, &[16, 1, 3, 3]);
+        let dw = Conv2d {
+            padding: [1, 1],
+            groups: 16,
+            ..Default::default()
+        };
+        let y = b.conv2d(pointwise, kd, None, dw).unwrap();
+        let depthwise = b.unary(UnaryOp::Silu, y).unwrap();
+        let w4 = weight(&mut b, "w4", 9, &[32, 64]);
+        let y = b.linear(few, w4, None).unwrap();
+        let rows = b.gelu(y, false).unwrap();
+        for o in [gelu, resid, split, depthwise, rows] {
+            let o = b.cast(o, DType::F32).unwrap();
+            b.output(o).unwrap();
+        }
+        let inputs: Vec<HostTensor> = b
+            .input_specs()
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let n = spec.shape.iter().product();
+                HostTensor::from_f32(spec.shape.clone(), &data(40 + i as u32, n)).unwrap()
+            })
+            .collect();
+        let mut built = built_both(&b, &dev, |unfused| BuildOptions {
+            unfused,
+            ..Default::default()
+        });
+        let kernels = built[0].kernels();
+        let count = |name: &str| kernels.iter().filter(|k| k.starts_with(name)).count();
+        // The two-row product's GELU alone runs on its own, in place.
+        assert_eq!((count("Unary"), count("Binary")), (1, 0), "{kernels:?}");
+        assert_eq!(
+            built[1].dispatch_count() - built[0].dispatch_count(),
+            8,
+            "fused {kernels:?}, unfused {:?}",
+            built[1].kernels()
+        );
+        let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
+        for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+            let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
+            let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+            let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 } * scale;
+            for (e, (a, w)) in f.iter().zip(&u).enumerate() {
+                assert!(
+                    (a - w).abs() <= tol,
+                    "{dtype:?} output {i}[{e}]: fused {a}, unfused {w}"
+                );
+            }
+        }
+        assert_no_validation_errors(&inst);
+    }
+}
+
 /// The attention compositions exporters write run as one `attend.comp` dispatch each, with the
 /// same results as the graph as written (built unfused), in fp32 and fp16:
 /// - a ViT's: heads sliced and permuted out of one QKV product, both operands scaled, PyTorch's

@@ -540,7 +540,7 @@ impl Lowerer<'_> {
             ),
         }
         if let Some(p) = partial {
-            self.sum_partials(p, splits as u32, out_numel, final_out, act)?;
+            self.sum_partials(p, splits as u32, out_numel, final_out)?;
         }
         Ok(())
     }

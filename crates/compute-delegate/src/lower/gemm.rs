@@ -205,13 +205,22 @@ impl Lowerer<'_> {
         if let Some(p) = partial {
             bindings[3] = (p, true);
         }
-        let push = gemm_push(&params, [splits, k_split, stride as u64], act);
+        // With split-K the epilogue follows the summing pass.
+        let epilogue = if partial.is_none() {
+            self.take_epilogue()
+        } else {
+            None
+        };
+        let (act_code, bounds, resid) = match epilogue {
+            Some(e) => (e.act, Some((e.lo, e.hi)), e.residual),
+            None => (0, None, None),
+        };
+        bindings.push((resid.unwrap_or(bindings[0].0), false));
+        let push = gemm_push(&params, [splits, k_split, stride as u64], bounds);
         // vec4 loads where rows are contiguous and everything is a multiple of 4.
         let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, ..] = gemm_layout(&params);
         let vec_a = sa_k == 1 && k % 4 == 0 && sa_m % 4 == 0 && sa_b % 4 == 0;
         let vec_b = mode == 0 && sb_n == 1 && n % 4 == 0 && sb_k % 4 == 0 && sb_b % 4 == 0;
-        // With split-K the activation follows the summing pass.
-        let fused = act.is_some() && partial.is_none();
         let (kernel, spec_tx, layout) = self.gemm_kernel(tx, ty, mode, splits);
         // fp16 products write fp32 partial sums.
         let partial_f32 = partial.is_some() && self.precision == Precision::F16;
@@ -224,18 +233,19 @@ impl Lowerer<'_> {
                 mode,
                 khs,
                 kws,
-                u32::from(fused),
+                act_code,
                 u32::from(vec_a),
                 u32::from(vec_b),
                 u32::from(partial_f32),
                 u32::from(layout == GemmLayout::Warp),
+                u32::from(resid.is_some()),
             ],
             bindings,
             &push,
             groups,
         );
         match partial {
-            Some(p) => self.sum_partials(p, splits as u32, out_numel, final_out, act),
+            Some(p) => self.sum_partials(p, splits as u32, out_numel, final_out),
             None => Ok(()),
         }
     }
@@ -299,7 +309,7 @@ impl Lowerer<'_> {
         ];
         self.push(Kernel::Gemv, spec, bindings, push, groups);
         if let Some(p) = partial {
-            self.sum_partials(p, splits as u32, out_numel, final_out, act)?;
+            self.sum_partials(p, splits as u32, out_numel, final_out)?;
         }
         Ok(true)
     }
@@ -357,23 +367,28 @@ impl Lowerer<'_> {
     }
 
     /// The summing pass of a split-K GEMM (`split_sum.comp`) in one dispatch: the fp32
-    /// partial sums `split_stride(out_numel)` elements apart are summed in fp32, clamped by the
-    /// fused activation if any, and stored in the node's precision.
+    /// partial sums `split_stride(out_numel)` elements apart are summed in fp32, the node's
+    /// epilogue applied (a residual added, an activation), and stored in the node's precision.
     pub(super) fn sum_partials(
         &mut self,
         partial: usize,
         splits: u32,
         out_numel: usize,
         final_out: (usize, bool),
-        act: Option<(f32, f32)>,
     ) -> Result<()> {
         let quads = out_numel.div_ceil(4);
         let g = self.linear_groups(quads as u64);
-        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+        let e = self.take_epilogue();
+        let (act, act_lo, act_hi) = e.map_or((0, 0.0, 0.0), |e| (e.act, e.lo, e.hi));
+        let resid = e.and_then(|e| e.residual);
         self.push(
             Kernel::SplitSum,
-            vec![u32::from(act.is_some())],
-            vec![(partial, false), final_out],
+            vec![act, u32::from(resid.is_some())],
+            vec![
+                (partial, false),
+                final_out,
+                (resid.unwrap_or(partial), false),
+            ],
             &push::SplitSumPush {
                 quads: quads as u32,
                 splits,

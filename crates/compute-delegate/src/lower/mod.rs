@@ -5,6 +5,7 @@
 //! (`gemm.rs`: tiling, split-K, `gemv.comp`; `coop.rs`: cooperative matrices).
 
 mod coop;
+mod epilogue;
 mod gemm;
 
 use vk_core::{DType, Limits};
@@ -16,6 +17,7 @@ use crate::graph::{
 };
 use crate::kernels::{Kernel, Precision, Shader, push};
 use crate::placement::Placement;
+use epilogue::Epilogue;
 
 /// One compute dispatch.
 #[derive(Debug, Clone)]
@@ -346,8 +348,9 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) out: Vec<Dispatch>,
     pub(crate) node: usize,
     pub(crate) op: &'static str,
-    /// Activation fused into the current node's epilogue, and the tensor it then writes.
-    pub(crate) act: Option<(f32, f32, TensorId)>,
+    /// The current node's epilogue (`epilogue.rs`), and whether a dispatch took it.
+    pub(crate) epilogue: Option<Epilogue>,
+    pub(crate) epilogue_taken: bool,
     /// Subgroup arithmetic is available in compute shaders.
     pub(crate) subgroups: bool,
     /// fp16 GEMMs run on cooperative matrices with this configuration.
@@ -490,8 +493,8 @@ impl Lowerer<'_> {
     pub(crate) fn lower_node(&mut self, op: &Op, out: TensorId) -> Result<()> {
         let t = Target {
             out,
-            o: self.st(self.act.map_or(out, |a| a.2)),
-            act: self.act.map(|a| (a.0, a.1)),
+            o: self.st(self.epilogue.map_or(out, |e| e.writes)),
+            act: self.epilogue.and_then(|e| e.clamp()),
             info: self.t(out).clone(),
         };
         match op {
@@ -608,75 +611,6 @@ fn node_precision(b: &GraphBuilder, op: &Op, out: TensorId) -> Precision {
     }
 }
 
-struct Fusion {
-    /// Per node: a clamp to fuse into its epilogue, and the tensor it then writes.
-    pub(crate) act: Vec<Option<(f32, f32, TensorId)>>,
-    /// Per node: folded into an earlier node.
-    skip: Vec<bool>,
-}
-
-/// Finds relu / clamp nodes whose only input is the output of a conv2d, linear, matmul or
-/// float add, sub or mul (a residual add and its activation) that nothing else reads (not an
-/// output, no view of it): the producer applies the clamp.
-fn fuse_activations(b: &GraphBuilder) -> Fusion {
-    let n = b.nodes.len();
-    let mut fusion = Fusion {
-        act: vec![None; n],
-        skip: vec![false; n],
-    };
-    // Readers per storage: node inputs, graph outputs, and views sharing it.
-    let mut readers = vec![0usize; b.storages.len()];
-    for node in &b.nodes {
-        for t in node.op.inputs() {
-            readers[b.tensors[t.0].storage] += 1;
-        }
-    }
-    for t in &b.outputs {
-        readers[b.tensors[t.0].storage] += 1;
-    }
-    let mut views = vec![0usize; b.storages.len()];
-    for t in &b.tensors {
-        views[t.storage] += 1;
-    }
-    let mut producer = vec![None; b.tensors.len()];
-    for (i, node) in b.nodes.iter().enumerate() {
-        producer[node.out.0] = Some(i);
-    }
-    for (i, node) in b.nodes.iter().enumerate() {
-        let (lo, hi, x) = match node.op {
-            Op::Unary {
-                op: UnaryOp::Relu,
-                x,
-            } => (0.0, f32::INFINITY, x),
-            Op::Unary {
-                op: UnaryOp::Clamp(lo, hi),
-                x,
-            } => (lo, hi, x),
-            _ => continue,
-        };
-        let s = b.tensors[x.0].storage;
-        let Some(j) = producer[x.0] else { continue };
-        let producer_fits = match &b.nodes[j].op {
-            Op::Conv { .. } | Op::Matmul { .. } => true,
-            Op::Binary { op, .. } => {
-                matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)
-                    && matches!(b.tensors[x.0].dtype, DType::F32 | DType::F16)
-            }
-            _ => false,
-        };
-        let fusable = producer_fits
-            && matches!(b.storages[s].kind, StorageKind::Temp)
-            && readers[s] == 1
-            && views[s] == 1
-            && fusion.act[j].is_none();
-        if fusable {
-            fusion.act[j] = Some((lo, hi, node.out));
-            fusion.skip[i] = true;
-        }
-    }
-    fusion
-}
-
 /// Lowers every node, in order.
 #[cfg(test)]
 pub(crate) fn lower(
@@ -686,17 +620,19 @@ pub(crate) fn lower(
     coop: Option<CoopConfig>,
 ) -> Result<Plan> {
     let none = Placement::none(b.storages.len(), b.nodes.len());
-    lower_placed(b, limits, (subgroups, false), coop, &none)
+    lower_placed(b, limits, (subgroups, false), coop, &none, true)
 }
 
 /// [`lower`], with the cats that `placement` lays out in place left without dispatches.
-/// `(subgroups, cpu)`: the device has subgroup arithmetic; it is a CPU driver.
+/// `(subgroups, cpu)`: the device has subgroup arithmetic; it is a CPU driver. Without
+/// `epilogues`, products and convolutions fuse only the clamps after them.
 pub(crate) fn lower_placed(
     b: &GraphBuilder,
     limits: &Limits,
     (subgroups, cpu): (bool, bool),
     coop: Option<CoopConfig>,
     placement: &Placement,
+    epilogues: bool,
 ) -> Result<Plan> {
     let mut l = Lowerer {
         b,
@@ -706,22 +642,25 @@ pub(crate) fn lower_placed(
         out: Vec::new(),
         node: 0,
         op: "",
-        act: None,
+        epilogue: None,
+        epilogue_taken: false,
         subgroups,
         precision: Precision::F32,
         placement,
         cpu,
     };
-    let fusion = fuse_activations(b);
+    let fusion = epilogue::fuse_epilogues(b, epilogues);
     for (i, node) in b.nodes.iter().enumerate() {
         if fusion.skip[i] || placement.placed[i] {
             continue;
         }
         l.node = i;
         l.op = op_name(&node.op);
-        l.act = fusion.act[i];
+        l.epilogue = fusion.epilogue[i];
+        l.epilogue_taken = false;
         l.precision = node_precision(b, &node.op, node.out);
         l.lower_node(&node.op, node.out)?;
+        l.finish_epilogue(l.st(fusion.epilogue[i].map_or(node.out, |e| e.writes)))?;
     }
     let mut within = placement.within.clone();
     within.resize(l.storages.len(), None);
@@ -796,7 +735,7 @@ mod tests {
         // The split GEMM writes fp32 partials (spec constant 9), summed and clamped in fp32 and
         // narrowed once in one pass (ACT on); then the graph's own cast.
         assert_eq!(shaders, ["Gemm_f16", "SplitSum_f16", "Cast"]);
-        assert_eq!(plan.dispatches[1].spec, [1]);
+        assert_eq!(plan.dispatches[1].spec, [1, 0]);
         assert_eq!(plan.dispatches[0].spec[9], 1);
         // The same graph in f32 keeps one precision throughout.
         let mut b = GraphBuilder::new();

@@ -426,7 +426,7 @@ impl Lowerer<'_> {
                 ];
                 if p.groups == cin && p.groups > 1 {
                     let g = self.linear_groups(n as u64);
-                    let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+                    let (spec, act_lo, act_hi, bindings) = self.with_epilogue(bindings);
                     let push = push::ConvDwPush {
                         total: n as u32,
                         c_in: cin as u32,
@@ -447,13 +447,7 @@ impl Lowerer<'_> {
                         act_lo,
                         act_hi,
                     };
-                    self.push(
-                        Kernel::ConvDw,
-                        vec![u32::from(act.is_some())],
-                        bindings,
-                        &push,
-                        [g, 1, 1],
-                    );
+                    self.push(Kernel::ConvDw, spec.to_vec(), bindings, &push, [g, 1, 1]);
                 } else {
                     let pointwise = kh == 1 && kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
                     let m = cout / p.groups;
@@ -474,11 +468,11 @@ impl Lowerer<'_> {
                     {
                         let groups = m.div_ceil(PW_CHANNELS);
                         let total = nb * groups * oh * ow;
-                        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+                        let ([act, resid], act_lo, act_hi, bindings) = self.with_epilogue(bindings);
                         let g = self.linear_groups(total as u64);
                         self.push(
                             Kernel::ConvPw,
-                            vec![u32::from(act.is_some()), PW_CHANNELS as u32],
+                            vec![act, PW_CHANNELS as u32, resid],
                             bindings,
                             &push::ConvPwPush {
                                 total: total as u32,
@@ -543,6 +537,22 @@ impl Lowerer<'_> {
             _ => return Err(self.not_in_family()),
         }
         Ok(())
+    }
+}
+
+impl Lowerer<'_> {
+    /// The node's epilogue for `conv_dw.comp` or `conv_pw.comp`: their `[ACT, RESID]`
+    /// specialization constants, the clamp's bounds, and `bindings` with the residual (or a
+    /// stand-in) bound fifth.
+    fn with_epilogue(
+        &mut self,
+        mut bindings: Vec<(usize, bool)>,
+    ) -> ([u32; 2], f32, f32, Vec<(usize, bool)>) {
+        let e = self.take_epilogue();
+        let resid = e.and_then(|e| e.residual);
+        bindings.push((resid.unwrap_or(bindings[0].0), false));
+        let (act, lo, hi) = e.map_or((0, 0.0, 0.0), |e| (e.act, e.lo, e.hi));
+        ([act, u32::from(resid.is_some())], lo, hi, bindings)
     }
 }
 
