@@ -18,7 +18,7 @@
 layout(local_size_x = 64, local_size_y = 4) in;
 // Rows of A and C (1 to 4).
 layout(constant_id = 0) const uint ROWS = 1;
-// Fused clamp (relu, relu6, hardtanh) when the result is final.
+// Fused activation (`epilogue.glsl`'s codes) when the result is final.
 layout(constant_id = 1) const uint ACT = 0;
 // Write fp32 partial sums (split-K) instead of C.
 layout(constant_id = 2) const uint PARTIAL = 0;
@@ -50,6 +50,8 @@ layout(push_constant) uniform Params {
     float act_hi;
 } pc;
 
+#include "epilogue.glsl"
+
 shared vec4 partial_rows[SLICES - 1][MAX_ROWS][LANES];
 
 vec4 acc[MAX_ROWS];
@@ -80,16 +82,13 @@ void accumulate(const uint a_base, const uint b_base, const uint sb4, inout uint
     }
 }
 
-// The final value of one row's four columns: bias, then the clamp.
+// The final value of one row's four columns: bias, then the activation.
 vec4 epilogue(vec4 v, const uint col, const bool add_bias) {
     if (add_bias) {
         v += vec4(float(bias[col]), float(bias[col + 1]), float(bias[col + 2]),
                   float(bias[col + 3]));
     }
-    if (ACT == 1 && PARTIAL == 0) {
-        v = clamp(v, vec4(pc.act_lo), vec4(pc.act_hi));
-    }
-    return v;
+    return PARTIAL == 0 ? activate4(v) : v;
 }
 
 void main() {

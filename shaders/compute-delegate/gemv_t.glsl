@@ -6,7 +6,7 @@
 layout(local_size_x = 64, local_size_x_id = 5, local_size_y = 4) in;
 // Rows of A and C (1 to 4).
 layout(constant_id = 0) const uint ROWS = 1;
-// Fused clamp (relu, relu6, hardtanh).
+// Fused activation (`epilogue.glsl`'s codes).
 layout(constant_id = 1) const uint ACT = 0;
 // 1: the gated product of B and B2.
 layout(constant_id = 2) const uint GLU = 0;
@@ -62,6 +62,7 @@ layout(push_constant) uniform Params {
 } pc;
 
 #include "cache_store.glsl"
+#include "epilogue.glsl"
 
 shared float sums[COLS][MAX_ROWS][LANES];
 shared float ups[COLS][MAX_ROWS][GLU != 0 ? LANES : 1];
@@ -239,9 +240,7 @@ void main() {
             if (pc.has_bias == 1) {
                 v += float(bias[col]);
             }
-            if (ACT == 1) {
-                v = clamp(v, pc.act_lo, pc.act_hi);
-            }
+            v = activate(v);
             if (pc.cache_rows == 0) {
                 c[z * pc.sc_b + r * pc.sc_m + col] = T(v);
             } else {

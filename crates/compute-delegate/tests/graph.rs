@@ -1039,8 +1039,8 @@ fn hard_gates_are_one_dispatch() {
 /// results as the graph built unfused, in fp32 and fp16: a linear layer and its GELU; one
 /// and its residual; a split-K product, its residual and a tanh GELU (the summing pass applies
 /// them); a 3x3 convolution, its residual and relu; a pointwise one, its residual and
-/// hardswish; a depthwise one and its SiLU. A product of two rows, whose kernel takes no
-/// epilogue, is followed by its GELU in place.
+/// hardswish; a depthwise one and its SiLU; a product of two rows and its GELU; one of two
+/// rows and its residual, which its kernel does not bind: the add follows it, in place.
 #[test]
 fn products_apply_their_residuals_and_activations() {
     use compute_delegate::UnaryOp;
@@ -1074,6 +1074,7 @@ fn products_apply_their_residuals_and_activations() {
         let img = input(&mut b, "img", &[1, 8, 10, 10]);
         let r_conv = input(&mut b, "r_conv", &[1, 16, 10, 10]);
         let few = input(&mut b, "few", &[2, 64]);
+        let r_few = input(&mut b, "r_few", &[2, 32]);
         let w1 = weight(&mut b, "w1", 1, &[96, 64]);
         let b1 = weight(&mut b, "b1", 2, &[96]);
         let y = b.linear(x, w1, Some(b1)).unwrap();
@@ -1109,7 +1110,10 @@ fn products_apply_their_residuals_and_activations() {
         let w4 = weight(&mut b, "w4", 9, &[32, 64]);
         let y = b.linear(few, w4, None).unwrap();
         let rows = b.gelu(y, false).unwrap();
-        for o in [gelu, resid, split, depthwise, rows] {
+        let w5 = weight(&mut b, "w5", 10, &[32, 64]);
+        let y = b.linear(few, w5, None).unwrap();
+        let rows_resid = b.add(y, r_few).unwrap();
+        for o in [gelu, resid, split, depthwise, rows, rows_resid] {
             let o = b.cast(o, DType::F32).unwrap();
             b.output(o).unwrap();
         }
@@ -1128,11 +1132,11 @@ fn products_apply_their_residuals_and_activations() {
         });
         let kernels = built[0].kernels();
         let count = |name: &str| kernels.iter().filter(|k| k.starts_with(name)).count();
-        // The two-row product's GELU alone runs on its own, in place.
-        assert_eq!((count("Unary"), count("Binary")), (1, 0), "{kernels:?}");
+        // The two-row product's residual alone is added on its own, in place.
+        assert_eq!((count("Unary"), count("Binary")), (0, 1), "{kernels:?}");
         assert_eq!(
             built[1].dispatch_count() - built[0].dispatch_count(),
-            8,
+            9,
             "fused {kernels:?}, unfused {:?}",
             built[1].kernels()
         );

@@ -284,6 +284,15 @@ impl Lowerer<'_> {
         })
     }
 
+    /// The current node's epilogue for a kernel that applies activations but binds no
+    /// residual: `None` where the epilogue adds one (it is recorded after the kernel).
+    pub(crate) fn take_activation(&mut self) -> Option<Taken> {
+        match self.epilogue {
+            Some(e) if e.residual.is_none() => self.take_epilogue(),
+            _ => None,
+        }
+    }
+
     /// After a node's dispatches: the part of its epilogue no kernel took, in place on its
     /// result (storage `o`), as the add (with a clamp after it) and the activation.
     pub(crate) fn finish_epilogue(&mut self, o: usize) -> Result<()> {

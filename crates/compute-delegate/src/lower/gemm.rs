@@ -151,10 +151,10 @@ impl Lowerer<'_> {
         act: Option<(f32, f32)>,
     ) -> Result<()> {
         // Products of a few rows read B once (`gemv.comp`).
-        if mode == 0 && self.gemv(m, n, k, batch, &params, &bindings, out, act)? {
+        if mode == 0 && self.gemv(m, n, k, batch, &params, &bindings, out)? {
             return Ok(());
         }
-        if mode == 0 && self.gemv_t(m, n, k, batch, &params, &bindings, act)? {
+        if mode == 0 && self.gemv_t(m, n, k, batch, &params, &bindings)? {
             return Ok(());
         }
         // fp16 products on cooperative matrices where the device runs them (`coop.rs`).
@@ -263,7 +263,6 @@ impl Lowerer<'_> {
         params: &[usize; 26],
         bindings: &[(usize, bool)],
         out: TensorId,
-        act: Option<(f32, f32)>,
     ) -> Result<bool> {
         let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] = gemm_layout(params);
         let vec_b = sb_n == 1 && [n, sb_k, sb_b, sc_m, sc_b].iter().all(|v| v % 4 == 0);
@@ -284,7 +283,13 @@ impl Lowerer<'_> {
         if let Some(p) = partial {
             bindings[3] = (p, true);
         }
-        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+        // With split-K the epilogue follows the summing pass.
+        let e = if partial.is_none() {
+            self.take_activation()
+        } else {
+            None
+        };
+        let (act, act_lo, act_hi) = e.map_or((0, 0.0, 0.0), |e| (e.act, e.lo, e.hi));
         let w = |v: usize| v as u32;
         let push = &push::GemvPush {
             m: w(m),
@@ -302,11 +307,7 @@ impl Lowerer<'_> {
             act_lo,
             act_hi,
         };
-        let spec = vec![
-            m as u32,
-            u32::from(act.is_some() && partial.is_none()),
-            u32::from(partial.is_some()),
-        ];
+        let spec = vec![m as u32, act, u32::from(partial.is_some())];
         self.push(Kernel::Gemv, spec, bindings, push, groups);
         if let Some(p) = partial {
             self.sum_partials(p, splits as u32, out_numel, final_out)?;
@@ -326,7 +327,6 @@ impl Lowerer<'_> {
         batch: usize,
         params: &[usize; 26],
         bindings: &[(usize, bool)],
-        act: Option<(f32, f32)>,
     ) -> Result<bool> {
         let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] = gemm_layout(params);
         let vec4s = [k, sa_m, sa_b, sb_n, sb_b].iter().all(|v| v % 4 == 0);
@@ -334,7 +334,8 @@ impl Lowerer<'_> {
             return Ok(false);
         }
         let groups = self.check_groups([(n as u64).div_ceil(4), 1, batch as u64])?;
-        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+        let e = self.take_activation();
+        let (act, act_lo, act_hi) = e.map_or((0, 0.0, 0.0), |e| (e.act, e.lo, e.hi));
         let w = |v: usize| v as u32;
         let push = &push::GemvTPush {
             m: w(m),
@@ -351,10 +352,7 @@ impl Lowerer<'_> {
             act_hi,
             ..Default::default()
         };
-        let spec = self.gemv_t_spec(
-            &[m as u32, u32::from(act.is_some()), 0, 0],
-            &super::words(push),
-        );
+        let spec = self.gemv_t_spec(&[m as u32, act, 0, 0], &super::words(push));
         // B2 and the norm's weights, read only by the gated and normalised products of the
         // fusion passes, bound to B and A; so are a cache's position and rotary tables.
         let mut bindings = bindings.to_vec();
