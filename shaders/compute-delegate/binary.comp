@@ -24,6 +24,10 @@ layout(push_constant) uniform Params {
 
 #include "binary_op.glsl"
 
+float op2(float u, float v) {
+    return binary_op(OP, u, v);
+}
+
 vec4 op4(vec4 u, vec4 v) {
     if (OP == 0) return u + v;
     if (OP == 1) return u - v;

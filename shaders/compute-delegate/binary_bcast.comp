@@ -29,6 +29,10 @@ layout(push_constant) uniform Params {
 
 #include "binary_op.glsl"
 
+float op2(float u, float v) {
+    return binary_op(OP, u, v);
+}
+
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += stride) {

@@ -3,26 +3,22 @@
 // declares the specialization constant ACT and a push block `pc` with act_lo and act_hi.
 //   ACT: 0 none, 1 clamp to [act_lo, act_hi] (relu, relu6, hardtanh), 2 GELU (erf form),
 //        3 GELU (tanh approximation), 4 SiLU, 5 hardswish.
-// The formulas are `unary.comp`'s, so a fused activation and an unfused one agree.
+// The formulas are `unary_op.glsl`'s, so a fused activation and an unfused one agree.
 
-// Abramowitz and Stegun 7.1.26 (max abs error 1.5e-7).
-float epilogue_erf(float v) {
-    float a = abs(v);
-    float t = 1.0 / (1.0 + 0.3275911 * a);
-    float poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    return sign(v) * (1.0 - poly * exp(-a * a));
+#include "unary_op.glsl"
+
+// `unary_op.glsl`'s code of the activation (12, a copy, for none).
+uint epilogue_op() {
+    if (ACT == 1) return 1;
+    if (ACT == 2) return 4;
+    if (ACT == 3) return 5;
+    if (ACT == 4) return 20;
+    if (ACT == 5) return 6;
+    return 12;
 }
 
 float activate(float v) {
-    if (ACT == 1) return clamp(v, pc.act_lo, pc.act_hi);
-    if (ACT == 2) return 0.5 * v * (1.0 + epilogue_erf(v * 0.70710678118654752));
-    if (ACT == 3) {
-        float u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-        return 0.5 * v * (1.0 + tanh(clamp(u, -15.0, 15.0)));
-    }
-    if (ACT == 4) return v / (1.0 + exp(-v));
-    if (ACT == 5) return v * clamp(v + 3.0, 0.0, 6.0) / 6.0;
-    return v;
+    return unary_op(epilogue_op(), v, pc.act_lo, pc.act_hi);
 }
 
 vec4 activate4(vec4 v) {

@@ -1,3 +1,5 @@
+#ifndef POWER_GLSL
+#define POWER_GLSL
 // x^e as PyTorch computes it (binary_op.glsl's pow, unary_math.comp's pow(x, p0)).
 
 // PyTorch's pow: negative bases with whole exponents keep their sign rule; a zero base gives 0
@@ -13,3 +15,4 @@ float power(float v, float e) {
     float m = pow(-v, e);
     return mod(e, 2.0) == 1.0 ? -m : m;
 }
+#endif

@@ -1,3 +1,5 @@
+#ifndef QUOTIENT_GLSL
+#define QUOTIENT_GLSL
 // Whole quotients (binary_op.glsl's floor and trunc division, unary_math.comp's fmod).
 
 // u / v rounded toward zero (or down, when `down`), exact where the quotient is whole: a GPU's
@@ -17,3 +19,4 @@ float rounded_quotient(float u, float v, bool down) {
     if (down && s < 0.0 && fma(-t, v, u) != 0.0) t -= 1.0;
     return t;
 }
+#endif

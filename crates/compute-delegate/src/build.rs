@@ -92,7 +92,8 @@ impl GraphBuilder {
                 .or_else(|| self.with_norms_fused())
                 .or_else(|| self.with_rotations_fused())
                 .or_else(|| self.with_cache_writes_fused())
-                .or_else(|| self.with_layout_permutes_as_views());
+                .or_else(|| self.with_layout_permutes_as_views())
+                .or_else(|| self.with_elementwise_chains_fused());
             if let Some(fused) = fused {
                 return fused.build_with(device, options);
             }

@@ -48,6 +48,8 @@ pub(crate) enum Kernel {
     DequantQ4,
     /// `dilate2d.comp`.
     Dilate2d,
+    /// `elementwise.comp`.
+    Elementwise,
     /// `fma_peak.comp`.
     FmaPeak,
     /// `gather.comp`.
@@ -125,7 +127,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 58] = [
+    pub(crate) const ALL: [Kernel; 59] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -148,6 +150,7 @@ impl Kernel {
         Kernel::Cumsum,
         Kernel::DequantQ4,
         Kernel::Dilate2d,
+        Kernel::Elementwise,
         Kernel::FmaPeak,
         Kernel::Gather,
         Kernel::Gemm,
@@ -211,6 +214,7 @@ impl Kernel {
             Kernel::Cumsum => include_bytes!("../spirv/cumsum.spv"),
             Kernel::DequantQ4 => include_bytes!("../spirv/dequant_q4.spv"),
             Kernel::Dilate2d => include_bytes!("../spirv/dilate2d.spv"),
+            Kernel::Elementwise => include_bytes!("../spirv/elementwise.spv"),
             Kernel::FmaPeak => include_bytes!("../spirv/fma_peak.spv"),
             Kernel::Gather => include_bytes!("../spirv/gather.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
@@ -276,6 +280,7 @@ impl Kernel {
             Kernel::Cumsum => Some(include_bytes!("../spirv/cumsum_f16.spv")),
             Kernel::DequantQ4 => Some(include_bytes!("../spirv/dequant_q4_f16.spv")),
             Kernel::Dilate2d => Some(include_bytes!("../spirv/dilate2d_f16.spv")),
+            Kernel::Elementwise => Some(include_bytes!("../spirv/elementwise_f16.spv")),
             Kernel::FmaPeak => None,
             Kernel::Gather => Some(include_bytes!("../spirv/gather_f16.spv")),
             Kernel::Gemm => Some(include_bytes!("../spirv/gemm_f16.spv")),
@@ -340,6 +345,7 @@ impl Kernel {
             Kernel::Cumsum => 2,
             Kernel::DequantQ4 => 3,
             Kernel::Dilate2d => 2,
+            Kernel::Elementwise => 5,
             Kernel::FmaPeak => 1,
             Kernel::Gather => 3,
             Kernel::Gemm => 5,
@@ -819,6 +825,21 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<Dilate2dPush>() as u32 <= super::super::PUSH_BYTES,
         "dilate2d.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `elementwise.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ElementwisePush {
+        pub n: u32,
+        pub rank: u32,
+        pub dims: [u32; 4],
+        pub strides: [u32; 16],
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<ElementwisePush>() as u32 <= super::super::PUSH_BYTES,
+        "elementwise.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `fma_peak.comp`'s push constants.

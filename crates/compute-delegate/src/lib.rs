@@ -81,6 +81,7 @@ mod attention_fusion;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod build;
+mod chains;
 mod constants;
 mod coop;
 mod coop_attention;

@@ -202,7 +202,7 @@ fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
     else {
         return;
     };
-    // A chain of five elementwise ops on 1024 floats.
+    // A chain of five elementwise ops on 1024 floats, built unfused (else it is one dispatch).
     let mut g = GraphBuilder::new();
     let x = g.input("x", DType::F32, &[1024]).unwrap();
     let mut t = x;
@@ -210,7 +210,11 @@ fn intermediates_share_memory_and_independent_dispatches_have_no_barrier() {
         t = g.add_scalar(t, 1.0).unwrap();
     }
     g.output(t).unwrap();
-    let mut graph = g.build(&dev).unwrap();
+    let unfused = BuildOptions {
+        unfused: true,
+        ..Default::default()
+    };
+    let mut graph = g.build_with(&dev, &unfused).unwrap();
     let m = graph.memory();
     // Elementwise kernels work in place: one buffer for all four intermediates.
     assert_eq!(m.intermediates_unshared, 4 * 4096);
@@ -1011,9 +1015,8 @@ fn hard_gates_are_one_dispatch() {
         b.output(o).unwrap();
     }
     let mut g = b.build(&dev).unwrap();
-    // The gate alone; then the read-twice sigmoid's steps (its first clamp applied by the
-    // sum's epilogue) and its product.
-    assert_eq!(g.dispatch_count(), 5, "{:?}", g.kernels());
+    // The gate alone; then the read-twice sigmoid's steps as one chain, and its product.
+    assert_eq!(g.dispatch_count(), 3, "{:?}", g.kernels());
     assert_eq!(g.kernels()[0], "BinaryBcast");
     let out = g
         .execute(&[
@@ -1145,6 +1148,106 @@ fn products_apply_their_residuals_and_activations() {
             let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
             let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
             let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 } * scale;
+            for (e, (a, w)) in f.iter().zip(&u).enumerate() {
+                assert!(
+                    (a - w).abs() <= tol,
+                    "{dtype:?} output {i}[{e}]: fused {a}, unfused {w}"
+                );
+            }
+        }
+        assert_no_validation_errors(&inst);
+    }
+}
+
+/// Chains of elementwise nodes run as one `elementwise.comp` dispatch each, with the same
+/// results as the graph built unfused, in fp32 and fp16: a GPT-2 MLP's bias and tanh GELU as
+/// its exporter writes them (nine nodes, scalar constants among them, a `pow` of the math
+/// kernel); a layer scale broadcast over channels and a residual add; two chains that meet in
+/// a product. A value read twice ends its chain, and one product's epilogue keeps its add.
+#[test]
+fn elementwise_chains_run_as_one_dispatch() {
+    use compute_delegate::Math;
+    let test = "elementwise_chains_run_as_one_dispatch";
+    for dtype in [DType::F32, DType::F16] {
+        let found = if dtype == DType::F16 {
+            testing::device(test, &compute_delegate::f16_requirements())
+        } else {
+            device(test)
+        };
+        let Some((inst, dev)) = found else {
+            return;
+        };
+        let mut b = GraphBuilder::new();
+        b.set_float(dtype);
+        let input = |b: &mut GraphBuilder, name: &str, shape: &[usize]| {
+            let x = b.input(name, DType::F32, shape).unwrap();
+            b.cast(x, dtype).unwrap()
+        };
+        let constant = |b: &mut GraphBuilder, name: &str, shape: &[usize], v: &[f32]| {
+            let c = b.constant_f32(name, shape, v).unwrap();
+            b.cast(c, dtype).unwrap()
+        };
+        let x = input(&mut b, "x", &[16, 96]);
+        let y = input(&mut b, "y", &[1, 16, 8, 8]);
+        let r = input(&mut b, "r", &[1, 16, 8, 8]);
+        let u = input(&mut b, "u", &[4, 24]);
+        let v = input(&mut b, "v", &[4, 24]);
+        // GPT-2's MLP activation.
+        let bias = constant(&mut b, "bias", &[96], &data(1, 96));
+        let x = b.add(x, bias).unwrap();
+        let scalar = |b: &mut GraphBuilder, name: &str, v: f32| constant(b, name, &[1], &[v]);
+        let half = scalar(&mut b, "half", 0.5);
+        let h = b.mul(x, half).unwrap();
+        let cube = b.math(Math::Pow, x, 3.0).unwrap();
+        let c = scalar(&mut b, "c", 0.044715);
+        let cube = b.mul(cube, c).unwrap();
+        let inner = b.add(x, cube).unwrap();
+        let k = scalar(&mut b, "k", 0.797_884_6);
+        let inner = b.mul(inner, k).unwrap();
+        let t = b.tanh(inner).unwrap();
+        let one = scalar(&mut b, "one", 1.0);
+        let t = b.add(t, one).unwrap();
+        let gelu = b.mul(h, t).unwrap();
+        // A layer scale and a residual.
+        let gamma = constant(&mut b, "gamma", &[16, 1, 1], &data(2, 16));
+        let scaled = b.mul(y, gamma).unwrap();
+        let block = b.add(scaled, r).unwrap();
+        // Two chains meeting: (u + 1) * sigmoid(v), and a value read twice.
+        let u1 = b.add_scalar(u, 1.0).unwrap();
+        let u2 = b.mul_scalar(u1, 3.0).unwrap();
+        let v1 = b.sigmoid(v).unwrap();
+        let v2 = b.sub_scalar(v1, 0.25).unwrap();
+        let met = b.mul(u2, v2).unwrap();
+        let twice = b.mul(met, met).unwrap();
+        let twice = b.relu(twice).unwrap();
+        for o in [gelu, block, met, twice] {
+            let o = b.cast(o, DType::F32).unwrap();
+            b.output(o).unwrap();
+        }
+        let inputs: Vec<HostTensor> = b
+            .input_specs()
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let n = spec.shape.iter().product();
+                HostTensor::from_f32(spec.shape.clone(), &data(60 + i as u32, n)).unwrap()
+            })
+            .collect();
+        let mut built = built_both(&b, &dev, |unfused| BuildOptions {
+            unfused,
+            ..Default::default()
+        });
+        let kernels = built[0].kernels();
+        let count = |name: &str| kernels.iter().filter(|k| k.starts_with(name)).count();
+        // GELU, block, the meeting chains (an output, so read twice), and the square and relu.
+        assert_eq!(count("Elementwise"), 4, "{kernels:?}");
+        let elementwise = ["Unary", "Binary", "UnaryMath"].map(count);
+        assert_eq!(elementwise, [0, 0, 0], "{kernels:?}");
+        let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
+        for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+            let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
+            let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+            let tol = if dtype == DType::F16 { 1e-2 } else { 1e-6 } * scale;
             for (e, (a, w)) in f.iter().zip(&u).enumerate() {
                 assert!(
                     (a - w).abs() <= tol,
@@ -1407,7 +1510,11 @@ fn nodes_that_read_only_constants_run_once_at_build() {
         ..Default::default()
     });
     let (folded, unfolded) = (built[0].kernels(), built[1].kernels());
-    assert_eq!(folded.len(), 2, "the two adds alone run: {folded:?}");
+    assert_eq!(
+        folded,
+        ["Elementwise"],
+        "the two adds alone run, as one chain"
+    );
     assert!(unfolded.len() > 10, "{unfolded:?}");
     let [f, u] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
     assert_eq!(f[0].to_f32().unwrap(), u[0].to_f32().unwrap());

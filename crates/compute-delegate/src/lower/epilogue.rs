@@ -101,10 +101,18 @@ pub(crate) struct Taken {
     pub(crate) hi: f32,
 }
 
-/// Per node: the epilogue fused into it, and whether an earlier node absorbed it.
+/// Per node: the epilogue fused into it, and the earlier node that absorbed it.
 pub(crate) struct Fusion {
     pub(crate) epilogue: Vec<Option<Epilogue>>,
-    pub(crate) skip: Vec<bool>,
+    pub(crate) skip: Vec<Option<usize>>,
+}
+
+/// Per node: whether a conv2d's or product's epilogue takes it at lowering (so no other pass
+/// should).
+pub(crate) fn claimed_by_products(b: &GraphBuilder) -> Vec<bool> {
+    let f = fuse_epilogues(b, true);
+    let product = |j: usize| matches!(b.nodes[j].op, Op::Conv { .. } | Op::Matmul { .. });
+    f.skip.iter().map(|by| by.is_some_and(product)).collect()
 }
 
 /// Who reads and writes each storage.
@@ -163,11 +171,11 @@ pub(crate) fn fuse_epilogues(b: &GraphBuilder, all: bool) -> Fusion {
     let n = b.nodes.len();
     let mut fusion = Fusion {
         epilogue: vec![None; n],
-        skip: vec![false; n],
+        skip: vec![None; n],
     };
     let uses = Use::of(b);
     for (j, node) in b.nodes.iter().enumerate() {
-        if fusion.skip[j] {
+        if fusion.skip[j].is_some() {
             continue;
         }
         let product = match &node.op {
@@ -191,7 +199,7 @@ pub(crate) fn fuse_epilogues(b: &GraphBuilder, all: bool) -> Fusion {
             .then(|| residual_of(b, &uses, j, e.writes))
             .flatten();
         if let Some((i, r)) = residual {
-            fusion.skip[i] = true;
+            fusion.skip[i] = Some(j);
             e.residual = Some(r);
             e.writes = b.nodes[i].out;
             last = i;
@@ -199,7 +207,7 @@ pub(crate) fn fuse_epilogues(b: &GraphBuilder, all: bool) -> Fusion {
         if let Some((i, act)) = activation_of(b, &uses, last, e.writes) {
             let clamp = matches!(act, Activation::Clamp(..));
             if (product && all) || clamp {
-                fusion.skip[i] = true;
+                fusion.skip[i] = Some(j);
                 e.act = Some(act);
                 e.writes = b.nodes[i].out;
             }

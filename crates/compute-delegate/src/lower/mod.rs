@@ -18,6 +18,7 @@ use crate::graph::{
 use crate::kernels::{Kernel, Precision, Shader, push};
 use crate::placement::Placement;
 use epilogue::Epilogue;
+pub(crate) use epilogue::claimed_by_products;
 
 /// One compute dispatch.
 #[derive(Debug, Clone)]
@@ -651,7 +652,7 @@ pub(crate) fn lower_placed(
     };
     let fusion = epilogue::fuse_epilogues(b, epilogues);
     for (i, node) in b.nodes.iter().enumerate() {
-        if fusion.skip[i] || placement.placed[i] {
+        if fusion.skip[i].is_some() || placement.placed[i] {
             continue;
         }
         l.node = i;

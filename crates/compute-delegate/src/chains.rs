@@ -1,0 +1,385 @@
+//! Elementwise chains as one dispatch: a pass over the graph IR that joins unary, binary and
+//! math nodes whose intermediate results only the next of them reads into one node of
+//! `elementwise.comp`, which keeps those results in registers. A GPT-2 MLP's tanh GELU,
+//! written out by its exporter as eight ops, is one dispatch; so is a layer scale and its
+//! residual add.
+//!
+//! A chain has one output shape: every node of it writes that shape, reading the chain's
+//! inputs (at most [`MAX_INPUTS`] tensors, broadcast as the nodes broadcast them) or earlier
+//! values; scalar constants become the steps' immediates. Nodes a product's or
+//! convolution's epilogue takes at lowering (`lower/epilogue.rs`) stay out of chains.
+
+use vk_core::DType;
+
+use crate::graph::{GraphBuilder, Node, Op, StorageKind, TensorId};
+use crate::kernels::{Kernel, push};
+use crate::lower::{collapse, contiguous_strides};
+use crate::ops::elementwise::bcast_strides;
+use crate::passes::retain;
+
+/// Input tensors of a chain (`elementwise.comp`'s bindings).
+pub(crate) const MAX_INPUTS: usize = 4;
+/// Steps of a chain.
+pub(crate) const MAX_STEPS: usize = 12;
+/// Dims of a chain's output after collapsing.
+const MAX_RANK: usize = 4;
+
+/// The kind of a step (`elementwise.comp`'s bits 0-1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Unary = 1,
+    Binary = 2,
+    Math = 3,
+}
+
+/// One node as a step: its kind, op code, operands and parameters.
+#[derive(Debug, Clone)]
+struct Step {
+    kind: Kind,
+    code: u32,
+    operands: Vec<TensorId>,
+    params: [f32; 2],
+}
+
+/// A value a step reads: a chain input, an earlier step's value, or an immediate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Operand {
+    Input(usize),
+    Step(usize),
+    Immediate(f32),
+}
+
+/// A chain being grown: its nodes in order, and the tensor its last node writes.
+#[derive(Debug, Clone)]
+struct Chain {
+    nodes: Vec<usize>,
+    out: TensorId,
+}
+
+impl GraphBuilder {
+    /// The graph with each chain of two or more elementwise nodes as one `elementwise.comp`
+    /// node; `None` where there is none.
+    pub(crate) fn with_elementwise_chains_fused(&self) -> Option<GraphBuilder> {
+        let claimed = crate::lower::claimed_by_products(self);
+        let uses = crate::fusion::Uses::of(self);
+        let mut chain_of: Vec<Option<usize>> = vec![None; self.nodes.len()];
+        let mut chains: Vec<Chain> = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if claimed[i] || self.chain_step(node).is_none() {
+                continue;
+            }
+            // The chains whose last value this node alone reads.
+            let mut joined: Vec<usize> = Vec::new();
+            for t in node.op.inputs() {
+                let Some(c) = self.feeding_chain(&uses, &chains, &chain_of, t, node) else {
+                    continue;
+                };
+                if !joined.contains(&c) {
+                    joined.push(c);
+                }
+            }
+            let mut nodes: Vec<usize> = joined
+                .iter()
+                .flat_map(|&c| chains[c].nodes.clone())
+                .collect();
+            nodes.sort_unstable();
+            nodes.push(i);
+            let grown = Chain {
+                nodes,
+                out: node.out,
+            };
+            if !joined.is_empty() && self.chain_node(&uses, &grown).is_some() {
+                for &c in &joined {
+                    chains[c].nodes.clear();
+                }
+                for &k in &grown.nodes {
+                    chain_of[k] = Some(chains.len());
+                }
+            } else {
+                chain_of[i] = Some(chains.len());
+                chains.push(Chain {
+                    nodes: vec![i],
+                    out: node.out,
+                });
+                continue;
+            }
+            chains.push(grown);
+        }
+        while self.merge_read_values(&uses, &mut chains) {}
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for c in chains.iter().filter(|c| c.nodes.len() >= 2) {
+            let Some(op) = self.chain_node(&uses, c) else {
+                continue;
+            };
+            let (&last, rest) = c.nodes.split_last()?;
+            for &k in rest {
+                drop[k] = true;
+            }
+            g.nodes[last] = Node { op, out: c.out };
+        }
+        retain(g, &drop)
+    }
+
+    /// Joins a chain whose value several nodes of one other chain read (and nothing else)
+    /// into that chain, where the two fit one node: a GPT-2 MLP's biased input, read by three
+    /// steps of its GELU. Whether it joined one.
+    fn merge_read_values(&self, uses: &crate::fusion::Uses, chains: &mut [Chain]) -> bool {
+        let mut chain_of: Vec<Option<usize>> = vec![None; self.nodes.len()];
+        for (c, chain) in chains.iter().enumerate() {
+            for &k in &chain.nodes {
+                chain_of[k] = Some(c);
+            }
+        }
+        for a in 0..chains.len() {
+            let Some(&j) = chains[a].nodes.last() else {
+                continue;
+            };
+            let t = chains[a].out;
+            let st = self.tensors[t.0].storage;
+            let own = self.storages[st].tensor == t && uses.writers[st] == [j];
+            if !own || !matches!(self.storages[st].kind, StorageKind::Temp) {
+                continue;
+            }
+            // Every read of `t` (and none of a view of it) by nodes of one chain `b`.
+            let mut reads = 0;
+            let mut by = None;
+            for (k, node) in self.nodes.iter().enumerate() {
+                for x in node.op.inputs() {
+                    if self.tensors[x.0].storage != st {
+                        continue;
+                    }
+                    reads += 1;
+                    if x != t || by.is_some_and(|b| Some(b) != chain_of[k]) {
+                        by = Some(usize::MAX);
+                    } else {
+                        by = chain_of[k].or(Some(usize::MAX));
+                    }
+                }
+            }
+            let Some(b) = by.filter(|&b| b != usize::MAX && b != a) else {
+                continue;
+            };
+            let same = self.tensors[t.0].shape == self.tensors[chains[b].out.0].shape;
+            if reads != uses.readers[st] || !same {
+                continue;
+            }
+            let mut nodes = [chains[a].nodes.clone(), chains[b].nodes.clone()].concat();
+            nodes.sort_unstable();
+            let merged = Chain {
+                nodes,
+                out: chains[b].out,
+            };
+            if self.chain_node(uses, &merged).is_some() {
+                chains[a].nodes.clear();
+                chains[b] = merged;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The step node `node` computes, where it is an elementwise op of a float dtype.
+    fn chain_step(&self, node: &Node) -> Option<Step> {
+        if !matches!(self.tensors[node.out.0].dtype, DType::F32 | DType::F16) {
+            return None;
+        }
+        Some(match &node.op {
+            Op::Unary { op, x } => {
+                let (code, p0, p1) = op.code();
+                Step {
+                    kind: Kind::Unary,
+                    code,
+                    operands: vec![*x],
+                    params: [p0, p1],
+                }
+            }
+            Op::Binary { op, a, b } => Step {
+                kind: Kind::Binary,
+                code: op.code(),
+                operands: vec![*a, *b],
+                params: [0.0; 2],
+            },
+            Op::Kernel {
+                kernel: Kernel::UnaryMath,
+                inputs,
+                push,
+                ..
+            } => {
+                use push::UnaryMathPush as P;
+                let word = |f: usize| push.get(f / 4).copied().unwrap_or(0);
+                let [x] = inputs[..] else {
+                    return None;
+                };
+                Step {
+                    kind: Kind::Math,
+                    code: word(std::mem::offset_of!(P, op)),
+                    operands: vec![x],
+                    params: [f32::from_bits(word(std::mem::offset_of!(P, p0))), 0.0],
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// The chain whose last value `t` is, where `node` alone reads it, in the same shape.
+    fn feeding_chain(
+        &self,
+        uses: &crate::fusion::Uses,
+        chains: &[Chain],
+        chain_of: &[Option<usize>],
+        t: TensorId,
+        node: &Node,
+    ) -> Option<usize> {
+        let st = self.tensors[t.0].storage;
+        let [j] = uses.writers[st][..] else {
+            return None;
+        };
+        let c = chain_of[j]?;
+        let own = self.storages[st].tensor == t && self.nodes[j].out == t;
+        let temp = matches!(self.storages[st].kind, StorageKind::Temp);
+        let same = self.tensors[t.0].shape == self.tensors[node.out.0].shape
+            && self.tensors[t.0].dtype == self.tensors[node.out.0].dtype;
+        let last = chains[c].nodes.last() == Some(&j);
+        (own && temp && same && last && uses.readers[st] == 1).then_some(c)
+    }
+
+    /// The `elementwise.comp` node computing chain `c`, where it fits the kernel's limits and
+    /// every input is written before the chain's last node and not again until then.
+    fn chain_node(&self, uses: &crate::fusion::Uses, c: &Chain) -> Option<Op> {
+        if c.nodes.len() > MAX_STEPS {
+            return None;
+        }
+        let mut inputs: Vec<TensorId> = Vec::new();
+        let mut steps: Vec<(Step, Vec<Operand>)> = Vec::new();
+        let last = *c.nodes.last()?;
+        for &k in &c.nodes {
+            let step = self.chain_step(&self.nodes[k])?;
+            let mut operands = Vec::new();
+            for &t in &step.operands {
+                let at = c.nodes.iter().position(|&j| self.nodes[j].out == t);
+                let operand = match (at, self.scalar(t)) {
+                    (Some(j), _) => Operand::Step(j),
+                    (None, Some(v)) if step.kind == Kind::Binary => Operand::Immediate(v),
+                    (None, _) => {
+                        // Written before its reader and not again until the chain's end,
+                        // and by no node of the chain (a view of a value held in registers).
+                        let st = self.tensors[t.0].storage;
+                        let ready = uses.writers[st]
+                            .iter()
+                            .all(|&w| (w < k || w > last) && !c.nodes.contains(&w));
+                        if !ready {
+                            return None;
+                        }
+                        let i = match inputs.iter().position(|&x| x == t) {
+                            Some(i) => i,
+                            None => {
+                                inputs.push(t);
+                                inputs.len() - 1
+                            }
+                        };
+                        Operand::Input(i)
+                    }
+                };
+                operands.push(operand);
+            }
+            steps.push((step, operands));
+        }
+        if inputs.len() > MAX_INPUTS || inputs.is_empty() {
+            return None;
+        }
+        let (push, strided) = self.chain_push(&inputs, c.out)?;
+        let spec = chain_spec(&steps, inputs.len(), strided)?;
+        let mut bound = inputs.clone();
+        bound.resize(MAX_INPUTS, inputs[0]);
+        Some(Op::Kernel {
+            name: "elementwise",
+            kernel: Kernel::Elementwise,
+            inputs: bound,
+            push: bytemuck::cast_slice(&[push]).to_vec(),
+            groups: None,
+            precision: None,
+            spec,
+        })
+    }
+
+    /// The value of a one-element float constant.
+    fn scalar(&self, t: TensorId) -> Option<f32> {
+        match self.constant_values(t)?[..] {
+            [v] => Some(v),
+            _ => None,
+        }
+    }
+
+    /// `elementwise.comp`'s push constants for `inputs` broadcast to `out`, and which inputs
+    /// it reads through strides; `None` beyond its rank.
+    fn chain_push(
+        &self,
+        inputs: &[TensorId],
+        out: TensorId,
+    ) -> Option<(push::ElementwisePush, u32)> {
+        let oi = &self.tensors[out.0];
+        let rank = oi.shape.len();
+        let strides: Vec<Vec<usize>> = inputs
+            .iter()
+            .map(|t| bcast_strides(&self.tensors[t.0], rank))
+            .collect();
+        let (dims, strides) = collapse(&oi.shape, &strides);
+        if dims.len() > MAX_RANK {
+            return None;
+        }
+        let whole = contiguous_strides(&dims);
+        let n = u32::try_from(oi.numel()).ok()?;
+        let mut p = push::ElementwisePush {
+            n,
+            rank: dims.len() as u32,
+            ..Default::default()
+        };
+        let mut strided = 0u32;
+        for (d, &v) in dims.iter().enumerate() {
+            p.dims[d] = u32::try_from(v).ok()?;
+        }
+        for (k, s) in strides.iter().enumerate() {
+            if *s != whole {
+                strided |= 1 << k;
+            }
+            for (d, &v) in s.iter().enumerate() {
+                p.strides[k * MAX_RANK + d] = u32::try_from(v).ok()?;
+            }
+        }
+        Some((p, strided))
+    }
+}
+
+/// `elementwise.comp`'s specialization constants for `steps` over `inputs` inputs.
+fn chain_spec(steps: &[(Step, Vec<Operand>)], inputs: usize, strided: u32) -> Option<Vec<u32>> {
+    let mut words = vec![0u32; MAX_STEPS];
+    let mut params = vec![0u32; 2 * MAX_STEPS];
+    for (k, (step, operands)) in steps.iter().enumerate() {
+        let mut w = step.kind as u32 | (step.code << 2);
+        let mut p = step.params;
+        let reg = |o: &Operand| match *o {
+            Operand::Input(i) => i as u32,
+            Operand::Step(j) => (MAX_INPUTS + j) as u32,
+            Operand::Immediate(_) => 0,
+        };
+        for (slot, o) in operands.iter().enumerate() {
+            w |= reg(o) << (8 + 5 * slot);
+            if let Operand::Immediate(v) = *o {
+                // One immediate a step: the other operand must be a register.
+                if w & (3 << 18) != 0 {
+                    return None;
+                }
+                w |= 1 << (19 - slot);
+                p[0] = v;
+            }
+        }
+        words[k] = w;
+        params[2 * k] = p[0].to_bits();
+        params[2 * k + 1] = p[1].to_bits();
+    }
+    let mut spec = vec![inputs as u32, steps.len() as u32, strided];
+    spec.extend(words);
+    spec.extend(params);
+    Some(spec)
+}
