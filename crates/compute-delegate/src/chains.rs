@@ -4,7 +4,8 @@
 //! written out by its exporter as eight ops, is one dispatch; so is a layer scale and its
 //! residual add.
 //!
-//! A chain has one output shape: every node of it writes that shape, reading the chain's
+//! A chain has one output shape (up to dims of size 1: views between its nodes may add or
+//! drop them): every node of it writes that shape, reading the chain's
 //! inputs (at most [`MAX_INPUTS`] tensors, broadcast as the nodes broadcast them) or earlier
 //! values; scalar constants become the steps' immediates. Nodes a product's or
 //! convolution's epilogue takes at lowering (`lower/epilogue.rs`) stay out of chains.
@@ -137,7 +138,7 @@ impl GraphBuilder {
             };
             let t = chains[a].out;
             let st = self.tensors[t.0].storage;
-            let own = self.storages[st].tensor == t && uses.writers[st] == [j];
+            let own = self.value_of(j, t) && uses.writers[st] == [j];
             if !own || !matches!(self.storages[st].kind, StorageKind::Temp) {
                 continue;
             }
@@ -150,7 +151,8 @@ impl GraphBuilder {
                         continue;
                     }
                     reads += 1;
-                    if x != t || by.is_some_and(|b| Some(b) != chain_of[k]) {
+                    let whole = self.value_of(j, x) && self.same_shape(x, t);
+                    if !whole || by.is_some_and(|b| Some(b) != chain_of[k]) {
                         by = Some(usize::MAX);
                     } else {
                         by = chain_of[k].or(Some(usize::MAX));
@@ -160,7 +162,7 @@ impl GraphBuilder {
             let Some(b) = by.filter(|&b| b != usize::MAX && b != a) else {
                 continue;
             };
-            let same = self.tensors[t.0].shape == self.tensors[chains[b].out.0].shape;
+            let same = self.same_shape(t, chains[b].out);
             if reads != uses.readers[st] || !same {
                 continue;
             }
@@ -236,9 +238,10 @@ impl GraphBuilder {
             return None;
         };
         let c = chain_of[j]?;
-        let own = self.storages[st].tensor == t && self.nodes[j].out == t;
+        let own = self.value_of(j, t);
         let temp = matches!(self.storages[st].kind, StorageKind::Temp);
-        let same = self.tensors[t.0].shape == self.tensors[node.out.0].shape
+        let same = self.same_shape(t, node.out)
+            && self.same_shape(self.nodes[j].out, node.out)
             && self.tensors[t.0].dtype == self.tensors[node.out.0].dtype;
         let last = chains[c].nodes.last() == Some(&j);
         (own && temp && same && last && uses.readers[st] == 1).then_some(c)
@@ -250,14 +253,18 @@ impl GraphBuilder {
         if c.nodes.len() > MAX_STEPS {
             return None;
         }
-        let mut inputs: Vec<TensorId> = Vec::new();
+        // Each input with its strides over the chain's dims (its size-1 dims dropped).
+        let mut inputs: Vec<(TensorId, Vec<usize>)> = Vec::new();
         let mut steps: Vec<(Step, Vec<Operand>)> = Vec::new();
         let last = *c.nodes.last()?;
         for &k in &c.nodes {
+            if !self.same_shape(self.nodes[k].out, c.out) {
+                return None;
+            }
             let step = self.chain_step(&self.nodes[k])?;
             let mut operands = Vec::new();
             for &t in &step.operands {
-                let at = c.nodes.iter().position(|&j| self.nodes[j].out == t);
+                let at = c.nodes.iter().position(|&j| self.value_of(j, t));
                 let operand = match (at, self.scalar(t)) {
                     (Some(j), _) => Operand::Step(j),
                     (None, Some(v)) if step.kind == Kind::Binary => Operand::Immediate(v),
@@ -271,10 +278,12 @@ impl GraphBuilder {
                         if !ready {
                             return None;
                         }
-                        let i = match inputs.iter().position(|&x| x == t) {
-                            Some(i) => i,
+                        let strides = self.squeezed_strides(t, self.nodes[k].out);
+                        let i = match inputs.iter().position(|x| x.0 == t) {
+                            Some(i) if inputs[i].1 == strides => i,
+                            Some(_) => return None,
                             None => {
-                                inputs.push(t);
+                                inputs.push((t, strides));
                                 inputs.len() - 1
                             }
                         };
@@ -290,8 +299,8 @@ impl GraphBuilder {
         }
         let (push, strided) = self.chain_push(&inputs, c.out)?;
         let spec = chain_spec(&steps, inputs.len(), strided)?;
-        let mut bound = inputs.clone();
-        bound.resize(MAX_INPUTS, inputs[0]);
+        let mut bound: Vec<TensorId> = inputs.iter().map(|x| x.0).collect();
+        bound.resize(MAX_INPUTS, inputs[0].0);
         Some(Op::Kernel {
             name: "elementwise",
             kernel: Kernel::Elementwise,
@@ -303,6 +312,33 @@ impl GraphBuilder {
         })
     }
 
+    /// Whether `t` is node `j`'s result, or a view of all of it.
+    fn value_of(&self, j: usize, t: TensorId) -> bool {
+        let out = &self.tensors[self.nodes[j].out.0];
+        let ti = &self.tensors[t.0];
+        ti.storage == out.storage
+            && self.storages[out.storage].tensor == self.nodes[j].out
+            && ti.numel() == out.numel()
+    }
+
+    /// The strides of `t` broadcast to the shape of `out` (the node reading it), over that
+    /// shape's dims other than those of size 1.
+    fn squeezed_strides(&self, t: TensorId, out: TensorId) -> Vec<usize> {
+        let shape = &self.tensors[out.0].shape;
+        let strides = bcast_strides(&self.tensors[t.0], shape.len());
+        shape
+            .iter()
+            .zip(strides)
+            .filter(|(d, _)| **d != 1)
+            .map(|(_, s)| s)
+            .collect()
+    }
+
+    /// Whether `a` and `b` have one shape, but for dims of size 1.
+    fn same_shape(&self, a: TensorId, b: TensorId) -> bool {
+        squeezed(&self.tensors[a.0].shape) == squeezed(&self.tensors[b.0].shape)
+    }
+
     /// The value of a one-element float constant.
     fn scalar(&self, t: TensorId) -> Option<f32> {
         match self.constant_values(t)?[..] {
@@ -311,20 +347,18 @@ impl GraphBuilder {
         }
     }
 
-    /// `elementwise.comp`'s push constants for `inputs` broadcast to `out`, and which inputs
-    /// it reads through strides; `None` beyond its rank.
+    /// `elementwise.comp`'s push constants for `inputs` (with their strides over the output's
+    /// dims other than those of size 1) and output `out`, and which inputs it reads through
+    /// strides; `None` beyond its rank.
     fn chain_push(
         &self,
-        inputs: &[TensorId],
+        inputs: &[(TensorId, Vec<usize>)],
         out: TensorId,
     ) -> Option<(push::ElementwisePush, u32)> {
         let oi = &self.tensors[out.0];
-        let rank = oi.shape.len();
-        let strides: Vec<Vec<usize>> = inputs
-            .iter()
-            .map(|t| bcast_strides(&self.tensors[t.0], rank))
-            .collect();
-        let (dims, strides) = collapse(&oi.shape, &strides);
+        let shape = squeezed(&oi.shape);
+        let strides: Vec<Vec<usize>> = inputs.iter().map(|x| x.1.clone()).collect();
+        let (dims, strides) = collapse(&shape, &strides);
         if dims.len() > MAX_RANK {
             return None;
         }
@@ -349,6 +383,11 @@ impl GraphBuilder {
         }
         Some((p, strided))
     }
+}
+
+/// `shape` without its dims of size 1.
+fn squeezed(shape: &[usize]) -> Vec<usize> {
+    shape.iter().copied().filter(|&d| d != 1).collect()
 }
 
 /// `elementwise.comp`'s specialization constants for `steps` over `inputs` inputs.

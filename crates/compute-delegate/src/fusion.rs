@@ -173,8 +173,9 @@ fn plain_gemv_t(op: &Op) -> bool {
 impl GraphBuilder {
     /// The graph with each sum of a product's result and another tensor `r` of its dtype
     /// computed by the product as it stores its result: a `linear` of one row without a bias
-    /// (`r` of its `n` elements becomes the bias), or a packed 4-bit product (`r` of the
-    /// output's shape, or a bias of `n`). `r` must be complete before the product runs.
+    /// (`r` of its `n` elements becomes the bias), a product without a bias and `r` a bias of
+    /// `n` broadcast over its rows (a GPT-2 `Conv1D`'s `addmm`, exported as a product and a
+    /// sum), or a packed 4-bit product (`r` of the output's shape, or a bias of `n`). `r` must be complete before the product runs.
     /// `None` where there is none.
     pub(crate) fn with_residuals_fused(&self) -> Option<GraphBuilder> {
         let uses = Uses::of(self);
@@ -236,12 +237,12 @@ impl GraphBuilder {
                 .skip(1)
                 .all(|&d| d == 1);
         match op {
-            Op::Matmul {
+            &Op::Matmul {
                 a,
                 b,
                 bias: None,
-                linear: true,
-            } if rows == 1 && rn == n => {
+                linear,
+            } if (linear && rows == 1 && rn == n) || bias_of_n => {
                 let info = self.tensors[r.0].clone();
                 self.tensors.push(TensorInfo {
                     name: format!("{}_as_bias", info.name),
@@ -249,10 +250,10 @@ impl GraphBuilder {
                     ..info
                 });
                 Some(Op::Matmul {
-                    a: *a,
-                    b: *b,
+                    a,
+                    b,
                     bias: Some(TensorId(self.tensors.len() - 1)),
-                    linear: true,
+                    linear,
                 })
             }
             Op::Kernel { inputs, .. } if plain_q4(op).is_some() && (same || bias_of_n) => {

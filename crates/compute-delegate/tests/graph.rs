@@ -1043,7 +1043,8 @@ fn hard_gates_are_one_dispatch() {
 /// and its residual; a split-K product, its residual and a tanh GELU (the summing pass applies
 /// them); a 3x3 convolution, its residual and relu; a pointwise one, its residual and
 /// hardswish; a depthwise one and its SiLU; a product of two rows and its GELU; one of two
-/// rows and its residual, which its kernel does not bind: the add follows it, in place.
+/// rows and its residual, which its kernel does not bind: the add follows it, in place; a
+/// product, its bias added by a node of its own, and a residual added through a view.
 #[test]
 fn products_apply_their_residuals_and_activations() {
     use compute_delegate::UnaryOp;
@@ -1078,6 +1079,7 @@ fn products_apply_their_residuals_and_activations() {
         let r_conv = input(&mut b, "r_conv", &[1, 16, 10, 10]);
         let few = input(&mut b, "few", &[2, 64]);
         let r_few = input(&mut b, "r_few", &[2, 32]);
+        let r_conv1d = input(&mut b, "r_conv1d", &[1, 40, 48]);
         let w1 = weight(&mut b, "w1", 1, &[96, 64]);
         let b1 = weight(&mut b, "b1", 2, &[96]);
         let y = b.linear(x, w1, Some(b1)).unwrap();
@@ -1116,7 +1118,14 @@ fn products_apply_their_residuals_and_activations() {
         let w5 = weight(&mut b, "w5", 10, &[32, 64]);
         let y = b.linear(few, w5, None).unwrap();
         let rows_resid = b.add(y, r_few).unwrap();
-        for o in [gelu, resid, split, depthwise, rows, rows_resid] {
+        // A GPT-2 `Conv1D`: a product, its bias added as a node, a residual through a view.
+        let w6 = weight(&mut b, "w6", 11, &[64, 48]);
+        let y = b.matmul(x, w6).unwrap();
+        let b6 = weight(&mut b, "b6", 12, &[48]);
+        let y = b.add(y, b6).unwrap();
+        let y = b.reshape(y, &[1, 40, 48]).unwrap();
+        let conv1d = b.add(y, r_conv1d).unwrap();
+        for o in [gelu, resid, split, depthwise, rows, rows_resid, conv1d] {
             let o = b.cast(o, DType::F32).unwrap();
             b.output(o).unwrap();
         }
@@ -1139,7 +1148,7 @@ fn products_apply_their_residuals_and_activations() {
         assert_eq!((count("Unary"), count("Binary")), (0, 1), "{kernels:?}");
         assert_eq!(
             built[1].dispatch_count() - built[0].dispatch_count(),
-            9,
+            11,
             "fused {kernels:?}, unfused {:?}",
             built[1].kernels()
         );
@@ -1162,7 +1171,8 @@ fn products_apply_their_residuals_and_activations() {
 /// Chains of elementwise nodes run as one `elementwise.comp` dispatch each, with the same
 /// results as the graph built unfused, in fp32 and fp16: a GPT-2 MLP's bias and tanh GELU as
 /// its exporter writes them (nine nodes, scalar constants among them, a `pow` of the math
-/// kernel); a layer scale broadcast over channels and a residual add; two chains that meet in
+/// kernel); a layer scale broadcast over channels and a residual add through views that drop
+/// a dim of size 1; two chains that meet in
 /// a product. A value read twice ends its chain, and one product's epilogue keeps its add.
 #[test]
 fn elementwise_chains_run_as_one_dispatch() {
@@ -1211,6 +1221,8 @@ fn elementwise_chains_run_as_one_dispatch() {
         // A layer scale and a residual.
         let gamma = constant(&mut b, "gamma", &[16, 1, 1], &data(2, 16));
         let scaled = b.mul(y, gamma).unwrap();
+        let scaled = b.reshape(scaled, &[16, 8, 8]).unwrap();
+        let r = b.reshape(r, &[16, 8, 8]).unwrap();
         let block = b.add(scaled, r).unwrap();
         // Two chains meeting: (u + 1) * sigmoid(v), and a value read twice.
         let u1 = b.add_scalar(u, 1.0).unwrap();

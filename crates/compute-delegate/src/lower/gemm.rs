@@ -473,7 +473,7 @@ impl Lowerer<'_> {
                         1,
                         m * nn,
                         nn,
-                        0,
+                        has_bias,
                         0,
                         0,
                         0,
@@ -492,7 +492,7 @@ impl Lowerer<'_> {
                     let bindings = vec![
                         (ai.storage, false),
                         (bi.storage, false),
-                        (ai.storage, false),
+                        (bias_st.unwrap_or(ai.storage), false),
                         (o, true),
                     ];
                     self.gemm(m_eff, nn, k, batch, 0, params, bindings, out, act)?;
