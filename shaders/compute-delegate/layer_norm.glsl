@@ -18,7 +18,19 @@ layout(push_constant) uniform Params {
     uint rows;
     uint d;
     float eps;
+    // 0: rows are contiguous. Else x is channels-first, [n, d, plane], and row r reads the
+    // d channels of pixel r % plane of image r / plane (y stays [rows, d]).
+    uint plane;
 } pc;
+
+// Where element j of row r is in x.
+uint x_index(uint r, uint j) {
+    if (pc.plane == 0) {
+        return r * pc.d + j;
+    }
+    uint img = r / pc.plane;
+    return (img * pc.d + j) * pc.plane + (r - img * pc.plane);
+}
 
 #include "block_sum.glsl"
 
@@ -29,17 +41,17 @@ void main() {
             uint base = row * pc.d;
             ACC acc = 0.0;
             for (uint j = 0; RMS == 0 && j < pc.d; ++j) {
-                acc += float(x[base + j]);
+                acc += float(x[x_index(row, j)]);
             }
             float mean = acc / float(pc.d);
             acc = 0.0;
             for (uint j = 0; j < pc.d; ++j) {
-                float c = float(x[base + j]) - mean;
+                float c = float(x[x_index(row, j)]) - mean;
                 acc += c * c;
             }
             float rstd = inversesqrt(acc / float(pc.d) + pc.eps);
             for (uint j = 0; j < pc.d; ++j) {
-                float v = (float(x[base + j]) - mean) * rstd;
+                float v = (float(x[x_index(row, j)]) - mean) * rstd;
                 if (HAS_WEIGHT == 1) v *= float(w[j]);
                 if (HAS_BIAS == 1) v += float(b[j]);
                 y[base + j] = T(v);
@@ -53,17 +65,17 @@ void main() {
         uint base = row * pc.d;
         ACC acc = 0.0;
         for (uint j = t; RMS == 0 && j < pc.d; j += 256) {
-            acc += float(x[base + j]);
+            acc += float(x[x_index(row, j)]);
         }
         float mean = RMS == 1 ? 0.0 : block_sum(acc) / float(pc.d);
         acc = 0.0;
         for (uint j = t; j < pc.d; j += 256) {
-            float c = float(x[base + j]) - mean;
+            float c = float(x[x_index(row, j)]) - mean;
             acc += c * c;
         }
         float rstd = inversesqrt(block_sum(acc) / float(pc.d) + pc.eps);
         for (uint j = t; j < pc.d; j += 256) {
-            float v = (float(x[base + j]) - mean) * rstd;
+            float v = (float(x[x_index(row, j)]) - mean) * rstd;
             if (HAS_WEIGHT == 1) v *= float(w[j]);
             if (HAS_BIAS == 1) v += float(b[j]);
             y[base + j] = T(v);

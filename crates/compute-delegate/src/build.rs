@@ -93,6 +93,7 @@ impl GraphBuilder {
                 .or_else(|| self.with_rotations_fused())
                 .or_else(|| self.with_cache_writes_fused())
                 .or_else(|| self.with_layout_permutes_as_views())
+                .or_else(|| self.with_channel_norms_read_through())
                 .or_else(|| self.with_elementwise_chains_fused());
             if let Some(fused) = fused {
                 return fused.build_with(device, options);

@@ -15,7 +15,6 @@ use vk_core::DType;
 use crate::graph::{GraphBuilder, Node, Op, StorageKind, TensorId};
 use crate::kernels::{Kernel, push};
 use crate::lower::{collapse, contiguous_strides};
-use crate::ops::elementwise::bcast_strides;
 use crate::passes::retain;
 
 /// Input tensors of a chain (`elementwise.comp`'s bindings).
@@ -109,12 +108,16 @@ impl GraphBuilder {
         while self.merge_read_values(&uses, &mut chains) {}
         let mut g = self.clone();
         let mut drop = vec![false; self.nodes.len()];
-        for c in chains.iter().filter(|c| c.nodes.len() >= 2) {
-            let Some(op) = self.chain_node(&uses, c) else {
+        for c in chains.iter().filter(|c| !c.nodes.is_empty()) {
+            let Some((op, permutes)) = self.chain_node(&uses, c) else {
                 continue;
             };
+            // One node alone is worth a dispatch of its own only where it reads a permute.
+            if c.nodes.len() == 1 && permutes.is_empty() {
+                continue;
+            }
             let (&last, rest) = c.nodes.split_last()?;
-            for &k in rest {
+            for &k in rest.iter().chain(&permutes) {
                 drop[k] = true;
             }
             g.nodes[last] = Node { op, out: c.out };
@@ -249,12 +252,14 @@ impl GraphBuilder {
 
     /// The `elementwise.comp` node computing chain `c`, where it fits the kernel's limits and
     /// every input is written before the chain's last node and not again until then.
-    fn chain_node(&self, uses: &crate::fusion::Uses, c: &Chain) -> Option<Op> {
+    fn chain_node(&self, uses: &crate::fusion::Uses, c: &Chain) -> Option<(Op, Vec<usize>)> {
         if c.nodes.len() > MAX_STEPS {
             return None;
         }
-        // Each input with its strides over the chain's dims (its size-1 dims dropped).
+        // Each input with its strides over the chain's dims (its size-1 dims dropped), and the
+        // permutes whose inputs the chain reads in their place.
         let mut inputs: Vec<(TensorId, Vec<usize>)> = Vec::new();
+        let mut permutes: Vec<usize> = Vec::new();
         let mut steps: Vec<(Step, Vec<Operand>)> = Vec::new();
         let last = *c.nodes.last()?;
         for &k in &c.nodes {
@@ -269,16 +274,25 @@ impl GraphBuilder {
                     (Some(j), _) => Operand::Step(j),
                     (None, Some(v)) if step.kind == Kind::Binary => Operand::Immediate(v),
                     (None, _) => {
+                        // A permute only the chain reads is read through (its input, at
+                        // permuted strides), from where the permute was.
+                        let (t, strides, from) = match self.permuted(uses, t) {
+                            Some((p, x, xs)) => {
+                                permutes.push(p);
+                                (x, xs, p)
+                            }
+                            None => (t, self.strides(t), k),
+                        };
                         // Written before its reader and not again until the chain's end,
                         // and by no node of the chain (a view of a value held in registers).
                         let st = self.tensors[t.0].storage;
                         let ready = uses.writers[st]
                             .iter()
-                            .all(|&w| (w < k || w > last) && !c.nodes.contains(&w));
+                            .all(|&w| (w < from || w > last) && !c.nodes.contains(&w));
                         if !ready {
                             return None;
                         }
-                        let strides = self.squeezed_strides(t, self.nodes[k].out);
+                        let strides = self.squeezed_strides(&strides, t, self.nodes[k].out);
                         let i = match inputs.iter().position(|x| x.0 == t) {
                             Some(i) if inputs[i].1 == strides => i,
                             Some(_) => return None,
@@ -301,7 +315,7 @@ impl GraphBuilder {
         let spec = chain_spec(&steps, inputs.len(), strided)?;
         let mut bound: Vec<TensorId> = inputs.iter().map(|x| x.0).collect();
         bound.resize(MAX_INPUTS, inputs[0].0);
-        Some(Op::Kernel {
+        let op = Op::Kernel {
             name: "elementwise",
             kernel: Kernel::Elementwise,
             inputs: bound,
@@ -309,7 +323,40 @@ impl GraphBuilder {
             groups: None,
             precision: None,
             spec,
-        })
+        };
+        Some((op, permutes))
+    }
+
+    /// Where `t` is the result of a permute that nothing else reads, of a float tensor:
+    /// that node, its input, and the input's strides for each dim of `t`.
+    fn permuted(
+        &self,
+        uses: &crate::fusion::Uses,
+        t: TensorId,
+    ) -> Option<(usize, TensorId, Vec<usize>)> {
+        let st = self.tensors[t.0].storage;
+        let [p] = uses.writers[st][..] else {
+            return None;
+        };
+        let Op::Permute { x, perm } = &self.nodes[p].op else {
+            return None;
+        };
+        let temp = matches!(self.storages[st].kind, StorageKind::Temp);
+        let own = self.nodes[p].out == t && self.storages[st].tensor == t;
+        if !temp || !own || uses.readers[st] != 1 {
+            return None;
+        }
+        let xs = contiguous_strides(&self.tensors[x.0].shape);
+        let strides = perm
+            .iter()
+            .map(|&d| xs.get(d).copied())
+            .collect::<Option<Vec<_>>>()?;
+        Some((p, *x, strides))
+    }
+
+    /// The strides of contiguous `t`'s dims.
+    fn strides(&self, t: TensorId) -> Vec<usize> {
+        contiguous_strides(&self.tensors[t.0].shape)
     }
 
     /// Whether `t` is node `j`'s result, or a view of all of it.
@@ -321,16 +368,19 @@ impl GraphBuilder {
             && ti.numel() == out.numel()
     }
 
-    /// The strides of `t` broadcast to the shape of `out` (the node reading it), over that
-    /// shape's dims other than those of size 1.
-    fn squeezed_strides(&self, t: TensorId, out: TensorId) -> Vec<usize> {
+    /// Strides `strides` of the dims of the tensor read as `t`, broadcast to the shape of
+    /// `out` (the node reading it) as `t` is, over that shape's dims other than those of
+    /// size 1.
+    fn squeezed_strides(&self, strides: &[usize], t: TensorId, out: TensorId) -> Vec<usize> {
         let shape = &self.tensors[out.0].shape;
-        let strides = bcast_strides(&self.tensors[t.0], shape.len());
-        shape
-            .iter()
-            .zip(strides)
-            .filter(|(d, _)| **d != 1)
-            .map(|(_, s)| s)
+        let tshape = &self.tensors[t.0].shape;
+        let off = shape.len() - tshape.len();
+        (0..shape.len())
+            .filter(|&d| shape[d] != 1)
+            .map(|d| match d.checked_sub(off) {
+                Some(e) if tshape[e] != 1 => strides[e],
+                _ => 0,
+            })
             .collect()
     }
 

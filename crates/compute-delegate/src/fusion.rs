@@ -456,6 +456,7 @@ impl GraphBuilder {
                 d,
                 eps,
                 rms: true,
+                plane: 0,
             } = node.op
             else {
                 continue;

@@ -391,6 +391,11 @@ pub(crate) enum Op {
         eps: f32,
         /// RMS norm: no mean is subtracted, the variance is the mean square.
         rms: bool,
+        /// 0: each row of `d` elements is contiguous in `x`. Else `x` is channels-first,
+        /// `[n, d, plane]`, and the result channels-last, `[n, plane, d]`: row `r` normalizes
+        /// the `d` channels of pixel `r % plane` of image `r / plane` (a norm over the
+        /// channels, read through the permute that moved them last).
+        plane: usize,
     },
     Permute {
         x: TensorId,

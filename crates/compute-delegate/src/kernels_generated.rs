@@ -1185,6 +1185,7 @@ pub(crate) mod push {
         pub rows: u32,
         pub d: u32,
         pub eps: f32,
+        pub plane: u32,
     }
 
     const _: () = assert!(
@@ -1199,6 +1200,7 @@ pub(crate) mod push {
         pub rows: u32,
         pub d: u32,
         pub eps: f32,
+        pub plane: u32,
     }
 
     const _: () = assert!(

@@ -117,6 +117,47 @@ impl GraphBuilder {
         }
     }
 
+    /// The graph with each layer norm over the last dim of a permute that moved a
+    /// channels-first tensor's channels last (`[n, c, ...]` to `[n, ..., c]`, a ConvNeXt
+    /// block's), where nothing else reads the permute, reading the channels-first tensor
+    /// itself (`Op::LayerNorm`'s `plane`): the copy goes. `None` where there is none.
+    pub(crate) fn with_channel_norms_read_through(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, node) in self.nodes.iter().enumerate() {
+            let Op::LayerNorm { x, d, plane: 0, .. } = node.op else {
+                continue;
+            };
+            let st = self.tensors[x.0].storage;
+            let [j] = uses.writers[st][..] else {
+                continue;
+            };
+            let Op::Permute { x: src, perm } = &self.nodes[j].op else {
+                continue;
+            };
+            let shape = &self.tensors[src.0].shape;
+            let r = shape.len();
+            let last = (r >= 3).then(|| [&[0][..], &(2..r).collect::<Vec<_>>(), &[1]].concat());
+            let own = self.nodes[j].out == x
+                && self.storages[st].tensor == x
+                && matches!(self.storages[st].kind, StorageKind::Temp)
+                && uses.readers[st] == 1;
+            let ready = uses.writers[self.tensors[src.0].storage]
+                .iter()
+                .all(|&w| w < j || w > k);
+            if !own || !ready || last.as_ref() != Some(perm) || shape[1] != d {
+                continue;
+            }
+            if let Op::LayerNorm { x, plane, .. } = &mut g.nodes[k].op {
+                *x = *src;
+                *plane = shape[2..].iter().product();
+            }
+            drop[j] = true;
+        }
+        retain(g, &drop)
+    }
+
     /// The graph with each permute whose result has the layout of the tensor it reads
     /// (through views and other permutes) in that tensor's storage (a permute moving dims of
     /// size 1 only; a permute undoing another) made a view of that storage: its readers read

@@ -1171,8 +1171,9 @@ fn products_apply_their_residuals_and_activations() {
 /// Chains of elementwise nodes run as one `elementwise.comp` dispatch each, with the same
 /// results as the graph built unfused, in fp32 and fp16: a GPT-2 MLP's bias and tanh GELU as
 /// its exporter writes them (nine nodes, scalar constants among them, a `pow` of the math
-/// kernel); a layer scale broadcast over channels and a residual add through views that drop
-/// a dim of size 1; two chains that meet in
+/// kernel); a channels-last result permuted to channels-first (read through the permute), a
+/// layer scale broadcast over channels and a residual add through views that drop a dim of
+/// size 1; a permute read by one sigmoid; two chains that meet in
 /// a product. A value read twice ends its chain, and one product's epilogue keeps its add.
 #[test]
 fn elementwise_chains_run_as_one_dispatch() {
@@ -1198,7 +1199,8 @@ fn elementwise_chains_run_as_one_dispatch() {
             b.cast(c, dtype).unwrap()
         };
         let x = input(&mut b, "x", &[16, 96]);
-        let y = input(&mut b, "y", &[1, 16, 8, 8]);
+        let y = input(&mut b, "y", &[1, 8, 8, 16]);
+        let p = input(&mut b, "p", &[6, 5]);
         let r = input(&mut b, "r", &[1, 16, 8, 8]);
         let u = input(&mut b, "u", &[4, 24]);
         let v = input(&mut b, "v", &[4, 24]);
@@ -1220,6 +1222,7 @@ fn elementwise_chains_run_as_one_dispatch() {
         let gelu = b.mul(h, t).unwrap();
         // A layer scale and a residual.
         let gamma = constant(&mut b, "gamma", &[16, 1, 1], &data(2, 16));
+        let y = b.permute(y, &[0, 3, 1, 2]).unwrap();
         let scaled = b.mul(y, gamma).unwrap();
         let scaled = b.reshape(scaled, &[16, 8, 8]).unwrap();
         let r = b.reshape(r, &[16, 8, 8]).unwrap();
@@ -1232,7 +1235,10 @@ fn elementwise_chains_run_as_one_dispatch() {
         let met = b.mul(u2, v2).unwrap();
         let twice = b.mul(met, met).unwrap();
         let twice = b.relu(twice).unwrap();
-        for o in [gelu, block, met, twice] {
+        // A permute read by one node alone.
+        let p = b.permute(p, &[1, 0]).unwrap();
+        let p = b.sigmoid(p).unwrap();
+        for o in [gelu, block, met, twice, p] {
             let o = b.cast(o, DType::F32).unwrap();
             b.output(o).unwrap();
         }
@@ -1251,10 +1257,11 @@ fn elementwise_chains_run_as_one_dispatch() {
         });
         let kernels = built[0].kernels();
         let count = |name: &str| kernels.iter().filter(|k| k.starts_with(name)).count();
-        // GELU, block, the meeting chains (an output, so read twice), and the square and relu.
-        assert_eq!(count("Elementwise"), 4, "{kernels:?}");
-        let elementwise = ["Unary", "Binary", "UnaryMath"].map(count);
-        assert_eq!(elementwise, [0, 0, 0], "{kernels:?}");
+        // GELU, block, the meeting chains (an output, so read twice), the square and relu,
+        // and the permuted sigmoid; the permutes are read through.
+        assert_eq!(count("Elementwise"), 5, "{kernels:?}");
+        let elementwise = ["Unary", "Binary", "UnaryMath", "Copy"].map(count);
+        assert_eq!(elementwise, [0, 0, 0, 0], "{kernels:?}");
         let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
         for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
             let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
@@ -1266,6 +1273,94 @@ fn elementwise_chains_run_as_one_dispatch() {
                     "{dtype:?} output {i}[{e}]: fused {a}, unfused {w}"
                 );
             }
+        }
+        assert_no_validation_errors(&inst);
+    }
+}
+
+/// A ConvNeXt block as torchvision writes it runs in five dispatches with the results of the
+/// graph built unfused, in fp32 and fp16: the depthwise convolution; the layer norm over
+/// channels, reading the channels-first result through the permute that moved them last; the
+/// first linear layer and its GELU; the second; and the permute back, the layer scale and the
+/// residual as one chain reading through the permute.
+#[test]
+fn a_convnext_block_reads_through_its_permutes() {
+    let test = "a_convnext_block_reads_through_its_permutes";
+    for dtype in [DType::F32, DType::F16] {
+        let found = if dtype == DType::F16 {
+            testing::device(test, &compute_delegate::f16_requirements())
+        } else {
+            device(test)
+        };
+        let Some((inst, dev)) = found else {
+            return;
+        };
+        let (c, h, w) = (16usize, 6usize, 5usize);
+        let mut b = GraphBuilder::new();
+        b.set_float(dtype);
+        let constant = |b: &mut GraphBuilder, name: &str, seed: u32, shape: &[usize]| {
+            let n = shape.iter().product();
+            let v: Vec<f32> = data(seed, n).iter().map(|v| v * 0.5).collect();
+            let t = b.constant_f32(name, shape, &v).unwrap();
+            b.cast(t, dtype).unwrap()
+        };
+        let x = b.input("x", DType::F32, &[2, c, h, w]).unwrap();
+        let x = b.cast(x, dtype).unwrap();
+        let kd = constant(&mut b, "kd", 1, &[c, 1, 7, 7]);
+        let dw = Conv2d {
+            padding: [3, 3],
+            groups: c,
+            ..Default::default()
+        };
+        let y = b.conv2d(x, kd, None, dw).unwrap();
+        let y = b.permute(y, &[0, 2, 3, 1]).unwrap();
+        let (nw, nb) = (
+            constant(&mut b, "nw", 2, &[c]),
+            constant(&mut b, "nb", 3, &[c]),
+        );
+        let y = b.layer_norm(y, &[c], Some(nw), Some(nb), 1e-6).unwrap();
+        let (w1, b1) = (
+            constant(&mut b, "w1", 4, &[4 * c, c]),
+            constant(&mut b, "b1", 5, &[4 * c]),
+        );
+        let y = b.linear(y, w1, Some(b1)).unwrap();
+        let y = b.gelu(y, false).unwrap();
+        let (w2, b2) = (
+            constant(&mut b, "w2", 6, &[c, 4 * c]),
+            constant(&mut b, "b2", 7, &[c]),
+        );
+        let y = b.linear(y, w2, Some(b2)).unwrap();
+        let y = b.permute(y, &[0, 3, 1, 2]).unwrap();
+        let gamma = constant(&mut b, "gamma", 8, &[c, 1, 1]);
+        let y = b.mul(y, gamma).unwrap();
+        let y = b.add(y, x).unwrap();
+        let y = b.cast(y, DType::F32).unwrap();
+        b.output(y).unwrap();
+        let input = HostTensor::from_f32(vec![2, c, h, w], &data(70, 2 * c * h * w)).unwrap();
+        let mut built = built_both(&b, &dev, |unfused| BuildOptions {
+            unfused,
+            ..Default::default()
+        });
+        let kernels = built[0].kernels();
+        let core: Vec<&String> = kernels.iter().filter(|k| !k.starts_with("Cast")).collect();
+        assert_eq!(core.len(), 5, "{kernels:?}");
+        let count = |name: &str| kernels.iter().filter(|k| k.starts_with(name)).count();
+        assert_eq!(
+            count("Copy") + count("Unary") + count("Binary"),
+            0,
+            "{kernels:?}"
+        );
+        let [fused, unfused] = built
+            .each_mut()
+            .map(|g| g.execute(std::slice::from_ref(&input)).unwrap());
+        let (f, u) = (fused[0].to_f32().unwrap(), unfused[0].to_f32().unwrap());
+        let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+        let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 } * scale;
+        for (e, (a, w)) in f.iter().zip(&u).enumerate() {
+            assert!(
+                (a - w).abs() <= tol,
+                "{dtype:?} [{e}]: fused {a}, unfused {w}"
+            );
         }
         assert_no_validation_errors(&inst);
     }

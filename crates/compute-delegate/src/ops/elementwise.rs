@@ -287,7 +287,7 @@ impl GraphBuilder {
 }
 
 /// Strides of `t` read as a tensor of rank `r`: 0 on broadcast (size-1 or missing) dims.
-pub(crate) fn bcast_strides(t: &TensorInfo, r: usize) -> Vec<usize> {
+fn bcast_strides(t: &TensorInfo, r: usize) -> Vec<usize> {
     let cs = contiguous_strides(&t.shape);
     let off = r - t.shape.len();
     (0..r)

@@ -24,7 +24,7 @@ mod attention;
 pub use activation::Math;
 pub use conv::Conv3d;
 mod conv;
-pub(crate) mod elementwise;
+mod elementwise;
 mod gemm;
 mod index;
 mod integer;

@@ -71,6 +71,7 @@ impl GraphBuilder {
             d,
             eps,
             rms: true,
+            plane: 0,
         };
         self.node(op, OP, xi.dtype, xi.shape)
     }
@@ -185,6 +186,7 @@ impl GraphBuilder {
                 d,
                 eps,
                 rms: false,
+                plane: 0,
             },
             OP,
             xi.dtype,
@@ -258,12 +260,15 @@ impl Lowerer<'_> {
                 d,
                 eps,
                 rms,
+                plane,
             } => {
                 let x = self.st(*x);
                 let w = weight.map(|w| self.st(w));
                 let b = bias.map(|b| self.st(b));
                 let rows = n / d;
-                let per_thread = *d < ROW_KERNEL_MIN;
+                // Channels-first rows: a thread a row, so that a subgroup's loads of one
+                // channel are of neighbouring pixels.
+                let per_thread = *d < ROW_KERNEL_MIN || *plane > 0;
                 let g = if per_thread {
                     self.linear_groups(rows as u64)
                 } else {
@@ -292,6 +297,7 @@ impl Lowerer<'_> {
                         rows: rows as u32,
                         d: *d as u32,
                         eps: *eps,
+                        plane: *plane as u32,
                     },
                     [g, 1, 1],
                 );
