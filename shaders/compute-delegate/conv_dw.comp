@@ -8,8 +8,8 @@
 layout(local_size_x = 256) in;
 // Fused activation (`epilogue.glsl`'s codes), applied after the bias and the residual.
 layout(constant_id = 0) const uint ACT = 0;
-// A residual (binding 4, laid out as y) is added to each result: a residual add fused at
-// lowering.
+// A residual (binding 4, laid out as y) added to (RESID 1) or multiplying (2) each result,
+// fused at lowering (`epilogue.glsl`).
 layout(constant_id = 1) const uint RESID = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
@@ -67,7 +67,7 @@ void main() {
                 acc += xv * float(wt[wbase + ky * pc.kw + kx]);
             }
         }
-        if (RESID == 1) acc += float(resid[i]);
+        if (RESID != 0) acc = combine(acc, float(resid[i]));
         y[i] = T(activate(acc));
     }
 }

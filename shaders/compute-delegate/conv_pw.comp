@@ -18,8 +18,8 @@ layout(constant_id = 0) const uint ACT = 0;
 // Output channels an invocation computes (1 to MAX_MT).
 layout(constant_id = 1) const uint MT = 4;
 const uint MAX_MT = 8;
-// A residual (binding 4, laid out as y) is added to each result: a residual add fused at
-// lowering.
+// A residual (binding 4, laid out as y) added to (RESID 1) or multiplying (2) each result,
+// fused at lowering (`epilogue.glsl`).
 layout(constant_id = 2) const uint RESID = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
@@ -68,7 +68,7 @@ void main() {
             if (m0 + j < pc.m) {
                 uint at = (n * pc.m + m0 + j) * pc.pixels + px;
                 ACC a = acc[j];
-                if (RESID == 1) a += float(resid[at]);
+                if (RESID != 0) a = combine(a, float(resid[at]));
                 y[at] = T(activate(a));
             }
         }

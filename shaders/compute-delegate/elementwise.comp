@@ -3,7 +3,8 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 // A chain of elementwise ops as one dispatch (`chains.rs`): up to 4 input tensors, each read
-// at the output's index or through its own broadcast strides, and up to 12 steps, each an op
+// at the output's index or through its own offset and (broadcast, permuted or sliced)
+// strides, and up to 12 steps, each an op
 // of `unary_op.glsl`, `binary_op.glsl` or `math_op.glsl` on earlier values, kept in
 // registers; the last step's value is stored. One invocation per output element, grid-stride;
 // fp32 arithmetic in both precisions.
@@ -18,7 +19,7 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint INPUTS = 1;
 layout(constant_id = 1) const uint STEPS = 1;
-// Bit k: input k is read through its strides (else at the output's index).
+// Bit k: input k is read through its offset and strides (else at the output's index).
 layout(constant_id = 2) const uint STRIDED = 0;
 layout(constant_id = 3) const uint S0 = 0;
 layout(constant_id = 4) const uint S1 = 0;
@@ -71,9 +72,11 @@ layout(std430, set = 0, binding = 4) writeonly buffer Y { T y[]; };
 layout(push_constant) uniform Params {
     uint n;
     uint rank;
-    // The output's dims, collapsed, and each input's strides over them (input k at 4 k).
+    // The output's dims, collapsed, and each input's strides over them (input k at 4 k) and
+    // offset (a slice's start).
     uint dims[4];
     uint strides[16];
+    uint offsets[4];
 } pc;
 
 #include "unary_op.glsl"
@@ -130,7 +133,7 @@ uint input_index(const uint k, uint i) {
         return i;
     }
     uint rem = i;
-    uint at = 0;
+    uint at = pc.offsets[k];
     for (int d = int(pc.rank) - 1; d >= 0; --d) {
         uint q = rem / pc.dims[d];
         at += (rem - q * pc.dims[d]) * pc.strides[k * MAX_RANK + uint(d)];

@@ -55,8 +55,9 @@ layout(constant_id = 9) const uint PARTIAL_F32 = 0;
 // r + 4 and column quads c and c + 8 of it, so that a warp's shared-memory reads touch half
 // the bytes (one 128-byte wavefront for B).
 layout(constant_id = 10) const uint WARP_TILE = 0;
-// A residual (binding 4, laid out as C) is added to each result after its bias: a residual
-// add fused at lowering. Never with split-K, whose summing pass adds it.
+// A residual (binding 4, laid out as C) added to (RESID 1) or multiplying (2) each result
+// after its bias, fused at lowering (`epilogue.glsl`). Never with split-K, whose summing pass
+// applies it.
 layout(constant_id = 11) const uint RESID = 0;
 
 #ifndef GEMM_BK
@@ -442,7 +443,7 @@ void main() {
                     if (MODE == 0) {
                         uint at = z * pc.sc_b + mm * pc.sc_m + nn;
                         if (add_bias) v += float(bias[nn]);
-                        if (RESID == 1) v += float(resid[at]);
+                        if (RESID != 0) v = combine(v, float(resid[at]));
                         store_c(c_off + at, activate(v));
                     } else {
                         uint co = z * pc.m + mm;
@@ -450,7 +451,7 @@ void main() {
                         uint p = nn - img * ohw;
                         uint at = (img * pc.cout + co) * ohw + p;
                         if (add_bias) v += float(bias[co]);
-                        if (RESID == 1) v += float(resid[at]);
+                        if (RESID != 0) v = combine(v, float(resid[at]));
                         store_c(c_off + at, activate(v));
                     }
                 }

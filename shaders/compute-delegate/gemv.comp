@@ -50,6 +50,8 @@ layout(push_constant) uniform Params {
     float act_hi;
 } pc;
 
+// Its epilogue applies activations only: no residual is bound.
+const uint RESID = 0;
 #include "epilogue.glsl"
 
 shared vec4 partial_rows[SLICES - 1][MAX_ROWS][LANES];

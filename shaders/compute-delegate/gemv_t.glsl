@@ -62,6 +62,8 @@ layout(push_constant) uniform Params {
 } pc;
 
 #include "cache_store.glsl"
+// Its epilogue applies activations only: no residual is bound.
+const uint RESID = 0;
 #include "epilogue.glsl"
 
 shared float sums[COLS][MAX_ROWS][LANES];

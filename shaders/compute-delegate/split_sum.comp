@@ -2,8 +2,8 @@
 // kernel: SplitSum
 #extension GL_GOOGLE_include_directive : require
 // The summing pass of a split-K GEMM in one dispatch: out[i] = sum over the splits of the fp32
-// partial sums p[s * stride + i], plus the fused residual (RESID: binding 2, laid out as the
-// output), through the fused activation (ACT, `epilogue.glsl`'s codes), narrowed to the
+// partial sums p[s * stride + i], with the fused residual (RESID: binding 2, laid out as the
+// output, added or multiplying), through the fused activation (ACT, `epilogue.glsl`'s codes), narrowed to the
 // output's type once. Four elements per thread and iteration, grid-stride; the partial
 // stride is a multiple of 4 and the output is padded to 16 bytes, so the vec4 tail stays in
 // bounds (its extra lanes land in the padding).
@@ -36,8 +36,8 @@ void main() {
         for (uint j = 0; j < pc.splits; ++j) {
             s += p[j * pc.stride4 + i];
         }
-        if (RESID == 1) {
-            s += vec4(resid[i]);
+        if (RESID != 0) {
+            s = combine4(s, vec4(resid[i]));
         }
         y[i] = T4(activate4(s));
     }

@@ -49,6 +49,24 @@ enum Operand {
     Immediate(f32),
 }
 
+/// A tensor a chain reads: bound as `t`, at offset `off`, with strides over the chain's dims
+/// (its dims of size 1 dropped).
+#[derive(Debug, Clone, PartialEq)]
+struct Input {
+    t: TensorId,
+    off: usize,
+    strides: Vec<usize>,
+}
+
+/// A copy read through ([`GraphBuilder::read_through`]).
+struct Through {
+    src: TensorId,
+    off: usize,
+    strides: Vec<usize>,
+    gone: Vec<usize>,
+    from: usize,
+}
+
 /// A chain being grown: its nodes in order, and the tensor its last node writes.
 #[derive(Debug, Clone)]
 struct Chain {
@@ -258,7 +276,7 @@ impl GraphBuilder {
         }
         // Each input with its strides over the chain's dims (its size-1 dims dropped), and the
         // permutes whose inputs the chain reads in their place.
-        let mut inputs: Vec<(TensorId, Vec<usize>)> = Vec::new();
+        let mut inputs: Vec<Input> = Vec::new();
         let mut permutes: Vec<usize> = Vec::new();
         let mut steps: Vec<(Step, Vec<Operand>)> = Vec::new();
         let last = *c.nodes.last()?;
@@ -274,14 +292,15 @@ impl GraphBuilder {
                     (Some(j), _) => Operand::Step(j),
                     (None, Some(v)) if step.kind == Kind::Binary => Operand::Immediate(v),
                     (None, _) => {
-                        // A permute only the chain reads is read through (its input, at
-                        // permuted strides), from where the permute was.
-                        let (t, strides, from) = match self.permuted(uses, t) {
-                            Some((p, x, xs)) => {
-                                permutes.push(p);
-                                (x, xs, p)
+                        // Permutes and slices are read through (their source, at its offset
+                        // and strides), from where the first of them was.
+                        let operand = self.tensors[t.0].shape.clone();
+                        let (t, off, strides, from) = match self.read_through(uses, t) {
+                            Some(r) => {
+                                permutes.extend(r.gone);
+                                (r.src, r.off, r.strides, r.from)
                             }
-                            None => (t, self.strides(t), k),
+                            None => (t, 0, self.strides(t), k),
                         };
                         // Written before its reader and not again until the chain's end,
                         // and by no node of the chain (a view of a value held in registers).
@@ -292,12 +311,15 @@ impl GraphBuilder {
                         if !ready {
                             return None;
                         }
-                        let strides = self.squeezed_strides(&strides, t, self.nodes[k].out);
-                        let i = match inputs.iter().position(|x| x.0 == t) {
-                            Some(i) if inputs[i].1 == strides => i,
-                            Some(_) => return None,
+                        let read = Input {
+                            t,
+                            off,
+                            strides: self.squeezed_strides(&strides, &operand, self.nodes[k].out),
+                        };
+                        let i = match inputs.iter().position(|x| *x == read) {
+                            Some(i) => i,
                             None => {
-                                inputs.push((t, strides));
+                                inputs.push(read);
                                 inputs.len() - 1
                             }
                         };
@@ -313,8 +335,8 @@ impl GraphBuilder {
         }
         let (push, strided) = self.chain_push(&inputs, c.out)?;
         let spec = chain_spec(&steps, inputs.len(), strided)?;
-        let mut bound: Vec<TensorId> = inputs.iter().map(|x| x.0).collect();
-        bound.resize(MAX_INPUTS, inputs[0].0);
+        let mut bound: Vec<TensorId> = inputs.iter().map(|x| x.t).collect();
+        bound.resize(MAX_INPUTS, inputs[0].t);
         let op = Op::Kernel {
             name: "elementwise",
             kernel: Kernel::Elementwise,
@@ -327,31 +349,37 @@ impl GraphBuilder {
         Some((op, permutes))
     }
 
-    /// Where `t` is the result of a permute that nothing else reads, of a float tensor:
-    /// that node, its input, and the input's strides for each dim of `t`.
-    fn permuted(
-        &self,
-        uses: &crate::fusion::Uses,
-        t: TensorId,
-    ) -> Option<(usize, TensorId, Vec<usize>)> {
-        let st = self.tensors[t.0].storage;
-        let [p] = uses.writers[st][..] else {
-            return None;
-        };
-        let Op::Permute { x, perm } = &self.nodes[p].op else {
-            return None;
-        };
-        let temp = matches!(self.storages[st].kind, StorageKind::Temp);
-        let own = self.nodes[p].out == t && self.storages[st].tensor == t;
-        if !temp || !own || uses.readers[st] != 1 {
+    /// Where `t` is a copy (permutes and slices, through views) of a tensor written once:
+    /// that tensor, the offset and strides of `t`'s dims in it, the copies nothing but the
+    /// next of them (or the chain) reads, which go, and the first copy's node.
+    fn read_through(&self, uses: &crate::fusion::Uses, t: TensorId) -> Option<Through> {
+        let mut absorbed = Vec::new();
+        let s = self.strided(uses, t, &mut absorbed);
+        let from = *absorbed.iter().min()?;
+        if s.src == t || s.shape != self.tensors[t.0].shape {
             return None;
         }
-        let xs = contiguous_strides(&self.tensors[x.0].shape);
-        let strides = perm
-            .iter()
-            .map(|&d| xs.get(d).copied())
-            .collect::<Option<Vec<_>>>()?;
-        Some((p, *x, strides))
+        let mut gone = Vec::new();
+        let mut cur = t;
+        for &j in absorbed.iter().rev() {
+            let st = self.tensors[self.nodes[j].out.0].storage;
+            let temp = matches!(self.storages[st].kind, StorageKind::Temp);
+            if !temp || uses.readers[st] != 1 || !self.value_of(j, cur) {
+                break;
+            }
+            gone.push(j);
+            cur = match &self.nodes[j].op {
+                Op::Permute { x, .. } | Op::Slice { x, .. } => *x,
+                _ => break,
+            };
+        }
+        Some(Through {
+            src: s.src,
+            off: s.off,
+            strides: s.strides,
+            gone,
+            from,
+        })
     }
 
     /// The strides of contiguous `t`'s dims.
@@ -368,12 +396,11 @@ impl GraphBuilder {
             && ti.numel() == out.numel()
     }
 
-    /// Strides `strides` of the dims of the tensor read as `t`, broadcast to the shape of
-    /// `out` (the node reading it) as `t` is, over that shape's dims other than those of
-    /// size 1.
-    fn squeezed_strides(&self, strides: &[usize], t: TensorId, out: TensorId) -> Vec<usize> {
+    /// Strides `strides` of the dims of an operand of shape `tshape`, broadcast to the shape
+    /// of `out` (the node reading it) as the operand is, over that shape's dims other than
+    /// those of size 1.
+    fn squeezed_strides(&self, strides: &[usize], tshape: &[usize], out: TensorId) -> Vec<usize> {
         let shape = &self.tensors[out.0].shape;
-        let tshape = &self.tensors[t.0].shape;
         let off = shape.len() - tshape.len();
         (0..shape.len())
             .filter(|&d| shape[d] != 1)
@@ -397,17 +424,12 @@ impl GraphBuilder {
         }
     }
 
-    /// `elementwise.comp`'s push constants for `inputs` (with their strides over the output's
-    /// dims other than those of size 1) and output `out`, and which inputs it reads through
-    /// strides; `None` beyond its rank.
-    fn chain_push(
-        &self,
-        inputs: &[(TensorId, Vec<usize>)],
-        out: TensorId,
-    ) -> Option<(push::ElementwisePush, u32)> {
+    /// `elementwise.comp`'s push constants for `inputs` and output `out`, and which inputs it
+    /// reads through offsets and strides; `None` beyond its rank.
+    fn chain_push(&self, inputs: &[Input], out: TensorId) -> Option<(push::ElementwisePush, u32)> {
         let oi = &self.tensors[out.0];
         let shape = squeezed(&oi.shape);
-        let strides: Vec<Vec<usize>> = inputs.iter().map(|x| x.1.clone()).collect();
+        let strides: Vec<Vec<usize>> = inputs.iter().map(|x| x.strides.clone()).collect();
         let (dims, strides) = collapse(&shape, &strides);
         if dims.len() > MAX_RANK {
             return None;
@@ -423,10 +445,11 @@ impl GraphBuilder {
         for (d, &v) in dims.iter().enumerate() {
             p.dims[d] = u32::try_from(v).ok()?;
         }
-        for (k, s) in strides.iter().enumerate() {
-            if *s != whole {
+        for (k, (s, input)) in strides.iter().zip(inputs).enumerate() {
+            if *s != whole || input.off != 0 {
                 strided |= 1 << k;
             }
+            p.offsets[k] = u32::try_from(input.off).ok()?;
             for (d, &v) in s.iter().enumerate() {
                 p.strides[k * MAX_RANK + d] = u32::try_from(v).ok()?;
             }

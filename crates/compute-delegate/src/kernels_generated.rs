@@ -835,6 +835,7 @@ pub(crate) mod push {
         pub rank: u32,
         pub dims: [u32; 4],
         pub strides: [u32; 16],
+        pub offsets: [u32; 4],
     }
 
     const _: () = assert!(

@@ -1,5 +1,5 @@
-//! Epilogues fused at lowering: the residual add and the activation that read a product's or
-//! a convolution's result, applied by its dispatch as it stores the result (`epilogue.glsl`),
+//! Epilogues fused at lowering: the residual add (or product) and the activation that read a
+//! product's or a convolution's result, applied by its dispatch as it stores the result (`epilogue.glsl`),
 //! one dispatch where there were two or three.
 //!
 //! [`fuse_epilogues`] finds them on the graph; a kernel that applies a whole epilogue takes
@@ -72,11 +72,13 @@ impl Activation {
     }
 }
 
-/// What a node's dispatch does to its results before storing them: add a residual, then
-/// activate; the result is the tensor `writes` (the last fused node's output).
+/// What a node's dispatch does to its results before storing them: add a residual (or
+/// multiply by it, with `times`), then activate; the result is the tensor `writes` (the last
+/// fused node's output).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Epilogue {
     pub(crate) residual: Option<TensorId>,
+    pub(crate) times: bool,
     pub(crate) act: Option<Activation>,
     pub(crate) writes: TensorId,
 }
@@ -91,11 +93,12 @@ impl Epilogue {
     }
 }
 
-/// An epilogue as a kernel applies it: the residual's storage, the activation's code and
-/// bounds.
+/// An epilogue as a kernel applies it: the residual's storage and `RESID` code (1 added, 2
+/// multiplying), the activation's code and bounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Taken {
     pub(crate) residual: Option<usize>,
+    pub(crate) resid: u32,
     pub(crate) act: u32,
     pub(crate) lo: f32,
     pub(crate) hi: f32,
@@ -162,8 +165,8 @@ impl Use {
     }
 }
 
-/// Finds each conv2d's and product's epilogue: a residual add of a tensor of the result's
-/// shape ready before the product, then a relu, clamp, GELU, SiLU or hardswish; and the
+/// Finds each conv2d's and product's epilogue: a residual add (or a product) with a tensor of
+/// the result's shape ready before the product, then a relu, clamp, GELU, SiLU or hardswish; and the
 /// relu or clamp after a float add, sub or mul. The fused nodes' intermediate results have no
 /// other reader and are no graph output. Without `all`, only the clamps are fused (a graph
 /// built unfused).
@@ -191,6 +194,7 @@ pub(crate) fn fuse_epilogues(b: &GraphBuilder, all: bool) -> Fusion {
         };
         let mut e = Epilogue {
             residual: None,
+            times: false,
             act: None,
             writes: node.out,
         };
@@ -198,9 +202,10 @@ pub(crate) fn fuse_epilogues(b: &GraphBuilder, all: bool) -> Fusion {
         let residual = (product && all)
             .then(|| residual_of(b, &uses, j, e.writes))
             .flatten();
-        if let Some((i, r)) = residual {
+        if let Some((i, r, times)) = residual {
             fusion.skip[i] = Some(j);
             e.residual = Some(r);
+            e.times = times;
             e.writes = b.nodes[i].out;
             last = i;
         }
@@ -219,17 +224,23 @@ pub(crate) fn fuse_epilogues(b: &GraphBuilder, all: bool) -> Fusion {
     fusion
 }
 
-/// The add that alone reads `t` (written by node `j`) and the other operand it adds, where
-/// that operand has `t`'s shape and dtype and every write of it comes before `j`.
-fn residual_of(b: &GraphBuilder, uses: &Use, j: usize, t: TensorId) -> Option<(usize, TensorId)> {
+/// The add or product that alone reads `t` (written by node `j`), the other operand, and
+/// whether it multiplies, where that operand has `t`'s shape and dtype and every write of it
+/// comes before `j`.
+fn residual_of(
+    b: &GraphBuilder,
+    uses: &Use,
+    j: usize,
+    t: TensorId,
+) -> Option<(usize, TensorId, bool)> {
     let i = uses.sole_reader(b, j, t)?;
-    let Op::Binary {
-        op: BinaryOp::Add,
-        a,
-        b: bb,
-    } = b.nodes[i].op
-    else {
+    let Op::Binary { op, a, b: bb } = b.nodes[i].op else {
         return None;
+    };
+    let times = match op {
+        BinaryOp::Add => false,
+        BinaryOp::Mul => true,
+        _ => return None,
     };
     let st = |x: TensorId| b.tensors[x.0].storage;
     let s = st(t);
@@ -254,7 +265,7 @@ fn residual_of(b: &GraphBuilder, uses: &Use, j: usize, t: TensorId) -> Option<(u
             b.storages[st(out)].kind,
             StorageKind::Temp | StorageKind::Output
         );
-    (same && ready && sole_write).then_some((i, r))
+    (same && ready && sole_write).then_some((i, r, times))
 }
 
 /// The activation that alone reads `t` (written by node `j`), of `t`'s dtype.
@@ -286,6 +297,11 @@ impl Lowerer<'_> {
         let (lo, hi) = e.act.map_or((0.0, 0.0), Activation::bounds);
         Some(Taken {
             residual: e.residual.map(|r| self.st(r)),
+            resid: match (e.residual, e.times) {
+                (None, _) => 0,
+                (Some(_), false) => 1,
+                (Some(_), true) => 2,
+            },
             act: e.act.map_or(0, Activation::code),
             lo,
             hi,
@@ -323,11 +339,16 @@ impl Lowerer<'_> {
                 act = None;
             }
             let (act_lo, act_hi) = clamp.unwrap_or((0.0, 0.0));
-            self.op = "add";
+            let op = if e.times {
+                BinaryOp::Mul
+            } else {
+                BinaryOp::Add
+            };
+            self.op = op.name();
             let r = self.st(r);
             self.push(
                 Kernel::Binary,
-                vec![BinaryOp::Add.code(), u32::from(clamp.is_some())],
+                vec![op.code(), u32::from(clamp.is_some())],
                 vec![(o, false), (r, false), (o, true)],
                 &push::BinaryPush {
                     n4: n4 as u32,

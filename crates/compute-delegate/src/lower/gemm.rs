@@ -211,9 +211,9 @@ impl Lowerer<'_> {
         } else {
             None
         };
-        let (act_code, bounds, resid) = match epilogue {
-            Some(e) => (e.act, Some((e.lo, e.hi)), e.residual),
-            None => (0, None, None),
+        let (act_code, bounds, resid, resid_code) = match epilogue {
+            Some(e) => (e.act, Some((e.lo, e.hi)), e.residual, e.resid),
+            None => (0, None, None, 0),
         };
         bindings.push((resid.unwrap_or(bindings[0].0), false));
         let push = gemm_push(&params, [splits, k_split, stride as u64], bounds);
@@ -238,7 +238,7 @@ impl Lowerer<'_> {
                 u32::from(vec_b),
                 u32::from(partial_f32),
                 u32::from(layout == GemmLayout::Warp),
-                u32::from(resid.is_some()),
+                resid_code,
             ],
             bindings,
             &push,
@@ -381,7 +381,7 @@ impl Lowerer<'_> {
         let resid = e.and_then(|e| e.residual);
         self.push(
             Kernel::SplitSum,
-            vec![act, u32::from(resid.is_some())],
+            vec![act, e.map_or(0, |e| e.resid)],
             vec![
                 (partial, false),
                 final_out,

@@ -364,6 +364,8 @@ pub(crate) struct Lowerer<'a> {
     /// The device is a CPU driver (lavapipe): layouts that spread few outputs over many
     /// lanes to fill a GPU do not pay there.
     pub(crate) cpu: bool,
+    /// Who reads and writes each storage of the graph.
+    pub(crate) uses: crate::fusion::Uses,
 }
 
 impl Lowerer<'_> {
@@ -490,6 +492,19 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// Where a cat copies part `x` from: the storage, strides and offset of the tensor that
+    /// the permutes and slices making `x` copied, where there is one (`GraphBuilder::strided`),
+    /// else `x` itself.
+    pub(crate) fn cat_source(&self, x: TensorId) -> (usize, Vec<usize>, usize) {
+        let xi = self.t(x);
+        let s = self.b.strided(&self.uses, x, &mut Vec::new());
+        if s.src != x && s.shape == xi.shape {
+            (self.st(s.src), s.strides, s.off)
+        } else {
+            (xi.storage, contiguous_strides(&xi.shape), 0)
+        }
+    }
+
     /// Lowers one node through its op family's function (one file per family).
     pub(crate) fn lower_node(&mut self, op: &Op, out: TensorId) -> Result<()> {
         let t = Target {
@@ -612,6 +627,79 @@ fn node_precision(b: &GraphBuilder, op: &Op, out: TensorId) -> Precision {
     }
 }
 
+/// Per node: a permute or slice whose result only the cats reading through it read, or other
+/// such copies (each cat copies its part from the tensor the copies copied,
+/// `Lowerer::cat_source`), so it needs no dispatch. A cat's parts placed in its storage by
+/// their producers are not read.
+fn copies_cats_read_through(
+    b: &GraphBuilder,
+    uses: &crate::fusion::Uses,
+    placement: &Placement,
+) -> Vec<bool> {
+    let n = b.nodes.len();
+    let mut gone = vec![false; n];
+    // Per cat: the storages of the parts it reads through.
+    let mut through: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (c, node) in b.nodes.iter().enumerate() {
+        let Op::Cat { xs, dim } = &node.op else {
+            continue;
+        };
+        if placement.placed[c] {
+            continue;
+        }
+        let oi = &b.tensors[node.out.0];
+        let ds = contiguous_strides(&oi.shape);
+        let (root, at) = placement.root(oi.storage);
+        let mut off = 0;
+        for &x in xs {
+            let xi = &b.tensors[x.0];
+            let bytes = (off * ds[*dim] * oi.dtype.size()) as u64;
+            off += xi.shape[*dim];
+            if placement.root(xi.storage) == (root, at + bytes) {
+                continue;
+            }
+            let mut absorbed = Vec::new();
+            let s = b.strided(uses, x, &mut absorbed);
+            if s.src == x || s.shape != xi.shape {
+                continue;
+            }
+            through[c].push(xi.storage);
+            for j in absorbed {
+                let st = b.tensors[b.nodes[j].out.0].storage;
+                gone[j] = matches!(b.storages[st].kind, StorageKind::Temp);
+            }
+        }
+    }
+    // Keep the copies something else reads: a graph output, a node that is not a cat reading
+    // through them, or a copy kept.
+    let output = |st: usize| b.outputs.iter().any(|t| b.tensors[t.0].storage == st);
+    loop {
+        let mut changed = false;
+        for j in 0..n {
+            if !gone[j] {
+                continue;
+            }
+            let st = b.tensors[b.nodes[j].out.0].storage;
+            let needed = output(st)
+                || b.nodes.iter().enumerate().any(|(r, node)| {
+                    let reads = node
+                        .op
+                        .inputs()
+                        .iter()
+                        .any(|t| b.tensors[t.0].storage == st);
+                    reads && !gone[r] && !through[r].contains(&st)
+                });
+            if needed {
+                gone[j] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            return gone;
+        }
+    }
+}
+
 /// Lowers every node, in order.
 #[cfg(test)]
 pub(crate) fn lower(
@@ -626,7 +714,8 @@ pub(crate) fn lower(
 
 /// [`lower`], with the cats that `placement` lays out in place left without dispatches.
 /// `(subgroups, cpu)`: the device has subgroup arithmetic; it is a CPU driver. Without
-/// `epilogues`, products and convolutions fuse only the clamps after them.
+/// `epilogues` (a graph built unfused), products and convolutions fuse only the clamps after
+/// them, and cats copy their parts as written.
 pub(crate) fn lower_placed(
     b: &GraphBuilder,
     limits: &Limits,
@@ -649,10 +738,15 @@ pub(crate) fn lower_placed(
         precision: Precision::F32,
         placement,
         cpu,
+        uses: crate::fusion::Uses::of(b),
     };
     let fusion = epilogue::fuse_epilogues(b, epilogues);
+    let cat_read = match epilogues {
+        true => copies_cats_read_through(b, &l.uses, placement),
+        false => vec![false; b.nodes.len()],
+    };
     for (i, node) in b.nodes.iter().enumerate() {
-        if fusion.skip[i].is_some() || placement.placed[i] {
+        if fusion.skip[i].is_some() || placement.placed[i] || cat_read[i] {
             continue;
         }
         l.node = i;

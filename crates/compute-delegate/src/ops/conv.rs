@@ -552,7 +552,7 @@ impl Lowerer<'_> {
         let resid = e.and_then(|e| e.residual);
         bindings.push((resid.unwrap_or(bindings[0].0), false));
         let (act, lo, hi) = e.map_or((0, 0.0, 0.0), |e| (e.act, e.lo, e.hi));
-        ([act, u32::from(resid.is_some())], lo, hi, bindings)
+        ([act, e.map_or(0, |e| e.resid)], lo, hi, bindings)
     }
 }
 

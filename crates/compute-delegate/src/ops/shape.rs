@@ -895,8 +895,9 @@ impl Lowerer<'_> {
                     // A part its producer wrote in place (`placement.rs`) needs no copy.
                     let bytes = (off * ds[*dim] * oi.dtype.size()) as u64;
                     if self.placement.root(xi.storage) != (root, at + bytes) {
-                        let ss = contiguous_strides(&xi.shape);
-                        self.copy(xi.storage, o, &xi.shape, ss, ds.clone(), 0, off * ds[*dim])?;
+                        // A part sliced or permuted out of another tensor is copied from it.
+                        let (src, ss, src_off) = self.cat_source(x);
+                        self.copy(src, o, &xi.shape, ss, ds.clone(), src_off, off * ds[*dim])?;
                     }
                     off += xi.shape[*dim];
                 }
