@@ -4,26 +4,18 @@
 // the specialization constants ACT and RESID and a push block `pc` with act_lo and act_hi.
 //   ACT: 0 none, 1 clamp to [act_lo, act_hi] (relu, relu6, hardtanh), 2 GELU (erf form),
 //        3 GELU (tanh approximation), 4 SiLU, 5 hardswish.
-// The formulas are `unary_op.glsl`'s, so a fused activation and an unfused one agree.
+// The formulas are `unary_op.glsl`'s (`activation4`), so a fused activation and an unfused one
+// agree.
 
 #include "unary_op.glsl"
 
-// `unary_op.glsl`'s code of the activation (12, a copy, for none).
-uint epilogue_op() {
-    if (ACT == 1) return 1;
-    if (ACT == 2) return 4;
-    if (ACT == 3) return 5;
-    if (ACT == 4) return 20;
-    if (ACT == 5) return 6;
-    return 12;
+// On four results at once: kernels whose stores are unrolled call it once per four.
+vec4 activate4(vec4 v) {
+    return activation4(ACT, v, pc.act_lo, pc.act_hi);
 }
 
 float activate(float v) {
-    return unary_op(epilogue_op(), v, pc.act_lo, pc.act_hi);
-}
-
-vec4 activate4(vec4 v) {
-    return vec4(activate(v.x), activate(v.y), activate(v.z), activate(v.w));
+    return activate4(vec4(v)).x;
 }
 
 // The result `v` with the residual `r` applied (RESID 0: none).

@@ -1,6 +1,8 @@
 #version 450
 // kernel: Gemm
 // kernel: GemmWide variant=wide
+// kernel: GemmEpi variant=epi
+// kernel: GemmWideEpi variant=wide_epi
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 // Tiled GEMM, C[m][n] = act(sum_k A[m][k] * B[k][n] (+ bias) (+ residual)), used for matmul,
@@ -29,6 +31,10 @@
 // variant: f16 -DDTYPE_F16
 // variant: wide -DGEMM_CQ=4
 // variant: wide_f16 -DGEMM_CQ=4 -DDTYPE_F16
+// variant: epi -DEPILOGUE
+// variant: epi_f16 -DEPILOGUE -DDTYPE_F16
+// variant: wide_epi -DGEMM_CQ=4 -DEPILOGUE
+// variant: wide_epi_f16 -DGEMM_CQ=4 -DEPILOGUE -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x_id = 0) in;
 // Threads per work group (spec constant 0, set to TX * TY; TX and TY are 8 or 16).
@@ -40,7 +46,10 @@ layout(constant_id = 3) const uint MODE = 0;
 // patch index arithmetic divides by constants.
 layout(constant_id = 4) const uint KHS = 0;
 layout(constant_id = 5) const uint KWS = 0;
-// Fused activation (`epilogue.glsl`'s codes), applied after the bias and the residual.
+// Fused activation: 1 clamps the result to [act_lo, act_hi] (relu, relu6, hardtanh); the
+// EPILOGUE variants (GemmEpi, GemmWideEpi) take `epilogue.glsl`'s other codes, applied after
+// the bias and the residual. Drivers that inline before they fold specialization constants
+// compile the plain variants faster: their stores have no epilogue code.
 layout(constant_id = 6) const uint ACT = 0;
 // vec4 loads: VEC_A when A rows are contiguous along K with K and the strides multiples of 4;
 // VEC_B (MODE 0) when B rows are contiguous along N with N and the strides multiples of 4.
@@ -55,9 +64,9 @@ layout(constant_id = 9) const uint PARTIAL_F32 = 0;
 // r + 4 and column quads c and c + 8 of it, so that a warp's shared-memory reads touch half
 // the bytes (one 128-byte wavefront for B).
 layout(constant_id = 10) const uint WARP_TILE = 0;
-// A residual (binding 4, laid out as C) added to (RESID 1) or multiplying (2) each result
-// after its bias, fused at lowering (`epilogue.glsl`). Never with split-K, whose summing pass
-// applies it.
+// EPILOGUE variants: a residual (binding 4, laid out as C) added to (RESID 1) or multiplying
+// (2) each result after its bias, fused at lowering (`epilogue.glsl`). Never with split-K,
+// whose summing pass applies it.
 layout(constant_id = 11) const uint RESID = 0;
 
 #ifndef GEMM_BK
@@ -101,7 +110,9 @@ layout(std430, set = 0, binding = 3) writeonly buffer C { T c[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C32 { float c32[]; };
 layout(std430, set = 0, binding = 0) readonly buffer A4 { T4 a4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B4 { T4 b4[]; };
+#ifdef EPILOGUE
 layout(std430, set = 0, binding = 4) readonly buffer R { T resid[]; };
+#endif
 
 layout(push_constant) uniform Params {
     uint m;
@@ -140,7 +151,9 @@ layout(push_constant) uniform Params {
     float act_hi;
 } pc;
 
+#ifdef EPILOGUE
 #include "epilogue.glsl"
+#endif
 
 shared vec4 As[2 * AS_STAGE];
 shared vec4 Bs[2 * BS_STAGE];
@@ -436,26 +449,51 @@ void main() {
 #else
             uint nb = n0 + (qb0 + j * TX) * 4;
 #endif
+#ifdef EPILOGUE
+            // Bias and residual per result, the activation on the four at once.
+            vec4 v = acc[i][j];
+            uvec4 at;
+            [[unroll]] for (uint q = 0; q < 4; ++q) {
+                uint nn = nb + q;
+                if (mm < pc.m && nn < pc.n) {
+                    if (MODE == 0) {
+                        at[q] = z * pc.sc_b + mm * pc.sc_m + nn;
+                        if (add_bias) v[q] += float(bias[nn]);
+                    } else {
+                        uint co = z * pc.m + mm;
+                        uint img = nn / ohw;
+                        at[q] = (img * pc.cout + co) * ohw + (nn - img * ohw);
+                        if (add_bias) v[q] += float(bias[co]);
+                    }
+                    if (RESID != 0) v[q] = combine(v[q], float(resid[at[q]]));
+                }
+            }
+            v = activate4(v);
+            [[unroll]] for (uint q = 0; q < 4; ++q) {
+                if (mm < pc.m && nb + q < pc.n) {
+                    store_c(c_off + at[q], v[q]);
+                }
+            }
+#else
             [[unroll]] for (uint q = 0; q < 4; ++q) {
                 uint nn = nb + q;
                 float v = acc[i][j][q];
                 if (mm < pc.m && nn < pc.n) {
                     if (MODE == 0) {
-                        uint at = z * pc.sc_b + mm * pc.sc_m + nn;
                         if (add_bias) v += float(bias[nn]);
-                        if (RESID != 0) v = combine(v, float(resid[at]));
-                        store_c(c_off + at, activate(v));
+                        if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
+                        store_c(c_off + z * pc.sc_b + mm * pc.sc_m + nn, v);
                     } else {
                         uint co = z * pc.m + mm;
+                        if (add_bias) v += float(bias[co]);
+                        if (ACT == 1) v = clamp(v, pc.act_lo, pc.act_hi);
                         uint img = nn / ohw;
                         uint p = nn - img * ohw;
-                        uint at = (img * pc.cout + co) * ohw + p;
-                        if (add_bias) v += float(bias[co]);
-                        if (RESID != 0) v = combine(v, float(resid[at]));
-                        store_c(c_off + at, activate(v));
+                        store_c(c_off + (img * pc.cout + co) * ohw + p, v);
                     }
                 }
             }
+#endif
         }
     }
 }

@@ -21,8 +21,7 @@ layout(push_constant) uniform Params {
 #include "unary_op.glsl"
 
 vec4 apply(vec4 v) {
-    return vec4(unary_op(OP, v.x, pc.p0, pc.p1), unary_op(OP, v.y, pc.p0, pc.p1),
-                unary_op(OP, v.z, pc.p0, pc.p1), unary_op(OP, v.w, pc.p0, pc.p1));
+    return unary_op4(OP, v, pc.p0, pc.p1);
 }
 
 void main() {

@@ -129,10 +129,11 @@ impl GraphBuilder {
         self.check_sizes(&plan, limit)?;
         for (i, x) in plan.dispatches.iter().enumerate() {
             log::debug!(
-                "dispatch {i}: {} (node {}) {:?} groups {:?}",
+                "dispatch {i}: {} (node {}) {:?} spec {:?} groups {:?}",
                 x.op,
                 x.node,
                 x.kernel,
+                x.spec,
                 x.groups
             );
         }

@@ -58,6 +58,10 @@ pub(crate) enum Kernel {
     Gemm,
     /// `gemm.comp`, variant `wide`.
     GemmWide,
+    /// `gemm.comp`, variant `epi`.
+    GemmEpi,
+    /// `gemm.comp`, variant `wide_epi`.
+    GemmWideEpi,
     /// `gemm_coop.comp`.
     GemmCoop,
     /// `gemm_coop2.comp`.
@@ -127,7 +131,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 59] = [
+    pub(crate) const ALL: [Kernel; 61] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -155,6 +159,8 @@ impl Kernel {
         Kernel::Gather,
         Kernel::Gemm,
         Kernel::GemmWide,
+        Kernel::GemmEpi,
+        Kernel::GemmWideEpi,
         Kernel::GemmCoop,
         Kernel::GemmCoop2,
         Kernel::Gemv,
@@ -219,6 +225,8 @@ impl Kernel {
             Kernel::Gather => include_bytes!("../spirv/gather.spv"),
             Kernel::Gemm => include_bytes!("../spirv/gemm.spv"),
             Kernel::GemmWide => include_bytes!("../spirv/gemm_wide.spv"),
+            Kernel::GemmEpi => include_bytes!("../spirv/gemm_epi.spv"),
+            Kernel::GemmWideEpi => include_bytes!("../spirv/gemm_wide_epi.spv"),
             Kernel::GemmCoop => include_bytes!("../spirv/gemm_coop.spv"),
             Kernel::GemmCoop2 => include_bytes!("../spirv/gemm_coop2.spv"),
             Kernel::Gemv => include_bytes!("../spirv/gemv.spv"),
@@ -285,6 +293,8 @@ impl Kernel {
             Kernel::Gather => Some(include_bytes!("../spirv/gather_f16.spv")),
             Kernel::Gemm => Some(include_bytes!("../spirv/gemm_f16.spv")),
             Kernel::GemmWide => Some(include_bytes!("../spirv/gemm_wide_f16.spv")),
+            Kernel::GemmEpi => Some(include_bytes!("../spirv/gemm_epi_f16.spv")),
+            Kernel::GemmWideEpi => Some(include_bytes!("../spirv/gemm_wide_epi_f16.spv")),
             Kernel::GemmCoop => Some(include_bytes!("../spirv/gemm_coop.spv")),
             Kernel::GemmCoop2 => Some(include_bytes!("../spirv/gemm_coop2.spv")),
             Kernel::Gemv => Some(include_bytes!("../spirv/gemv_f16.spv")),
@@ -348,8 +358,10 @@ impl Kernel {
             Kernel::Elementwise => 5,
             Kernel::FmaPeak => 1,
             Kernel::Gather => 3,
-            Kernel::Gemm => 5,
-            Kernel::GemmWide => 5,
+            Kernel::Gemm => 4,
+            Kernel::GemmWide => 4,
+            Kernel::GemmEpi => 5,
+            Kernel::GemmWideEpi => 5,
             Kernel::GemmCoop => 4,
             Kernel::GemmCoop2 => 4,
             Kernel::Gemv => 4,

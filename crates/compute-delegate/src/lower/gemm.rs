@@ -215,13 +215,22 @@ impl Lowerer<'_> {
             Some(e) => (e.act, Some((e.lo, e.hi)), e.residual, e.resid),
             None => (0, None, None, 0),
         };
-        bindings.push((resid.unwrap_or(bindings[0].0), false));
+        // A residual or an activation other than a clamp takes the EPILOGUE variant.
+        let whole = resid.is_some() || act_code > 1;
+        if whole {
+            bindings.push((resid.unwrap_or(bindings[0].0), false));
+        }
         let push = gemm_push(&params, [splits, k_split, stride as u64], bounds);
         // vec4 loads where rows are contiguous and everything is a multiple of 4.
         let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, ..] = gemm_layout(&params);
         let vec_a = sa_k == 1 && k % 4 == 0 && sa_m % 4 == 0 && sa_b % 4 == 0;
         let vec_b = mode == 0 && sb_n == 1 && n % 4 == 0 && sb_k % 4 == 0 && sb_b % 4 == 0;
         let (kernel, spec_tx, layout) = self.gemm_kernel(tx, ty, mode, splits);
+        let kernel = match (kernel, whole) {
+            (Kernel::Gemm, true) => Kernel::GemmEpi,
+            (Kernel::GemmWide, true) => Kernel::GemmWideEpi,
+            (kernel, _) => kernel,
+        };
         // fp16 products write fp32 partial sums.
         let partial_f32 = partial.is_some() && self.precision == Precision::F16;
         self.push(
