@@ -281,6 +281,21 @@ impl GraphBuilder {
     /// Sizes in bytes of the storages the dispatches bind against the binding limit, before
     /// anything is allocated.
     fn check_sizes(&self, plan: &Plan, limit: u64) -> Result<()> {
+        // Each dispatch binds exactly its shader's buffers: more would be written past the
+        // set's layout (undefined behaviour in the driver), fewer leave one unbound.
+        if let Some(x) = plan
+            .dispatches
+            .iter()
+            .find(|x| x.bindings.len() != x.kernel.kernel.bindings())
+        {
+            return Err(Error::Graph(format!(
+                "internal: {} binds {} buffers to {:?}, whose shader declares {}",
+                x.op,
+                x.bindings.len(),
+                x.kernel.kernel,
+                x.kernel.kernel.bindings()
+            )));
+        }
         let bound: std::collections::BTreeSet<usize> = plan
             .dispatches
             .iter()
@@ -1221,6 +1236,33 @@ mod tests {
             start: 0,
             end: 16,
         }
+    }
+
+    #[test]
+    fn a_dispatch_binding_other_than_its_shaders_buffers_is_refused() {
+        let storages = vec![
+            storage(StorageKind::Input, 16),
+            storage(StorageKind::Temp, 16),
+            storage(StorageKind::Output, 16),
+        ];
+        // `unary.comp` declares two buffers.
+        let good = dispatch(0, &[(0, false), (2, true)]);
+        let extra = dispatch(1, &[(0, false), (1, false), (2, true)]);
+        let plan = |d: Vec<Dispatch>| Plan {
+            storages: storages.clone(),
+            dispatches: d,
+            within: vec![None; 3],
+        };
+        let b = GraphBuilder::new();
+        assert!(b.check_sizes(&plan(vec![good.clone()]), u64::MAX).is_ok());
+        let e = b
+            .check_sizes(&plan(vec![good, extra]), u64::MAX)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("binds 3 buffers") && e.contains("declares 2"),
+            "{e}"
+        );
     }
 
     #[test]
