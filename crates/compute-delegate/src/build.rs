@@ -82,6 +82,10 @@ impl GraphBuilder {
         if let Some(fewer) = self.with_arg_extremes_of_f16() {
             return fewer.build_with(device, options);
         }
+        // A CPU driver (lavapipe): layouts that spread work over many lanes do not pay there
+        // (a layer norm reading channels-first rows ran 4x slower on lavapipe).
+        let cpu =
+            device.capabilities().device_type == vk_core::DeviceType::Cpu && !options.gpu_layouts;
         if options.fuses() {
             let shared = device.capabilities().limits.max_compute_shared_memory_size;
             let fused = self.with_attention_fused(shared);
@@ -93,7 +97,11 @@ impl GraphBuilder {
                 .or_else(|| self.with_rotations_fused())
                 .or_else(|| self.with_cache_writes_fused())
                 .or_else(|| self.with_layout_permutes_as_views())
-                .or_else(|| self.with_channel_norms_read_through())
+                .or_else(|| {
+                    (!cpu)
+                        .then(|| self.with_channel_norms_read_through())
+                        .flatten()
+                })
                 .or_else(|| self.with_elementwise_chains_fused());
             if let Some(fused) = fused {
                 return fused.build_with(device, options);
@@ -117,8 +125,6 @@ impl GraphBuilder {
             true => self.concats_in_place(limits.min_storage_buffer_offset_alignment.max(16)),
             false => Placement::none(self.storages.len(), self.nodes.len()),
         };
-        let cpu =
-            device.capabilities().device_type == vk_core::DeviceType::Cpu && !options.gpu_layouts;
         let epilogues = options.fuses();
         let mut plan = lower_placed(self, limits, (subgroups, cpu), coop, &placement, epilogues)?;
         if scheduling() {
