@@ -723,6 +723,41 @@ fn built_both(
     [false, true].map(|off| b.build_with(dev, &options(off)).expect("the graph builds"))
 }
 
+/// A device for a test computing in `dtype` (in f16, one with the f16 features).
+fn device_for(test: &str, dtype: DType) -> Option<(Instance, Device)> {
+    match dtype {
+        DType::F16 => testing::device(test, &compute_delegate::f16_requirements()),
+        _ => device(test),
+    }
+}
+
+/// Runs a graph built fused and unfused (`built_both`) on `inputs` and checks every output of
+/// the first within `[fp32, fp16]` (as `dtype` is) of the largest magnitude of the second's;
+/// the fused outputs.
+fn assert_close_to_unfused(
+    built: &mut [compute_delegate::Graph; 2],
+    inputs: &[HostTensor],
+    dtype: DType,
+    [fp32, fp16]: [f32; 2],
+) -> Vec<HostTensor> {
+    let [fused, unfused] = built
+        .each_mut()
+        .map(|g| g.execute(inputs).expect("the graph runs"));
+    for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+        let float = |t: &HostTensor| t.to_f32().expect("a float output");
+        let (f, u) = (float(f), float(u));
+        let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+        let tol = if dtype == DType::F16 { fp16 } else { fp32 } * scale;
+        for (e, (a, w)) in f.iter().zip(&u).enumerate() {
+            assert!(
+                (a - w).abs() <= tol,
+                "{dtype:?} output {i}[{e}]: fused {a}, unfused {w}"
+            );
+        }
+    }
+    fused
+}
+
 fn data(seed: u32, n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| {
@@ -1051,12 +1086,7 @@ fn products_apply_their_residuals_and_activations() {
     use compute_delegate::UnaryOp;
     let test = "products_apply_their_residuals_and_activations";
     for dtype in [DType::F32, DType::F16] {
-        let found = if dtype == DType::F16 {
-            testing::device(test, &compute_delegate::f16_requirements())
-        } else {
-            device(test)
-        };
-        let Some((inst, dev)) = found else {
+        let Some((inst, dev)) = device_for(test, dtype) else {
             return;
         };
         let mut b = GraphBuilder::new();
@@ -1164,18 +1194,7 @@ fn products_apply_their_residuals_and_activations() {
             "fused {kernels:?}, unfused {:?}",
             built[1].kernels()
         );
-        let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
-        for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
-            let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
-            let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
-            let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 } * scale;
-            for (e, (a, w)) in f.iter().zip(&u).enumerate() {
-                assert!(
-                    (a - w).abs() <= tol,
-                    "{dtype:?} output {i}[{e}]: fused {a}, unfused {w}"
-                );
-            }
-        }
+        assert_close_to_unfused(&mut built, &inputs, dtype, [1e-5, 1e-2]);
         assert_no_validation_errors(&inst);
     }
 }
@@ -1193,12 +1212,7 @@ fn elementwise_chains_run_as_one_dispatch() {
     use compute_delegate::Math;
     let test = "elementwise_chains_run_as_one_dispatch";
     for dtype in [DType::F32, DType::F16] {
-        let found = if dtype == DType::F16 {
-            testing::device(test, &compute_delegate::f16_requirements())
-        } else {
-            device(test)
-        };
-        let Some((inst, dev)) = found else {
+        let Some((inst, dev)) = device_for(test, dtype) else {
             return;
         };
         let mut b = GraphBuilder::new();
@@ -1283,18 +1297,7 @@ fn elementwise_chains_run_as_one_dispatch() {
         assert_eq!(count("Elementwise"), 6, "{kernels:?}");
         let elementwise = ["Unary", "Binary", "UnaryMath", "Copy"].map(count);
         assert_eq!(elementwise, [0, 0, 0, 0], "{kernels:?}");
-        let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
-        for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
-            let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
-            let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
-            let tol = if dtype == DType::F16 { 1e-2 } else { 1e-6 } * scale;
-            for (e, (a, w)) in f.iter().zip(&u).enumerate() {
-                assert!(
-                    (a - w).abs() <= tol,
-                    "{dtype:?} output {i}[{e}]: fused {a}, unfused {w}"
-                );
-            }
-        }
+        assert_close_to_unfused(&mut built, &inputs, dtype, [1e-6, 1e-2]);
         assert_no_validation_errors(&inst);
     }
 }
@@ -1308,12 +1311,7 @@ fn elementwise_chains_run_as_one_dispatch() {
 fn a_convnext_block_reads_through_its_permutes() {
     let test = "a_convnext_block_reads_through_its_permutes";
     for dtype in [DType::F32, DType::F16] {
-        let found = if dtype == DType::F16 {
-            testing::device(test, &compute_delegate::f16_requirements())
-        } else {
-            device(test)
-        };
-        let Some((inst, dev)) = found else {
+        let Some((inst, dev)) = device_for(test, dtype) else {
             return;
         };
         let (c, h, w) = (16usize, 6usize, 5usize);
@@ -1373,18 +1371,12 @@ fn a_convnext_block_reads_through_its_permutes() {
             0,
             "{kernels:?}"
         );
-        let [fused, unfused] = built
-            .each_mut()
-            .map(|g| g.execute(std::slice::from_ref(&input)).unwrap());
-        let (f, u) = (fused[0].to_f32().unwrap(), unfused[0].to_f32().unwrap());
-        let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
-        let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 } * scale;
-        for (e, (a, w)) in f.iter().zip(&u).enumerate() {
-            assert!(
-                (a - w).abs() <= tol,
-                "{dtype:?} [{e}]: fused {a}, unfused {w}"
-            );
-        }
+        assert_close_to_unfused(
+            &mut built,
+            std::slice::from_ref(&input),
+            dtype,
+            [1e-5, 1e-2],
+        );
         assert_no_validation_errors(&inst);
     }
 }
@@ -1444,12 +1436,7 @@ fn attention_compositions_run_as_one_dispatch() {
     use compute_delegate::Compare;
     let test = "attention_compositions_run_as_one_dispatch";
     for dtype in [DType::F32, DType::F16] {
-        let found = if dtype == DType::F16 {
-            testing::device(test, &compute_delegate::f16_requirements())
-        } else {
-            device(test)
-        };
-        let Some((inst, dev)) = found else {
+        let Some((inst, dev)) = device_for(test, dtype) else {
             return;
         };
         let (s, h, d) = (19usize, 3usize, 8usize);
@@ -1580,18 +1567,7 @@ fn attention_compositions_run_as_one_dispatch() {
         // The permutes and slices are read through, the ViT's and the Swin's output permutes
         // written by the attention.
         assert_eq!(count("Copy"), 0, "{kernels:?}");
-        let [fused, unfused] = built.each_mut().map(|g| g.execute(&inputs).unwrap());
-        for (i, (f, u)) in fused.iter().zip(&unfused).enumerate() {
-            let (f, u) = (f.to_f32().unwrap(), u.to_f32().unwrap());
-            let scale = u.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
-            let tol = if dtype == DType::F16 { 2e-2 } else { 1e-5 } * scale;
-            for (e, (a, w)) in f.iter().zip(&u).enumerate() {
-                assert!(
-                    (a - w).abs() <= tol,
-                    "{dtype:?} output {i}[{e}]: fused {a}, unfused {w}"
-                );
-            }
-        }
+        let fused = assert_close_to_unfused(&mut built, &inputs, dtype, [1e-5, 2e-2]);
         // The guarded row of -inf scores is zeros.
         let bert = fused[1].to_f32().unwrap();
         assert!(bert[2 * d..3 * d].iter().all(|&v| v == 0.0), "{bert:?}");
