@@ -5,9 +5,11 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 // conv2d with stride 1 and one group as an implicit GEMM on workgroup-scope cooperative
 // matrices (VK_NV_cooperative_matrix2): fp16 operands, fp32 accumulation, bias per output
-// channel, fused clamp, fp16 output in NCHW. No patch matrix is written.
+// channel, `epilogue.glsl`'s residual (laid out as the output) and activation, fp16 output in
+// NCHW. No patch matrix is written.
 //
 // The operands are conv_pack.comp's: the input as zero-padded channels-last images
 // p[img][yp][xp][c] (hp x wp pixels, cp channels) and the weights per tap wk[tap][c][co]
@@ -28,12 +30,15 @@ layout(constant_id = 2) const uint BN = 64;
 layout(constant_id = 3) const uint TW = 32;
 layout(constant_id = 4) const uint TH = 4;
 layout(constant_id = 5) const uint BK = 32;
+// `epilogue.glsl`'s activation code and residual (binding 4: 1 added, 2 multiplying).
 layout(constant_id = 6) const uint ACT = 0;
+layout(constant_id = 7) const uint RESID = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer P { float16_t p[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Wk { float16_t wk[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float16_t bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float16_t y[]; };
+layout(std430, set = 0, binding = 4) readonly buffer R { float16_t resid[]; };
 
 layout(push_constant) uniform Params {
     uint images;
@@ -54,14 +59,26 @@ layout(push_constant) uniform Params {
     uint tiles_x;
 } pc;
 
-// Bias of the element's output channel, then the clamp.
-float epilogue(const in uint row, const in uint col, const in float v, const in uint co0) {
+#include "epilogue.glsl"
+
+// Bias of the element's output channel, then the residual at its place in the output and the
+// activation. Row = pixel (y, x) of the TH x TW patch at (oy0, ox0), column = channel.
+float epilogue(const in uint row, const in uint col, const in float v, const in uint co0,
+               const in uint oy0, const in uint ox0, const in uint img) {
     float r = v;
-    if (pc.has_bias == 1 && co0 + col < pc.c_out) {
-        r += float(bias[co0 + col]);
+    uint co = co0 + col;
+    if (pc.has_bias == 1 && co < pc.c_out) {
+        r += float(bias[co]);
     }
-    if (ACT == 1) {
-        r = clamp(r, pc.act_lo, pc.act_hi);
+    if (RESID != 0) {
+        uint oy = oy0 + row / TW;
+        uint ox = ox0 + row % TW;
+        if (co < pc.c_out && oy < pc.oh && ox < pc.ow) {
+            r = combine(r, float(resid[((img * pc.c_out + co) * pc.oh + oy) * pc.ow + ox]));
+        }
+    }
+    if (ACT != 0) {
+        r = activate(r);
     }
     return r;
 }
@@ -103,8 +120,8 @@ void main() {
         coopMatLoadTensorNV(fb, wk, 0, sliceTensorLayoutNV(lw, tap, 1, c0, BK, co0, BN));
         acc = coopMatMulAdd(fa, fb, acc);
     }
-    if (pc.has_bias == 1 || ACT == 1) {
-        coopMatPerElementNV(acc, acc, epilogue, co0);
+    if (pc.has_bias == 1 || ACT != 0 || RESID != 0) {
+        coopMatPerElementNV(acc, acc, epilogue, co0, oy0, ox0, img);
     }
     coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> res =
         coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);

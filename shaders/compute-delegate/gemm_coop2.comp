@@ -5,9 +5,10 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 // GEMM on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2): the same contract
-// as gemm_coop.comp (A, B fp16, fp32 accumulation, C fp16, bias per column or per row, fused
-// clamp), with the tiling inside a work group left to the driver. A work group computes a BM x BN block of
+// as gemm_coop.comp (A, B fp16, fp32 accumulation, C fp16, bias per column or per row), and
+// `epilogue.glsl`'s whole epilogue (a residual laid out as C, then an activation), with the tiling inside a work group left to the driver. A work group computes a BM x BN block of
 // C, stepping K by BK; tensor layouts bound each load and store, so rows and columns outside
 // the matrices read as zero and are not written.
 //
@@ -23,18 +24,23 @@ layout(constant_id = 1) const uint BM = 128;
 layout(constant_id = 2) const uint BN = 128;
 layout(constant_id = 3) const uint BK = 32;
 layout(constant_id = 4) const uint B_T = 0;
+// `epilogue.glsl`'s activation code (0 none, 1 clamp, 2-5 GELU, GELU tanh, SiLU, hardswish).
 layout(constant_id = 5) const uint ACT = 0;
 // The bias is per row (conv2d: per output channel) instead of per column.
 layout(constant_id = 6) const uint BIAS_ROW = 0;
 // K steps unrolled in the fast path.
 layout(constant_id = 7) const uint UNROLL = 4;
 layout(constant_id = 8) const uint PARTIAL = 0;
+// `epilogue.glsl`'s residual (binding 4, laid out as C): 1 added, 2 multiplying. Never with
+// PARTIAL, whose summing pass applies the epilogue.
+layout(constant_id = 9) const uint RESID = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { float16_t a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Bm { float16_t b[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float16_t bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C { float16_t c[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C32 { float c32[]; };
+layout(std430, set = 0, binding = 4) readonly buffer R { float16_t resid[]; };
 
 layout(push_constant) uniform Params {
     uint m;
@@ -54,18 +60,28 @@ layout(push_constant) uniform Params {
     uint c_split;
 } pc;
 
-// The epilogue per element: bias of the element's column (or row), then the clamp.
+#include "epilogue.glsl"
+
+// The epilogue per element: bias of the element's column (or row), then (final results only)
+// the residual of its position in C and the activation.
 float epilogue(const in uint row, const in uint col, const in float v, const in uint m0,
-               const in uint n0, const in uint add_bias) {
+               const in uint n0, const in uint add_bias, const in uint c_off) {
     float r = v;
+    uint i = m0 + row;
+    uint j = n0 + col;
     if (add_bias == 1) {
-        uint i = (BIAS_ROW == 1) ? (m0 + row) : (n0 + col);
-        if (i < ((BIAS_ROW == 1) ? pc.m : pc.n)) {
-            r += float(bias[i]);
+        uint at = (BIAS_ROW == 1) ? i : j;
+        if (at < ((BIAS_ROW == 1) ? pc.m : pc.n)) {
+            r += float(bias[at]);
         }
     }
-    if (ACT == 1 && PARTIAL == 0) {
-        r = clamp(r, pc.act_lo, pc.act_hi);
+    if (PARTIAL == 0) {
+        if (RESID != 0 && i < pc.m && j < pc.n) {
+            r = combine(r, float(resid[c_off + i * pc.sc_m + j]));
+        }
+        if (ACT != 0) {
+            r = activate(r);
+        }
     }
     return r;
 }
@@ -169,8 +185,8 @@ void main() {
         }
     }
     uint add_bias = (pc.has_bias == 1 && split == 0) ? 1 : 0;
-    if (add_bias == 1 || (ACT == 1 && PARTIAL == 0)) {
-        coopMatPerElementNV(acc, acc, epilogue, m0, n0, add_bias);
+    if (add_bias == 1 || ((ACT != 0 || RESID != 0) && PARTIAL == 0)) {
+        coopMatPerElementNV(acc, acc, epilogue, m0, n0, add_bias, z * pc.sc_b);
     }
     if (PARTIAL == 1) {
         coopMatStoreTensorNV(acc, c32, split * pc.c_split + z * pc.sc_b,

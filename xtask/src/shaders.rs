@@ -170,6 +170,9 @@ fn compile_sdk(src: &Path, stem: &str) -> Result<Vec<u8>> {
         .arg("--output")
         .arg(&tmp)
         .args(["--stage", "compute"])
+        // Its includes are the source's neighbours, as for the system glslc.
+        .arg("--include")
+        .arg(src.parent().unwrap_or(Path::new(".")))
         .output()
         .map_err(|e| format!("{}: {e}", glslc.display()))?;
     let spirv = std::fs::read(&tmp);

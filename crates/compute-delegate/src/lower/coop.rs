@@ -271,7 +271,12 @@ impl Lowerer<'_> {
         let Some((px, pw)) = self.pack_conv(c, &pk, bindings, out) else {
             return Ok(false);
         };
-        let (act_lo, act_hi) = c.act.unwrap_or((0.0, 0.0));
+        // The whole epilogue (spec 6: the activation, 7: the residual, binding 4).
+        let (mut act_lo, mut act_hi) = c.act.unwrap_or((0.0, 0.0));
+        let (mut act, mut resid, mut residual) = (u32::from(c.act.is_some()), 0, None);
+        if let Some(e) = self.take_epilogue() {
+            (act, act_lo, act_hi, resid, residual) = (e.act, e.lo, e.hi, e.resid, e.residual);
+        }
         let w = |v: usize| v as u32;
         let push = push::ConvCoop2Push {
             images: w(c.nb),
@@ -298,9 +303,16 @@ impl Lowerer<'_> {
             tw as u32,
             th as u32,
             t.bk,
-            u32::from(c.act.is_some()),
+            act,
+            resid,
         ];
-        let conv_bindings = vec![(px, false), (pw, false), bindings[2], bindings[3]];
+        let conv_bindings = vec![
+            (px, false),
+            (pw, false),
+            bindings[2],
+            bindings[3],
+            (residual.unwrap_or(px), false),
+        ];
         self.push(Kernel::ConvCoop2, spec, conv_bindings, &push, groups);
         Ok(true)
     }
@@ -477,9 +489,6 @@ impl Lowerer<'_> {
             (g.m as u64).div_ceil(bm),
             g.batch as u64 * splits,
         ])?;
-        // The clamp is fused where the result is final; the activation spec constant is 5.
-        let act_slot = if kernel == Kernel::GemmCoop { 6 } else { 5 };
-        spec[act_slot] = u32::from(act.is_some() && splits == 1);
         let out_numel = self.t(out).numel();
         let mut bindings = bindings;
         let final_out = bindings[3];
@@ -487,9 +496,25 @@ impl Lowerer<'_> {
         let partial = (splits > 1).then(|| self.temp(out, stride * splits as usize));
         if let Some(p) = partial {
             bindings[3] = (p, true);
-            spec.push(1); // PARTIAL
         }
+        // Where the result is final, the workgroup-scope kernel applies the whole epilogue
+        // (spec 5: the activation, 9: the residual, binding 4); `gemm_coop.comp` the clamp
+        // alone (spec 6). With split-K the summing pass applies it.
         let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
+        let mut taken = (u32::from(act.is_some()), act_lo, act_hi, 0, None);
+        if kernel == Kernel::GemmCoop2 {
+            if partial.is_none()
+                && let Some(e) = self.take_epilogue()
+            {
+                taken = (e.act, e.lo, e.hi, e.resid, e.residual);
+            }
+            spec.push(u32::from(partial.is_some())); // PARTIAL
+            spec.push(taken.3); // RESID
+            bindings.push((taken.4.unwrap_or(bindings[0].0), false));
+        }
+        let (act_code, act_lo, act_hi, _, _) = taken;
+        let act_slot = if kernel == Kernel::GemmCoop { 6 } else { 5 };
+        spec[act_slot] = if splits == 1 { act_code } else { 0 };
         let w = |v: usize| v as u32;
         // The two kernels share the first twelve fields; `gemm_coop.comp`'s CONV fields are
         // unused outside its CONV mode, `gemm_coop2.comp` takes the split along K.

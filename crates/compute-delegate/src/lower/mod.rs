@@ -918,8 +918,9 @@ mod tests {
         let plan = gemm(DType::F16);
         assert_eq!(shaders(&plan), ["GemmCoop2"]);
         let d = &plan.dispatches[0];
-        // Spec: threads, bm, bn, bk, B transposed, clamp, bias per row, unrolled steps.
-        assert_eq!(d.spec, [128, 128, 128, 32, 0, 0, 0, 4]);
+        // Spec: threads, bm, bn, bk, B transposed, activation, bias per row, unrolled steps,
+        // split, residual.
+        assert_eq!(d.spec, [128, 128, 128, 32, 0, 0, 0, 4, 0, 0]);
         assert_eq!(d.groups, [1, 3, 1]);
         // Push: m, n, k, strides of A (batch, row), B (batch, row), C (batch, row), bias.
         assert_eq!(&d.push[..10], &[300, 72, 200, 0, 200, 0, 72, 21600, 72, 0]);
@@ -987,8 +988,8 @@ mod tests {
         assert_eq!(pack[..11], [64, 112, 100, 64, 114, 106, 1, 1, 96, 128, 9]);
         assert_eq!(pack[11..], [2 * 114 * 106 * 8, 9 * 64 * 16, 0]);
         let d = &plan.dispatches[1];
-        // Spec: threads, bm, bn, patch width and height, bk, clamp.
-        assert_eq!(d.spec, [128, 128, 64, 8, 16, 32, 1]);
+        // Spec: threads, bm, bn, patch width and height, bk, activation (the clamp), residual.
+        assert_eq!(d.spec, [128, 128, 64, 8, 16, 32, 1, 0]);
         // Patches of 8 x 16 pixels: 13 x 7 of them, two blocks of channels, two images.
         assert_eq!(d.groups, [91, 2, 2]);
         assert_eq!(
@@ -1001,6 +1002,41 @@ mod tests {
             let plan = shaders(&conv(shape, stride));
             assert_eq!(plan, ["Im2col_f16", "GemmCoop2", "SplitSum_f16"]);
         }
+    }
+
+    #[test]
+    fn workgroup_scope_kernels_apply_residuals_and_activations() {
+        // A linear, a residual add and a GELU: one GEMM.
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, &[300, 200]).unwrap();
+        let w = b.input("w", DType::F16, &[200, 72]).unwrap();
+        let r = b.input("r", DType::F16, &[300, 72]).unwrap();
+        let y = b.matmul(x, w).unwrap();
+        let y = b.add(y, r).unwrap();
+        let y = b.gelu(y, false).unwrap();
+        b.output(y).unwrap();
+        let plan = lower(&b, &limits(), true, Some(NV2)).unwrap();
+        assert_eq!(shaders(&plan), ["GemmCoop2"]);
+        let d = &plan.dispatches[0];
+        assert_eq!((d.spec[5], d.spec[8], d.spec[9]), (2, 0, 1), "GELU, added");
+        assert_eq!(d.bindings.len(), 5);
+        // A convolution, a residual add and a relu: one implicit GEMM after the packing.
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, &[2, 64, 112, 100]).unwrap();
+        let w = b.input("w", DType::F16, &[64, 64, 3, 3]).unwrap();
+        let p = crate::Conv2d {
+            padding: [1, 1],
+            ..crate::Conv2d::default()
+        };
+        let y = b.conv2d(x, w, None, p).unwrap();
+        let y = b.add(y, x).unwrap();
+        let y = b.relu(y).unwrap();
+        b.output(y).unwrap();
+        let plan = lower(&b, &limits(), true, Some(NV2)).unwrap();
+        assert_eq!(shaders(&plan), ["ConvPack", "ConvCoop2"]);
+        let d = &plan.dispatches[1];
+        assert_eq!((d.spec[6], d.spec[7]), (1, 1), "clamp, added");
+        assert_eq!(d.bindings.len(), 5);
     }
 
     #[test]
