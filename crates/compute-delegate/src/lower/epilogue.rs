@@ -3,8 +3,10 @@
 //! one dispatch where there were two or three.
 //!
 //! [`fuse_epilogues`] finds them on the graph; a kernel that applies a whole epilogue takes
-//! it ([`Lowerer::take_epilogue`]); where the node's kernel cannot (cooperative-matrix
-//! kernels, products of a few rows), [`Lowerer::finish_epilogue`] records the add and the
+//! it ([`Lowerer::take_epilogue`]: the tiled GEMMs, their split-K summing pass, the pointwise
+//! and depthwise convolutions, the workgroup-scope cooperative kernels); where the node's kernel
+//! cannot (`gemm_coop.comp`, products of a few rows with a residual),
+//! [`Lowerer::finish_epilogue`] records the add and the
 //! activation after it, in place on the result, so a fused graph always computes what the
 //! unfused one does. A clamp alone is fused as before: every product and convolution kernel
 //! applies it, and so does the elementwise binary kernel (a residual add and its relu).
