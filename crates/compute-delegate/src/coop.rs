@@ -280,6 +280,17 @@ pub(crate) fn implicit_conv_off() -> bool {
     std::env::var(ENV_CONV2).is_ok_and(|v| v == "off")
 }
 
+/// `off` transposes a linear's constant weights for the cooperative GEMMs too (a copy of
+/// their own, as for the other GEMMs) instead of reading them as stored, `[n][k]`, through a
+/// transposing load: for comparisons.
+pub const ENV_COOP_WEIGHTS_AS_STORED: &str = "VKDELEGATE_COOP_WEIGHTS_AS_STORED";
+
+/// Whether cooperative GEMMs read a linear's constant weights as stored (the default; see
+/// [`ENV_COOP_WEIGHTS_AS_STORED`]).
+pub(crate) fn weights_as_stored() -> bool {
+    std::env::var(ENV_COOP_WEIGHTS_AS_STORED).map_or(true, |v| v != "off")
+}
+
 /// The implicit-GEMM conv2d's tile: the default, the one [`ENV_CONV2`] names, or none.
 fn nv2_conv() -> Option<Nv2Tile> {
     let Ok(v) = std::env::var(ENV_CONV2) else {

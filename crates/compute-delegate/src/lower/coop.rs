@@ -297,14 +297,7 @@ impl Lowerer<'_> {
             tiles_x: w(tiles_x),
         };
         let spec = vec![
-            t.threads,
-            t.bm,
-            t.bn,
-            tw as u32,
-            th as u32,
-            t.bk,
-            act,
-            resid,
+            t.threads, t.bm, t.bn, tw as u32, th as u32, t.bk, act, resid,
         ];
         let conv_bindings = vec![
             (px, false),

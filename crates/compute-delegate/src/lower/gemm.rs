@@ -423,11 +423,16 @@ impl Lowerer<'_> {
                     let m = ai.numel() / k;
                     // Constant weights are transposed once to [k, n] for coalesced loads,
                     // except for products of a few rows, which read them as they are, one
-                    // dot product per output (`gemv_t.comp`: a decode step's layout).
+                    // dot product per output (`gemv_t.comp`: a decode step's layout), and
+                    // for the cooperative GEMMs, whose loads transpose them: so a language
+                    // model's prompt and its decode step share one copy of the weights.
                     let es = bi.dtype.size();
                     let few_rows = m <= GEMV_MAX_ROWS && k % 4 == 0;
+                    let coop_reads = self.coop.is_some()
+                        && self.t(out).dtype == DType::F16
+                        && crate::coop::weights_as_stored();
                     let (bst, sb_k, sb_n) = match &self.storages[bi.storage].kind {
-                        StorageKind::Const(bytes) if !few_rows => {
+                        StorageKind::Const(bytes) if !few_rows && !coop_reads => {
                             let mut t = vec![0u8; bytes.len()];
                             for r in 0..nout {
                                 for c in 0..k {

@@ -1005,6 +1005,30 @@ mod tests {
     }
 
     #[test]
+    fn cooperative_gemms_read_a_linears_constant_weights_as_stored() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, &[300, 200]).unwrap();
+        let w = b
+            .constant_f16("w", &[72, 200], &vec![0.5; 72 * 200])
+            .unwrap();
+        let y = b.linear(x, w, None).unwrap();
+        b.output(y).unwrap();
+        let plan = lower(&b, &limits(), true, Some(NV2)).unwrap();
+        assert_eq!(shaders(&plan), ["GemmCoop2"]);
+        let d = &plan.dispatches[0];
+        assert_eq!(d.spec[4], 1, "B read through a transposing load");
+        // No transposed copy: one constant, the weights as stored.
+        let consts = |p: &Plan| {
+            p.storages
+                .iter()
+                .filter(|s| matches!(s.kind, StorageKind::Const(_)))
+                .count()
+        };
+        assert_eq!(consts(&plan), 1);
+        assert_eq!(consts(&lower(&b, &limits(), true, None).unwrap()), 2);
+    }
+
+    #[test]
     fn workgroup_scope_kernels_apply_residuals_and_activations() {
         // A linear, a residual add and a GELU: one GEMM.
         let mut b = GraphBuilder::new();
