@@ -164,15 +164,18 @@ fn compile_sdk(src: &Path, stem: &str) -> Result<Vec<u8>> {
         "vkdelegate-shader-{}-{stem}.spv",
         std::process::id()
     ));
+    // Run in the source's folder, naming it and its includes (its neighbours, as for the
+    // system glslc) relatively: the module records the paths it read, and must not depend on
+    // where the checkout lies.
+    let dir = src.parent().unwrap_or(Path::new("."));
+    let name = src.file_name().unwrap_or(src.as_os_str());
     let out = Command::new(&glslc)
+        .current_dir(dir)
         .arg("--input")
-        .arg(src)
+        .arg(name)
         .arg("--output")
         .arg(&tmp)
-        .args(["--stage", "compute"])
-        // Its includes are the source's neighbours, as for the system glslc.
-        .arg("--include")
-        .arg(src.parent().unwrap_or(Path::new(".")))
+        .args(["--stage", "compute", "--include", "."])
         .output()
         .map_err(|e| format!("{}: {e}", glslc.display()))?;
     let spirv = std::fs::read(&tmp);
