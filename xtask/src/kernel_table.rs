@@ -597,7 +597,7 @@ mod tests {
         assert_eq!(count("fma_peak.spv"), 1);
         assert_eq!(count("unary_f16.spv"), 2);
         assert_eq!(count("gemm_wide.spv"), 4);
-        assert_eq!(count("gemm_coop2.spv"), 4);
+        assert_eq!(count("gemm_coop2.spv"), 5);
         assert_eq!(count("qconv.spv"), 6);
     }
 
