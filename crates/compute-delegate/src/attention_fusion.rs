@@ -310,7 +310,7 @@ impl GraphBuilder {
                 _,
                 Op::Matmul { linear: false, .. }
                     | Op::Binary {
-                        op: BinaryOp::Add | BinaryOp::Mul,
+                        op: BinaryOp::Add | BinaryOp::Mul | BinaryOp::Div,
                         ..
                     }
                     | Op::Unary {
@@ -369,7 +369,7 @@ impl GraphBuilder {
         cur
     }
 
-    /// `(x, c)` where `op` is `x` times (or over) the scalar `c`, in `x`'s shape.
+    /// `(x, c)` where `op` is `x` times the scalar `c` (or over `1 / c`), in `x`'s shape.
     fn scaled(&self, op: &Op) -> Option<(TensorId, f32)> {
         let (x, c) = match *op {
             Op::Unary { op, x } => (x, scalar_factor(op)?),
@@ -380,6 +380,15 @@ impl GraphBuilder {
             } => match (self.scalar_constant(a), self.scalar_constant(b)) {
                 (_, Some(c)) => (a, c),
                 (Some(c), _) => (b, c),
+                _ => return None,
+            },
+            // GPT-J divides its scores by a one-element tensor.
+            Op::Binary {
+                op: BinaryOp::Div,
+                a,
+                b,
+            } => match self.scalar_constant(b) {
+                Some(c) if c != 0.0 => (a, 1.0 / c),
                 _ => return None,
             },
             _ => return None,

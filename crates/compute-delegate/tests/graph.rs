@@ -1474,7 +1474,7 @@ fn attention_compositions_run_as_one_dispatch() {
         let p = guarded(&mut b, scores);
         let y = b.matmul(p, v).unwrap();
         let vit = b.permute(y, &[1, 0, 2]).unwrap();
-        // BERT: q, k, v [1, h, s, d], a mask [1, 1, s, s] with row 2 all -inf.
+        // BERT and GPT-J: q, k, v [1, h, s, d], a mask [1, 1, s, s] with row 2 all -inf.
         let [q, k, v] = ["q", "k", "v"].map(|n| input(&mut b, n, &[1, h, s, d]));
         let mut mask = data(7, s * s);
         for (i, m) in mask.iter_mut().enumerate() {
@@ -1486,7 +1486,9 @@ fn attention_compositions_run_as_one_dispatch() {
         let mask = b.cast(mask, dtype).unwrap();
         let kt = b.permute(k, &[0, 1, 3, 2]).unwrap();
         let scores = b.matmul(q, kt).unwrap();
-        let scores = b.div_scalar(scores, 2.0).unwrap();
+        // GPT-J's scale: a quotient by a one-element tensor.
+        let two = b.full_as("two", &[1], 2.0, dtype).unwrap();
+        let scores = b.div(scores, two).unwrap();
         let scores = b.add(scores, mask).unwrap();
         let p = guarded(&mut b, scores);
         let bert = b.matmul(p, v).unwrap();
