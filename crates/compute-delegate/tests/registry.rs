@@ -1206,6 +1206,18 @@ fn pools_expands_interleaves_flips_and_indexing() {
         assert_eq!(shape, [3, 2, 4]);
         let want: Vec<f32> = (0..24).map(|o| v[(o / 4) % 2]).collect();
         assert_close(&got, &want, dtype, "expand");
+        // Broadcast by a product with ones: infinities, NaN and -0.0 come through as they are.
+        let v = [f32::NEG_INFINITY, f32::NAN, -0.0];
+        let (got, _) = call(
+            dev,
+            "aten.expand_copy.default",
+            dtype,
+            &[(&[3, 1], &v)],
+            vec![Arg::Ints(vec![3, 5])],
+        );
+        let want: Vec<f32> = (0..15).map(|o| v[o / 5]).collect();
+        assert_close(&got, &want, dtype, "expand of special values");
+        assert!(got[10..].iter().all(|z| z.to_bits() == (-0.0f32).to_bits()));
         // repeat_interleave along dim 1 of [2, 3]: each column twice.
         let m = rand_vec(23, 6);
         let (got, shape) = call(

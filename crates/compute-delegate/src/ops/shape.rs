@@ -55,7 +55,8 @@ fn repeat(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 }
 
 /// `x` (of rank at most `repeats.len()`, leading dims of 1 added) tiled `repeats[i]` times
-/// along each dim, by concatenation.
+/// along each dim: dims of size 1 of a float tensor broadcast by a product with ones, the
+/// others by concatenation.
 fn tile(c: &mut Call<'_>, x: TensorId, repeats: &[usize]) -> Result<TensorId> {
     let shape = c.shape(x);
     let total = shape
@@ -72,8 +73,22 @@ fn tile(c: &mut Call<'_>, x: TensorId, repeats: &[usize]) -> Result<TensorId> {
     let mut full: Vec<isize> = vec![1; repeats.len() - shape.len()];
     full.extend(shape.iter().map(|&s| s as isize));
     let mut y = c.g.reshape(x, &full)?;
+    // A float tensor's dims of size 1 are broadcast by a product with ones of the repeated
+    // sizes (exact, -0.0 and NaN included): one elementwise node, which the chains take in,
+    // instead of a copy per repeat.
+    let float = matches!(c.g.dtype(y), Some(DType::F32 | DType::F16));
+    let broadcast = |dim: usize| float && full[dim] == 1 && repeats[dim] > 1;
+    let ones: Vec<usize> = (0..repeats.len())
+        .map(|d| if broadcast(d) { repeats[d] } else { 1 })
+        .collect();
+    let count: usize = ones.iter().product();
+    if count > 1 && count <= BROADCAST_ONES_MOST {
+        let dtype = c.g.dtype(y).unwrap_or(DType::F32);
+        let ones = c.g.full_as("expand", &ones, 1.0, dtype)?;
+        y = c.g.mul(y, ones)?;
+    }
     for (dim, &r) in repeats.iter().enumerate() {
-        if r > 1 {
+        if r > 1 && !(broadcast(dim) && count <= BROADCAST_ONES_MOST) {
             y = c.g.cat(&vec![y; r], dim as isize)?;
         }
     }
@@ -133,6 +148,8 @@ const FLIP_MOST: usize = 1 << 18;
 
 /// The most copies of a tensor along one dim in a repeat (one concatenation of them).
 const REPEAT_MOST: usize = 1 << 12;
+/// The most values of the ones a broadcast multiplies by (else copies).
+const BROADCAST_ONES_MOST: usize = 1 << 20;
 
 /// The elements in reverse along each of `dims` (an index select by a constant reversed
 /// index per dim).
