@@ -83,7 +83,7 @@ impl GraphBuilder {
             return fewer.build_with(device, options);
         }
         // A CPU driver (lavapipe): layouts that spread work over many lanes do not pay there
-        // (a layer norm reading channels-first rows ran 4x slower on lavapipe).
+        // (the split int8 convolutions).
         let cpu =
             device.capabilities().device_type == vk_core::DeviceType::Cpu && !options.gpu_layouts;
         if options.fuses() {
@@ -98,7 +98,8 @@ impl GraphBuilder {
                 .or_else(|| self.with_cache_writes_fused())
                 .or_else(|| self.with_layout_permutes_as_views())
                 .or_else(|| {
-                    (!cpu)
+                    options
+                        .channel_norms_read_through
                         .then(|| self.with_channel_norms_read_through())
                         .flatten()
                 })

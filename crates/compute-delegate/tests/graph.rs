@@ -1356,10 +1356,10 @@ fn a_convnext_block_reads_through_its_permutes() {
         let y = b.cast(y, DType::F32).unwrap();
         b.output(y).unwrap();
         let input = HostTensor::from_f32(vec![2, c, h, w], &data(70, 2 * c * h * w)).unwrap();
-        // The GPU's choices on a CPU driver too (which keeps the permute before the norm).
+        // The norm reading the channels-first tensor (an option: off by default).
         let mut built = built_both(&b, &dev, |unfused| BuildOptions {
             unfused,
-            gpu_layouts: true,
+            channel_norms_read_through: true,
             ..Default::default()
         });
         let kernels = built[0].kernels();
