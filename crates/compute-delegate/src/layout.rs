@@ -365,6 +365,44 @@ pub(crate) fn without_unread(
     retain(g.clone(), &drop).or(Some(g))
 }
 
+/// A row-major `rows x cols` matrix of `es`-byte elements, transposed (`cols x rows`), in
+/// blocks of 32 x 32 elements so that reads and writes both stay in cache: a large model's
+/// weights are transposed once at load, and an element at a time took most of it.
+pub(crate) fn transposed(bytes: &[u8], rows: usize, cols: usize, es: usize) -> Vec<u8> {
+    // N, a constant, makes each element's copy a few moves instead of a call.
+    fn blocked<const N: usize>(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+        let mut dst = vec![0u8; rows * cols * N];
+        const B: usize = 32;
+        for r0 in (0..rows).step_by(B) {
+            for c0 in (0..cols).step_by(B) {
+                for r in r0..(r0 + B).min(rows) {
+                    for c in c0..(c0 + B).min(cols) {
+                        let (s, d) = ((r * cols + c) * N, (c * rows + r) * N);
+                        dst[d..d + N].copy_from_slice(&src[s..s + N]);
+                    }
+                }
+            }
+        }
+        dst
+    }
+    match es {
+        1 => blocked::<1>(bytes, rows, cols),
+        2 => blocked::<2>(bytes, rows, cols),
+        4 => blocked::<4>(bytes, rows, cols),
+        8 => blocked::<8>(bytes, rows, cols),
+        _ => {
+            let mut t = vec![0u8; rows * cols * es];
+            for r in 0..rows {
+                for c in 0..cols {
+                    let (s, d) = ((r * cols + c) * es, (c * rows + r) * es);
+                    t[d..d + es].copy_from_slice(&bytes[s..s + es]);
+                }
+            }
+            t
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +424,21 @@ mod tests {
             view_strides(&[4, 3], &[1, 4], &[2, 2, 3]),
             Some(vec![2, 1, 4])
         );
+    }
+
+    #[test]
+    fn matrices_transpose_in_blocks_for_every_element_size() {
+        for es in [1, 2, 3, 4, 8] {
+            for (rows, cols) in [(1, 1), (3, 70), (65, 33), (40, 1)] {
+                let bytes: Vec<u8> = (0..rows * cols * es).map(|i| (i * 7 % 251) as u8).collect();
+                let t = super::transposed(&bytes, rows, cols, es);
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let (s, d) = ((r * cols + c) * es, (c * rows + r) * es);
+                        assert_eq!(t[d..d + es], bytes[s..s + es], "{es} {rows}x{cols}");
+                    }
+                }
+            }
+        }
     }
 }

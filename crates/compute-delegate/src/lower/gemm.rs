@@ -433,14 +433,7 @@ impl Lowerer<'_> {
                         && crate::coop::weights_as_stored();
                     let (bst, sb_k, sb_n) = match &self.storages[bi.storage].kind {
                         StorageKind::Const(bytes) if !few_rows && !coop_reads => {
-                            let mut t = vec![0u8; bytes.len()];
-                            for r in 0..nout {
-                                for c in 0..k {
-                                    let s = (r * k + c) * es;
-                                    let d = (c * nout + r) * es;
-                                    t[d..d + es].copy_from_slice(&bytes[s..s + es]);
-                                }
-                            }
+                            let t = crate::layout::transposed(bytes, nout, k, es);
                             let bytes_len = storage_bytes(bi.dtype, &[nout * k]);
                             self.storages.push(Storage {
                                 kind: StorageKind::Const(t.into()),
