@@ -1082,6 +1082,54 @@ fn hard_gates_are_one_dispatch() {
 /// product, its bias added by a node of its own, and a residual added through a view; a
 /// prompt's gated MLP, the gate's SiLU and the product with it applied by the products.
 #[test]
+fn a_large_convolution_applies_its_residual_and_activation() {
+    // At least 132 blocks of 128 pixels, so that on NV cooperative matrices 2 this is the
+    // implicit GEMM (`conv_coop2.comp`), which adds the residual at each pixel of its patches
+    // (a width not a multiple of the patch's: patches past the edge); the plain kernels
+    // elsewhere.
+    let test = "a_large_convolution_applies_its_residual_and_activation";
+    for dtype in [DType::F32, DType::F16] {
+        let Some((inst, dev)) = device_for(test, dtype) else {
+            return;
+        };
+        let (n, c, h, w) = (2usize, 16usize, 96usize, 100usize);
+        let mut b = GraphBuilder::new();
+        b.set_float(dtype);
+        let mut input = |name: &str| {
+            let x = b.input(name, DType::F32, &[n, c, h, w]).unwrap();
+            b.cast(x, dtype).unwrap()
+        };
+        let (x, r) = (input("x"), input("r"));
+        let v: Vec<f32> = data(90, c * c * 9).iter().map(|v| v * 0.25).collect();
+        let k = b.constant_f32("k", &[c, c, 3, 3], &v).unwrap();
+        let k = b.cast(k, dtype).unwrap();
+        let pad = Conv2d {
+            padding: [1, 1],
+            ..Default::default()
+        };
+        let y = b.conv2d(x, k, None, pad).unwrap();
+        let y = b.add(y, r).unwrap();
+        let y = b.relu(y).unwrap();
+        let y = b.cast(y, DType::F32).unwrap();
+        b.output(y).unwrap();
+        let inputs: Vec<HostTensor> = [91, 92]
+            .map(|seed| HostTensor::from_f32(vec![n, c, h, w], &data(seed, n * c * h * w)).unwrap())
+            .into();
+        let mut built = built_both(&b, &dev, |unfused| BuildOptions {
+            unfused,
+            ..Default::default()
+        });
+        let kernels = built[0].kernels();
+        assert!(
+            !kernels.iter().any(|k| k.starts_with("Binary")),
+            "the add is fused: {kernels:?}"
+        );
+        assert_close_to_unfused(&mut built, &inputs, dtype, [1e-5, 1e-2]);
+        assert_no_validation_errors(&inst);
+    }
+}
+
+#[test]
 fn products_apply_their_residuals_and_activations() {
     use compute_delegate::UnaryOp;
     let test = "products_apply_their_residuals_and_activations";
