@@ -1072,15 +1072,6 @@ fn hard_gates_are_one_dispatch() {
     assert_no_validation_errors(&inst);
 }
 
-/// Products and convolutions apply the residual add and the activation that read their
-/// results as they store them (one dispatch where there were two or three), with the same
-/// results as the graph built unfused, in fp32 and fp16: a linear layer and its GELU; one
-/// and its residual; a split-K product, its residual and a tanh GELU (the summing pass applies
-/// them); a 3x3 convolution, its residual and relu; a pointwise one, its residual and
-/// hardswish; a depthwise one and its SiLU; a product of two rows and its GELU; one of two
-/// rows and its residual, which its kernel does not bind: the add follows it, in place; a
-/// product, its bias added by a node of its own, and a residual added through a view; a
-/// prompt's gated MLP, the gate's SiLU and the product with it applied by the products.
 #[test]
 fn a_large_convolution_applies_its_residual_and_activation() {
     // At least 132 blocks of 128 pixels, so that on NV cooperative matrices 2 this is the
@@ -1129,6 +1120,15 @@ fn a_large_convolution_applies_its_residual_and_activation() {
     }
 }
 
+/// Products and convolutions apply the residual add and the activation that read their
+/// results as they store them (one dispatch where there were two or three), with the same
+/// results as the graph built unfused, in fp32 and fp16: a linear layer and its GELU; one
+/// and its residual; a split-K product, its residual and a tanh GELU (the summing pass applies
+/// them); a 3x3 convolution, its residual and relu; a pointwise one, its residual and
+/// hardswish; a depthwise one and its SiLU; a product of two rows and its GELU; one of two
+/// rows and its residual, which its kernel does not bind: the add follows it, in place; a
+/// product, its bias added by a node of its own, and a residual added through a view; a
+/// prompt's gated MLP, the gate's SiLU and the product with it applied by the products.
 #[test]
 fn products_apply_their_residuals_and_activations() {
     use compute_delegate::UnaryOp;

@@ -5,6 +5,7 @@
 //! `gemm_coop.comp`'s CONV mode; stride 1, large enough to fill the device) or over its patch
 //! matrix (`im2col.comp` into a temporary).
 
+use super::epilogue::Taken;
 use super::*;
 use crate::graph::Conv2d;
 
@@ -272,11 +273,7 @@ impl Lowerer<'_> {
             return Ok(false);
         };
         // The whole epilogue (spec 6: the activation, 7: the residual, binding 4).
-        let (mut act_lo, mut act_hi) = c.act.unwrap_or((0.0, 0.0));
-        let (mut act, mut resid, mut residual) = (u32::from(c.act.is_some()), 0, None);
-        if let Some(e) = self.take_epilogue() {
-            (act, act_lo, act_hi, resid, residual) = (e.act, e.lo, e.hi, e.resid, e.residual);
-        }
+        let e = self.take_epilogue().unwrap_or_else(|| Taken::clamp(c.act));
         let w = |v: usize| v as u32;
         let push = push::ConvCoop2Push {
             images: w(c.nb),
@@ -292,19 +289,19 @@ impl Lowerer<'_> {
             dh: w(c.dil[0]),
             dw: w(c.dil[1]),
             has_bias: u32::from(c.has_bias),
-            act_lo,
-            act_hi,
+            act_lo: e.lo,
+            act_hi: e.hi,
             tiles_x: w(tiles_x),
         };
         let spec = vec![
-            t.threads, t.bm, t.bn, tw as u32, th as u32, t.bk, act, resid,
+            t.threads, t.bm, t.bn, tw as u32, th as u32, t.bk, e.act, e.resid,
         ];
         let conv_bindings = vec![
             (px, false),
             (pw, false),
             bindings[2],
             bindings[3],
-            (residual.unwrap_or(px), false),
+            (e.residual.unwrap_or(px), false),
         ];
         self.push(Kernel::ConvCoop2, spec, conv_bindings, &push, groups);
         Ok(true)
@@ -493,21 +490,19 @@ impl Lowerer<'_> {
         // Where the result is final, the workgroup-scope kernel applies the whole epilogue
         // (spec 5: the activation, 9: the residual, binding 4); `gemm_coop.comp` the clamp
         // alone (spec 6). With split-K the summing pass applies it.
-        let (act_lo, act_hi) = act.unwrap_or((0.0, 0.0));
-        let mut taken = (u32::from(act.is_some()), act_lo, act_hi, 0, None);
+        let whole = kernel == Kernel::GemmCoop2 && partial.is_none();
+        let e = whole
+            .then(|| self.take_epilogue())
+            .flatten()
+            .unwrap_or_else(|| Taken::clamp(act));
         if kernel == Kernel::GemmCoop2 {
-            if partial.is_none()
-                && let Some(e) = self.take_epilogue()
-            {
-                taken = (e.act, e.lo, e.hi, e.resid, e.residual);
-            }
             spec.push(u32::from(partial.is_some())); // PARTIAL
-            spec.push(taken.3); // RESID
-            bindings.push((taken.4.unwrap_or(bindings[0].0), false));
+            spec.push(e.resid); // RESID
+            bindings.push((e.residual.unwrap_or(bindings[0].0), false));
         }
-        let (act_code, act_lo, act_hi, _, _) = taken;
         let act_slot = if kernel == Kernel::GemmCoop { 6 } else { 5 };
-        spec[act_slot] = if splits == 1 { act_code } else { 0 };
+        spec[act_slot] = if splits == 1 { e.act } else { 0 };
+        let (act_lo, act_hi) = (e.lo, e.hi);
         let w = |v: usize| v as u32;
         // The two kernels share the first twelve fields; `gemm_coop.comp`'s CONV fields are
         // unused outside its CONV mode, `gemm_coop2.comp` takes the split along K.

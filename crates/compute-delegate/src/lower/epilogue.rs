@@ -106,6 +106,21 @@ pub(crate) struct Taken {
     pub(crate) hi: f32,
 }
 
+impl Taken {
+    /// The clamp `act` alone (none where it is `None`), as kernels that take no other
+    /// epilogue apply it.
+    pub(crate) fn clamp(act: Option<(f32, f32)>) -> Taken {
+        let (lo, hi) = act.unwrap_or((0.0, 0.0));
+        Taken {
+            residual: None,
+            resid: 0,
+            act: u32::from(act.is_some()),
+            lo,
+            hi,
+        }
+    }
+}
+
 /// Per node: the epilogue fused into it, and the earlier node that absorbed it.
 pub(crate) struct Fusion {
     pub(crate) epilogue: Vec<Option<Epilogue>>,

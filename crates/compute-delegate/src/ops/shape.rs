@@ -77,18 +77,18 @@ fn tile(c: &mut Call<'_>, x: TensorId, repeats: &[usize]) -> Result<TensorId> {
     // sizes (exact, -0.0 and NaN included): one elementwise node, which the chains take in,
     // instead of a copy per repeat.
     let float = matches!(c.g.dtype(y), Some(DType::F32 | DType::F16));
-    let broadcast = |dim: usize| float && full[dim] == 1 && repeats[dim] > 1;
     let ones: Vec<usize> = (0..repeats.len())
-        .map(|d| if broadcast(d) { repeats[d] } else { 1 })
+        .map(|d| if float && full[d] == 1 { repeats[d] } else { 1 })
         .collect();
     let count: usize = ones.iter().product();
-    if count > 1 && count <= BROADCAST_ONES_MOST {
+    let multiplied = count > 1 && count <= BROADCAST_ONES_MOST;
+    if multiplied {
         let dtype = c.g.dtype(y).unwrap_or(DType::F32);
         let ones = c.g.full_as("expand", &ones, 1.0, dtype)?;
         y = c.g.mul(y, ones)?;
     }
     for (dim, &r) in repeats.iter().enumerate() {
-        if r > 1 && !(broadcast(dim) && count <= BROADCAST_ONES_MOST) {
+        if r > 1 && !(multiplied && ones[dim] > 1) {
             y = c.g.cat(&vec![y; r], dim as isize)?;
         }
     }
