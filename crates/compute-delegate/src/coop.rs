@@ -244,12 +244,13 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
     out
 }
 
-/// Environment variable for tuning the workgroup-scope kernel: `off`, or
-/// `threads,bm,bn,bk[,unroll]` (each kind is still checked before use).
+/// Environment variable for tuning the workgroup-scope kernel: `off`, or one to three tiles
+/// `threads,bm,bn,bk[,unroll]` separated by `;`, largest first (each kind is still checked
+/// before use; a product takes them as it takes the defaults, see [`CoopConfig::nv2_tile`]).
 pub const ENV_COOP2: &str = "VKDELEGATE_COOP2";
 
-/// The tiles of the workgroup-scope kernel: the defaults, the one tile [`ENV_COOP2`] names, or
-/// none (`off`).
+/// The tiles of the workgroup-scope kernel: the defaults, those [`ENV_COOP2`] names, or none
+/// (`off`).
 fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
     let default = NV2_TILES.map(Some);
     let Ok(v) = std::env::var(ENV_COOP2) else {
@@ -258,16 +259,30 @@ fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
     if v == "off" {
         return None;
     }
-    match parse_nv2(&v) {
-        Some(t) => Some([Some(t), None, None]),
+    match parse_nv2_tiles(&v) {
+        Some(tiles) => Some(tiles),
         None => {
             log::warn!(
-                "{ENV_COOP2}={v}: expected `off` or `threads,bm,bn,bk[,unroll]` (threads 32 \
-                 to 1024, tiles nonzero multiples of 16, unroll 1 to 64); using the default"
+                "{ENV_COOP2}={v}: expected `off` or one to three `threads,bm,bn,bk[,unroll]` \
+                 separated by `;` (threads 32 to 1024, tiles nonzero multiples of 16 up to \
+                 512, unroll 1 to 64); using the default"
             );
             Some(default)
         }
     }
+}
+
+/// One to three tiles of [`parse_nv2`] separated by `;`.
+fn parse_nv2_tiles(v: &str) -> Option<[Option<Nv2Tile>; 3]> {
+    let tiles: Vec<Nv2Tile> = v.split(';').map(parse_nv2).collect::<Option<_>>()?;
+    if tiles.len() > 3 {
+        return None;
+    }
+    let mut out = [None; 3];
+    for (slot, t) in out.iter_mut().zip(tiles) {
+        *slot = Some(t);
+    }
+    Some(out)
 }
 
 /// Environment variable for tuning the implicit-GEMM conv2d: `off` (patch matrices instead, on
@@ -784,6 +799,19 @@ mod tests {
         ] {
             assert_eq!(parse_nv2(bad), None, "{bad}");
         }
+        let two = parse_nv2_tiles("256,128,256,32,16; 128,64,64,64,2").unwrap();
+        assert_eq!(two[0].map(|t| (t.bm, t.bn, t.bk)), Some((128, 256, 32)));
+        assert_eq!(
+            two[1].map(|t| (t.bm, t.bn, t.bk, t.unroll)),
+            Some((64, 64, 64, 2))
+        );
+        assert_eq!(two[2], None);
+        assert!(parse_nv2_tiles("128,64,64,64").is_some());
+        for bad in ["", "128,64,64,64;", "128,64,64,64;x", "1;2;3;4"] {
+            assert_eq!(parse_nv2_tiles(bad), None, "{bad}");
+        }
+        let four = ["128,64,64,64"; 4].join(";");
+        assert_eq!(parse_nv2_tiles(&four), None);
     }
 
     #[test]
