@@ -124,8 +124,9 @@ fn load(r: &GenerateArgs) -> Result<LanguageModel> {
     Ok(model)
 }
 
-/// Prefill of each length, then `-n` decode steps after it: one warm-up (which builds the
-/// programs), then `--repeat` timed runs, each from position 0.
+/// Prefill of each length, then `-n` decode steps after it: warm-up runs (the first builds the
+/// programs; then at least half a second of them, so that the GPU's clocks have ramped up),
+/// then `--repeat` timed runs, each from position 0.
 fn bench(r: &GenerateArgs) -> Result {
     if r.bench.is_empty() {
         return Err("give --tokenizer and --prompt, or --bench LENGTHS".into());
@@ -145,14 +146,18 @@ fn bench(r: &GenerateArgs) -> Result {
         let prompt: Vec<i64> = (0..n.max(1)).map(|_| draw()).collect();
         let (mut pre, mut dec, mut fed) = (Vec::new(), Vec::new(), Vec::new());
         let mut fed_step = None;
-        for k in 0..=r.repeat.max(1) {
+        // Right after a load of some seconds an NVIDIA H100's first prefills ran at a third of
+        // their speed.
+        let mut warm_since: Option<Instant> = None;
+        while pre.len() < r.repeat.max(1) {
+            let timed = warm_since.is_some_and(|t| t.elapsed() >= crate::bench::WARM_UP);
             if sampler.is_none() {
                 // Greedy with the tokens fed back on the device.
                 model.reset();
                 let next = feed(&mut model, &mut sampler, &prompt)?;
                 let t = Instant::now();
                 let made = model.decode_greedy(next, r.tokens, |_| true)?;
-                if k > 0 {
+                if timed {
                     // As long as `r.tokens` steps would have taken (a full context makes fewer).
                     fed.push(t.elapsed().mul_f64(r.tokens as f64 / made.max(1) as f64));
                 }
@@ -166,10 +171,11 @@ fn bench(r: &GenerateArgs) -> Result {
             for _ in 0..r.tokens {
                 next = feed(&mut model, &mut sampler, &[next])?;
             }
-            if k > 0 {
+            if timed {
                 pre.push(p);
                 dec.push(t.elapsed());
             }
+            warm_since.get_or_insert_with(Instant::now);
         }
         row(n, "prefill", prompt.len(), &mut pre);
         if fed.is_empty() {

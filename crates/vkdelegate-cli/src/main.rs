@@ -181,7 +181,7 @@ struct GenerateArgs {
     prompt: Option<String>,
     /// Measures instead: for each prompt length given (e.g. `128,512`), the prefill of that
     /// many tokens and the decode of `-n` tokens after it, min/median/max of `--repeat` runs
-    /// after one warm-up (token ids drawn from the seed; no tokenizer needed).
+    /// after half a second of warm-up runs (token ids drawn from the seed; no tokenizer needed).
     #[arg(long, value_delimiter = ',', value_name = "LENGTHS")]
     bench: Vec<usize>,
     /// Runs per bench measure.
