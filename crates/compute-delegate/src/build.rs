@@ -946,6 +946,11 @@ fn create_pipelines(
         .collect();
     keys.sort();
     keys.dedup();
+    log::debug!(
+        "compute graph: {} pipelines for {} dispatches",
+        keys.len(),
+        plan.dispatches.len()
+    );
     let entries: Vec<Vec<vk::SpecializationMapEntry>> = keys
         .iter()
         .map(|(_, spec)| {
@@ -986,8 +991,15 @@ fn create_pipelines(
         })
         .collect();
     // SAFETY: create infos reference live modules, layouts and specialization data.
-    let pipelines = unsafe { create_in_parallel(d, objects.cache, &infos) }
+    let (pipelines, took) = unsafe { create_in_parallel(d, objects.cache, &infos) }
         .map_err(|e| vk_core::VkError::new("vkCreateComputePipelines", e))?;
+    if log::log_enabled!(log::Level::Debug) {
+        let mut slowest: Vec<_> = keys.iter().zip(&took).collect();
+        slowest.sort_by_key(|(_, t)| std::cmp::Reverse(**t));
+        for ((k, spec), t) in slowest.into_iter().take(8) {
+            log::debug!("pipeline {k} {spec:?}: {:.1} ms", t.as_secs_f64() * 1e3);
+        }
+    }
     objects.pipelines = pipelines.clone();
     if let Some(file) = &file {
         store_cache(d, objects.cache, file, &disk);
@@ -1022,7 +1034,8 @@ fn create_pipelines(
 /// 16 threads (`each_on_threads`): drivers compile the pipelines of one call one after
 /// another, and a cooperative-matrix pipeline takes seconds on some (about 3 s each on an
 /// NVIDIA H200 with an empty driver cache). The pipeline cache is internally synchronized.
-/// On failure every pipeline made is destroyed and the first error returned.
+/// Returns the pipelines with the time each took. On failure every pipeline made is destroyed
+/// and the first error returned.
 ///
 /// # Safety
 /// Every info must be valid for `vkCreateComputePipelines` on `d`, with `cache`.
@@ -1030,7 +1043,7 @@ unsafe fn create_in_parallel(
     d: &ash::Device,
     cache: vk::PipelineCache,
     infos: &[vk::ComputePipelineCreateInfo<'_>],
-) -> std::result::Result<Vec<vk::Pipeline>, vk::Result> {
+) -> std::result::Result<(Vec<vk::Pipeline>, Vec<std::time::Duration>), vk::Result> {
     /// The infos, shared read-only by the creating threads.
     struct Shared<'a, 'b>(&'a [vk::ComputePipelineCreateInfo<'b>]);
     // SAFETY: the infos and the modules, layouts and specialization data they point to are
@@ -1040,17 +1053,18 @@ unsafe fn create_in_parallel(
     let shared = Shared(infos);
     let results = crate::threads::each_on_threads(infos.len(), |i| {
         let shared = &shared;
+        let t = std::time::Instant::now();
         // SAFETY: the caller's contract for this info.
         let r = unsafe { d.create_compute_pipelines(cache, &shared.0[i..=i], None) };
-        r.map(|p| p[0]).map_err(|(_, e)| e)
+        r.map(|p| (p[0], t.elapsed())).map_err(|(_, e)| e)
     });
     let failed = results.iter().flatten().find_map(|r| r.err());
     let complete = results.iter().all(Option::is_some);
     let made = results.into_iter().flatten().filter_map(|r| r.ok());
     if failed.is_none() && complete {
-        return Ok(made.collect());
+        return Ok(made.unzip());
     }
-    for p in made {
+    for (p, _) in made {
         // SAFETY: made above, never used.
         unsafe { d.destroy_pipeline(p, None) };
     }
