@@ -39,10 +39,11 @@ pub(crate) enum CoopConfig {
         tk: u32,
         threads: u32,
     },
-    /// `gemm_coop2.comp` with one to three tiles, largest first (see [`CoopConfig::nv2_tile`]),
-    /// and `conv_coop2.comp` (the implicit-GEMM conv2d) on its tile, if it runs.
+    /// `gemm_coop2.comp` with one to [`NV2_SLOTS`] tiles, largest first (see
+    /// [`CoopConfig::nv2_tile`]), and `conv_coop2.comp` (the implicit-GEMM conv2d) on its tile,
+    /// if it runs.
     Nv2 {
-        tiles: [Option<Nv2Tile>; 3],
+        tiles: [Option<Nv2Tile>; NV2_SLOTS],
         conv: Option<Nv2Tile>,
     },
 }
@@ -59,10 +60,15 @@ pub(crate) struct Nv2Tile {
     pub unroll: u32,
 }
 
+/// How many tiles the workgroup-scope kernel may have.
+pub(crate) const NV2_SLOTS: usize = 4;
+
 /// The default tiles, largest first: 128 x 256 stepping K by 32 with sixteen steps unrolled
 /// for large products (measured fastest on 4096^3 on an H200, in both layouts of B), 128 x 128,
-/// and 64 x 64 for small ones.
-const NV2_TILES: [Nv2Tile; 3] = [
+/// 64 x 64, and 32 x 64 for products of a few hundred rows (on an H100, ViT-B/16's products
+/// of 197 rows took 0.946 ms on it against 1.083 on 64 x 64, and ViT-B fp16 ran 1.43 ms host to
+/// host against 1.61).
+const NV2_TILES: [Nv2Tile; NV2_SLOTS] = [
     Nv2Tile {
         bm: 128,
         bn: 256,
@@ -84,6 +90,13 @@ const NV2_TILES: [Nv2Tile; 3] = [
         threads: 128,
         unroll: 4,
     },
+    Nv2Tile {
+        bm: 32,
+        bn: 64,
+        bk: 32,
+        threads: 128,
+        unroll: 4,
+    },
 ];
 
 /// The tile of `conv_coop2.comp`: 128 output pixels (`bm`) of 64 output channels (`bn`).
@@ -95,9 +108,26 @@ const NV2_CONV: Nv2Tile = Nv2Tile {
     unroll: 1,
 };
 
-/// A product takes the largest tile that gives it at least this many work groups (two per
-/// multiprocessor of a large GPU), else the smallest.
-const NV2_MIN_GROUPS: u64 = 264;
+/// A product takes the largest tile that gives it at least this many work groups (about two
+/// per multiprocessor of a large GPU), else the smallest; [`ENV_COOP2_FILL`] changes it. On an
+/// H100 a 512-token prompt's products of 256 groups on 64 x 64 ran faster there than on
+/// 32 x 64.
+const NV2_MIN_GROUPS: u64 = 256;
+
+/// Environment variable for tuning which tile a product takes: the work groups a tile must
+/// give it (see [`NV2_MIN_GROUPS`]).
+pub const ENV_COOP2_FILL: &str = "VKDELEGATE_COOP2_FILL";
+
+/// [`NV2_MIN_GROUPS`], or what [`ENV_COOP2_FILL`] says.
+fn nv2_min_groups() -> u64 {
+    let Ok(v) = std::env::var(ENV_COOP2_FILL) else {
+        return NV2_MIN_GROUPS;
+    };
+    v.trim().parse().unwrap_or_else(|_| {
+        log::warn!("{ENV_COOP2_FILL}={v}: expected a number of work groups; using the default");
+        NV2_MIN_GROUPS
+    })
+}
 
 impl CoopConfig {
     /// The memo key of this kind's check.
@@ -112,7 +142,7 @@ impl CoopConfig {
     pub fn nv2_tiles(self) -> impl Iterator<Item = Nv2Tile> {
         let tiles = match self {
             CoopConfig::Nv2 { tiles, .. } => tiles,
-            CoopConfig::Khr { .. } => [None; 3],
+            CoopConfig::Khr { .. } => [None; NV2_SLOTS],
         };
         tiles.into_iter().flatten()
     }
@@ -125,9 +155,10 @@ impl CoopConfig {
         let (m, n) = (m as u64, n as u64);
         let groups = |t: &Nv2Tile| m.div_ceil(t.bm.into()) * n.div_ceil(t.bn.into());
         let padded = |t: &Nv2Tile| m.div_ceil(t.bm.into()) * u64::from(t.bm);
+        let least = nv2_min_groups();
         let mut last = None;
         for t in self.nv2_tiles() {
-            let fills = groups(&t) * batch as u64 >= NV2_MIN_GROUPS;
+            let fills = groups(&t) * batch as u64 >= least;
             if fills && 4 * (padded(&t) - m) <= padded(&t) {
                 return Some(t);
             }
@@ -233,7 +264,7 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
                 t.threads <= invocations && reported
             };
             let mut fitting = tiles.into_iter().flatten().filter(fits);
-            let tiles = [fitting.next(), fitting.next(), fitting.next()];
+            let tiles = std::array::from_fn(|_| fitting.next());
             let conv = nv2_conv().filter(fits);
             if tiles[0].is_some() {
                 out.push(CoopConfig::Nv2 { tiles, conv });
@@ -244,14 +275,14 @@ pub(crate) fn offered(device: &Device) -> Vec<CoopConfig> {
     out
 }
 
-/// Environment variable for tuning the workgroup-scope kernel: `off`, or one to three tiles
+/// Environment variable for tuning the workgroup-scope kernel: `off`, or one to four tiles
 /// `threads,bm,bn,bk[,unroll]` separated by `;`, largest first (each kind is still checked
 /// before use; a product takes them as it takes the defaults, see [`CoopConfig::nv2_tile`]).
 pub const ENV_COOP2: &str = "VKDELEGATE_COOP2";
 
 /// The tiles of the workgroup-scope kernel: the defaults, those [`ENV_COOP2`] names, or none
 /// (`off`).
-fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
+fn nv2_tiles() -> Option<[Option<Nv2Tile>; NV2_SLOTS]> {
     let default = NV2_TILES.map(Some);
     let Ok(v) = std::env::var(ENV_COOP2) else {
         return Some(default);
@@ -263,7 +294,7 @@ fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
         Some(tiles) => Some(tiles),
         None => {
             log::warn!(
-                "{ENV_COOP2}={v}: expected `off` or one to three `threads,bm,bn,bk[,unroll]` \
+                "{ENV_COOP2}={v}: expected `off` or one to four `threads,bm,bn,bk[,unroll]` \
                  separated by `;` (threads 32 to 1024, tiles nonzero multiples of 16 up to \
                  512, unroll 1 to 64); using the default"
             );
@@ -272,13 +303,13 @@ fn nv2_tiles() -> Option<[Option<Nv2Tile>; 3]> {
     }
 }
 
-/// One to three tiles of [`parse_nv2`] separated by `;`.
-fn parse_nv2_tiles(v: &str) -> Option<[Option<Nv2Tile>; 3]> {
+/// One to [`NV2_SLOTS`] tiles of [`parse_nv2`] separated by `;`.
+fn parse_nv2_tiles(v: &str) -> Option<[Option<Nv2Tile>; NV2_SLOTS]> {
     let tiles: Vec<Nv2Tile> = v.split(';').map(parse_nv2).collect::<Option<_>>()?;
-    if tiles.len() > 3 {
+    if tiles.len() > NV2_SLOTS {
         return None;
     }
-    let mut out = [None; 3];
+    let mut out = [None; NV2_SLOTS];
     for (slot, t) in out.iter_mut().zip(tiles) {
         *slot = Some(t);
     }
@@ -499,13 +530,13 @@ fn check(device: &Device, config: CoopConfig) -> bool {
     let mut kinds: Vec<CoopConfig> = config
         .nv2_tiles()
         .map(|t| CoopConfig::Nv2 {
-            tiles: [Some(t), None, None],
+            tiles: [Some(t), None, None, None],
             conv: None,
         })
         .collect();
     if let (Some(conv), Some(first)) = (config.nv2_conv(), config.nv2_tiles().next()) {
         kinds.push(CoopConfig::Nv2 {
-            tiles: [Some(first), None, None],
+            tiles: [Some(first), None, None, None],
             conv: Some(conv),
         });
     }
@@ -811,7 +842,9 @@ mod tests {
             assert_eq!(parse_nv2_tiles(bad), None, "{bad}");
         }
         let four = ["128,64,64,64"; 4].join(";");
-        assert_eq!(parse_nv2_tiles(&four), None);
+        assert!(parse_nv2_tiles(&four).is_some_and(|t| t[3].is_some()));
+        let five = ["128,64,64,64"; 5].join(";");
+        assert_eq!(parse_nv2_tiles(&five), None);
     }
 
     #[test]
@@ -823,12 +856,16 @@ mod tests {
         assert_eq!(all.nv2_tile(4096, 4096, 1), Some(NV2_TILES[0]));
         assert_eq!(all.nv2_tile(64, 50176, 1), Some(NV2_TILES[2]));
         assert_eq!(all.nv2_tile(96, 50176, 1), Some(NV2_TILES[1]));
-        assert_eq!(all.nv2_tile(80, 50176, 1), Some(NV2_TILES[2]));
-        assert_eq!(all.nv2_tile(320, 49, 1), Some(NV2_TILES[2]));
+        // 80 rows would be 128 on 64-row tiles.
+        assert_eq!(all.nv2_tile(80, 50176, 1), Some(NV2_TILES[3]));
+        assert_eq!(all.nv2_tile(320, 49, 1), Some(NV2_TILES[3]));
         assert_eq!(all.nv2_tile(256, 256, 16), Some(NV2_TILES[2]));
-        assert_eq!(all.nv2_tile(512, 1024, 16), Some(NV2_TILES[1]));
+        assert_eq!(all.nv2_tile(512, 1024, 16), Some(NV2_TILES[0]));
+        // A ViT-B's products of 197 rows; a 512-token prompt's.
+        assert_eq!(all.nv2_tile(197, 2304, 1), Some(NV2_TILES[3]));
+        assert_eq!(all.nv2_tile(512, 2048, 1), Some(NV2_TILES[2]));
         let one = CoopConfig::Nv2 {
-            tiles: [Some(NV2_TILES[1]), None, None],
+            tiles: [Some(NV2_TILES[1]), None, None, None],
             conv: None,
         };
         assert_eq!(one.nv2_tile(4096, 4096, 1), Some(NV2_TILES[1]));

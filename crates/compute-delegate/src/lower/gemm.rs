@@ -88,30 +88,65 @@ fn tile_layout() -> Option<GemmLayout> {
     }
 }
 
-/// Environment variable for tuning when the plain GEMM splits along K: `MIN_K,PER_SPLIT` (the
-/// depth a product needs before it is split, and the least depth of one split; the default
-/// `64,32`: on an NVIDIA H200 it took the zoo's CNNs (squeezenet, googlenet, densenet,
-/// resnet50, MobileNets) 10-35% below `256,128` host to host, and `32,16` was slower on
-/// resnet50, resnext and efficientnet_v2).
+/// Environment variable for tuning when the plain GEMM splits along K:
+/// `MIN_K,PER_SPLIT[,MAX_PARTIAL]` (the depth a product needs before it is split, the least
+/// depth of one split, and the most partial-sum elements its splits may write together, 0 for
+/// no bound). The default `64,32`: on an NVIDIA H200 it took the zoo's CNNs (squeezenet,
+/// googlenet, densenet, resnet50, MobileNets) 10-35% below `256,128` host to host, and `32,16`
+/// was slower on resnet50, resnext and efficientnet_v2. The default bound, 2^20 elements:
+/// each split's partial sums are written and read back in full, and a transformer's products
+/// have large outputs and shallow sums (Swin-T's first stage: 3136 x 96 outputs of 96- and
+/// 384-deep sums, split 3 and 12 ways; on an H100 deeper splits took Swin-T from 2.28 to
+/// 2.00 ms, and slowed the CNNs, whose split products have small outputs).
 pub const ENV_SPLIT_K: &str = "VKDELEGATE_SPLIT_K";
 
-/// `(min_k, per_split)` of [`ENV_SPLIT_K`], else the default (anything malformed is ignored
-/// with a warning).
-fn split_k_depths() -> (u64, u64) {
-    const DEFAULT: (u64, u64) = (64, 32);
+/// How the plain GEMM splits along K ([`ENV_SPLIT_K`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SplitK {
+    min_k: u64,
+    per_split: u64,
+    /// The most partial-sum elements, all splits together (`u64::MAX`: no bound).
+    max_partial: u64,
+}
+
+/// The default [`SplitK`].
+const SPLIT_K: SplitK = SplitK {
+    min_k: 64,
+    per_split: 32,
+    max_partial: 1 << 20,
+};
+
+/// [`ENV_SPLIT_K`], else the default (anything malformed is ignored with a warning).
+fn split_k() -> SplitK {
     let Ok(v) = std::env::var(ENV_SPLIT_K) else {
-        return DEFAULT;
+        return SPLIT_K;
     };
-    let parsed: Option<Vec<u64>> = v.split(',').map(|p| p.trim().parse().ok()).collect();
-    match parsed.as_deref() {
-        Some(&[min_k, per_split]) if min_k >= 8 && per_split >= 8 => (min_k, per_split),
-        _ => {
-            log::warn!(
-                "{ENV_SPLIT_K}={v}: expected `MIN_K,PER_SPLIT` (8 or more); using the default"
-            );
-            DEFAULT
-        }
-    }
+    parse_split_k(&v).unwrap_or_else(|| {
+        log::warn!(
+            "{ENV_SPLIT_K}={v}: expected `MIN_K,PER_SPLIT[,MAX_PARTIAL]` (depths 8 or more); \
+             using the default"
+        );
+        SPLIT_K
+    })
+}
+
+/// `MIN_K,PER_SPLIT[,MAX_PARTIAL]`, depths 8 or more, a bound of 0 meaning none.
+fn parse_split_k(v: &str) -> Option<SplitK> {
+    let parsed: Vec<u64> = v
+        .split(',')
+        .map(|p| p.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    let (min_k, per_split, max_partial) = match parsed[..] {
+        [m, p] => (m, p, SPLIT_K.max_partial),
+        [m, p, 0] => (m, p, u64::MAX),
+        [m, p, b] => (m, p, b),
+        _ => return None,
+    };
+    (min_k >= 8 && per_split >= 8).then_some(SplitK {
+        min_k,
+        per_split,
+        max_partial,
+    })
 }
 
 impl Lowerer<'_> {
@@ -174,11 +209,13 @@ impl Lowerer<'_> {
         };
         let mut splits: u64 = 1;
         let t = tiles(tx, ty);
-        let (min_k, per_split) = split_k_depths();
-        if t < SPLIT_BELOW_TILES && k as u64 >= min_k {
+        let sk = split_k();
+        let out_numel = self.t(out).numel();
+        if t < SPLIT_BELOW_TILES && k as u64 >= sk.min_k {
             splits = SPLIT_TARGET_TILES
                 .div_ceil(t)
-                .min(k as u64 / per_split)
+                .min(k as u64 / sk.per_split)
+                .min(sk.max_partial / (out_numel as u64).max(1))
                 .clamp(1, 16);
         }
         // The summing pass costs about a small dispatch: a split must at least triple the work
@@ -192,7 +229,6 @@ impl Lowerer<'_> {
         }
         let k_split = (k as u64).div_ceil(splits).div_ceil(8) * 8;
         let splits = (k as u64).div_ceil(k_split);
-        let out_numel = self.t(out).numel();
         let groups = self.check_groups([
             (n as u64).div_ceil(8 * tx),
             (m as u64).div_ceil(8 * ty),
@@ -508,5 +544,33 @@ impl Lowerer<'_> {
             _ => return Err(self.not_in_family()),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_k_tuning_is_parsed_strictly() {
+        assert_eq!(
+            parse_split_k("128, 64"),
+            Some(SplitK {
+                min_k: 128,
+                per_split: 64,
+                max_partial: SPLIT_K.max_partial,
+            })
+        );
+        assert_eq!(
+            parse_split_k("64,32,0").map(|s| s.max_partial),
+            Some(u64::MAX)
+        );
+        assert_eq!(
+            parse_split_k("64,32,4096").map(|s| s.max_partial),
+            Some(4096)
+        );
+        for bad in ["", "64", "4,32", "64,x", "64,32,1,1"] {
+            assert_eq!(parse_split_k(bad), None, "{bad}");
+        }
     }
 }

@@ -849,6 +849,28 @@ mod tests {
     }
 
     #[test]
+    fn splits_along_k_write_a_bounded_amount_of_partial_sums() {
+        let product = |m: usize, k: usize, n: usize| {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[m, k]).unwrap();
+            let w = b.input("w", DType::F32, &[k, n]).unwrap();
+            let y = b.matmul(x, w).unwrap();
+            b.output(y).unwrap();
+            lower(&b, &limits(), true, None).unwrap()
+        };
+        // Swin-T's first MLP: 3136 x 384 outputs would be written three times; 3136 x 96 outputs
+        // of a 384-deep sum three times (at most 2^20 elements), not twelve.
+        assert_eq!(shaders(&product(3136, 96, 384)), ["Gemm"]);
+        let plan = product(3136, 384, 96);
+        assert_eq!(shaders(&plan), ["Gemm", "SplitSum"]);
+        assert_eq!(plan.dispatches[0].groups[2], 3);
+        // A late CNN layer's few outputs still split as deep as the default allows.
+        let plan = product(49, 960, 160);
+        assert_eq!(shaders(&plan), ["Gemm", "SplitSum"]);
+        assert!(plan.dispatches[0].groups[2] >= 8);
+    }
+
+    #[test]
     fn few_row_products_lower_to_the_gemv_kernel_split_along_k() {
         for (dtype, sum) in [
             (DType::F32, vec!["Gemv", "SplitSum"]),
@@ -886,6 +908,7 @@ mod tests {
                 threads: 128,
                 unroll: 4,
             }),
+            None,
             None,
             None,
         ],
