@@ -89,15 +89,17 @@ fn tile_layout() -> Option<GemmLayout> {
 }
 
 /// Environment variable for tuning when the plain GEMM splits along K:
-/// `MIN_K,PER_SPLIT[,MAX_PARTIAL]` (the depth a product needs before it is split, the least
-/// depth of one split, and the most partial-sum elements its splits may write together, 0 for
-/// no bound). The default `64,32`: on an NVIDIA H200 it took the zoo's CNNs (squeezenet,
-/// googlenet, densenet, resnet50, MobileNets) 10-35% below `256,128` host to host, and `32,16`
-/// was slower on resnet50, resnext and efficientnet_v2. The default bound, 2^20 elements:
-/// each split's partial sums are written and read back in full, and a transformer's products
-/// have large outputs and shallow sums (Swin-T's first stage: 3136 x 96 outputs of 96- and
-/// 384-deep sums, split 3 and 12 ways; on an H100 deeper splits took Swin-T from 2.28 to
-/// 2.00 ms, and slowed the CNNs, whose split products have small outputs).
+/// `MIN_K,PER_SPLIT[,LARGE]` (the depth a product needs before it is split, the least depth of
+/// one split, and the output size, in elements, from which a split is at least twice that
+/// deep; 0: never). The default `64,32,262144`:
+/// - on an NVIDIA H200 `64,32` took the zoo's CNNs (squeezenet, googlenet, densenet, resnet50,
+///   MobileNets) 10-35% below `256,128` host to host, and `32,16` was slower on resnet50,
+///   resnext and efficientnet_v2;
+/// - each split writes its partial sums of the whole output and the summing pass reads them
+///   back: on an H100, Swin-T (first stage: 3136 x 96 outputs, sums 96 and 384 deep, split 3
+///   and 12 ways 32 deep) ran in 2.00 ms with splits at least 64 deep against 2.26, and ViT-B
+///   (outputs of 197 x 768 to 3072) as fast either way, while regnet, mobilenet_v3 and
+///   shufflenet, whose split products have small outputs, ran 5-14% slower with them.
 pub const ENV_SPLIT_K: &str = "VKDELEGATE_SPLIT_K";
 
 /// How the plain GEMM splits along K ([`ENV_SPLIT_K`]).
@@ -105,15 +107,27 @@ pub const ENV_SPLIT_K: &str = "VKDELEGATE_SPLIT_K";
 struct SplitK {
     min_k: u64,
     per_split: u64,
-    /// The most partial-sum elements, all splits together (`u64::MAX`: no bound).
-    max_partial: u64,
+    /// Outputs of at least this many elements split at least `2 * per_split` deep
+    /// (`u64::MAX`: none).
+    large: u64,
+}
+
+impl SplitK {
+    /// The least depth of one split of a product with `out_numel` outputs.
+    fn depth(self, out_numel: u64) -> u64 {
+        if out_numel >= self.large {
+            2 * self.per_split
+        } else {
+            self.per_split
+        }
+    }
 }
 
 /// The default [`SplitK`].
 const SPLIT_K: SplitK = SplitK {
     min_k: 64,
     per_split: 32,
-    max_partial: 1 << 20,
+    large: 1 << 18,
 };
 
 /// [`ENV_SPLIT_K`], else the default (anything malformed is ignored with a warning).
@@ -123,29 +137,29 @@ fn split_k() -> SplitK {
     };
     parse_split_k(&v).unwrap_or_else(|| {
         log::warn!(
-            "{ENV_SPLIT_K}={v}: expected `MIN_K,PER_SPLIT[,MAX_PARTIAL]` (depths 8 or more); \
-             using the default"
+            "{ENV_SPLIT_K}={v}: expected `MIN_K,PER_SPLIT[,LARGE]` (depths 8 or more); using \
+             the default"
         );
         SPLIT_K
     })
 }
 
-/// `MIN_K,PER_SPLIT[,MAX_PARTIAL]`, depths 8 or more, a bound of 0 meaning none.
+/// `MIN_K,PER_SPLIT[,LARGE]`, depths 8 or more, `LARGE` 0 meaning never.
 fn parse_split_k(v: &str) -> Option<SplitK> {
     let parsed: Vec<u64> = v
         .split(',')
         .map(|p| p.trim().parse().ok())
         .collect::<Option<_>>()?;
-    let (min_k, per_split, max_partial) = match parsed[..] {
-        [m, p] => (m, p, SPLIT_K.max_partial),
+    let (min_k, per_split, large) = match parsed[..] {
+        [m, p] => (m, p, SPLIT_K.large),
         [m, p, 0] => (m, p, u64::MAX),
-        [m, p, b] => (m, p, b),
+        [m, p, l] => (m, p, l),
         _ => return None,
     };
     (min_k >= 8 && per_split >= 8).then_some(SplitK {
         min_k,
         per_split,
-        max_partial,
+        large,
     })
 }
 
@@ -214,8 +228,7 @@ impl Lowerer<'_> {
         if t < SPLIT_BELOW_TILES && k as u64 >= sk.min_k {
             splits = SPLIT_TARGET_TILES
                 .div_ceil(t)
-                .min(k as u64 / sk.per_split)
-                .min(sk.max_partial / (out_numel as u64).max(1))
+                .min(k as u64 / sk.depth(out_numel as u64))
                 .clamp(1, 16);
         }
         // The summing pass costs about a small dispatch: a split must at least triple the work
@@ -558,17 +571,13 @@ mod tests {
             Some(SplitK {
                 min_k: 128,
                 per_split: 64,
-                max_partial: SPLIT_K.max_partial,
+                large: SPLIT_K.large,
             })
         );
-        assert_eq!(
-            parse_split_k("64,32,0").map(|s| s.max_partial),
-            Some(u64::MAX)
-        );
-        assert_eq!(
-            parse_split_k("64,32,4096").map(|s| s.max_partial),
-            Some(4096)
-        );
+        assert_eq!(parse_split_k("64,32,0").map(|s| s.large), Some(u64::MAX));
+        assert_eq!(parse_split_k("64,32,4096").map(|s| s.large), Some(4096));
+        assert_eq!(SPLIT_K.depth(1 << 18), 64);
+        assert_eq!(SPLIT_K.depth((1 << 18) - 1), 32);
         for bad in ["", "64", "4,32", "64,x", "64,32,1,1"] {
             assert_eq!(parse_split_k(bad), None, "{bad}");
         }
