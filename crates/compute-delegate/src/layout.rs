@@ -369,16 +369,17 @@ pub(crate) fn without_unread(
 /// blocks of 32 x 32 elements so that reads and writes both stay in cache: a large model's
 /// weights are transposed once at load, and an element at a time took most of it.
 pub(crate) fn transposed(bytes: &[u8], rows: usize, cols: usize, es: usize) -> Vec<u8> {
-    // N, a constant, makes each element's copy a few moves instead of a call.
-    fn blocked<const N: usize>(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
-        let mut dst = vec![0u8; rows * cols * N];
+    // A constant N makes each element's copy a few moves instead of a call; 0 takes `es`.
+    fn blocked<const N: usize>(src: &[u8], rows: usize, cols: usize, es: usize) -> Vec<u8> {
+        let es = if N == 0 { es } else { N };
+        let mut dst = vec![0u8; rows * cols * es];
         const B: usize = 32;
         for r0 in (0..rows).step_by(B) {
             for c0 in (0..cols).step_by(B) {
                 for r in r0..(r0 + B).min(rows) {
                     for c in c0..(c0 + B).min(cols) {
-                        let (s, d) = ((r * cols + c) * N, (c * rows + r) * N);
-                        dst[d..d + N].copy_from_slice(&src[s..s + N]);
+                        let (s, d) = ((r * cols + c) * es, (c * rows + r) * es);
+                        dst[d..d + es].copy_from_slice(&src[s..s + es]);
                     }
                 }
             }
@@ -386,20 +387,11 @@ pub(crate) fn transposed(bytes: &[u8], rows: usize, cols: usize, es: usize) -> V
         dst
     }
     match es {
-        1 => blocked::<1>(bytes, rows, cols),
-        2 => blocked::<2>(bytes, rows, cols),
-        4 => blocked::<4>(bytes, rows, cols),
-        8 => blocked::<8>(bytes, rows, cols),
-        _ => {
-            let mut t = vec![0u8; rows * cols * es];
-            for r in 0..rows {
-                for c in 0..cols {
-                    let (s, d) = ((r * cols + c) * es, (c * rows + r) * es);
-                    t[d..d + es].copy_from_slice(&bytes[s..s + es]);
-                }
-            }
-            t
-        }
+        1 => blocked::<1>(bytes, rows, cols, es),
+        2 => blocked::<2>(bytes, rows, cols, es),
+        4 => blocked::<4>(bytes, rows, cols, es),
+        8 => blocked::<8>(bytes, rows, cols, es),
+        _ => blocked::<0>(bytes, rows, cols, es),
     }
 }
 
