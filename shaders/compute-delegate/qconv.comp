@@ -2,6 +2,7 @@
 // kernel: QConv
 // kernel: QConvPw variant=pw
 // kernel: QConvSplit variant=split
+// kernel: QConvDw variant=dw
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 // int8 conv2d (groups, stride, padding, dilation) with an i32 bias and per-channel TOSA-style
@@ -13,14 +14,34 @@
 // and 4 output channels, 16 sums, so that each load of x serves four output channels.
 // variant: pw -DPOINTWISE
 // The split variant (SPLIT) is for convolutions of few outputs and deep sums (a classifier, the
-// last blocks' 1x1 layers): GROUP lanes of a work group of 64 per output word (GROUP, a
-// specialization constant of 8 to 64, chosen for about 16 terms a lane), sharing each
-// output's sum, added up in shared memory.
+// last blocks' 1x1 layers): GROUP lanes per output word (GROUP, a specialization constant of 8
+// to 64, chosen for about 16 terms a lane) share its sums, added up in shared memory. A work
+// group of 256 holds 256 / GROUP neighbouring words side by side, so that one step of their
+// lanes loads neighbouring words of x and mostly the same weights.
 // variant: split -DSPLIT
+// The dw variant (DEPTHWISE) is for depthwise layers (one input and one output channel a
+// group) whose input and output rows are whole words: a thread's four outputs are four
+// neighbouring pixels of a row, and each row of their windows is read as a few whole words.
+// The window's width, the horizontal stride and dilation and the left padding are
+// specialization constants, so that every byte's place in those words is known when compiled.
+// variant: dw -DDEPTHWISE
 #ifdef SPLIT
-#define LANES 64
+#define LANES 256
 layout(local_size_x = LANES) in;
 layout(constant_id = 0) const uint GROUP = 64;
+const uint WORDS = LANES / GROUP;
+#elif defined(DEPTHWISE)
+layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint KW = 3;
+layout(constant_id = 1) const uint SW = 1;
+layout(constant_id = 2) const uint DW = 1;
+layout(constant_id = 3) const uint PW = 1;
+// The first byte of a window row's span within its first word (a row starts a word, and the
+// four outputs' first column is a multiple of 4 times the stride), and the words of the span
+// (at most 4: SKEW + SPAN <= 16).
+const uint SKEW = (4 - PW % 4) % 4;
+const uint SPAN = 3 * SW + (KW - 1) * DW + 1;
+const uint SPAN_WORDS = (SKEW + SPAN + 3) / 4;
 #else
 layout(local_size_x = 256) in;
 #endif
@@ -70,9 +91,8 @@ shared int partial[4][LANES];
 
 void main() {
     uint me = gl_LocalInvocationID.x;
-    uint lane = me % GROUP;
-    uint q = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * (LANES / GROUP)
-        + me / GROUP;
+    uint lane = me / WORDS;
+    uint q = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * WORDS + me % WORDS;
     uint words = (pc.total + 3) / 4;
     uint cin_g = pc.c_in / pc.groups;
     uint cout_g = pc.c_out / pc.groups;
@@ -92,10 +112,26 @@ void main() {
             uint g = co / cout_g;
             uint xbase = (n * pc.c_in + g * cin_g) * quads + q % quads;
             uint wbase = co * depth;
-            for (uint k = lane; k < depth; k += GROUP) {
-                uint xw = x[xbase + k * quads];
-                int wv = load_i8_w(wbase + k) - pc.w_zp;
-                for (uint e = 0; e < 4; ++e) acc[e] += (byte_at(xw, e) - pc.x_zp) * wv;
+            if (depth % 4 == 0) {
+                // Four terms a step: one word of weights, four words of x.
+                for (uint k = lane * 4; k < depth; k += GROUP * 4) {
+                    uint ww = wt[(wbase + k) >> 2];
+                    [[unroll]] for (uint j = 0; j < 4; ++j) {
+                        uint xw = x[xbase + (k + j) * quads];
+                        int wv = byte_at(ww, j) - pc.w_zp;
+                        [[unroll]] for (uint e = 0; e < 4; ++e) {
+                            acc[e] += (byte_at(xw, e) - pc.x_zp) * wv;
+                        }
+                    }
+                }
+            } else {
+                for (uint k = lane; k < depth; k += GROUP) {
+                    uint xw = x[xbase + k * quads];
+                    int wv = load_i8_w(wbase + k) - pc.w_zp;
+                    [[unroll]] for (uint e = 0; e < 4; ++e) {
+                        acc[e] += (byte_at(xw, e) - pc.x_zp) * wv;
+                    }
+                }
             }
         }
         for (uint e = 0; e < 4; ++e) partial[e][me] = acc[e];
@@ -145,9 +181,10 @@ void main() {
         for (uint e = 0; e < 4; ++e) partial[e][me] = acc[e];
     }
     barrier();
+    // The lanes of a word lie WORDS apart.
     for (uint half_ = GROUP / 2; half_ > 0; half_ /= 2) {
         if (lane < half_) {
-            for (uint e = 0; e < 4; ++e) partial[e][me] += partial[e][me + half_];
+            for (uint e = 0; e < 4; ++e) partial[e][me] += partial[e][me + half_ * WORDS];
         }
         barrier();
     }
@@ -162,6 +199,52 @@ void main() {
         r |= (uint(o) & 0xFFu) << (8 * e);
     }
     y[q] = r;
+}
+#elif defined(DEPTHWISE)
+void main() {
+    uint words = pc.total / 4;
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    uint row_words = pc.w / 4;
+    for (uint q = gl_GlobalInvocationID.x; q < words; q += stride) {
+        uint ox = (q * 4) % pc.ow;
+        uint t = (q * 4) / pc.ow;
+        uint oy = t % pc.oh;
+        // Image and channel: the input plane of the same index.
+        uint c = t / pc.oh;
+        uint co = c % pc.c_out;
+        int b = (pc.has_bias == 1) ? bias[co] : 0;
+        int acc[4] = int[4](b, b, b, b);
+        int y0 = int(oy * pc.sh) - int(pc.ph);
+        // The span's first word within the row (-1 where it starts in the padding).
+        int first = (int(ox * SW) - int(PW) - int(SKEW)) / 4;
+        uint plane = c * pc.h * row_words;
+        uint wbase = co * pc.kh * KW;
+        for (uint ky = 0; ky < pc.kh; ++ky) {
+            int yy = y0 + int(ky * pc.dh);
+            if (yy < 0 || yy >= int(pc.h)) continue;
+            uint row = plane + uint(yy) * row_words;
+            uint seg[4];
+            [[unroll]] for (uint j = 0; j < SPAN_WORDS; ++j) {
+                int at = first + int(j);
+                seg[j] = (at >= 0 && at < int(row_words)) ? x[row + uint(at)] : 0u;
+            }
+            [[unroll]] for (uint kx = 0; kx < KW; ++kx) {
+                int wv = load_i8_w(wbase + ky * KW + kx) - pc.w_zp;
+                [[unroll]] for (uint e = 0; e < 4; ++e) {
+                    uint rel = SKEW + e * SW + kx * DW;
+                    int xx = int(ox * SW) - int(PW) + int(e * SW + kx * DW);
+                    int xv = byte_at(seg[rel / 4], rel % 4) - pc.x_zp;
+                    acc[e] += (xx >= 0 && xx < int(pc.w)) ? xv * wv : 0;
+                }
+            }
+        }
+        uint r = 0;
+        [[unroll]] for (uint e = 0; e < 4; ++e) {
+            int o = clamp(apply_scale_32(acc[e], mult[co], shift[co]) + pc.out_zp, -128, 127);
+            r |= (uint(o) & 0xFFu) << (8 * e);
+        }
+        y[q] = r;
+    }
 }
 #elif defined(POINTWISE)
 void main() {

@@ -100,6 +100,8 @@ pub(crate) enum Kernel {
     QConvPw,
     /// `qconv.comp`, variant `split`.
     QConvSplit,
+    /// `qconv.comp`, variant `dw`.
+    QConvDw,
     /// `qpool.comp`.
     QPool,
     /// `reduce.comp`.
@@ -131,7 +133,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 61] = [
+    pub(crate) const ALL: [Kernel; 62] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -180,6 +182,7 @@ impl Kernel {
         Kernel::QConv,
         Kernel::QConvPw,
         Kernel::QConvSplit,
+        Kernel::QConvDw,
         Kernel::QPool,
         Kernel::Reduce,
         Kernel::ReduceDim,
@@ -246,6 +249,7 @@ impl Kernel {
             Kernel::QConv => include_bytes!("../spirv/qconv.spv"),
             Kernel::QConvPw => include_bytes!("../spirv/qconv_pw.spv"),
             Kernel::QConvSplit => include_bytes!("../spirv/qconv_split.spv"),
+            Kernel::QConvDw => include_bytes!("../spirv/qconv_dw.spv"),
             Kernel::QPool => include_bytes!("../spirv/qpool.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::ReduceDim => include_bytes!("../spirv/reduce_dim.spv"),
@@ -314,6 +318,7 @@ impl Kernel {
             Kernel::QConv => None,
             Kernel::QConvPw => None,
             Kernel::QConvSplit => None,
+            Kernel::QConvDw => None,
             Kernel::QPool => None,
             Kernel::Reduce => Some(include_bytes!("../spirv/reduce_f16.spv")),
             Kernel::ReduceDim => Some(include_bytes!("../spirv/reduce_dim_f16.spv")),
@@ -381,6 +386,7 @@ impl Kernel {
             Kernel::QConv => 6,
             Kernel::QConvPw => 6,
             Kernel::QConvSplit => 6,
+            Kernel::QConvDw => 6,
             Kernel::QPool => 3,
             Kernel::Reduce => 2,
             Kernel::ReduceDim => 2,

@@ -175,6 +175,81 @@ fn int8_add_and_conv_match_integer_references() {
             None,
             "QConvPw",
         ),
+        // A pointwise layer of a depth that is not a multiple of 4 on the split kernel.
+        (
+            [1, 194, 8, 8],
+            [16, 194, 1, 1],
+            Conv2d::default(),
+            true,
+            None,
+            "QConvSplit",
+        ),
+        // Depthwise layers whose rows are whole words, on the dw kernel: stride 1 and 2,
+        // dilation 2, more padding at the bottom and right; and one whose output rows are
+        // not, on the general kernel.
+        (
+            [1, 8, 12, 16],
+            [8, 1, 3, 3],
+            Conv2d {
+                padding: [1, 1],
+                groups: 8,
+                ..Conv2d::default()
+            },
+            true,
+            None,
+            "QConvDw",
+        ),
+        (
+            [2, 6, 9, 16],
+            [6, 1, 3, 3],
+            Conv2d {
+                padding: [1, 1],
+                stride: [2, 2],
+                groups: 6,
+                ..Conv2d::default()
+            },
+            false,
+            None,
+            "QConvDw",
+        ),
+        (
+            [1, 5, 10, 12],
+            [5, 1, 3, 3],
+            Conv2d {
+                padding: [2, 2],
+                dilation: [2, 2],
+                groups: 5,
+                ..Conv2d::default()
+            },
+            true,
+            None,
+            "QConvDw",
+        ),
+        (
+            [1, 4, 8, 8],
+            [4, 1, 3, 5],
+            Conv2d {
+                padding: [0, 3],
+                stride: [1, 2],
+                groups: 4,
+                ..Conv2d::default()
+            },
+            true,
+            Some([1, 1]),
+            "QConvDw",
+        ),
+        (
+            [1, 4, 7, 7],
+            [4, 1, 3, 3],
+            Conv2d {
+                padding: [1, 1],
+                groups: 4,
+                ..Conv2d::default()
+            },
+            true,
+            None,
+            "QConv",
+        ),
     ];
     for (xs, ws, p, per_channel, pad_end, kernel) in cases {
         let nx: usize = xs.iter().product();
@@ -238,8 +313,10 @@ fn int8_add_and_conv_match_integer_references() {
                         for ci in 0..cin_g {
                             for ky in 0..kh {
                                 for kx in 0..kw {
-                                    let iy = (oy * p.stride[0] + ky) as i64 - p.padding[0] as i64;
-                                    let ix = (ox * p.stride[1] + kx) as i64 - p.padding[1] as i64;
+                                    let iy = (oy * p.stride[0] + ky * p.dilation[0]) as i64
+                                        - p.padding[0] as i64;
+                                    let ix = (ox * p.stride[1] + kx * p.dilation[1]) as i64
+                                        - p.padding[1] as i64;
                                     if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
                                         continue;
                                     }

@@ -538,22 +538,56 @@ fn split_lanes(depth: usize) -> usize {
     depth.div_ceil(16).next_power_of_two().clamp(8, 64)
 }
 
-/// Environment variable for tuning [`QCONV_SPLIT_BELOW`]: the thread count below which deep
-/// int8 convolutions run split (`0`: never).
+/// Environment variable for tuning [`QCONV_SPLIT_BELOW`]: `THREADS[,DEPTH]`, the thread count
+/// below which deep int8 convolutions run split (`0`: never), and the least depth of a
+/// pointwise layer that does ([`QCONV_SPLIT_PW_DEPTH`]).
 pub const ENV_QCONV_SPLIT_BELOW: &str = "VKDELEGATE_QCONV_SPLIT_BELOW";
 
-/// The thread count below which deep int8 convolutions run split: [`ENV_QCONV_SPLIT_BELOW`]
-/// if set, else none on a CPU driver (whose work groups run their lanes in turn, so a shared
-/// sum costs more than the few threads it would keep busy), else [`QCONV_SPLIT_BELOW`].
-fn qconv_split_below(cpu: bool) -> usize {
-    match std::env::var(ENV_QCONV_SPLIT_BELOW)
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        Some(n) => n,
-        None if cpu => 0,
-        None => QCONV_SPLIT_BELOW,
+/// The least sum depth of a 1x1 layer that the pointwise kernel leaves to the split kernel
+/// (its sums are four times cheaper a term than the general kernel's, whose least is 32).
+const QCONV_SPLIT_PW_DEPTH: usize = 192;
+
+/// The thread count below which deep int8 convolutions run split, and the least depth of a
+/// pointwise one that does: [`ENV_QCONV_SPLIT_BELOW`] if set, else none on a CPU driver (whose
+/// work groups run their lanes in turn, so a shared sum costs more than the few threads it
+/// would keep busy), else [`QCONV_SPLIT_BELOW`] and [`QCONV_SPLIT_PW_DEPTH`].
+fn qconv_split_below(cpu: bool) -> (usize, usize) {
+    let var = std::env::var(ENV_QCONV_SPLIT_BELOW).ok();
+    match var.as_deref().and_then(parse_split_below) {
+        Some(v) => v,
+        None if cpu => (0, QCONV_SPLIT_PW_DEPTH),
+        None => (QCONV_SPLIT_BELOW, QCONV_SPLIT_PW_DEPTH),
     }
+}
+
+/// [`ENV_QCONV_SPLIT_BELOW`]'s value: `THREADS` or `THREADS,DEPTH`.
+fn parse_split_below(v: &str) -> Option<(usize, usize)> {
+    let mut parts = v.split(',').map(|p| p.trim().parse::<usize>());
+    let below = parts.next()?.ok()?;
+    let depth = match parts.next() {
+        Some(d) => d.ok()?,
+        None => QCONV_SPLIT_PW_DEPTH,
+    };
+    parts.next().is_none().then_some((below, depth))
+}
+
+/// The dw kernel's specialization constants (window width, horizontal stride, dilation and
+/// left padding) for a depthwise layer it can run: one input and one output channel a group,
+/// input and output rows of whole words, and a window row's span over four outputs within
+/// four words.
+fn depthwise_spec(
+    x: &[usize],
+    w: &[usize],
+    out: &[usize],
+    p: &crate::graph::Conv2d,
+) -> Option<Vec<u32>> {
+    let (c_in, width, c_out, ow, kw) = (x[1], x[3], out[1], out[3], w[3]);
+    let (sw, dw, pw) = (p.stride[1], p.dilation[1], p.padding[1]);
+    let skew = (4 - pw % 4) % 4;
+    let span = 3 * sw + (kw - 1) * dw + 1;
+    let fits = p.groups == c_in && c_in == c_out && w[1] == 1;
+    let words = width % 4 == 0 && ow % 4 == 0 && skew + span <= 16;
+    (fits && words).then(|| vec![kw as u32, sw as u32, dw as u32, pw as u32])
 }
 
 // Recording: what this family's nodes become, dispatches of the op library.
@@ -641,12 +675,21 @@ impl Lowerer<'_> {
                 // cheaper a term, so it keeps them up to a deeper sum (an H200's crossover
                 // lies between 144 and 192 terms).
                 let depth = wi.shape[1] * wi.shape[2] * wi.shape[3];
-                let deep = depth >= if pointwise { 192 } else { 32 };
-                let (kernel, g, spec) = if threads < qconv_split_below(self.cpu) && deep {
-                    // About 16 terms a lane: 8 to 64 lanes an output word, 64 / that many
+                let (below, pw_depth) = qconv_split_below(self.cpu);
+                let deep = depth >= if pointwise { pw_depth } else { 32 };
+                let dw_spec = depthwise_spec(&xi.shape, &wi.shape, &oi.shape, &p);
+                let (kernel, g, spec) = if let Some(spec) = dw_spec {
+                    let words = n / 4;
+                    (
+                        Kernel::QConvDw,
+                        [self.linear_groups(words as u64), 1, 1],
+                        spec,
+                    )
+                } else if threads < below && deep {
+                    // About 16 terms a lane: 8 to 64 lanes an output word, 256 / that many
                     // words a work group, in rows of at most 65535 work groups.
                     let lanes = split_lanes(depth);
-                    let wgs = packed.div_ceil(64 / lanes);
+                    let wgs = packed.div_ceil(256 / lanes);
                     let rows = wgs.div_ceil(65535);
                     let g = self.check_groups([wgs.div_ceil(rows) as u64, rows as u64, 1])?;
                     (Kernel::QConvSplit, g, vec![lanes as u32])
@@ -1635,5 +1678,48 @@ pub(crate) fn reciprocal_scale(count: u32) -> Rescale {
     Rescale {
         multiplier: (numerator / i64::from(count)) as i32,
         shift: 30 + k,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Conv2d;
+
+    #[test]
+    fn split_tuning_takes_a_thread_count_and_an_optional_depth() {
+        assert_eq!(parse_split_below("4096"), Some((4096, QCONV_SPLIT_PW_DEPTH)));
+        assert_eq!(parse_split_below("0, 96"), Some((0, 96)));
+        assert_eq!(parse_split_below("1,2,3"), None);
+        assert_eq!(parse_split_below("many"), None);
+    }
+
+    #[test]
+    fn depthwise_layers_with_rows_of_whole_words_take_the_dw_kernel() {
+        let dw = |c, wd, ow, stride, padding| {
+            let p = Conv2d {
+                stride: [1, stride],
+                padding: [1, padding],
+                groups: c,
+                ..Conv2d::default()
+            };
+            depthwise_spec(&[1, c, 8, wd], &[c, 1, 3, 3], &[1, c, 8, ow], &p)
+        };
+        // MobileNetV2's: stride 1 and 2, padding 1.
+        assert_eq!(dw(32, 112, 112, 1, 1), Some(vec![3, 1, 1, 1]));
+        assert_eq!(dw(96, 112, 56, 2, 1), Some(vec![3, 2, 1, 1]));
+        // Rows of 7 pixels are not whole words.
+        assert_eq!(dw(960, 7, 7, 1, 1), None);
+        // A span over four words and more: stride 4 with a skew of 3.
+        assert_eq!(dw(8, 16, 4, 4, 1), None);
+        // Grouped but not depthwise.
+        let p = Conv2d {
+            groups: 2,
+            ..Conv2d::default()
+        };
+        assert_eq!(
+            depthwise_spec(&[1, 4, 8, 8], &[4, 2, 3, 3], &[1, 4, 6, 8], &p),
+            None
+        );
     }
 }
