@@ -3,6 +3,7 @@
 // kernel: QConvPw variant=pw
 // kernel: QConvSplit variant=split
 // kernel: QConvDw variant=dw
+// kernel: QConvWin variant=win
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 // int8 conv2d (groups, stride, padding, dilation) with an i32 bias and per-channel TOSA-style
@@ -25,6 +26,11 @@
 // The window's width, the horizontal stride and dilation and the left padding are
 // specialization constants, so that every byte's place in those words is known when compiled.
 // variant: dw -DDEPTHWISE
+// The win variant (WINDOW) is for windows of known size (KH x KW, with the horizontal stride
+// and dilation, specialization constants): a thread's four outputs step their input channels
+// side by side, each step's window unrolled, so that its loads are independent of one
+// another.
+// variant: win -DWINDOW
 #ifdef SPLIT
 #define LANES 256
 layout(local_size_x = LANES) in;
@@ -42,6 +48,12 @@ layout(constant_id = 3) const uint PW = 1;
 const uint SKEW = (4 - PW % 4) % 4;
 const uint SPAN = 3 * SW + (KW - 1) * DW + 1;
 const uint SPAN_WORDS = (SKEW + SPAN + 3) / 4;
+#elif defined(WINDOW)
+layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint KH = 3;
+layout(constant_id = 1) const uint KW = 3;
+layout(constant_id = 2) const uint SW = 1;
+layout(constant_id = 3) const uint DW = 1;
 #else
 layout(local_size_x = 256) in;
 #endif
@@ -242,6 +254,63 @@ void main() {
         [[unroll]] for (uint e = 0; e < 4; ++e) {
             int o = clamp(apply_scale_32(acc[e], mult[co], shift[co]) + pc.out_zp, -128, 127);
             r |= (uint(o) & 0xFFu) << (8 * e);
+        }
+        y[q] = r;
+    }
+}
+#elif defined(WINDOW)
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    uint words = (pc.total + 3) / 4;
+    uint cin_g = pc.c_in / pc.groups;
+    uint cout_g = pc.c_out / pc.groups;
+    uint plane = pc.h * pc.w;
+    for (uint q = gl_GlobalInvocationID.x; q < words; q += stride) {
+        // The word's four outputs (they may straddle a row or a channel).
+        uint xbase[4];
+        uint wbase[4];
+        int y0[4];
+        int x0[4];
+        int acc[4];
+        [[unroll]] for (uint e = 0; e < 4; ++e) {
+            uint j = min(q * 4 + e, pc.total - 1);
+            uint ox = j % pc.ow;
+            uint t = j / pc.ow;
+            uint oy = t % pc.oh;
+            t /= pc.oh;
+            uint co = t % pc.c_out;
+            uint n = t / pc.c_out;
+            uint g = co / cout_g;
+            y0[e] = int(oy * pc.sh) - int(pc.ph);
+            x0[e] = int(ox * SW) - int(pc.pw);
+            xbase[e] = (n * pc.c_in + g * cin_g) * plane;
+            wbase[e] = co * cin_g * KH * KW;
+            acc[e] = (pc.has_bias == 1) ? bias[co] : 0;
+        }
+        for (uint ci = 0; ci < cin_g; ++ci) {
+            [[unroll]] for (uint ky = 0; ky < KH; ++ky) {
+                [[unroll]] for (uint kx = 0; kx < KW; ++kx) {
+                    [[unroll]] for (uint e = 0; e < 4; ++e) {
+                        int yy = y0[e] + int(ky * pc.dh);
+                        int xx = x0[e] + int(kx * DW);
+                        bool inside = yy >= 0 && yy < int(pc.h) && xx >= 0 && xx < int(pc.w);
+                        // Clamped, so that the address is inside x whether or not it counts.
+                        uint at = xbase[e] + ci * plane
+                            + uint(clamp(yy, 0, int(pc.h) - 1)) * pc.w
+                            + uint(clamp(xx, 0, int(pc.w) - 1));
+                        int xv = load_i8_x(at) - pc.x_zp;
+                        int wv = load_i8_w(wbase[e] + (ci * KH + ky) * KW + kx) - pc.w_zp;
+                        acc[e] += inside ? xv * wv : 0;
+                    }
+                }
+            }
+        }
+        uint r = 0;
+        [[unroll]] for (uint e = 0; e < 4; ++e) {
+            uint i = q * 4 + e;
+            uint co = (min(i, pc.total - 1) / (pc.ow * pc.oh)) % pc.c_out;
+            int o = clamp(apply_scale_32(acc[e], mult[co], shift[co]) + pc.out_zp, -128, 127);
+            r |= (i < pc.total) ? (uint(o) & 0xFFu) << (8 * e) : 0u;
         }
         y[q] = r;
     }

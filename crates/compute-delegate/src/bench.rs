@@ -725,6 +725,9 @@ struct Sizes {
     /// 4-bit products of a prompt, `(rows, n, k)`: the weights unpacked on the device, then
     /// a GEMM (in fp16 where `VKDELEGATE_PACKED_F16` or the device says so).
     q4_prompt: Vec<(usize, usize, usize)>,
+    /// fp16 products of a `[n, k]` activation by a constant `[m, k]` weight, `(m, k, ns)`: the
+    /// shapes of llama.cpp's `test-backend-ops perf -o MUL_MAT`.
+    mul_mat: (usize, usize, Vec<usize>),
     copy_bytes: u64,
     fma: (u32, u32),
     e2e_runs: usize,
@@ -743,6 +746,7 @@ impl Sizes {
                 q4: vec![(64, 256, 1), (64, 64, 4), (8200, 64, 1)],
                 mlp_q4: (512, 128),
                 q4_prompt: vec![(64, 2048, 512)],
+                mul_mat: (256, 512, vec![1, 8, 64]),
                 copy_bytes: 16 << 20,
                 fma: (64, 256),
                 e2e_runs: 5,
@@ -767,6 +771,7 @@ impl Sizes {
                 mlp_q4: (8192, 2048),
                 // Llama-3.2-1B's q and o, and its up, on prompts of 128 and 512 tokens.
                 q4_prompt: vec![(128, 2048, 2048), (512, 2048, 2048), (512, 8192, 2048)],
+                mul_mat: (4096, 14336, vec![1, 2, 3, 4, 5, 8, 512]),
                 copy_bytes: 1 << 30,
                 fma: (8192, 4096),
                 e2e_runs: 3,
@@ -1197,7 +1202,8 @@ fn decode_cases(s: &Sizes) -> Vec<Case> {
     cases
 }
 
-/// The fp16 cases: add, softmax, both conv3x3 and matmul, on the fp32 cases' shapes.
+/// The fp16 cases: add, softmax, both conv3x3 and matmul, on the fp32 cases' shapes; linear on
+/// llama.cpp's MUL_MAT shapes.
 fn f16_cases(s: &Sizes) -> Vec<Case> {
     let h = DType::F16;
     let mut cases = Vec::new();
@@ -1270,6 +1276,23 @@ fn f16_cases(s: &Sizes) -> Vec<Case> {
             ))
         }),
     });
+    let (m, k) = (s.mul_mat.0, s.mul_mat.1);
+    for &rows in &s.mul_mat.2 {
+        cases.push(Case {
+            op: "linear_f16",
+            f32_op: None,
+            shape: format!("[{rows},{k}] x [{m},{k}]^T const"),
+            work: Work::Flops(2.0 * (rows * m * k) as f64),
+            make: Box::new(move || {
+                let mut g = GraphBuilder::new();
+                let x = g.input("x", h, &[rows, k])?;
+                let w = g.constant("w", pattern_as(&[m, k], 2, h)?)?;
+                let y = g.linear(x, w, None)?;
+                g.output(y)?;
+                Ok((g, vec![pattern_as(&[rows, k], 1, h)?]))
+            }),
+        });
+    }
     // The few-row shape of the fp32 cases.
     if let Some(&(1, m, k, nn)) = s.gemms.first() {
         cases.push(Case {

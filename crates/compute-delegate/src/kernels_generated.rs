@@ -102,6 +102,8 @@ pub(crate) enum Kernel {
     QConvSplit,
     /// `qconv.comp`, variant `dw`.
     QConvDw,
+    /// `qconv.comp`, variant `win`.
+    QConvWin,
     /// `qpool.comp`.
     QPool,
     /// `reduce.comp`.
@@ -133,7 +135,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 62] = [
+    pub(crate) const ALL: [Kernel; 63] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -183,6 +185,7 @@ impl Kernel {
         Kernel::QConvPw,
         Kernel::QConvSplit,
         Kernel::QConvDw,
+        Kernel::QConvWin,
         Kernel::QPool,
         Kernel::Reduce,
         Kernel::ReduceDim,
@@ -250,6 +253,7 @@ impl Kernel {
             Kernel::QConvPw => include_bytes!("../spirv/qconv_pw.spv"),
             Kernel::QConvSplit => include_bytes!("../spirv/qconv_split.spv"),
             Kernel::QConvDw => include_bytes!("../spirv/qconv_dw.spv"),
+            Kernel::QConvWin => include_bytes!("../spirv/qconv_win.spv"),
             Kernel::QPool => include_bytes!("../spirv/qpool.spv"),
             Kernel::Reduce => include_bytes!("../spirv/reduce.spv"),
             Kernel::ReduceDim => include_bytes!("../spirv/reduce_dim.spv"),
@@ -319,6 +323,7 @@ impl Kernel {
             Kernel::QConvPw => None,
             Kernel::QConvSplit => None,
             Kernel::QConvDw => None,
+            Kernel::QConvWin => None,
             Kernel::QPool => None,
             Kernel::Reduce => Some(include_bytes!("../spirv/reduce_f16.spv")),
             Kernel::ReduceDim => Some(include_bytes!("../spirv/reduce_dim_f16.spv")),
@@ -387,6 +392,7 @@ impl Kernel {
             Kernel::QConvPw => 6,
             Kernel::QConvSplit => 6,
             Kernel::QConvDw => 6,
+            Kernel::QConvWin => 6,
             Kernel::QPool => 3,
             Kernel::Reduce => 2,
             Kernel::ReduceDim => 2,

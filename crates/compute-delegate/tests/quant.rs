@@ -146,7 +146,7 @@ fn int8_add_and_conv_match_integer_references() {
             },
             false,
             None,
-            "QConv",
+            "QConvWin",
         ),
         (
             [1, 3, 8, 6],
@@ -157,7 +157,7 @@ fn int8_add_and_conv_match_integer_references() {
             },
             true,
             Some([1, 1]),
-            "QConv",
+            "QConvWin",
         ),
         (
             [1, 40, 4, 4],
@@ -244,6 +244,21 @@ fn int8_add_and_conv_match_integer_references() {
             Conv2d {
                 padding: [1, 1],
                 groups: 4,
+                ..Conv2d::default()
+            },
+            true,
+            None,
+            "QConvWin",
+        ),
+        // A window of more than 25 positions (of a sum too shallow to split) on the general
+        // kernel.
+        (
+            [1, 2, 9, 12],
+            [2, 1, 3, 9],
+            Conv2d {
+                padding: [1, 4],
+                stride: [1, 2],
+                groups: 2,
                 ..Conv2d::default()
             },
             true,

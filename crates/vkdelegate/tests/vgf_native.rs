@@ -326,11 +326,12 @@ fn int8_vgf_models_run_natively_bit_exact() {
         let count = |k: &str| kernels.iter().filter(|&n| n == k).count();
         if model == "mobilenet_v2_small_int8" {
             // 52 convolutions and the classifier, 10 additions, 1 pool: nothing else runs.
-            // All four convolution kernels serve: the general one, the pointwise one (1x1
-            // over planes of whole words), the split one (few outputs of deep sums) and the
-            // depthwise one (rows of whole words).
-            let convs = ["QConv", "QConvPw", "QConvSplit", "QConvDw"];
-            assert!(convs.iter().all(|k| count(k) > 0), "{kernels:?}");
+            // The convolution kernels: the split one (deep sums), the depthwise one (rows of
+            // whole words) and the window one (the first layer, depthwise rows of 7 pixels)
+            // serve; the pointwise one (1x1 of shallow sums) and the general one (large
+            // windows) may.
+            let convs = ["QConv", "QConvPw", "QConvSplit", "QConvDw", "QConvWin"];
+            assert!(convs[2..].iter().all(|k| count(k) > 0), "{kernels:?}");
             assert_eq!(
                 (
                     convs.iter().map(|k| count(k)).sum::<usize>(),

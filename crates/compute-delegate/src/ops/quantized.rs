@@ -526,9 +526,11 @@ impl GraphBuilder {
 const QPOOL_MOST: usize = 1 << 20;
 
 /// Below this many threads (one per output word, or per four words of four channels on the
-/// pointwise kernel) an int8 convolution of deep sums (32 terms or more; 192 or more for the
-/// pointwise kernel) runs on `qconv.comp`'s split variant: [`split_lanes`] lanes a word.
-const QCONV_SPLIT_BELOW: usize = 32 * 1024;
+/// pointwise kernel) an int8 convolution of deep sums (32 terms or more) runs on
+/// `qconv.comp`'s split variant: [`split_lanes`] lanes a word. On an H100, MobileNetV2 int8
+/// took 0.645 ms host to host with this bound and [`QCONV_SPLIT_PW_DEPTH`], 0.802 with 32768
+/// and 192, 0.680 with 262144 and 32.
+const QCONV_SPLIT_BELOW: usize = 128 * 1024;
 
 /// The lanes that share one output word's sums on the split kernel, for sums of `depth`
 /// terms: about 16 terms a lane, 8 to 64 lanes (on an H200, 64 lanes a word for 160 terms
@@ -543,9 +545,10 @@ fn split_lanes(depth: usize) -> usize {
 /// pointwise layer that does ([`QCONV_SPLIT_PW_DEPTH`]).
 pub const ENV_QCONV_SPLIT_BELOW: &str = "VKDELEGATE_QCONV_SPLIT_BELOW";
 
-/// The least sum depth of a 1x1 layer that the pointwise kernel leaves to the split kernel
-/// (its sums are four times cheaper a term than the general kernel's, whose least is 32).
-const QCONV_SPLIT_PW_DEPTH: usize = 192;
+/// The least sum depth of a 1x1 layer over whole-word planes that the pointwise kernel leaves
+/// to the split kernel (the split kernel's neighbouring words make it the faster of the two
+/// from 32 terms on: 0.654 ms against 0.802 with 192 on MobileNetV2 int8 on an H100).
+const QCONV_SPLIT_PW_DEPTH: usize = 32;
 
 /// The thread count below which deep int8 convolutions run split, and the least depth of a
 /// pointwise one that does: [`ENV_QCONV_SPLIT_BELOW`] if set, else none on a CPU driver (whose
@@ -569,6 +572,20 @@ fn parse_split_below(v: &str) -> Option<(usize, usize)> {
         None => QCONV_SPLIT_PW_DEPTH,
     };
     parts.next().is_none().then_some((below, depth))
+}
+
+/// The most positions of a window that the win kernel unrolls.
+const QCONV_WINDOW_MOST: usize = 25;
+
+/// The win kernel's specialization constants (window height and width, horizontal stride and
+/// dilation) for a window of at most [`QCONV_WINDOW_MOST`] positions.
+fn window_spec(w: &[usize], p: &crate::graph::Conv2d) -> Option<Vec<u32>> {
+    let (kh, kw) = (w[2], w[3]);
+    (kh * kw <= QCONV_WINDOW_MOST).then(|| {
+        [kh, kw, p.stride[1], p.dilation[1]]
+            .map(|v| v as u32)
+            .to_vec()
+    })
 }
 
 /// The dw kernel's specialization constants (window width, horizontal stride, dilation and
@@ -699,6 +716,8 @@ impl Lowerer<'_> {
                         [self.linear_groups(threads as u64), 1, 1],
                         vec![],
                     )
+                } else if let Some(spec) = window_spec(&wi.shape, &p) {
+                    (Kernel::QConvWin, [g, 1, 1], spec)
                 } else {
                     (Kernel::QConv, [g, 1, 1], vec![])
                 };
@@ -1688,10 +1707,24 @@ mod tests {
 
     #[test]
     fn split_tuning_takes_a_thread_count_and_an_optional_depth() {
-        assert_eq!(parse_split_below("4096"), Some((4096, QCONV_SPLIT_PW_DEPTH)));
+        assert_eq!(
+            parse_split_below("4096"),
+            Some((4096, QCONV_SPLIT_PW_DEPTH))
+        );
         assert_eq!(parse_split_below("0, 96"), Some((0, 96)));
         assert_eq!(parse_split_below("1,2,3"), None);
         assert_eq!(parse_split_below("many"), None);
+    }
+
+    #[test]
+    fn windows_of_up_to_25_positions_take_the_win_kernel() {
+        let p = Conv2d {
+            stride: [2, 2],
+            ..Conv2d::default()
+        };
+        assert_eq!(window_spec(&[32, 3, 3, 3], &p), Some(vec![3, 3, 2, 1]));
+        assert_eq!(window_spec(&[8, 1, 5, 5], &p), Some(vec![5, 5, 2, 1]));
+        assert_eq!(window_spec(&[8, 1, 7, 7], &p), None);
     }
 
     #[test]
