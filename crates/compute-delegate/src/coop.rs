@@ -114,19 +114,46 @@ const NV2_CONV: Nv2Tile = Nv2Tile {
 /// 32 x 64.
 const NV2_MIN_GROUPS: u64 = 256;
 
-/// Environment variable for tuning which tile a product takes: the work groups a tile must
-/// give it (see [`NV2_MIN_GROUPS`]).
+/// Products at least this deep ...
+const NV2_DEEP_K: usize = 4096;
+/// ... take the largest tile that gives them this many work groups instead: a large tile does
+/// more in each K step, and the split along K makes up the work groups.
+const NV2_DEEP_MIN_GROUPS: u64 = 64;
+
+/// Environment variable for tuning which tile a product takes: `GROUPS[,DEEP_K,DEEP_GROUPS]`,
+/// the work groups a tile must give a product (see [`NV2_MIN_GROUPS`]), and those it must give
+/// one at least `DEEP_K` deep (see [`NV2_DEEP_K`]).
 pub const ENV_COOP2_FILL: &str = "VKDELEGATE_COOP2_FILL";
 
-/// [`NV2_MIN_GROUPS`], or what [`ENV_COOP2_FILL`] says.
-fn nv2_min_groups() -> u64 {
-    let Ok(v) = std::env::var(ENV_COOP2_FILL) else {
-        return NV2_MIN_GROUPS;
+/// The work groups a tile must give a product of depth `k`: [`NV2_MIN_GROUPS`] or
+/// [`NV2_DEEP_MIN_GROUPS`], or what [`ENV_COOP2_FILL`] says.
+fn nv2_min_groups(k: usize) -> u64 {
+    let default = (NV2_MIN_GROUPS, NV2_DEEP_K, NV2_DEEP_MIN_GROUPS);
+    let (least, deep_k, deep) = match std::env::var(ENV_COOP2_FILL) {
+        Err(_) => default,
+        Ok(v) => parse_fill(&v).unwrap_or_else(|| {
+            log::warn!(
+                "{ENV_COOP2_FILL}={v}: expected GROUPS or GROUPS,DEEP_K,DEEP_GROUPS; using \
+                 the default"
+            );
+            default
+        }),
     };
-    v.trim().parse().unwrap_or_else(|_| {
-        log::warn!("{ENV_COOP2_FILL}={v}: expected a number of work groups; using the default");
-        NV2_MIN_GROUPS
-    })
+    if k >= deep_k { deep } else { least }
+}
+
+/// [`ENV_COOP2_FILL`]'s value: `GROUPS` (products of every depth) or
+/// `GROUPS,DEEP_K,DEEP_GROUPS`.
+fn parse_fill(v: &str) -> Option<(u64, usize, u64)> {
+    let p: Vec<u64> = v
+        .split(',')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    match p[..] {
+        [g] => Some((g, usize::MAX, g)),
+        [g, k, d] => Some((g, usize::try_from(k).ok()?, d)),
+        _ => None,
+    }
 }
 
 impl CoopConfig {
@@ -147,15 +174,16 @@ impl CoopConfig {
         tiles.into_iter().flatten()
     }
 
-    /// The tile an `m x n` product of `batch` matrices runs on: the largest that gives it
-    /// [`NV2_MIN_GROUPS`] work groups and pads its rows by at most a quarter (a 64-row product
-    /// on 128-row tiles would compute twice its work), else the smallest; `None` for the
-    /// subgroup-scope kernel.
-    pub fn nv2_tile(self, m: usize, n: usize, batch: usize) -> Option<Nv2Tile> {
+    /// The tile an `m x n` product of depth `k` of `batch` matrices runs on: the largest that
+    /// gives it [`NV2_MIN_GROUPS`] work groups ([`NV2_DEEP_MIN_GROUPS`] where `k` is at least
+    /// [`NV2_DEEP_K`]) and pads its rows by at most a quarter (a 64-row product on 128-row
+    /// tiles would compute twice its work), else the smallest; `None` for the subgroup-scope
+    /// kernel.
+    pub fn nv2_tile(self, m: usize, n: usize, k: usize, batch: usize) -> Option<Nv2Tile> {
         let (m, n) = (m as u64, n as u64);
         let groups = |t: &Nv2Tile| m.div_ceil(t.bm.into()) * n.div_ceil(t.bn.into());
         let padded = |t: &Nv2Tile| m.div_ceil(t.bm.into()) * u64::from(t.bm);
-        let least = nv2_min_groups();
+        let least = nv2_min_groups(k);
         let mut last = None;
         for t in self.nv2_tiles() {
             let fills = groups(&t) * batch as u64 >= least;
@@ -853,30 +881,41 @@ mod tests {
             tiles: NV2_TILES.map(Some),
             conv: None,
         };
-        assert_eq!(all.nv2_tile(4096, 4096, 1), Some(NV2_TILES[0]));
-        assert_eq!(all.nv2_tile(64, 50176, 1), Some(NV2_TILES[2]));
-        assert_eq!(all.nv2_tile(96, 50176, 1), Some(NV2_TILES[1]));
+        assert_eq!(all.nv2_tile(4096, 4096, 768, 1), Some(NV2_TILES[0]));
+        assert_eq!(all.nv2_tile(64, 50176, 768, 1), Some(NV2_TILES[2]));
+        assert_eq!(all.nv2_tile(96, 50176, 768, 1), Some(NV2_TILES[1]));
         // 80 rows would be 128 on 64-row tiles.
-        assert_eq!(all.nv2_tile(80, 50176, 1), Some(NV2_TILES[3]));
-        assert_eq!(all.nv2_tile(320, 49, 1), Some(NV2_TILES[3]));
-        assert_eq!(all.nv2_tile(256, 256, 16), Some(NV2_TILES[2]));
-        assert_eq!(all.nv2_tile(512, 1024, 16), Some(NV2_TILES[0]));
+        assert_eq!(all.nv2_tile(80, 50176, 768, 1), Some(NV2_TILES[3]));
+        assert_eq!(all.nv2_tile(320, 49, 768, 1), Some(NV2_TILES[3]));
+        assert_eq!(all.nv2_tile(256, 256, 768, 16), Some(NV2_TILES[2]));
+        assert_eq!(all.nv2_tile(512, 1024, 768, 16), Some(NV2_TILES[0]));
         // A ViT-B's products of 197 rows; a 512-token prompt's.
-        assert_eq!(all.nv2_tile(197, 2304, 1), Some(NV2_TILES[3]));
-        assert_eq!(all.nv2_tile(512, 2048, 1), Some(NV2_TILES[2]));
+        assert_eq!(all.nv2_tile(197, 2304, 768, 1), Some(NV2_TILES[3]));
+        assert_eq!(all.nv2_tile(512, 2048, 768, 1), Some(NV2_TILES[2]));
+        // Deep products take larger tiles, split along K: llama.cpp's 512 x 4096 x 14336.
+        assert_eq!(all.nv2_tile(512, 4096, 14336, 1), Some(NV2_TILES[0]));
+        assert_eq!(all.nv2_tile(512, 2048, 4095, 1), Some(NV2_TILES[2]));
         let one = CoopConfig::Nv2 {
             tiles: [Some(NV2_TILES[1]), None, None, None],
             conv: None,
         };
-        assert_eq!(one.nv2_tile(4096, 4096, 1), Some(NV2_TILES[1]));
-        assert_eq!(one.nv2_tile(8, 8, 1), Some(NV2_TILES[1]));
+        assert_eq!(one.nv2_tile(4096, 4096, 768, 1), Some(NV2_TILES[1]));
+        assert_eq!(one.nv2_tile(8, 8, 768, 1), Some(NV2_TILES[1]));
         let khr = CoopConfig::Khr {
             tm: 16,
             tn: 16,
             tk: 16,
             threads: 128,
         };
-        assert_eq!(khr.nv2_tile(4096, 4096, 1), None);
+        assert_eq!(khr.nv2_tile(4096, 4096, 768, 1), None);
+    }
+
+    #[test]
+    fn fill_tuning_takes_one_count_or_a_depth_and_a_count_for_deep_products() {
+        assert_eq!(parse_fill("128"), Some((128, usize::MAX, 128)));
+        assert_eq!(parse_fill("256, 4096, 64"), Some((256, 4096, 64)));
+        assert_eq!(parse_fill("256,4096"), None);
+        assert_eq!(parse_fill("lots"), None);
     }
 
     #[test]

@@ -455,7 +455,7 @@ impl Lowerer<'_> {
                 None,
             ),
             CoopConfig::Nv2 { .. } => {
-                let Some(t) = c.nv2_tile(g.m, g.n, g.batch) else {
+                let Some(t) = c.nv2_tile(g.m, g.n, g.k, g.batch) else {
                     return Err(Error::Graph(
                         "internal: workgroup-scope GEMM without a tile".into(),
                     ));
