@@ -147,6 +147,33 @@ void main() {
             }
         }
         for (uint e = 0; e < 4; ++e) partial[e][me] = acc[e];
+    } else if (taps == 1 && pc.sh == 1 && pc.sw == 1 && pc.ph == 0 && pc.pw == 0
+               && pc.oh == pc.h && pc.ow == pc.w && depth % 4 == 0) {
+        // 1x1 over planes that are not whole words (7 x 7, a classifier's 1 x 1): the
+        // word's four outputs may straddle channels; each takes a word of weights for four
+        // terms, and its input byte of each term. Past the end, the last output stands in.
+        uint xbase[4];
+        uint wbase[4];
+        [[unroll]] for (uint e = 0; e < 4; ++e) {
+            uint j = min(q * 4 + e, pc.total - 1);
+            uint t = j / plane;
+            uint co = t % pc.c_out;
+            uint n = t / pc.c_out;
+            xbase[e] = (n * pc.c_in + (co / cout_g) * cin_g) * plane + (j - t * plane);
+            wbase[e] = co * depth;
+        }
+        int acc[4] = int[4](0, 0, 0, 0);
+        for (uint k = lane * 4; k < depth; k += GROUP * 4) {
+            [[unroll]] for (uint e = 0; e < 4; ++e) {
+                uint ww = wt[(wbase[e] + k) >> 2];
+                uint at = xbase[e] + k * plane;
+                [[unroll]] for (uint j = 0; j < 4; ++j) {
+                    int xv = load_i8_x(at + j * plane) - pc.x_zp;
+                    acc[e] += xv * (byte_at(ww, j) - pc.w_zp);
+                }
+            }
+        }
+        for (uint e = 0; e < 4; ++e) partial[e][me] = acc[e];
     } else {
         // The word's four outputs (they may straddle a channel) set up once; each lane then
         // steps its share of the sum with the four outputs' terms side by side, so that a

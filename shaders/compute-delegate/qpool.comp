@@ -1,6 +1,7 @@
 #version 450
 // kernel: QPool
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // Integer average pooling, NCHW, as TOSA's AVG_POOL2D computes it: acc = sum (x - in_zp) over
 // the window's positions inside the input (padding neither adds nor counts), then
 // out = clamp(apply_scale_32(acc, m, s) + out_zp, lo, hi) with (m, s) TOSA's
@@ -75,6 +76,38 @@ void main() {
         return;
     }
     uint words = (pc.total + 3) / 4;
+    uint plane = pc.h * pc.w;
+    if (pc.oh == 1 && pc.ow == 1 && pc.kh == pc.h && pc.kw == pc.w && pc.ph == 0
+        && pc.pw == 0) {
+        // A window over the whole plane (global pooling): a word's four outputs average four
+        // neighbouring planes, read as the words that cover them (the loads independent of
+        // one another), each byte counted for the output whose plane holds it.
+        for (uint q = gl_GlobalInvocationID.x; q < words; q += stride) {
+            uint first = q * 4 * plane;
+            uint last = min(q * 4 + 4, pc.total) * plane;
+            int acc[4] = int[4](0, 0, 0, 0);
+            for (uint b = first & ~3u; b < last; b += 4) {
+                uint v = x[b >> 2];
+                [[unroll]] for (uint j = 0; j < 4; ++j) {
+                    uint at = b + j;
+                    int add = (at >= first && at < last) ? byte_at(v, j) - pc.in_zp : 0;
+                    uint e = (max(at, first) - first) / plane;
+                    [[unroll]] for (uint o = 0; o < 4; ++o) {
+                        acc[o] += (e == o) ? add : 0;
+                    }
+                }
+            }
+            uint r = 0;
+            [[unroll]] for (uint e = 0; e < 4; ++e) {
+                int o = pc.out_zp
+                    + apply_scale_32(acc[e], scale[2 * plane], uint(scale[2 * plane + 1]));
+                r |= (q * 4 + e < pc.total) ? (uint(clamp(o, pc.lo, pc.hi)) & 0xFFu) << (8 * e)
+                                            : 0u;
+            }
+            y[q] = r;
+        }
+        return;
+    }
     for (uint q = gl_GlobalInvocationID.x; q < words; q += stride) {
         uint r = 0;
         for (uint e = 0; e < 4; ++e) {

@@ -445,6 +445,37 @@ fn int8_average_pooling_matches_tosa() {
     }
     assert_eq!(got, want);
     drop(graph);
+
+    // A window over the whole plane (global pooling): planes of 49 bytes, seven of them.
+    let gs = [1usize, 7, 7, 7];
+    let x: Vec<i8> = (0..gs.iter().product()).map(|_| rng.r#gen()).collect();
+    let p = Pool2d {
+        kernel: [7, 7],
+        stride: [7, 7],
+        padding: [0, 0],
+        ceil_mode: false,
+        count_include_pad: false,
+    };
+    let mut g = GraphBuilder::new();
+    let tx = g.input("x", DType::I8, &gs).unwrap();
+    let y = g.avg_pool2d_q8(tx, p, in_zp, out_zp).unwrap();
+    g.output(y).unwrap();
+    assert_eq!(g.shape(y).unwrap(), [1, 7, 1, 1]);
+    let mut graph = g.build(&dev).unwrap();
+    let got = graph
+        .execute(&[HostTensor::from_i8(gs.to_vec(), &x).unwrap()])
+        .unwrap()[0]
+        .to_i8()
+        .unwrap();
+    let want: Vec<i8> = x
+        .chunks(49)
+        .map(|plane| {
+            let acc: i32 = plane.iter().map(|&v| i32::from(v) - in_zp).sum();
+            (scale(acc, reciprocal(49)) + out_zp).clamp(-128, 127) as i8
+        })
+        .collect();
+    assert_eq!(got, want);
+    drop(graph);
     assert_no_validation_errors(&instance);
 }
 

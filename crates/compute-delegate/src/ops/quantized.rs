@@ -537,8 +537,17 @@ const QCONV_SPLIT_BELOW: usize = 128 * 1024;
 /// left most lanes idle and made a work group per word: 43 us for MobileNetV2's 160 to 960
 /// channels at 7 x 7).
 fn split_lanes(depth: usize) -> usize {
-    depth.div_ceil(16).next_power_of_two().clamp(8, 64)
+    let terms = std::env::var(ENV_QCONV_LANE_TERMS)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&t| t > 0)
+        .unwrap_or(16);
+    depth.div_ceil(terms).next_power_of_two().clamp(8, 64)
 }
+
+/// Environment variable for tuning [`split_lanes`]: the terms a lane of the split kernel sums
+/// (16 by default).
+pub const ENV_QCONV_LANE_TERMS: &str = "VKDELEGATE_QCONV_LANE_TERMS";
 
 /// Environment variable for tuning [`QCONV_SPLIT_BELOW`]: `THREADS[,DEPTH]`, the thread count
 /// below which deep int8 convolutions run split (`0`: never), and the least depth of a
