@@ -2,7 +2,7 @@
 // kernel: GemvT
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-// GEMM of one to four rows by a matrix stored transposed, as a linear layer's weights are
+// GEMM of one to eight rows by a matrix stored transposed, as a linear layer's weights are
 // ([N][K]): C[z][r][j] = sum_k A[z][r][k] * B[z][j][k] (+ bias[j]), r < ROWS. Such products
 // (a language model's decode step) are bound by reading B once. K, A's and B's row and batch
 // strides are multiples of 4 (both read as vec4s); C is row-major with any strides.

@@ -373,7 +373,7 @@ impl Lowerer<'_> {
         Ok(true)
     }
 
-    /// A GEMM of at most [`GEMV_MAX_ROWS`] rows with B stored transposed (`[N][K]`, a linear
+    /// A GEMM of at most [`GEMV_T_MAX_ROWS`] rows with B stored transposed (`[N][K]`, a linear
     /// layer's weights) in vec4s, as `gemv_t.comp`: one dot product per output column, four
     /// columns per work group; `false` when it does not apply.
     #[allow(clippy::too_many_arguments)]
@@ -388,7 +388,7 @@ impl Lowerer<'_> {
     ) -> Result<bool> {
         let [sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, has_bias] = gemm_layout(params);
         let vec4s = [k, sa_m, sa_b, sb_n, sb_b].iter().all(|v| v % 4 == 0);
-        if m == 0 || m > GEMV_MAX_ROWS || k == 0 || sa_k != 1 || sb_k != 1 || !vec4s {
+        if m == 0 || m > GEMV_T_MAX_ROWS || k == 0 || sa_k != 1 || sb_k != 1 || !vec4s {
             return Ok(false);
         }
         let groups = self.check_groups([(n as u64).div_ceil(4), 1, batch as u64])?;
@@ -476,7 +476,7 @@ impl Lowerer<'_> {
                     // for the cooperative GEMMs, whose loads transpose them: so a language
                     // model's prompt and its decode step share one copy of the weights.
                     let es = bi.dtype.size();
-                    let few_rows = m <= GEMV_MAX_ROWS && k % 4 == 0;
+                    let few_rows = m <= GEMV_T_MAX_ROWS && k % 4 == 0;
                     let coop_reads = self.coop.is_some()
                         && self.t(out).dtype == DType::F16
                         && crate::coop::weights_as_stored();

@@ -74,6 +74,10 @@ pub(crate) const SPLIT_BELOW_TILES: u64 = 264;
 pub(crate) const SPLIT_TARGET_TILES: u64 = 528;
 /// `gemv.comp` runs products of at most this many rows ...
 pub(crate) const GEMV_MAX_ROWS: usize = 4;
+/// `gemv_t.comp` (a linear layer's `[n][k]` weights read as stored) runs products of at most
+/// this many rows (on an H100, 4096 x 14336 weights: 55 us for 4 rows on it, 100 us for 5 and
+/// 8 on the workgroup-scope GEMM).
+pub(crate) const GEMV_T_MAX_ROWS: usize = 8;
 /// ... over this many columns per work group ...
 pub(crate) const GEMV_COLUMNS: u64 = 256;
 /// ... and splits K no finer than this.
