@@ -1,8 +1,9 @@
 #version 450
 // kernel: GemvT
+// kernel: GemvT8 variant=rows8
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-// GEMM of one to eight rows by a matrix stored transposed, as a linear layer's weights are
+// GEMM of one to eight rows (five to eight: the rows8 variant) by a matrix stored transposed, as a linear layer's weights are
 // ([N][K]): C[z][r][j] = sum_k A[z][r][k] * B[z][j][k] (+ bias[j]), r < ROWS. Such products
 // (a language model's decode step) are bound by reading B once. K, A's and B's row and batch
 // strides are multiples of 4 (both read as vec4s); C is row-major with any strides.
@@ -27,4 +28,7 @@
 // elements, not vec4s of 8 bytes, so that a lane has twice the bytes in flight per load.
 // The body is gemv_t.glsl's.
 // variant: f16 -DDTYPE_F16
+// The rows8 variants: products of five to eight rows (ROWS8: room for eight rows' sums).
+// variant: rows8 -DROWS8
+// variant: rows8_f16 -DROWS8 -DDTYPE_F16
 #include "gemv_t.glsl"

@@ -4,7 +4,7 @@
 #include "dtype.glsl"
 // Lanes of a column (LANES below): 64 unless the lowering asks for 32 or 128.
 layout(local_size_x = 64, local_size_x_id = 5, local_size_y = 4) in;
-// Rows of A and C (1 to 8).
+// Rows of A and C (1 to 4; 5 to 8 in the rows8 variants, ROWS8).
 layout(constant_id = 0) const uint ROWS = 1;
 // Fused activation (`epilogue.glsl`'s codes).
 layout(constant_id = 1) const uint ACT = 0;
@@ -17,7 +17,11 @@ layout(constant_id = 4) const uint WIDE = 0;
 
 const uint LANES = gl_WorkGroupSize.x;
 const uint COLS = 4;
+#ifdef ROWS8
 const uint MAX_ROWS = 8;
+#else
+const uint MAX_ROWS = 4;
+#endif
 // Words of B a lane has in flight: a column's lanes load 256 at once.
 const uint UNROLL = 256 / LANES;
 

@@ -74,8 +74,12 @@ pub(crate) enum Kernel {
     GemvQ4Teams,
     /// `gemv_t.comp`.
     GemvT,
+    /// `gemv_t.comp`, variant `rows8`.
+    GemvT8,
     /// `gemv_t_sg.comp`.
     GemvTSg,
+    /// `gemv_t_sg.comp`, variant `rows8`.
+    GemvTSg8,
     /// `im2col.comp`.
     Im2col,
     /// `index_dim.comp`.
@@ -135,7 +139,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 63] = [
+    pub(crate) const ALL: [Kernel; 65] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -171,7 +175,9 @@ impl Kernel {
         Kernel::GemvQ4,
         Kernel::GemvQ4Teams,
         Kernel::GemvT,
+        Kernel::GemvT8,
         Kernel::GemvTSg,
+        Kernel::GemvTSg8,
         Kernel::Im2col,
         Kernel::IndexDim,
         Kernel::IntOps,
@@ -239,7 +245,9 @@ impl Kernel {
             Kernel::GemvQ4 => include_bytes!("../spirv/gemv_q4.spv"),
             Kernel::GemvQ4Teams => include_bytes!("../spirv/gemv_q4_teams.spv"),
             Kernel::GemvT => include_bytes!("../spirv/gemv_t.spv"),
+            Kernel::GemvT8 => include_bytes!("../spirv/gemv_t_rows8.spv"),
             Kernel::GemvTSg => include_bytes!("../spirv/gemv_t_sg.spv"),
+            Kernel::GemvTSg8 => include_bytes!("../spirv/gemv_t_sg_rows8.spv"),
             Kernel::Im2col => include_bytes!("../spirv/im2col.spv"),
             Kernel::IndexDim => include_bytes!("../spirv/index_dim.spv"),
             Kernel::IntOps => include_bytes!("../spirv/int_ops.spv"),
@@ -309,7 +317,9 @@ impl Kernel {
             Kernel::GemvQ4 => Some(include_bytes!("../spirv/gemv_q4_f16.spv")),
             Kernel::GemvQ4Teams => Some(include_bytes!("../spirv/gemv_q4_teams_f16.spv")),
             Kernel::GemvT => Some(include_bytes!("../spirv/gemv_t_f16.spv")),
+            Kernel::GemvT8 => Some(include_bytes!("../spirv/gemv_t_rows8_f16.spv")),
             Kernel::GemvTSg => Some(include_bytes!("../spirv/gemv_t_sg_f16.spv")),
+            Kernel::GemvTSg8 => Some(include_bytes!("../spirv/gemv_t_sg_rows8_f16.spv")),
             Kernel::Im2col => Some(include_bytes!("../spirv/im2col_f16.spv")),
             Kernel::IndexDim => Some(include_bytes!("../spirv/index_dim_f16.spv")),
             Kernel::IntOps => None,
@@ -378,7 +388,9 @@ impl Kernel {
             Kernel::GemvQ4 => 11,
             Kernel::GemvQ4Teams => 11,
             Kernel::GemvT => 9,
+            Kernel::GemvT8 => 9,
             Kernel::GemvTSg => 9,
+            Kernel::GemvTSg8 => 9,
             Kernel::Im2col => 2,
             Kernel::IndexDim => 3,
             Kernel::IntOps => 4,

@@ -780,7 +780,13 @@ fn few_row_products_read_b_once() {
         let want = matmul_ref(&a, &b, batch, m, k, n, false, batch > 1);
         assert_close(&got[0], &want, 1e-4, &what);
     }
-    for (m, k, n) in [(1usize, 2048usize, 64usize), (4, 24, 36)] {
+    // Up to four rows on the plain kernels, five to eight on their rows8 variants.
+    for (m, k, n) in [
+        (1usize, 2048usize, 64usize),
+        (4, 24, 36),
+        (7, 72, 20),
+        (8, 16, 9),
+    ] {
         let x = rand_vec(&mut rng, m * k);
         let w = rand_vec(&mut rng, n * k);
         let bias = rand_vec(&mut rng, n);

@@ -286,10 +286,17 @@ impl Lowerer<'_> {
     pub(crate) fn gemv_t_kernel(&self, spec: &[u32]) -> Kernel {
         let size = self.limits.subgroup_size;
         let lanes = spec.get(5).copied().unwrap_or(64);
-        if self.subgroups && (1..=lanes).contains(&size) && lanes % size == 0 {
-            Kernel::GemvTSg
-        } else {
-            Kernel::GemvT
+        let wide = spec
+            .first()
+            .is_some_and(|&rows| rows as usize > GEMV_MAX_ROWS);
+        match (
+            self.subgroups && (1..=lanes).contains(&size) && lanes % size == 0,
+            wide,
+        ) {
+            (true, false) => Kernel::GemvTSg,
+            (true, true) => Kernel::GemvTSg8,
+            (false, false) => Kernel::GemvT,
+            (false, true) => Kernel::GemvT8,
         }
     }
 }
