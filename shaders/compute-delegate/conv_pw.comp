@@ -1,5 +1,6 @@
 #version 450
 // kernel: ConvPw
+// kernel: ConvPwSplit variant=split
 #extension GL_GOOGLE_include_directive : require
 // Pointwise conv2d of a narrow layer (1x1, stride 1, no padding, one group), each output a dot
 // product read straight from memory:
@@ -10,6 +11,10 @@
 // barriers: the tiled GEMM leaves most of the GPU idle on such layers while its K loop walks
 // (ShuffleNet's and MobileNet's 1x1 layers of 7x7 to 56x56 pixels).
 // variant: f16 -DDTYPE_F16
+// The split variant (SPLIT_K) is for layers of too few invocations to fill a GPU: SPLIT
+// neighbouring lanes share an invocation's sum (every SPLIT-th term each), added up in shared
+// memory, so that each lane's chain of loads is SPLIT times shorter.
+// variant: split -DSPLIT_K
 #extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -42,6 +47,58 @@ layout(push_constant) uniform Params {
 
 #include "epilogue.glsl"
 
+#ifdef SPLIT_K
+// Lanes an invocation's sum (2 to 8).
+layout(constant_id = 3) const uint SPLIT = 4;
+shared float partial[MAX_MT][256];
+
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    uint lane = lid % SPLIT;
+    uint per_group = gl_WorkGroupSize.x / SPLIT;
+    uint groups = (pc.m + MT - 1) / MT;
+    // Every lane of a work group takes the same steps, so that the barriers are uniform.
+    for (uint base = gl_WorkGroupID.x * per_group; base < pc.total;
+         base += gl_NumWorkGroups.x * per_group) {
+        uint i = base + lid / SPLIT;
+        uint ii = min(i, pc.total - 1);
+        uint px = ii % pc.pixels;
+        uint t = ii / pc.pixels;
+        uint m0 = (t % groups) * MT;
+        uint n = t / groups;
+        float acc[MAX_MT];
+        [[unroll]] for (uint j = 0; j < MT; ++j) {
+            acc[j] = 0.0;
+        }
+        uint xb = n * pc.k * pc.pixels + px;
+        for (uint kk = lane; kk < pc.k; kk += SPLIT) {
+            float xv = float(x[xb + kk * pc.pixels]);
+            [[unroll]] for (uint j = 0; j < MT; ++j) {
+                uint mm = min(m0 + j, pc.m - 1);
+                acc[j] += float(wt[mm * pc.k + kk]) * xv;
+            }
+        }
+        [[unroll]] for (uint j = 0; j < MT; ++j) {
+            partial[j][lid] = acc[j];
+        }
+        barrier();
+        if (lane == 0 && i < pc.total && lid < per_group * SPLIT) {
+            [[unroll]] for (uint j = 0; j < MT; ++j) {
+                if (m0 + j < pc.m) {
+                    float a = pc.has_bias == 1 ? float(bias[m0 + j]) : 0.0;
+                    for (uint l = 0; l < SPLIT; ++l) {
+                        a += partial[j][lid + l];
+                    }
+                    uint at = (n * pc.m + m0 + j) * pc.pixels + px;
+                    if (RESID != 0) a = combine(a, float(resid[at]));
+                    y[at] = T(activate(a));
+                }
+            }
+        }
+        barrier();
+    }
+}
+#else
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     uint groups = (pc.m + MT - 1) / MT;
@@ -74,3 +131,4 @@ void main() {
         }
     }
 }
+#endif

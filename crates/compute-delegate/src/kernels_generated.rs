@@ -38,6 +38,8 @@ pub(crate) enum Kernel {
     ConvPack,
     /// `conv_pw.comp`.
     ConvPw,
+    /// `conv_pw.comp`, variant `split`.
+    ConvPwSplit,
     /// `copy_strided.comp`.
     Copy,
     /// `copy_vec4.comp`.
@@ -139,7 +141,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 65] = [
+    pub(crate) const ALL: [Kernel; 66] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -157,6 +159,7 @@ impl Kernel {
         Kernel::ConvDw,
         Kernel::ConvPack,
         Kernel::ConvPw,
+        Kernel::ConvPwSplit,
         Kernel::Copy,
         Kernel::CopyVec4,
         Kernel::Cumsum,
@@ -227,6 +230,7 @@ impl Kernel {
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
             Kernel::ConvPw => include_bytes!("../spirv/conv_pw.spv"),
+            Kernel::ConvPwSplit => include_bytes!("../spirv/conv_pw_split.spv"),
             Kernel::Copy => include_bytes!("../spirv/copy_strided.spv"),
             Kernel::CopyVec4 => include_bytes!("../spirv/copy_vec4.spv"),
             Kernel::Cumsum => include_bytes!("../spirv/cumsum.spv"),
@@ -299,6 +303,7 @@ impl Kernel {
             Kernel::ConvDw => Some(include_bytes!("../spirv/conv_dw_f16.spv")),
             Kernel::ConvPack => Some(include_bytes!("../spirv/conv_pack.spv")),
             Kernel::ConvPw => Some(include_bytes!("../spirv/conv_pw_f16.spv")),
+            Kernel::ConvPwSplit => None,
             Kernel::Copy => Some(include_bytes!("../spirv/copy_strided_f16.spv")),
             Kernel::CopyVec4 => None,
             Kernel::Cumsum => Some(include_bytes!("../spirv/cumsum_f16.spv")),
@@ -370,6 +375,7 @@ impl Kernel {
             Kernel::ConvDw => 5,
             Kernel::ConvPack => 4,
             Kernel::ConvPw => 5,
+            Kernel::ConvPwSplit => 5,
             Kernel::Copy => 2,
             Kernel::CopyVec4 => 2,
             Kernel::Cumsum => 2,

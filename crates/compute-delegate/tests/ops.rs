@@ -596,6 +596,28 @@ fn narrow_pointwise_convolutions_are_dot_products() {
             .map(|v| v.clamp(0.0, 6.0))
             .collect();
         assert_close(&got[0], &want, 1e-4, &format!("pointwise {xs:?} -> {m}"));
+        if direct {
+            // As a GPU lays them out: layers of few invocations and deep enough sums share
+            // each sum among lanes (the split variant).
+            let gpu = BuildOptions {
+                gpu_layouts: true,
+                ..BuildOptions::default()
+            };
+            let mut built = g.build_with(&dev, &gpu).unwrap();
+            let split = xs[1] >= 16;
+            assert_eq!(
+                built.kernels().iter().any(|k| *k == "ConvPwSplit"),
+                split,
+                "{xs:?} -> {m}: {:?}",
+                built.kernels()
+            );
+            let got = built
+                .execute(&[HostTensor::from_f32(xs.to_vec(), &x).unwrap()])
+                .unwrap()[0]
+                .to_f32()
+                .unwrap();
+            assert_close(&got, &want, 1e-4, &format!("pointwise {xs:?} -> {m}, GPU"));
+        }
     }
     assert_no_validation_errors(&instance);
 }

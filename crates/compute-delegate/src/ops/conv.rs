@@ -469,10 +469,16 @@ impl Lowerer<'_> {
                         let groups = m.div_ceil(PW_CHANNELS);
                         let total = nb * groups * oh * ow;
                         let ([act, resid], act_lo, act_hi, bindings) = self.with_epilogue(bindings);
-                        let g = self.linear_groups(total as u64);
+                        let lanes = pw_lanes(total, k, self.cpu);
+                        let g = self.linear_groups((total * lanes) as u64);
+                        let (kernel, mut spec) = match lanes {
+                            1 => (Kernel::ConvPw, vec![]),
+                            _ => (Kernel::ConvPwSplit, vec![lanes as u32]),
+                        };
+                        spec.splice(0..0, [act, PW_CHANNELS as u32, resid]);
                         self.push(
-                            Kernel::ConvPw,
-                            vec![act, PW_CHANNELS as u32, resid],
+                            kernel,
+                            spec,
                             bindings,
                             &push::ConvPwPush {
                                 total: total as u32,
@@ -587,7 +593,59 @@ fn pw_limits() -> (usize, usize) {
     parsed.unwrap_or((PW_MAX_K, PW_MAX_OUTPUTS))
 }
 
+/// Invocations of `conv_pw.comp` (four channels of a pixel each) below which a GPU runs too
+/// few to hide each one's chain of loads: lanes then share each sum (its split variant).
+const PW_FILL: usize = 65536;
+/// The fewest terms a lane of the split variant sums.
+const PW_LANE_TERMS: usize = 8;
+
+/// Environment variable for tuning the lanes that share a `conv_pw.comp` sum: the most (1:
+/// never split; default 8).
+pub const ENV_CONV_PW_LANES: &str = "VKDELEGATE_CONV_PW_LANES";
+
+/// The lanes that share each of `total` invocations' sums of `k` terms: a power of two up to
+/// 8 that brings the invocations' lanes to about [`PW_FILL`], each summing at least
+/// [`PW_LANE_TERMS`] terms; 1 on a CPU driver, whose work groups run their lanes in turn. On an
+/// H100, ShuffleNetV2's 116-channel layers at 14 x 14 (5684 invocations of 116 terms) took
+/// 21 us each unsplit.
+fn pw_lanes(total: usize, k: usize, cpu: bool) -> usize {
+    let most = std::env::var(ENV_CONV_PW_LANES)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(8)
+        .clamp(1, 8);
+    if cpu {
+        return 1;
+    }
+    let mut lanes = PW_FILL
+        .div_ceil(total.max(1))
+        .next_power_of_two()
+        .min(most.next_power_of_two());
+    while lanes > 1 && k < lanes * PW_LANE_TERMS {
+        lanes /= 2;
+    }
+    lanes.min(most)
+}
+
 /// The default depth limit of [`direct_pointwise`].
 const PW_MAX_K: usize = 128;
 /// The default output limit of [`direct_pointwise`].
 const PW_MAX_OUTPUTS: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::pw_lanes;
+
+    #[test]
+    fn few_invocations_of_deep_enough_sums_share_them_among_lanes() {
+        // ShuffleNetV2's 116 channels at 14 x 14: 5684 invocations of 116 terms.
+        assert_eq!(pw_lanes(5684, 116, false), 8);
+        // Shallow sums keep at least 8 terms a lane.
+        assert_eq!(pw_lanes(4704, 16, false), 2);
+        assert_eq!(pw_lanes(4704, 12, false), 1);
+        // Enough invocations, or a CPU driver: no split.
+        assert_eq!(pw_lanes(50176, 32, false), 2);
+        assert_eq!(pw_lanes(65536, 128, false), 1);
+        assert_eq!(pw_lanes(5684, 116, true), 1);
+    }
+}
