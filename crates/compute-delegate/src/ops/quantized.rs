@@ -696,10 +696,10 @@ impl Lowerer<'_> {
                     true => xi.shape[0] * oi.shape[1].div_ceil(4) * plane / 4,
                     false => packed,
                 };
-                // Too few threads to fill a GPU, each with a deep sum: 64 lanes an output
-                // word share its sums instead. The pointwise kernel's sums are four times
-                // cheaper a term, so it keeps them up to a deeper sum (an H200's crossover
-                // lies between 144 and 192 terms).
+                // Depthwise layers of whole-word rows first; then too few threads to fill a
+                // GPU, each with a deep sum: 8 to 64 lanes an output word share its sums
+                // instead (1x1 layers over whole-word planes from `pw_depth` terms, below
+                // which the pointwise kernel keeps them); then windows the win kernel unrolls.
                 let depth = wi.shape[1] * wi.shape[2] * wi.shape[3];
                 let (below, pw_depth) = qconv_split_below(self.cpu);
                 let deep = depth >= if pointwise { pw_depth } else { 32 };
