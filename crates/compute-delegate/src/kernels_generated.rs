@@ -32,6 +32,8 @@ pub(crate) enum Kernel {
     Cast,
     /// `conv_coop2.comp`.
     ConvCoop2,
+    /// `conv_direct.comp`.
+    ConvDirect,
     /// `conv_dw.comp`.
     ConvDw,
     /// `conv_pack.comp`.
@@ -141,7 +143,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 66] = [
+    pub(crate) const ALL: [Kernel; 67] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -156,6 +158,7 @@ impl Kernel {
         Kernel::CacheWrite,
         Kernel::Cast,
         Kernel::ConvCoop2,
+        Kernel::ConvDirect,
         Kernel::ConvDw,
         Kernel::ConvPack,
         Kernel::ConvPw,
@@ -227,6 +230,7 @@ impl Kernel {
             Kernel::CacheWrite => include_bytes!("../spirv/cache_write.spv"),
             Kernel::Cast => include_bytes!("../spirv/cast.spv"),
             Kernel::ConvCoop2 => include_bytes!("../spirv/conv_coop2.spv"),
+            Kernel::ConvDirect => include_bytes!("../spirv/conv_direct.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
             Kernel::ConvPw => include_bytes!("../spirv/conv_pw.spv"),
@@ -300,6 +304,7 @@ impl Kernel {
             Kernel::CacheWrite => Some(include_bytes!("../spirv/cache_write_f16.spv")),
             Kernel::Cast => None,
             Kernel::ConvCoop2 => Some(include_bytes!("../spirv/conv_coop2.spv")),
+            Kernel::ConvDirect => None,
             Kernel::ConvDw => Some(include_bytes!("../spirv/conv_dw_f16.spv")),
             Kernel::ConvPack => Some(include_bytes!("../spirv/conv_pack.spv")),
             Kernel::ConvPw => Some(include_bytes!("../spirv/conv_pw_f16.spv")),
@@ -372,6 +377,7 @@ impl Kernel {
             Kernel::CacheWrite => 3,
             Kernel::Cast => 2,
             Kernel::ConvCoop2 => 5,
+            Kernel::ConvDirect => 5,
             Kernel::ConvDw => 5,
             Kernel::ConvPack => 4,
             Kernel::ConvPw => 5,
@@ -716,6 +722,35 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<ConvCoop2Push>() as u32 <= super::super::PUSH_BYTES,
         "conv_coop2.comp's push constants exceed the pipeline layouts' range"
+    );
+
+    /// `conv_direct.comp`'s push constants.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
+    pub(crate) struct ConvDirectPush {
+        pub total: u32,
+        pub m: u32,
+        pub c_in: u32,
+        pub h: u32,
+        pub w: u32,
+        pub oh: u32,
+        pub ow: u32,
+        pub kh: u32,
+        pub kw: u32,
+        pub sh: u32,
+        pub sw: u32,
+        pub ph: u32,
+        pub pw: u32,
+        pub dh: u32,
+        pub dw: u32,
+        pub has_bias: u32,
+        pub act_lo: f32,
+        pub act_hi: f32,
+    }
+
+    const _: () = assert!(
+        std::mem::size_of::<ConvDirectPush>() as u32 <= super::super::PUSH_BYTES,
+        "conv_direct.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `conv_dw.comp`'s push constants.

@@ -549,24 +549,28 @@ fn conv2d_general_pointwise_and_depthwise() {
     assert_no_validation_errors(&instance);
 }
 
-/// Shallow fp32 pointwise convolutions of few outputs run as one dot product per output
-/// (`ConvPw`), with their bias and fused clamp, channel counts not a multiple of the kernel's
-/// four; deeper ones (past 128) stay on the tiled GEMM.
+/// fp32 pointwise convolutions of few outputs run as one dot product per output (`ConvPw`),
+/// with their bias and fused clamp, channel counts not a multiple of the kernel's four. Under a
+/// CPU driver's layouts deeper ones (past 128) stay on the tiled GEMM; under a GPU's, lanes
+/// share the sums of layers of few invocations (the split variant), whatever their depth up to
+/// a size, and larger deep layers stay on the GEMM.
 #[test]
 fn narrow_pointwise_convolutions_are_dot_products() {
     let Some((instance, dev)) = device("narrow_pointwise_convolutions_are_dot_products") else {
         return;
     };
+    let cpu = dev.capabilities().device_type == vk_core::DeviceType::Cpu;
     let mut rng = SmallRng::seed_from_u64(51);
-    // (input, output channels, bias, direct)
+    // (input, output channels, bias, direct under a CPU driver's layouts, under a GPU's)
     let cases = [
-        ([2, 7, 5, 6], 9, true, true),
-        ([1, 16, 28, 28], 24, false, true),
-        ([1, 58, 7, 7], 58, true, true),
-        ([1, 200, 7, 7], 20, true, false),
-        ([1, 300, 7, 7], 20, true, false),
+        ([2, 7, 5, 6], 9, true, true, true),
+        ([1, 16, 28, 28], 24, false, true, true),
+        ([1, 58, 7, 7], 58, true, true, true),
+        ([1, 200, 7, 7], 20, true, false, true),
+        ([1, 300, 7, 7], 20, true, false, true),
+        ([1, 512, 16, 32], 160, false, false, false),
     ];
-    for (xs, m, with_bias, direct) in cases {
+    for (xs, m, with_bias, direct_cpu, direct_gpu) in cases {
         let ws = [m, xs[1], 1, 1];
         let x = rand_vec(&mut rng, numel(&xs));
         let w = rand_vec(&mut rng, numel(&ws));
@@ -578,46 +582,132 @@ fn narrow_pointwise_convolutions_are_dot_products() {
         let y = g.conv2d(tx, tw, tb, Conv2d::default()).unwrap();
         let y = g.relu6(y).unwrap();
         g.output(y).unwrap();
-        let kernels = g.build(&dev).unwrap().kernels();
-        assert_eq!(
-            kernels.iter().any(|k| k.starts_with("ConvPw")),
-            direct,
-            "{xs:?} -> {m}: {kernels:?}"
-        );
-        if direct {
-            // The clamp is the kernel's own.
-            assert_eq!(kernels.len(), 1, "{kernels:?}");
-        }
         let os = g.shape(y).unwrap().to_vec();
-        let got = run(&dev, &g, &[(&xs, &x)]);
         let p = Conv2d::default();
         let want: Vec<f32> = conv_ref(&x, &xs, &w, &ws, with_bias.then_some(b.as_slice()), &p, &os)
             .into_iter()
             .map(|v| v.clamp(0.0, 6.0))
             .collect();
-        assert_close(&got[0], &want, 1e-4, &format!("pointwise {xs:?} -> {m}"));
-        if direct {
-            // As a GPU lays them out: layers of few invocations and deep enough sums share
-            // each sum among lanes (the split variant).
-            let gpu = BuildOptions {
-                gpu_layouts: true,
+        // As the device lays them out, then as a GPU does.
+        let layouts = [(cpu, direct_cpu), (false, direct_gpu)];
+        for (as_cpu, direct) in layouts.into_iter().skip(usize::from(!cpu)) {
+            let options = BuildOptions {
+                gpu_layouts: !as_cpu,
                 ..BuildOptions::default()
             };
-            let mut built = g.build_with(&dev, &gpu).unwrap();
-            let split = xs[1] >= 16;
+            let what = format!("pointwise {xs:?} -> {m}, CPU layouts {as_cpu}");
+            let mut built = g.build_with(&dev, &options).unwrap();
+            let kernels = built.kernels();
             assert_eq!(
-                built.kernels().iter().any(|k| *k == "ConvPwSplit"),
-                split,
-                "{xs:?} -> {m}: {:?}",
-                built.kernels()
+                kernels.iter().any(|k| k.starts_with("ConvPw")),
+                direct,
+                "{what}: {kernels:?}"
             );
+            if direct {
+                // The clamp is the kernel's own.
+                assert_eq!(kernels.len(), 1, "{what}: {kernels:?}");
+                // Under a GPU's layouts, layers of few invocations and deep enough sums share
+                // each sum among lanes (the split variant).
+                let split = !as_cpu && xs[1] >= 16;
+                assert_eq!(
+                    kernels.iter().any(|k| *k == "ConvPwSplit"),
+                    split,
+                    "{what}: {kernels:?}"
+                );
+            }
             let got = built
                 .execute(&[HostTensor::from_f32(xs.to_vec(), &x).unwrap()])
                 .unwrap()[0]
                 .to_f32()
                 .unwrap();
-            assert_close(&got, &want, 1e-4, &format!("pointwise {xs:?} -> {m}, GPU"));
+            assert_close(&got, &want, 1e-4, &what);
         }
+    }
+    assert_no_validation_errors(&instance);
+}
+
+/// fp32 convolutions of one group and short sums (a first layer's 3 channels by a 3 x 3
+/// window) run as one dot product per output (`ConvDirect`) with their bias and fused clamp,
+/// under strides, padding and dilation; longer sums stay on the implicit GEMM.
+#[test]
+fn convolutions_of_short_sums_are_dot_products() {
+    let Some((instance, dev)) = device("convolutions_of_short_sums_are_dot_products") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(52);
+    let conv = |stride, padding, dilation| Conv2d {
+        stride,
+        padding,
+        dilation,
+        ..Conv2d::default()
+    };
+    // (input, weight, params, bias, direct)
+    let cases = [
+        (
+            [1, 3, 9, 11],
+            [5, 3, 3, 3],
+            conv([2, 2], [1, 1], [1, 1]),
+            true,
+            true,
+        ),
+        (
+            [2, 2, 8, 9],
+            [9, 2, 3, 3],
+            conv([1, 2], [2, 1], [2, 2]),
+            false,
+            true,
+        ),
+        (
+            [1, 1, 6, 7],
+            [3, 1, 5, 5],
+            conv([1, 1], [2, 2], [1, 1]),
+            true,
+            true,
+        ),
+        (
+            [1, 3, 12, 10],
+            [16, 3, 1, 3],
+            conv([3, 1], [0, 1], [1, 1]),
+            true,
+            true,
+        ),
+        (
+            [1, 4, 6, 6],
+            [4, 4, 3, 3],
+            conv([1, 1], [1, 1], [1, 1]),
+            true,
+            false,
+        ),
+    ];
+    for (xs, ws, p, with_bias, direct) in cases {
+        let x = rand_vec(&mut rng, numel(&xs));
+        let w = rand_vec(&mut rng, numel(&ws));
+        let b = rand_vec(&mut rng, ws[0]);
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &xs).unwrap();
+        let tw = g.constant_f32("w", &ws, &w).unwrap();
+        let tb = with_bias.then(|| g.constant_f32("b", &[ws[0]], &b).unwrap());
+        let y = g.conv2d(tx, tw, tb, p).unwrap();
+        let y = g.relu6(y).unwrap();
+        g.output(y).unwrap();
+        let what = format!("conv {xs:?} {ws:?} {p:?}");
+        let kernels = g.build(&dev).unwrap().kernels();
+        if direct {
+            // The clamp is the kernel's own.
+            assert_eq!(kernels, ["ConvDirect"], "{what}");
+        } else {
+            assert!(
+                !kernels.iter().any(|k| k == "ConvDirect"),
+                "{what}: {kernels:?}"
+            );
+        }
+        let os = g.shape(y).unwrap().to_vec();
+        let got = run(&dev, &g, &[(&xs, &x)]);
+        let want: Vec<f32> = conv_ref(&x, &xs, &w, &ws, with_bias.then_some(b.as_slice()), &p, &os)
+            .into_iter()
+            .map(|v| v.clamp(0.0, 6.0))
+            .collect();
+        assert_close(&got[0], &want, 1e-4, &what);
     }
     assert_no_validation_errors(&instance);
 }

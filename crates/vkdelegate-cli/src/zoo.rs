@@ -50,6 +50,8 @@ pub fn run(roots: &[PathBuf], filter: Option<&str>, repeat: usize, torch: Option
     if models.is_empty() {
         return Err("no model folder (one holding model.pte) found".into());
     }
+    #[cfg(feature = "shared")]
+    let _device = open_shared_device()?;
     println!(
         "{:<24} {:>10} {:>10} {:>11} {:>9}  result",
         "model", "load ms", "run ms", "max error", "of tol."
@@ -82,6 +84,26 @@ pub fn run(roots: &[PathBuf], filter: Option<&str>, repeat: usize, torch: Option
         )
         .into())
     }
+}
+
+/// The shared device every model runs on, opened before the first one so that no model's load
+/// time includes the device's creation (about 150 ms on an NVIDIA H200, once per process); says
+/// which device and how long it took.
+#[cfg(feature = "shared")]
+fn open_shared_device() -> Result<Option<vkdelegate::shared::Lease>> {
+    use vkdelegate::shared::{Mode, SharingOptions};
+    let t = Instant::now();
+    let options = SharingOptions::with_mode(Mode::LookupOrCreate);
+    let requirements = vkdelegate::vk_core::Requirements::new("vkdelegate zoo");
+    let lease = vkdelegate::shared::acquire(&options, &requirements, "vkdelegate zoo")?;
+    if let Some(lease) = &lease {
+        println!(
+            "device '{}' opened in {:.1} ms (not in the loads below)",
+            lease.device().capabilities().name,
+            ms(t.elapsed())
+        );
+    }
+    Ok(lease)
 }
 
 fn name_of(dir: &Path) -> String {

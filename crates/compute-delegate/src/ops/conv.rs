@@ -464,7 +464,7 @@ impl Lowerer<'_> {
                     if pointwise
                         && p.groups == 1
                         && xi.dtype == DType::F32
-                        && direct_pointwise(m, nn, k)
+                        && direct_pointwise(m, nn, k, self.cpu)
                     {
                         let groups = m.div_ceil(PW_CHANNELS);
                         let total = nb * groups * oh * ow;
@@ -491,6 +491,35 @@ impl Lowerer<'_> {
                             },
                             [g, 1, 1],
                         );
+                        return Ok(());
+                    }
+                    if p.groups == 1 && xi.dtype == DType::F32 && !pointwise && direct_conv(k) {
+                        let groups = m.div_ceil(PW_CHANNELS);
+                        let total = nb * groups * oh * ow;
+                        let ([act, resid], act_lo, act_hi, bindings) = self.with_epilogue(bindings);
+                        let g = self.linear_groups(total as u64);
+                        let push = push::ConvDirectPush {
+                            total: total as u32,
+                            m: m as u32,
+                            c_in: cin as u32,
+                            h: h as u32,
+                            w: wd as u32,
+                            oh: oh as u32,
+                            ow: ow as u32,
+                            kh: kh as u32,
+                            kw: kw as u32,
+                            sh: p.stride[0] as u32,
+                            sw: p.stride[1] as u32,
+                            ph: p.padding[0] as u32,
+                            pw: p.padding[1] as u32,
+                            dh: p.dilation[0] as u32,
+                            dw: p.dilation[1] as u32,
+                            has_bias: has_bias as u32,
+                            act_lo,
+                            act_hi,
+                        };
+                        let spec = vec![act, PW_CHANNELS as u32, resid];
+                        self.push(Kernel::ConvDirect, spec, bindings, &push, [g, 1, 1]);
                         return Ok(());
                     }
                     // Gemm bindings: A = weights, B = input, bias, C.
@@ -566,31 +595,78 @@ impl Lowerer<'_> {
 const PW_CHANNELS: usize = 4;
 
 /// Environment variable that tunes which pointwise convolutions run on `conv_pw.comp` (one
-/// dot product per output) rather than the tiled GEMM: `MAX_K,MAX_OUTPUTS` (`0`: none).
+/// dot product per output) rather than the tiled GEMM: `MAX_K,MAX_OUTPUTS[,MAX_MACS]` (`0`:
+/// none; `MAX_MACS` applies on GPUs only).
 pub const ENV_CONV_PW: &str = "VKDELEGATE_CONV_PW";
+
+/// Which pointwise convolutions run on `conv_pw.comp` ([`ENV_CONV_PW`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PwLimits {
+    /// Layers at most this deep...
+    max_k: usize,
+    /// ...with at most this many outputs.
+    max_outputs: usize,
+    /// On a GPU, also layers of at most this many multiply-adds, whatever their depth: lanes
+    /// share their sums there (the split variant).
+    max_macs: usize,
+}
+
+/// The defaults of [`PwLimits`].
+const PW_LIMITS: PwLimits = PwLimits {
+    max_k: 128,
+    max_outputs: 1 << 20,
+    max_macs: 1 << 25,
+};
 
 /// Whether an fp32 pointwise convolution of `m` output channels, `pixels` output pixels (of
 /// every image) and depth `k` runs as one dot product per output: shallow and small, where
 /// the tiled GEMM's few tiles leave the GPU idle while its K loop walks. On an H200 this
-/// wins up to a depth of 128 (MobileNetV3-Large 10% faster, MobileNetV2 and MnasNet 3-6%);
-/// deeper, each invocation's serial sum costs more than the GEMM. fp16 layers keep the
-/// cooperative GEMMs, which were faster on every fp16 network measured.
-fn direct_pointwise(m: usize, pixels: usize, k: usize) -> bool {
-    let (max_k, max_outputs) = pw_limits();
-    k <= max_k && m * pixels <= max_outputs
+/// won up to a depth of 128 before lanes shared sums (MobileNetV3-Large 10% faster,
+/// MobileNetV2 and MnasNet 3-6%). With lanes sharing them, small layers of any depth win on a
+/// GPU (MobileNetV2's 960-deep projection at 7 x 7): on an H200, host to host, up to 2^25
+/// multiply-adds took MobileNetV2 from 0.59 to 0.44 ms, MobileNetV3-Small 0.435 to 0.384,
+/// ShuffleNetV2 0.547 to 0.455 and RegNet-Y-400MF 1.19-1.22 to 0.973, and left ResNet-50 as it
+/// was (its deep layers are larger); 2^23 helped less (RegNet not at all) and 2^27 no more.
+/// MobileNetV2 then needs no GEMM pipeline, whose compile bounded its cold load. On a CPU
+/// driver, which never splits, deeper layers keep the GEMM (MobileNetV2 a third slower on
+/// lavapipe without it). fp16 layers keep the cooperative GEMMs, which were faster on every
+/// fp16 network measured.
+fn direct_pointwise(m: usize, pixels: usize, k: usize, cpu: bool) -> bool {
+    let l = pw_limits();
+    let outputs = m * pixels;
+    (k <= l.max_k && outputs <= l.max_outputs) || (!cpu && outputs * k <= l.max_macs)
 }
 
-fn pw_limits() -> (usize, usize) {
-    let parsed = std::env::var(ENV_CONV_PW).ok().and_then(|v| {
-        let mut it = v.split(',').map(|x| x.trim().parse::<usize>().ok());
-        match (it.next().flatten(), it.next().flatten()) {
-            (Some(0), _) => Some((0, 0)),
-            (Some(k), Some(n)) => Some((k, n)),
-            (Some(k), None) => Some((k, PW_MAX_OUTPUTS)),
-            _ => None,
+fn pw_limits() -> PwLimits {
+    let Ok(v) = std::env::var(ENV_CONV_PW) else {
+        return PW_LIMITS;
+    };
+    let parsed: Option<Vec<usize>> = v.split(',').map(|x| x.trim().parse().ok()).collect();
+    match parsed.as_deref() {
+        Some([0, ..]) => PwLimits {
+            max_k: 0,
+            max_outputs: 0,
+            max_macs: 0,
+        },
+        Some([k]) => PwLimits {
+            max_k: *k,
+            ..PW_LIMITS
+        },
+        Some([k, n]) => PwLimits {
+            max_k: *k,
+            max_outputs: *n,
+            ..PW_LIMITS
+        },
+        Some([k, n, macs]) => PwLimits {
+            max_k: *k,
+            max_outputs: *n,
+            max_macs: *macs,
+        },
+        _ => {
+            log::warn!("{ENV_CONV_PW}={v}: expected `MAX_K,MAX_OUTPUTS[,MAX_MACS]`");
+            PW_LIMITS
         }
-    });
-    parsed.unwrap_or((PW_MAX_K, PW_MAX_OUTPUTS))
+    }
 }
 
 /// Invocations of `conv_pw.comp` (four channels of a pixel each) below which a GPU runs too
@@ -627,14 +703,47 @@ fn pw_lanes(total: usize, k: usize, cpu: bool) -> usize {
     lanes.min(most)
 }
 
-/// The default depth limit of [`direct_pointwise`].
-const PW_MAX_K: usize = 128;
-/// The default output limit of [`direct_pointwise`].
-const PW_MAX_OUTPUTS: usize = 1 << 20;
+/// Environment variable for the deepest sum of an fp32 convolution of one group that
+/// `conv_direct.comp` computes (0: none).
+pub const ENV_CONV_DIRECT: &str = "VKDELEGATE_CONV_DIRECT";
+
+/// The default of [`ENV_CONV_DIRECT`]: a first layer's 3 channels by a 3 x 3 window (27
+/// terms) and a little more; ResNet's 7 x 7 stem (147) stays on the GEMM.
+const DIRECT_MAX_K: usize = 32;
+
+/// Whether an fp32 convolution of one group with sums of `k` terms (not pointwise) runs as one
+/// dot product per output (`conv_direct.comp`).
+fn direct_conv(k: usize) -> bool {
+    let most = std::env::var(ENV_CONV_DIRECT)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(DIRECT_MAX_K);
+    k <= most
+}
 
 #[cfg(test)]
 mod tests {
-    use super::pw_lanes;
+    use super::{direct_conv, direct_pointwise, pw_lanes};
+
+    #[test]
+    fn pointwise_layers_run_as_dot_products_up_to_a_depth_or_on_a_gpu_a_size() {
+        // MobileNetV2's 960-deep projection at 7 x 7 to 160 channels: a GPU only.
+        assert!(direct_pointwise(160, 49, 960, false));
+        assert!(!direct_pointwise(160, 49, 960, true));
+        // Its 16-deep expansion at 112 x 112 to 96 channels: past the CPU's output limit.
+        assert!(direct_pointwise(96, 12544, 16, false));
+        assert!(!direct_pointwise(96, 12544, 16, true));
+        // Shallow and small: both.
+        assert!(direct_pointwise(24, 784, 16, true));
+        // ResNet-50's 1024-deep layers at 14 x 14 to 256 channels: the GEMM.
+        assert!(!direct_pointwise(256, 196, 1024, false));
+    }
+
+    #[test]
+    fn first_layers_run_as_dot_products() {
+        assert!(direct_conv(27));
+        assert!(!direct_conv(147));
+    }
 
     #[test]
     fn few_invocations_of_deep_enough_sums_share_them_among_lanes() {
