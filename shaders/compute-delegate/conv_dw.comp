@@ -1,9 +1,17 @@
 #version 450
 // kernel: ConvDw
+// kernel: ConvDwRow variant=row
 #extension GL_GOOGLE_include_directive : require
 // Depthwise conv2d (groups == in channels, out channels == m * in channels), one thread per
 // output element, grid-stride. Weight layout [c_out, 1, kh, kw] as PyTorch.
 // variant: f16 -DDTYPE_F16
+// The row variant (DW_ROW) is for windows of up to 7 x 7 without dilation, horizontal stride
+// 1 or 2: a thread computes R neighbouring outputs of a row, loading each row of their
+// windows once into registers ((R - 1) * SW + KW values, instead of R * KW), with the window
+// and stride baked in as specialization constants so that every loop unrolls.
+// variant: row -DDW_ROW
+// variant: row_f16 -DDW_ROW -DDTYPE_F16
+#extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
 // Fused activation (`epilogue.glsl`'s codes), applied after the bias and the residual.
@@ -41,6 +49,73 @@ layout(push_constant) uniform Params {
 
 #include "epilogue.glsl"
 
+#ifdef DW_ROW
+// The window's height and width (1 to MAX_WIN), the horizontal stride (1 or 2) and the
+// outputs a thread computes (1 to MAX_R); `pc.total` counts threads.
+layout(constant_id = 2) const uint KH = 3;
+layout(constant_id = 3) const uint KW = 3;
+layout(constant_id = 4) const uint SW = 1;
+layout(constant_id = 5) const uint ROW = 4;
+const uint MAX_WIN = 7;
+const uint MAX_R = 4;
+const uint MAX_SPAN = (MAX_R - 1) * 2 + MAX_WIN;
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    uint mult = pc.c_out / pc.c_in;
+    uint row_threads = (pc.ow + ROW - 1) / ROW;
+    uint span = (ROW - 1) * SW + KW;
+    for (uint i = gl_GlobalInvocationID.x; i < pc.total; i += stride) {
+        uint ox0 = (i % row_threads) * ROW;
+        uint t = i / row_threads;
+        uint oy = t % pc.oh;
+        t /= pc.oh;
+        uint co = t % pc.c_out;
+        uint n = t / pc.c_out;
+        uint ci = co / mult;
+        uint xbase = (n * pc.c_in + ci) * pc.h * pc.w;
+        uint wbase = co * KH * KW;
+        ACC b = (pc.has_bias == 1) ? float(bias[co]) : 0.0;
+        ACC acc[MAX_R];
+        [[unroll]] for (uint r = 0; r < MAX_R; ++r) {
+            acc[r] = b;
+        }
+        int y0 = int(oy * pc.sh) - int(pc.ph);
+        int x0 = int(ox0 * SW) - int(pc.pw);
+        [[unroll]] for (uint ky = 0; ky < MAX_WIN; ++ky) {
+            int yy = y0 + int(ky);
+            if (ky < KH && yy >= 0 && yy < int(pc.h)) {
+                uint rowbase = xbase + uint(yy) * pc.w;
+                float v[MAX_SPAN];
+                [[unroll]] for (uint s = 0; s < MAX_SPAN; ++s) {
+                    int xx = x0 + int(s);
+                    v[s] = 0.0;
+                    if (s < span && xx >= 0 && xx < int(pc.w)) {
+                        v[s] = float(x[rowbase + uint(xx)]);
+                    }
+                }
+                [[unroll]] for (uint kx = 0; kx < MAX_WIN; ++kx) {
+                    if (kx < KW) {
+                        float wv = float(wt[wbase + ky * KW + kx]);
+                        [[unroll]] for (uint r = 0; r < MAX_R; ++r) {
+                            if (r < ROW) acc[r] += wv * v[r * SW + kx];
+                        }
+                    }
+                }
+            }
+        }
+        uint obase = ((n * pc.c_out + co) * pc.oh + oy) * pc.ow;
+        [[unroll]] for (uint r = 0; r < MAX_R; ++r) {
+            if (r < ROW && ox0 + r < pc.ow) {
+                uint at = obase + ox0 + r;
+                ACC a = acc[r];
+                if (RESID != 0) a = combine(a, float(resid[at]));
+                y[at] = T(activate(a));
+            }
+        }
+    }
+}
+#else
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     uint mult = pc.c_out / pc.c_in;
@@ -71,3 +146,4 @@ void main() {
         y[i] = T(activate(acc));
     }
 }
+#endif

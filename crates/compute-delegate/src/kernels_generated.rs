@@ -36,6 +36,8 @@ pub(crate) enum Kernel {
     ConvDirect,
     /// `conv_dw.comp`.
     ConvDw,
+    /// `conv_dw.comp`, variant `row`.
+    ConvDwRow,
     /// `conv_pack.comp`.
     ConvPack,
     /// `conv_pw.comp`.
@@ -143,7 +145,7 @@ pub(crate) enum Kernel {
 #[allow(dead_code, reason = "a crate need not use every column of its table")]
 impl Kernel {
     /// Every kernel, in the order of the sources.
-    pub(crate) const ALL: [Kernel; 67] = [
+    pub(crate) const ALL: [Kernel; 68] = [
         Kernel::ArgPairs,
         Kernel::ArgPart,
         Kernel::ArgReduce,
@@ -160,6 +162,7 @@ impl Kernel {
         Kernel::ConvCoop2,
         Kernel::ConvDirect,
         Kernel::ConvDw,
+        Kernel::ConvDwRow,
         Kernel::ConvPack,
         Kernel::ConvPw,
         Kernel::ConvPwSplit,
@@ -232,6 +235,7 @@ impl Kernel {
             Kernel::ConvCoop2 => include_bytes!("../spirv/conv_coop2.spv"),
             Kernel::ConvDirect => include_bytes!("../spirv/conv_direct.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
+            Kernel::ConvDwRow => include_bytes!("../spirv/conv_dw_row.spv"),
             Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
             Kernel::ConvPw => include_bytes!("../spirv/conv_pw.spv"),
             Kernel::ConvPwSplit => include_bytes!("../spirv/conv_pw_split.spv"),
@@ -306,6 +310,7 @@ impl Kernel {
             Kernel::ConvCoop2 => Some(include_bytes!("../spirv/conv_coop2.spv")),
             Kernel::ConvDirect => None,
             Kernel::ConvDw => Some(include_bytes!("../spirv/conv_dw_f16.spv")),
+            Kernel::ConvDwRow => Some(include_bytes!("../spirv/conv_dw_row_f16.spv")),
             Kernel::ConvPack => Some(include_bytes!("../spirv/conv_pack.spv")),
             Kernel::ConvPw => Some(include_bytes!("../spirv/conv_pw_f16.spv")),
             Kernel::ConvPwSplit => None,
@@ -379,6 +384,7 @@ impl Kernel {
             Kernel::ConvCoop2 => 5,
             Kernel::ConvDirect => 5,
             Kernel::ConvDw => 5,
+            Kernel::ConvDwRow => 5,
             Kernel::ConvPack => 4,
             Kernel::ConvPw => 5,
             Kernel::ConvPwSplit => 5,

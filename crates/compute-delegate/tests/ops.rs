@@ -626,6 +626,113 @@ fn narrow_pointwise_convolutions_are_dot_products() {
     assert_no_validation_errors(&instance);
 }
 
+/// Depthwise convolutions of windows up to 7 x 7 without dilation run on `conv_dw.comp`'s row
+/// variant (a thread several outputs of a row), with their bias and fused clamp: padding on
+/// every side, horizontal strides 1 and 2, rows not a multiple of the outputs a thread takes,
+/// a channel multiplier; under a GPU's layouts, small layers give each thread fewer outputs.
+/// Dilated windows and larger ones stay on the plain kernel.
+#[test]
+fn depthwise_rows_share_their_loads() {
+    let Some((instance, dev)) = device("depthwise_rows_share_their_loads") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(53);
+    let dw = |c, stride, padding, dilation| Conv2d {
+        stride,
+        padding,
+        dilation,
+        groups: c,
+        ..Conv2d::default()
+    };
+    // (input, weight, params, bias, row variant)
+    let cases = [
+        (
+            [1, 6, 15, 13],
+            [6, 1, 7, 7],
+            dw(6, [1, 1], [3, 3], [1, 1]),
+            true,
+            true,
+        ),
+        (
+            [2, 4, 11, 10],
+            [4, 1, 3, 3],
+            dw(4, [2, 2], [1, 1], [1, 1]),
+            false,
+            true,
+        ),
+        (
+            [1, 3, 9, 17],
+            [6, 1, 5, 5],
+            dw(3, [1, 2], [2, 2], [1, 1]),
+            true,
+            true,
+        ),
+        (
+            [1, 5, 6, 9],
+            [5, 1, 1, 3],
+            dw(5, [2, 1], [0, 1], [1, 1]),
+            true,
+            true,
+        ),
+        (
+            [1, 64, 34, 34],
+            [64, 1, 3, 3],
+            dw(64, [1, 1], [1, 1], [1, 1]),
+            true,
+            true,
+        ),
+        (
+            [1, 4, 9, 9],
+            [4, 1, 3, 3],
+            dw(4, [1, 1], [2, 2], [2, 2]),
+            true,
+            false,
+        ),
+        (
+            [1, 2, 12, 12],
+            [2, 1, 9, 9],
+            dw(2, [1, 1], [4, 4], [1, 1]),
+            false,
+            false,
+        ),
+    ];
+    for (xs, ws, p, with_bias, row) in cases {
+        let x = rand_vec(&mut rng, numel(&xs));
+        let w = rand_vec(&mut rng, numel(&ws));
+        let b = rand_vec(&mut rng, ws[0]);
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &xs).unwrap();
+        let tw = g.constant_f32("w", &ws, &w).unwrap();
+        let tb = with_bias.then(|| g.constant_f32("b", &[ws[0]], &b).unwrap());
+        let y = g.conv2d(tx, tw, tb, p).unwrap();
+        let y = g.relu6(y).unwrap();
+        g.output(y).unwrap();
+        let os = g.shape(y).unwrap().to_vec();
+        let want: Vec<f32> = conv_ref(&x, &xs, &w, &ws, with_bias.then_some(b.as_slice()), &p, &os)
+            .into_iter()
+            .map(|v| v.clamp(0.0, 6.0))
+            .collect();
+        for gpu_layouts in [false, true] {
+            let options = BuildOptions {
+                gpu_layouts,
+                ..BuildOptions::default()
+            };
+            let what = format!("depthwise {xs:?} {ws:?} {p:?}, GPU layouts {gpu_layouts}");
+            let mut built = g.build_with(&dev, &options).unwrap();
+            let kernel = if row { "ConvDwRow" } else { "ConvDw" };
+            // The clamp is the kernel's own.
+            assert_eq!(built.kernels(), [kernel], "{what}");
+            let got = built
+                .execute(&[HostTensor::from_f32(xs.to_vec(), &x).unwrap()])
+                .unwrap()[0]
+                .to_f32()
+                .unwrap();
+            assert_close(&got, &want, 1e-4, &what);
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
 /// fp32 convolutions of one group and short sums (a first layer's 3 channels by a 3 x 3
 /// window) run as one dot product per output (`ConvDirect`) with their bias and fused clamp,
 /// under strides, padding and dilation; longer sums stay on the implicit GEMM.

@@ -425,10 +425,12 @@ impl Lowerer<'_> {
                     (o, true),
                 ];
                 if p.groups == cin && p.groups > 1 {
-                    let g = self.linear_groups(n as u64);
+                    let row = dw_row(n, ow, [kh, kw], p, self.cpu);
+                    let threads = n.div_ceil(ow) * ow.div_ceil(row.max(1));
+                    let g = self.linear_groups(threads as u64);
                     let (spec, act_lo, act_hi, bindings) = self.with_epilogue(bindings);
                     let push = push::ConvDwPush {
-                        total: n as u32,
+                        total: threads as u32,
                         c_in: cin as u32,
                         h: h as u32,
                         w: wd as u32,
@@ -447,7 +449,14 @@ impl Lowerer<'_> {
                         act_lo,
                         act_hi,
                     };
-                    self.push(Kernel::ConvDw, spec.to_vec(), bindings, &push, [g, 1, 1]);
+                    let (kernel, spec) = match row {
+                        0 => (Kernel::ConvDw, spec.to_vec()),
+                        _ => {
+                            let window = [kh as u32, kw as u32, p.stride[1] as u32, row as u32];
+                            (Kernel::ConvDwRow, [spec.as_slice(), &window].concat())
+                        }
+                    };
+                    self.push(kernel, spec, bindings, &push, [g, 1, 1]);
                 } else {
                     let pointwise = kh == 1 && kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
                     let m = cout / p.groups;
@@ -591,6 +600,40 @@ impl Lowerer<'_> {
     }
 }
 
+/// Environment variable for tuning the outputs of a row a thread of `conv_dw.comp`'s row
+/// variant computes: 1, 2 or 4 (`0`: the plain kernel, one output a thread).
+pub const ENV_CONV_DW_ROW: &str = "VKDELEGATE_CONV_DW_ROW";
+
+/// Threads below which a GPU's depthwise layer gives each thread fewer outputs of a row: a
+/// layer of few outputs needs its threads to hide their loads.
+const DW_FILL: usize = 32768;
+
+/// The outputs of a row each thread of a depthwise convolution of `outputs` outputs, rows
+/// `ow` wide, computes on `conv_dw.comp`'s row variant (windows of up to 7 x 7, no
+/// dilation, horizontal stride 1 or 2), or 0 for the plain kernel: 4 where that leaves at
+/// least [`DW_FILL`] threads (always on a CPU driver, whose lanes run in turn), else 2 where
+/// that does, else 1.
+fn dw_row(outputs: usize, ow: usize, window: [usize; 2], p: &Conv2d, cpu: bool) -> usize {
+    let fits = window.iter().all(|&k| (1..=7).contains(&k))
+        && p.dilation == [1, 1]
+        && (1..=2).contains(&p.stride[1]);
+    if !fits {
+        return 0;
+    }
+    if let Some(r) = std::env::var(ENV_CONV_DW_ROW)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        return if [0, 1, 2, 4].contains(&r) { r } else { 4 };
+    }
+    let threads = |r: usize| outputs.div_ceil(ow.max(1)) * ow.div_ceil(r);
+    match () {
+        _ if cpu || threads(4) >= DW_FILL => 4,
+        _ if threads(2) >= DW_FILL => 2,
+        _ => 1,
+    }
+}
+
 /// Output channels an invocation of `conv_pw.comp` computes.
 const PW_CHANNELS: usize = 4;
 
@@ -723,7 +766,31 @@ fn direct_conv(k: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{direct_conv, direct_pointwise, pw_lanes};
+    use super::{direct_conv, direct_pointwise, dw_row, pw_lanes};
+    use crate::graph::Conv2d;
+
+    #[test]
+    fn depthwise_threads_take_rows_of_outputs_while_enough_threads_remain() {
+        let p = Conv2d {
+            padding: [1, 1],
+            groups: 96,
+            ..Conv2d::default()
+        };
+        // MobileNetV2's 96 channels at 112 x 112, 3 x 3: four outputs a thread.
+        assert_eq!(dw_row(96 * 112 * 112, 112, [3, 3], &p, false), 4);
+        // 960 channels at 7 x 7: two a thread leave 960 * 7 * 4 threads, too few.
+        assert_eq!(dw_row(960 * 49, 7, [3, 3], &p, false), 1);
+        assert_eq!(dw_row(960 * 49, 7, [3, 3], &p, true), 4);
+        // 576 channels at 14 x 14: two.
+        assert_eq!(dw_row(576 * 14 * 14, 14, [3, 3], &p, false), 2);
+        // Dilated, or wider than 7: the plain kernel.
+        let dilated = Conv2d {
+            dilation: [2, 2],
+            ..p
+        };
+        assert_eq!(dw_row(96 * 112 * 112, 112, [3, 3], &dilated, false), 0);
+        assert_eq!(dw_row(96 * 112 * 112, 112, [9, 9], &p, false), 0);
+    }
 
     #[test]
     fn pointwise_layers_run_as_dot_products_up_to_a_depth_or_on_a_gpu_a_size() {
