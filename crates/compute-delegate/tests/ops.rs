@@ -642,7 +642,6 @@ fn depthwise_rows_share_their_loads() {
         padding,
         dilation,
         groups: c,
-        ..Conv2d::default()
     };
     // (input, weight, params, bias, row variant)
     let cases = [
