@@ -601,7 +601,9 @@ impl Lowerer<'_> {
 }
 
 /// Environment variable for tuning the outputs of a row a thread of `conv_dw.comp`'s row
-/// variant computes: 1, 2 or 4 (`0`: the plain kernel, one output a thread).
+/// variant computes: 1, 2 or 4, `auto` (as many as leave enough threads, [`dw_row_fill`]), or
+/// `0` (the plain kernel, one output a thread). Unset: 4 on a CPU driver, the plain kernel
+/// on a GPU.
 pub const ENV_CONV_DW_ROW: &str = "VKDELEGATE_CONV_DW_ROW";
 
 /// Threads below which a GPU's depthwise layer gives each thread fewer outputs of a row: a
@@ -610,9 +612,9 @@ const DW_FILL: usize = 32768;
 
 /// The outputs of a row each thread of a depthwise convolution of `outputs` outputs, rows
 /// `ow` wide, computes on `conv_dw.comp`'s row variant (windows of up to 7 x 7, no
-/// dilation, horizontal stride 1 or 2), or 0 for the plain kernel: 4 where that leaves at
-/// least [`DW_FILL`] threads (always on a CPU driver, whose lanes run in turn), else 2 where
-/// that does, else 1.
+/// dilation, horizontal stride 1 or 2), or 0 for the plain kernel. On a CPU driver 4, which
+/// took lavapipe's MobileNetV2 from 624-709 to 514-517 ms a run; on a GPU the plain kernel
+/// unless [`ENV_CONV_DW_ROW`] says otherwise, since the variant has not been timed on one.
 fn dw_row(outputs: usize, ow: usize, window: [usize; 2], p: &Conv2d, cpu: bool) -> usize {
     let fits = window.iter().all(|&k| (1..=7).contains(&k))
         && p.dilation == [1, 1]
@@ -620,12 +622,23 @@ fn dw_row(outputs: usize, ow: usize, window: [usize; 2], p: &Conv2d, cpu: bool) 
     if !fits {
         return 0;
     }
-    if let Some(r) = std::env::var(ENV_CONV_DW_ROW)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-    {
-        return if [0, 1, 2, 4].contains(&r) { r } else { 4 };
+    match std::env::var(ENV_CONV_DW_ROW).as_deref().map(str::trim) {
+        Ok("auto") => dw_row_fill(outputs, ow, cpu),
+        Ok(v) => match v.parse::<usize>() {
+            Ok(r) if [0, 1, 2, 4].contains(&r) => r,
+            _ => {
+                log::warn!("{ENV_CONV_DW_ROW}={v}: expected 0, 1, 2, 4 or `auto`");
+                if cpu { 4 } else { 0 }
+            }
+        },
+        Err(_) if cpu => 4,
+        Err(_) => 0,
     }
+}
+
+/// 4 outputs a thread where that leaves at least [`DW_FILL`] threads (always on a CPU
+/// driver, whose lanes run in turn), else 2 where that does, else 1.
+fn dw_row_fill(outputs: usize, ow: usize, cpu: bool) -> usize {
     let threads = |r: usize| outputs.div_ceil(ow.max(1)) * ow.div_ceil(r);
     match () {
         _ if cpu || threads(4) >= DW_FILL => 4,
@@ -766,30 +779,36 @@ fn direct_conv(k: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{direct_conv, direct_pointwise, dw_row, pw_lanes};
+    use super::{direct_conv, direct_pointwise, dw_row, dw_row_fill, pw_lanes};
     use crate::graph::Conv2d;
 
     #[test]
     fn depthwise_threads_take_rows_of_outputs_while_enough_threads_remain() {
+        // MobileNetV2's 96 channels at 112 x 112: four outputs a thread.
+        assert_eq!(dw_row_fill(96 * 112 * 112, 112, false), 4);
+        // 960 channels at 7 x 7: two a thread would leave 960 * 7 * 4 threads, too few.
+        assert_eq!(dw_row_fill(960 * 49, 7, false), 1);
+        assert_eq!(dw_row_fill(960 * 49, 7, true), 4);
+        // 576 channels at 14 x 14: two.
+        assert_eq!(dw_row_fill(576 * 14 * 14, 14, false), 2);
+    }
+
+    #[test]
+    fn depthwise_rows_on_a_cpu_driver_and_windows_that_fit() {
         let p = Conv2d {
             padding: [1, 1],
             groups: 96,
             ..Conv2d::default()
         };
-        // MobileNetV2's 96 channels at 112 x 112, 3 x 3: four outputs a thread.
-        assert_eq!(dw_row(96 * 112 * 112, 112, [3, 3], &p, false), 4);
-        // 960 channels at 7 x 7: two a thread leave 960 * 7 * 4 threads, too few.
-        assert_eq!(dw_row(960 * 49, 7, [3, 3], &p, false), 1);
-        assert_eq!(dw_row(960 * 49, 7, [3, 3], &p, true), 4);
-        // 576 channels at 14 x 14: two.
-        assert_eq!(dw_row(576 * 14 * 14, 14, [3, 3], &p, false), 2);
+        assert_eq!(dw_row(96 * 112 * 112, 112, [3, 3], &p, true), 4);
+        assert_eq!(dw_row(96 * 112 * 112, 112, [3, 3], &p, false), 0);
         // Dilated, or wider than 7: the plain kernel.
         let dilated = Conv2d {
             dilation: [2, 2],
             ..p
         };
-        assert_eq!(dw_row(96 * 112 * 112, 112, [3, 3], &dilated, false), 0);
-        assert_eq!(dw_row(96 * 112 * 112, 112, [9, 9], &p, false), 0);
+        assert_eq!(dw_row(96 * 112 * 112, 112, [3, 3], &dilated, true), 0);
+        assert_eq!(dw_row(96 * 112 * 112, 112, [9, 9], &p, true), 0);
     }
 
     #[test]
