@@ -10,6 +10,7 @@
 // loads are neighbours and their weight loads one address. No tiles, shared memory or
 // barriers: the tiled GEMM's patch arithmetic and tile loop cost more than such sums, and on
 // an NVIDIA H200 its pipeline took 240-420 ms to compile against this one's 50.
+// variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
 // Fused activation (`epilogue.glsl`'s codes), applied after the bias and the residual.

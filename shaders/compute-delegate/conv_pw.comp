@@ -15,6 +15,7 @@
 // neighbouring lanes share an invocation's sum (every SPLIT-th term each), added up in shared
 // memory, so that each lane's chain of loads is SPLIT times shorter.
 // variant: split -DSPLIT_K
+// variant: split_f16 -DSPLIT_K -DDTYPE_F16
 #extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
 layout(local_size_x = 256) in;

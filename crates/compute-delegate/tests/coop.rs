@@ -151,7 +151,8 @@ fn policy_off_keeps_the_plain_kernel() {
 
 /// fp16 conv2d (one group, bias, fused relu) against f64: through cooperative GEMMs where the
 /// device runs them (a patch matrix first unless 1x1; `implicit`: the cooperative implicit
-/// GEMM where the device runs it), the plain implicit GEMM elsewhere.
+/// GEMM where the device runs it); elsewhere as fp32 layers are, here the plain implicit GEMM
+/// or, pointwise, one dot product per output.
 fn run_conv(
     device: &Device,
     x_shape: [usize; 4],
@@ -176,7 +177,7 @@ fn run_conv(
         .then(|| cooperative_conv_kernel(device))
         .flatten()
         .or_else(|| cooperative_gemm_kernel(device))
-        .unwrap_or("Gemm_f16");
+        .unwrap_or(if k == 1 { "ConvPw_f16" } else { "Gemm_f16" });
     assert!(
         graph.kernels().iter().any(|kn| kn == want),
         "conv {x_shape:?} k{k}: kernels {:?}, expected {want}",

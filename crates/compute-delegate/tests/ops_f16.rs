@@ -449,6 +449,75 @@ fn f16_conv2d_general_pointwise_and_depthwise() {
     assert_no_validation_errors(&instance);
 }
 
+/// On a device without cooperative matrices, fp16 first layers and small pointwise layers run
+/// as fp32 ones do, one dot product per output (`ConvDirect_f16`, `ConvPw_f16`, and under a
+/// GPU's layouts lanes sharing the deep pointwise sums, `ConvPwSplit_f16`); with them, they
+/// take the cooperative GEMMs. Either way they match.
+#[test]
+fn f16_first_and_pointwise_layers_without_cooperative_matrices_are_dot_products() {
+    let test = "f16_first_and_pointwise_layers_without_cooperative_matrices_are_dot_products";
+    let Some((instance, dev)) = device(test) else {
+        return;
+    };
+    let cooperative = compute_delegate::cooperative_gemm_kernel(&dev).is_some();
+    let mut rng = SmallRng::seed_from_u64(26);
+    let first = Conv2d {
+        padding: [1, 1],
+        stride: [2, 2],
+        ..Conv2d::default()
+    };
+    // (input, weight, params, kernel on the device's layouts, on a GPU's)
+    let cases = [
+        (
+            [1, 3, 10, 11],
+            [8, 3, 3, 3],
+            first,
+            "ConvDirect_f16",
+            "ConvDirect_f16",
+        ),
+        (
+            [1, 64, 7, 7],
+            [20, 64, 1, 1],
+            Conv2d::default(),
+            "ConvPw_f16",
+            "ConvPwSplit_f16",
+        ),
+    ];
+    for (xs, ws, p, kernel, gpu_kernel) in cases {
+        let x = rand16(&mut rng, numel(&xs));
+        let w = rand16(&mut rng, numel(&ws));
+        let b = rand16(&mut rng, ws[0]);
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F16, &xs).unwrap();
+        let tw = g.constant_f16("w", &ws, &w).unwrap();
+        let tb = g.constant_f16("b", &[ws[0]], &b).unwrap();
+        let y = g.conv2d(tx, tw, Some(tb), p).unwrap();
+        let y = g.relu(y).unwrap();
+        g.output(y).unwrap();
+        let (want, _) = conv_ref(&x, xs, &w, ws, &b, &p, true);
+        let cpu = dev.capabilities().device_type == vk_core::DeviceType::Cpu;
+        for gpu_layouts in [false, true] {
+            let options = BuildOptions {
+                gpu_layouts,
+                ..BuildOptions::default()
+            };
+            let what = format!("conv {xs:?} {ws:?}, GPU layouts {gpu_layouts}");
+            let mut built = g.build_with(&dev, &options).unwrap();
+            if !cooperative {
+                let expected = if gpu_layouts || !cpu {
+                    gpu_kernel
+                } else {
+                    kernel
+                };
+                assert_eq!(built.kernels(), [expected], "{what}");
+            }
+            let got = to_f32(&built.execute(&[tensor16(&xs, &x)]).unwrap()[0]);
+            assert_close(&got, &want, TOL_GEMM, &what);
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
 fn matmul_ref(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
     let mut c = vec![0.0; m * n];
     for i in 0..m {

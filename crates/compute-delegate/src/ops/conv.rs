@@ -470,9 +470,11 @@ impl Lowerer<'_> {
                         params[..linear.len()].copy_from_slice(&linear);
                         return self.gemm(1, cout, k, 1, 0, params, bindings, out, act);
                     }
+                    // fp16 layers take the cooperative GEMMs where the device has them.
+                    let dot_products = xi.dtype == DType::F32 || self.coop.is_none();
                     if pointwise
                         && p.groups == 1
-                        && xi.dtype == DType::F32
+                        && dot_products
                         && direct_pointwise(m, nn, k, self.cpu)
                     {
                         let groups = m.div_ceil(PW_CHANNELS);
@@ -502,7 +504,7 @@ impl Lowerer<'_> {
                         );
                         return Ok(());
                     }
-                    if p.groups == 1 && xi.dtype == DType::F32 && !pointwise && direct_conv(k) {
+                    if p.groups == 1 && dot_products && !pointwise && direct_conv(k) {
                         let groups = m.div_ceil(PW_CHANNELS);
                         let total = nb * groups * oh * ow;
                         let ([act, resid], act_lo, act_hi, bindings) = self.with_epilogue(bindings);
@@ -685,8 +687,10 @@ const PW_LIMITS: PwLimits = PwLimits {
 /// was (its deep layers are larger); 2^23 helped less (RegNet not at all) and 2^27 no more.
 /// MobileNetV2 then needs no GEMM pipeline, whose compile bounded its cold load. On a CPU
 /// driver, which never splits, deeper layers keep the GEMM (MobileNetV2 a third slower on
-/// lavapipe without it). fp16 layers keep the cooperative GEMMs, which were faster on every
-/// fp16 network measured.
+/// lavapipe without it). fp16 layers keep the cooperative GEMMs where the device has them
+/// (faster on every fp16 network measured); without them they take the same kernels as fp32
+/// layers, this rule and [`direct_conv`]'s (on lavapipe the zoo's reduced mobilenet_v2 fp16
+/// then loaded in 92 ms instead of 334-441 and ran in 14 ms instead of 23-25).
 fn direct_pointwise(m: usize, pixels: usize, k: usize, cpu: bool) -> bool {
     let l = pw_limits();
     let outputs = m * pixels;
