@@ -1,9 +1,11 @@
 #version 450
 // kernel: ConvDw
 // kernel: ConvDwRow variant=row
+// kernel: ConvDirect variant=direct
 #extension GL_GOOGLE_include_directive : require
+// conv2d read window by window straight from memory, no tiles, shared memory or barriers.
 // Depthwise conv2d (groups == in channels, out channels == m * in channels), one thread per
-// output element, grid-stride. Weight layout [c_out, 1, kh, kw] as PyTorch.
+// output element, grid-stride. Weight layout [c_out, c_in / groups, kh, kw] as PyTorch.
 // variant: f16 -DDTYPE_F16
 // The row variant (DW_ROW) is for windows of up to 7 x 7 without dilation, horizontal stride
 // 1 or 2: a thread computes R neighbouring outputs of a row, loading each row of their
@@ -11,6 +13,15 @@
 // and stride baked in as specialization constants so that every loop unrolls.
 // variant: row -DDW_ROW
 // variant: row_f16 -DDW_ROW -DDTYPE_F16
+// The direct variant (DIRECT) is for convolutions of one group whose sums are short (a
+// network's first layer: 3 input channels by a 3 x 3 window, 27 terms): an invocation
+// computes MT output channels of one pixel, so each x it loads serves MT sums; the
+// invocations of a subgroup take neighbouring pixels of the same channels, so their x loads
+// are neighbours and their weight loads one address. The tiled GEMM's patch arithmetic and
+// tile loop cost more than such sums, and on an NVIDIA H200 its pipeline took 240-420 ms to
+// compile against this one's 50. `pc.total` counts invocations.
+// variant: direct -DDIRECT
+// variant: direct_f16 -DDIRECT -DDTYPE_F16
 #extension GL_EXT_control_flow_attributes : require
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -49,7 +60,58 @@ layout(push_constant) uniform Params {
 
 #include "epilogue.glsl"
 
-#ifdef DW_ROW
+#ifdef DIRECT
+// Output channels an invocation computes (1 to MAX_MT).
+layout(constant_id = 2) const uint MT = 4;
+const uint MAX_MT = 8;
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    uint groups = (pc.c_out + MT - 1) / MT;
+    uint pixels = pc.oh * pc.ow;
+    uint window = pc.kh * pc.kw;
+    uint k = pc.c_in * window;
+    for (uint i = gl_GlobalInvocationID.x; i < pc.total; i += stride) {
+        uint px = i % pixels;
+        uint t = i / pixels;
+        uint m0 = (t % groups) * MT;
+        uint n = t / groups;
+        int y0 = int((px / pc.ow) * pc.sh) - int(pc.ph);
+        int x0 = int((px % pc.ow) * pc.sw) - int(pc.pw);
+        ACC acc[MAX_MT];
+        [[unroll]] for (uint j = 0; j < MT; ++j) {
+            // Channels past the last compute the last one again and are not stored.
+            uint mm = min(m0 + j, pc.c_out - 1);
+            acc[j] = pc.has_bias == 1 ? float(bias[mm]) : 0.0;
+        }
+        for (uint c = 0; c < pc.c_in; ++c) {
+            uint xb = (n * pc.c_in + c) * pc.h * pc.w;
+            for (uint ky = 0; ky < pc.kh; ++ky) {
+                int yy = y0 + int(ky * pc.dh);
+                if (yy < 0 || yy >= int(pc.h)) continue;
+                for (uint kx = 0; kx < pc.kw; ++kx) {
+                    int xx = x0 + int(kx * pc.dw);
+                    if (xx < 0 || xx >= int(pc.w)) continue;
+                    float xv = float(x[xb + uint(yy) * pc.w + uint(xx)]);
+                    uint kk = c * window + ky * pc.kw + kx;
+                    [[unroll]] for (uint j = 0; j < MT; ++j) {
+                        uint mm = min(m0 + j, pc.c_out - 1);
+                        acc[j] += float(wt[mm * k + kk]) * xv;
+                    }
+                }
+            }
+        }
+        [[unroll]] for (uint j = 0; j < MT; ++j) {
+            if (m0 + j < pc.c_out) {
+                uint at = (n * pc.c_out + m0 + j) * pixels + px;
+                ACC a = acc[j];
+                if (RESID != 0) a = combine(a, float(resid[at]));
+                y[at] = T(activate(a));
+            }
+        }
+    }
+}
+#elif defined(DW_ROW)
 // The window's height and width (1 to MAX_WIN), the horizontal stride (1 or 2) and the
 // outputs a thread computes (1 to MAX_R); `pc.total` counts threads.
 layout(constant_id = 2) const uint KH = 3;

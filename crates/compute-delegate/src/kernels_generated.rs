@@ -32,12 +32,12 @@ pub(crate) enum Kernel {
     Cast,
     /// `conv_coop2.comp`.
     ConvCoop2,
-    /// `conv_direct.comp`.
-    ConvDirect,
     /// `conv_dw.comp`.
     ConvDw,
     /// `conv_dw.comp`, variant `row`.
     ConvDwRow,
+    /// `conv_dw.comp`, variant `direct`.
+    ConvDirect,
     /// `conv_pack.comp`.
     ConvPack,
     /// `conv_pw.comp`.
@@ -160,9 +160,9 @@ impl Kernel {
         Kernel::CacheWrite,
         Kernel::Cast,
         Kernel::ConvCoop2,
-        Kernel::ConvDirect,
         Kernel::ConvDw,
         Kernel::ConvDwRow,
+        Kernel::ConvDirect,
         Kernel::ConvPack,
         Kernel::ConvPw,
         Kernel::ConvPwSplit,
@@ -233,9 +233,9 @@ impl Kernel {
             Kernel::CacheWrite => include_bytes!("../spirv/cache_write.spv"),
             Kernel::Cast => include_bytes!("../spirv/cast.spv"),
             Kernel::ConvCoop2 => include_bytes!("../spirv/conv_coop2.spv"),
-            Kernel::ConvDirect => include_bytes!("../spirv/conv_direct.spv"),
             Kernel::ConvDw => include_bytes!("../spirv/conv_dw.spv"),
             Kernel::ConvDwRow => include_bytes!("../spirv/conv_dw_row.spv"),
+            Kernel::ConvDirect => include_bytes!("../spirv/conv_dw_direct.spv"),
             Kernel::ConvPack => include_bytes!("../spirv/conv_pack.spv"),
             Kernel::ConvPw => include_bytes!("../spirv/conv_pw.spv"),
             Kernel::ConvPwSplit => include_bytes!("../spirv/conv_pw_split.spv"),
@@ -308,9 +308,9 @@ impl Kernel {
             Kernel::CacheWrite => Some(include_bytes!("../spirv/cache_write_f16.spv")),
             Kernel::Cast => None,
             Kernel::ConvCoop2 => Some(include_bytes!("../spirv/conv_coop2.spv")),
-            Kernel::ConvDirect => Some(include_bytes!("../spirv/conv_direct_f16.spv")),
             Kernel::ConvDw => Some(include_bytes!("../spirv/conv_dw_f16.spv")),
             Kernel::ConvDwRow => Some(include_bytes!("../spirv/conv_dw_row_f16.spv")),
+            Kernel::ConvDirect => Some(include_bytes!("../spirv/conv_dw_direct_f16.spv")),
             Kernel::ConvPack => Some(include_bytes!("../spirv/conv_pack.spv")),
             Kernel::ConvPw => Some(include_bytes!("../spirv/conv_pw_f16.spv")),
             Kernel::ConvPwSplit => Some(include_bytes!("../spirv/conv_pw_split_f16.spv")),
@@ -382,9 +382,9 @@ impl Kernel {
             Kernel::CacheWrite => 3,
             Kernel::Cast => 2,
             Kernel::ConvCoop2 => 5,
-            Kernel::ConvDirect => 5,
             Kernel::ConvDw => 5,
             Kernel::ConvDwRow => 5,
+            Kernel::ConvDirect => 5,
             Kernel::ConvPack => 4,
             Kernel::ConvPw => 5,
             Kernel::ConvPwSplit => 5,
@@ -728,35 +728,6 @@ pub(crate) mod push {
     const _: () = assert!(
         std::mem::size_of::<ConvCoop2Push>() as u32 <= super::super::PUSH_BYTES,
         "conv_coop2.comp's push constants exceed the pipeline layouts' range"
-    );
-
-    /// `conv_direct.comp`'s push constants.
-    #[repr(C)]
-    #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::NoUninit)]
-    pub(crate) struct ConvDirectPush {
-        pub total: u32,
-        pub m: u32,
-        pub c_in: u32,
-        pub h: u32,
-        pub w: u32,
-        pub oh: u32,
-        pub ow: u32,
-        pub kh: u32,
-        pub kw: u32,
-        pub sh: u32,
-        pub sw: u32,
-        pub ph: u32,
-        pub pw: u32,
-        pub dh: u32,
-        pub dw: u32,
-        pub has_bias: u32,
-        pub act_lo: f32,
-        pub act_hi: f32,
-    }
-
-    const _: () = assert!(
-        std::mem::size_of::<ConvDirectPush>() as u32 <= super::super::PUSH_BYTES,
-        "conv_direct.comp's push constants exceed the pipeline layouts' range"
     );
 
     /// `conv_dw.comp`'s push constants.

@@ -429,26 +429,8 @@ impl Lowerer<'_> {
                     let threads = n.div_ceil(ow) * ow.div_ceil(row.max(1));
                     let g = self.linear_groups(threads as u64);
                     let (spec, act_lo, act_hi, bindings) = self.with_epilogue(bindings);
-                    let push = push::ConvDwPush {
-                        total: threads as u32,
-                        c_in: cin as u32,
-                        h: h as u32,
-                        w: wd as u32,
-                        c_out: cout as u32,
-                        oh: oh as u32,
-                        ow: ow as u32,
-                        kh: kh as u32,
-                        kw: kw as u32,
-                        sh: p.stride[0] as u32,
-                        sw: p.stride[1] as u32,
-                        ph: p.padding[0] as u32,
-                        pw: p.padding[1] as u32,
-                        dh: p.dilation[0] as u32,
-                        dw: p.dilation[1] as u32,
-                        has_bias: has_bias as u32,
-                        act_lo,
-                        act_hi,
-                    };
+                    let dims = [cin, h, wd, cout, oh, ow, kh, kw];
+                    let push = window_push(threads, dims, p, has_bias, [act_lo, act_hi]);
                     let (kernel, spec) = match row {
                         0 => (Kernel::ConvDw, spec.to_vec()),
                         _ => {
@@ -509,27 +491,9 @@ impl Lowerer<'_> {
                         let total = nb * groups * oh * ow;
                         let ([act, resid], act_lo, act_hi, bindings) = self.with_epilogue(bindings);
                         let g = self.linear_groups(total as u64);
-                        let push = push::ConvDirectPush {
-                            total: total as u32,
-                            m: m as u32,
-                            c_in: cin as u32,
-                            h: h as u32,
-                            w: wd as u32,
-                            oh: oh as u32,
-                            ow: ow as u32,
-                            kh: kh as u32,
-                            kw: kw as u32,
-                            sh: p.stride[0] as u32,
-                            sw: p.stride[1] as u32,
-                            ph: p.padding[0] as u32,
-                            pw: p.padding[1] as u32,
-                            dh: p.dilation[0] as u32,
-                            dw: p.dilation[1] as u32,
-                            has_bias: has_bias as u32,
-                            act_lo,
-                            act_hi,
-                        };
-                        let spec = vec![act, PW_CHANNELS as u32, resid];
+                        let dims = [cin, h, wd, cout, oh, ow, kh, kw];
+                        let push = window_push(total, dims, p, has_bias, [act_lo, act_hi]);
+                        let spec = vec![act, resid, PW_CHANNELS as u32];
                         self.push(Kernel::ConvDirect, spec, bindings, &push, [g, 1, 1]);
                         return Ok(());
                     }
@@ -583,6 +547,38 @@ impl Lowerer<'_> {
             _ => return Err(self.not_in_family()),
         }
         Ok(())
+    }
+}
+
+/// `conv_dw.comp`'s push constants (every variant's): `total` threads, the layer's
+/// `[c_in, h, w, c_out, oh, ow, kh, kw]`, its stride, padding and dilation, and the clamp.
+fn window_push(
+    total: usize,
+    dims: [usize; 8],
+    p: &Conv2d,
+    has_bias: usize,
+    [act_lo, act_hi]: [f32; 2],
+) -> push::ConvDwPush {
+    let [c_in, h, w, c_out, oh, ow, kh, kw] = dims.map(|d| d as u32);
+    push::ConvDwPush {
+        total: total as u32,
+        c_in,
+        h,
+        w,
+        c_out,
+        oh,
+        ow,
+        kh,
+        kw,
+        sh: p.stride[0] as u32,
+        sw: p.stride[1] as u32,
+        ph: p.padding[0] as u32,
+        pw: p.padding[1] as u32,
+        dh: p.dilation[0] as u32,
+        dw: p.dilation[1] as u32,
+        has_bias: has_bias as u32,
+        act_lo,
+        act_hi,
     }
 }
 
@@ -764,7 +760,7 @@ fn pw_lanes(total: usize, k: usize, cpu: bool) -> usize {
 }
 
 /// Environment variable for the deepest sum of an fp32 convolution of one group that
-/// `conv_direct.comp` computes (0: none).
+/// `conv_dw.comp`'s direct variant computes (0: none).
 pub const ENV_CONV_DIRECT: &str = "VKDELEGATE_CONV_DIRECT";
 
 /// The default of [`ENV_CONV_DIRECT`]: a first layer's 3 channels by a 3 x 3 window (27
@@ -772,7 +768,7 @@ pub const ENV_CONV_DIRECT: &str = "VKDELEGATE_CONV_DIRECT";
 const DIRECT_MAX_K: usize = 32;
 
 /// Whether an fp32 convolution of one group with sums of `k` terms (not pointwise) runs as one
-/// dot product per output (`conv_direct.comp`).
+/// dot product per output (`conv_dw.comp`'s direct variant).
 fn direct_conv(k: usize) -> bool {
     let most = std::env::var(ENV_CONV_DIRECT)
         .ok()
