@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use vk_core::pipeline_cache::header_matches;
 use vk_core::{
     Buffer, BufferSlice, Device, DeviceTensor, HostIo, HostPath, HostTransfer, MemoryLocation,
     Submission, TensorSpec, Timestamps, VkResultExt, vk,
@@ -13,9 +12,9 @@ use vk_core::{
 use crate::constants::Pooled;
 use crate::error::{Error, Result};
 use crate::graph::{GraphBuilder, Storage, StorageKind, TensorId};
-use crate::kernels::{PUSH_BYTES, Shader};
 use crate::lower::{Dispatch, Plan, lower_placed};
 use crate::options::BuildOptions;
+use crate::pipelines::Layout;
 use crate::placement::{Placement, root_in};
 use crate::runtime::{
     Graph, Io, MemoryReport, Objects, Recorded, check_binding, cmd, internal, staging_buffer,
@@ -191,7 +190,7 @@ impl GraphBuilder {
             &mem,
         )?;
         let mut objects = Objects::new(device);
-        let pipelines = create_pipelines(&mut objects, &plan, options)?;
+        let pipelines = crate::pipelines::create_pipelines(&mut objects, &plan, options)?;
         let sets = allocate_sets(&mut objects, &plan, &pipelines)?;
 
         let buffer_of = |s: usize| mem.slot_of[s].unwrap_or(usize::MAX);
@@ -203,7 +202,7 @@ impl GraphBuilder {
             .zip(sets)
             .zip(&barrier_flags)
             .map(
-                |(((x, (pipeline, layout)), set), &barrier_before)| Recorded {
+                |(((x, (pipeline, (_, layout))), set), &barrier_before)| Recorded {
                     op: x.op,
                     kernel: x.kernel,
                     pipeline,
@@ -880,248 +879,12 @@ pub(crate) fn upload(
     Ok(())
 }
 
-/// Creates the shader modules, layouts and pipelines (one batch, through the pipeline cache)
-/// and returns each dispatch's pipeline and layout.
-fn create_pipelines(
-    objects: &mut Objects,
-    plan: &Plan,
-    options: &BuildOptions,
-) -> Result<Vec<(vk::Pipeline, vk::PipelineLayout)>> {
-    let device = objects.device.clone();
-    let caps = device.capabilities();
-    let d = device.raw();
-    let mut kernels: Vec<Shader> = plan.dispatches.iter().map(|x| x.kernel).collect();
-    kernels.sort();
-    kernels.dedup();
-    let mut module_of: BTreeMap<Shader, vk::ShaderModule> = BTreeMap::new();
-    for k in &kernels {
-        let code = k.words()?;
-        // SAFETY: valid SPIR-V compiled by the xtask.
-        let m = unsafe {
-            d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
-        }
-        .vk("vkCreateShaderModule")?;
-        objects.modules.push(m);
-        module_of.insert(*k, m);
-    }
-    for k in &kernels {
-        layout_for(objects, k.kernel.bindings())?;
-    }
-    // Data the caller gave, else the disk cache's.
-    let file = match options.pipeline_cache {
-        Some(_) => None,
-        None => options
-            .disk_cache
-            .file(caps, crate::kernels::shader_set_hash()),
-    };
-    let disk = file
-        .as_ref()
-        .map(vk_core::CacheFile::load)
-        .unwrap_or_default();
-    let uuid = &caps.pipeline_cache_uuid;
-    let initial = match options.pipeline_cache.as_deref() {
-        Some(data) if header_matches(data, caps.vendor_id, caps.device_id, uuid) => data,
-        Some(data) if !data.is_empty() => {
-            log::warn!(
-                "compute graph: ignoring pipeline-cache data made for another device or driver"
-            );
-            &[]
-        }
-        Some(_) => &[],
-        None => &disk[..],
-    };
-    // SAFETY: valid create info; the driver ignores incompatible initial data.
-    objects.cache = unsafe {
-        d.create_pipeline_cache(
-            &vk::PipelineCacheCreateInfo::default().initial_data(initial),
-            None,
-        )
-    }
-    .vk("vkCreatePipelineCache")?;
-    // The precision is part of the key (`Shader`): an f16 pipeline is another module.
-    let mut keys: Vec<(Shader, Vec<u32>)> = plan
-        .dispatches
-        .iter()
-        .map(|x| (x.kernel, x.spec.clone()))
-        .collect();
-    keys.sort();
-    keys.dedup();
-    log::debug!(
-        "compute graph: {} pipelines for {} dispatches",
-        keys.len(),
-        plan.dispatches.len()
-    );
-    let entries: Vec<Vec<vk::SpecializationMapEntry>> = keys
-        .iter()
-        .map(|(_, spec)| {
-            (0..spec.len() as u32)
-                .map(|i| {
-                    vk::SpecializationMapEntry::default()
-                        .constant_id(i)
-                        .offset(i * 4)
-                        .size(4)
-                })
-                .collect()
-        })
-        .collect();
-    let data: Vec<Vec<u8>> = keys
-        .iter()
-        .map(|(_, spec)| spec.iter().flat_map(|v| v.to_ne_bytes()).collect())
-        .collect();
-    let spec_infos: Vec<vk::SpecializationInfo<'_>> = entries
-        .iter()
-        .zip(&data)
-        .map(|(e, d)| vk::SpecializationInfo::default().map_entries(e).data(d))
-        .collect();
-    let layout_of = |k: &Shader| objects.layout_of[&k.kernel.bindings()];
-    let capture = vk_core::pipeline_stats::capture_flags(&objects.device);
-    let infos: Vec<vk::ComputePipelineCreateInfo<'_>> = keys
-        .iter()
-        .zip(&spec_infos)
-        .map(|((k, _), spec)| {
-            let stage = vk::PipelineShaderStageCreateInfo::default()
-                .stage(vk::ShaderStageFlags::COMPUTE)
-                .module(module_of[k])
-                .name(c"main")
-                .specialization_info(spec);
-            vk::ComputePipelineCreateInfo::default()
-                .flags(capture)
-                .stage(stage)
-                .layout(layout_of(k).1)
-        })
-        .collect();
-    // SAFETY: create infos reference live modules, layouts and specialization data.
-    let (pipelines, took) = unsafe { create_in_parallel(d, objects.cache, &infos) }
-        .map_err(|e| vk_core::VkError::new("vkCreateComputePipelines", e))?;
-    if log::log_enabled!(log::Level::Debug) {
-        let mut slowest: Vec<_> = keys.iter().zip(&took).collect();
-        slowest.sort_by_key(|(_, t)| std::cmp::Reverse(**t));
-        for ((k, spec), t) in slowest.into_iter().take(8) {
-            log::debug!("pipeline {k} {spec:?}: {:.1} ms", t.as_secs_f64() * 1e3);
-        }
-    }
-    objects.pipelines = pipelines.clone();
-    if let Some(file) = &file {
-        store_cache(d, objects.cache, file, &disk);
-    }
-    if !capture.is_empty() {
-        for ((k, spec), &p) in keys.iter().zip(&pipelines) {
-            // SAFETY: `p` was just created on this device.
-            unsafe {
-                vk_core::pipeline_stats::log_statistics(
-                    &objects.device,
-                    p,
-                    &format!("{k} {spec:?}"),
-                )
-            };
-        }
-    }
-    let pipeline_of: BTreeMap<(Shader, Vec<u32>), vk::Pipeline> =
-        keys.into_iter().zip(pipelines).collect();
-    Ok(plan
-        .dispatches
-        .iter()
-        .map(|x| {
-            (
-                pipeline_of[&(x.kernel, x.spec.clone())],
-                objects.layout_of[&x.kernel.kernel.bindings()].1,
-            )
-        })
-        .collect())
-}
-
-/// Creates one pipeline per create info, one `vkCreateComputePipelines` call each, on up to
-/// 16 threads (`each_on_threads`): drivers compile the pipelines of one call one after
-/// another, and a cooperative-matrix pipeline takes seconds on some (about 3 s each on an
-/// NVIDIA H200 with an empty driver cache). The pipeline cache is internally synchronized.
-/// Returns the pipelines with the time each took. On failure every pipeline made is destroyed
-/// and the first error returned.
-///
-/// # Safety
-/// Every info must be valid for `vkCreateComputePipelines` on `d`, with `cache`.
-unsafe fn create_in_parallel(
-    d: &ash::Device,
-    cache: vk::PipelineCache,
-    infos: &[vk::ComputePipelineCreateInfo<'_>],
-) -> std::result::Result<(Vec<vk::Pipeline>, Vec<std::time::Duration>), vk::Result> {
-    /// The infos, shared read-only by the creating threads.
-    struct Shared<'a, 'b>(&'a [vk::ComputePipelineCreateInfo<'b>]);
-    // SAFETY: the infos and the modules, layouts and specialization data they point to are
-    // only read, and outlive the scoped threads; Vulkan allows creating pipelines on one
-    // device from several threads at once.
-    unsafe impl Sync for Shared<'_, '_> {}
-    let shared = Shared(infos);
-    let results = crate::threads::each_on_threads(infos.len(), |i| {
-        let shared = &shared;
-        let t = std::time::Instant::now();
-        // SAFETY: the caller's contract for this info.
-        let r = unsafe { d.create_compute_pipelines(cache, &shared.0[i..=i], None) };
-        r.map(|p| (p[0], t.elapsed())).map_err(|(_, e)| e)
-    });
-    let failed = results.iter().flatten().find_map(|r| r.err());
-    let complete = results.iter().all(Option::is_some);
-    let made = results.into_iter().flatten().filter_map(|r| r.ok());
-    if failed.is_none() && complete {
-        return Ok(made.unzip());
-    }
-    for (p, _) in made {
-        // SAFETY: made above, never used.
-        unsafe { d.destroy_pipeline(p, None) };
-    }
-    Err(failed.unwrap_or(vk::Result::ERROR_UNKNOWN))
-}
-
-/// The set layout and pipeline layout for kernels with `n` storage-buffer bindings (made once
-/// per binding count).
-fn layout_for(objects: &mut Objects, n: usize) -> Result<()> {
-    if objects.layout_of.contains_key(&n) {
-        return Ok(());
-    }
-    let d = objects.device.raw();
-    let bindings: Vec<_> = (0..n as u32)
-        .map(|b| {
-            vk::DescriptorSetLayoutBinding::default()
-                .binding(b)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(1)
-                .stage_flags(vk::ShaderStageFlags::COMPUTE)
-        })
-        .collect();
-    // SAFETY: valid create info.
-    let sl = unsafe {
-        d.create_descriptor_set_layout(
-            &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-            None,
-        )
-    }
-    .vk("vkCreateDescriptorSetLayout")?;
-    objects.set_layouts.push(sl);
-    let push_size = PUSH_BYTES.min(objects.device.capabilities().limits.max_push_constants_size);
-    let push = [vk::PushConstantRange::default()
-        .stage_flags(vk::ShaderStageFlags::COMPUTE)
-        .size(push_size)];
-    let sls = [sl];
-    // SAFETY: valid create info referencing a live set layout.
-    let pl = unsafe {
-        d.create_pipeline_layout(
-            &vk::PipelineLayoutCreateInfo::default()
-                .set_layouts(&sls)
-                .push_constant_ranges(&push),
-            None,
-        )
-    }
-    .vk("vkCreatePipelineLayout")?;
-    objects.layouts.push(pl);
-    objects.layout_of.insert(n, (sl, pl));
-    Ok(())
-}
-
 /// One descriptor set per dispatch, from a pool sized for exactly them (written later, by
 /// [`Graph::write_descriptors`]).
 fn allocate_sets(
     objects: &mut Objects,
     plan: &Plan,
-    pipelines: &[(vk::Pipeline, vk::PipelineLayout)],
+    pipelines: &[(vk::Pipeline, Layout)],
 ) -> Result<Vec<vk::DescriptorSet>> {
     debug_assert_eq!(pipelines.len(), plan.dispatches.len());
     let d = objects.device.raw().clone();
@@ -1143,11 +906,8 @@ fn allocate_sets(
         )
     }
     .vk("vkCreateDescriptorPool")?;
-    let set_layouts: Vec<vk::DescriptorSetLayout> = plan
-        .dispatches
-        .iter()
-        .map(|x| objects.layout_of[&x.kernel.kernel.bindings()].0)
-        .collect();
+    let set_layouts: Vec<vk::DescriptorSetLayout> =
+        pipelines.iter().map(|(_, (set, _))| *set).collect();
     if set_layouts.is_empty() {
         return Ok(Vec::new());
     }
@@ -1188,38 +948,6 @@ fn subgroup_arithmetic(device: &Device) -> bool {
         && (min == 0 || min >= 4)
 }
 
-/// Writes `cache`'s data to `file` when the build added pipelines to what the file held
-/// (`loaded`), merged with what another build wrote there meanwhile.
-fn store_cache(
-    d: &ash::Device,
-    cache: vk::PipelineCache,
-    file: &vk_core::CacheFile,
-    loaded: &[u8],
-) {
-    // SAFETY: `cache` is a live pipeline cache of `d`.
-    let Ok(mut data) = (unsafe { d.get_pipeline_cache_data(cache) }) else {
-        return;
-    };
-    if data.len() <= loaded.len() {
-        return;
-    }
-    let now = file.load();
-    if !now.is_empty() && now != loaded {
-        // SAFETY: `now` passed the header check for this device; the temporary cache is
-        // merged into `cache` (no other thread uses either now) and destroyed.
-        unsafe {
-            let info = vk::PipelineCacheCreateInfo::default().initial_data(&now);
-            if let Ok(other) = d.create_pipeline_cache(&info, None) {
-                let merged = d.merge_pipeline_caches(cache, &[other]);
-                d.destroy_pipeline_cache(other, None);
-                if merged.is_ok() {
-                    data = d.get_pipeline_cache_data(cache).unwrap_or(data);
-                }
-            }
-        }
-    }
-    file.store(&data);
-}
 #[cfg(test)]
 mod tests {
     use super::*;

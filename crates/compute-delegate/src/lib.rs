@@ -98,6 +98,7 @@ mod fusion;
 mod options;
 mod packed;
 mod passes;
+mod pipelines;
 mod placement;
 mod runtime;
 mod threads;

@@ -1,7 +1,6 @@
 //! The executable graph: its buffers, pipelines, descriptor sets and recorded command buffers;
 //! host execution, the device-side API and profiling. `build.rs` makes it.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -110,29 +109,26 @@ impl Io {
 }
 
 /// Vulkan objects of a graph other than memory and command buffers, destroyed in `Drop`.
+/// Its pipelines and layouts are the device's (`crate::pipelines`), except the pipelines of a
+/// build given pipeline-cache data.
 pub(crate) struct Objects {
     pub device: Device,
-    pub modules: Vec<vk::ShaderModule>,
-    pub set_layouts: Vec<vk::DescriptorSetLayout>,
-    pub layouts: Vec<vk::PipelineLayout>,
+    /// Pipelines of this graph alone.
     pub pipelines: Vec<vk::Pipeline>,
+    /// How many pipelines the build compiled (the others were the device's already).
+    pub compiled: usize,
     pub cache: vk::PipelineCache,
     pub descriptor_pool: vk::DescriptorPool,
-    /// Set layout and pipeline layout per binding count.
-    pub layout_of: BTreeMap<usize, (vk::DescriptorSetLayout, vk::PipelineLayout)>,
 }
 
 impl Objects {
     pub fn new(device: &Device) -> Self {
         Objects {
             device: device.clone(),
-            modules: Vec::new(),
-            set_layouts: Vec::new(),
-            layouts: Vec::new(),
             pipelines: Vec::new(),
+            compiled: 0,
             cache: vk::PipelineCache::null(),
             descriptor_pool: vk::DescriptorPool::null(),
-            layout_of: BTreeMap::new(),
         }
     }
 }
@@ -149,15 +145,6 @@ impl Drop for Objects {
                 d.destroy_pipeline(p, None);
             }
             d.destroy_pipeline_cache(self.cache, None);
-            for l in self.layouts.drain(..) {
-                d.destroy_pipeline_layout(l, None);
-            }
-            for l in self.set_layouts.drain(..) {
-                d.destroy_descriptor_set_layout(l, None);
-            }
-            for m in self.modules.drain(..) {
-                d.destroy_shader_module(m, None);
-            }
         }
     }
 }
@@ -776,7 +763,16 @@ impl Graph {
         self.last_device_time
     }
 
-    /// The pipeline cache's data, to pass to [`crate::BuildOptions::pipeline_cache`] next time.
+    /// How many pipelines building this graph compiled. Graphs built on one device share its
+    /// pipelines, so a graph whose kernels and specializations an earlier graph on the device
+    /// already used compiles none; a build given [`crate::BuildOptions::pipeline_cache`] data
+    /// compiles all of its own.
+    pub fn compiled_pipelines(&self) -> usize {
+        self.objects.compiled
+    }
+
+    /// The pipeline cache's data, to pass to [`crate::BuildOptions::pipeline_cache`] next time:
+    /// what the disk cache or the caller gave, and the pipelines this build compiled.
     pub fn pipeline_cache_data(&self) -> Result<Vec<u8>> {
         // SAFETY: the cache is live.
         let data = unsafe {

@@ -299,6 +299,58 @@ fn pipeline_cache_round_trips() {
     assert_no_validation_errors(&instance);
 }
 
+/// Graphs built on one device share its pipelines: a second build of a graph compiles none, a
+/// graph with one new kernel compiles that one, both run, and a build given pipeline-cache
+/// data compiles its own (the data it hands back must hold them).
+#[test]
+fn graphs_on_one_device_share_pipelines() {
+    let Some((instance, dev)) = device("graphs_on_one_device_share_pipelines") else {
+        return;
+    };
+    let graph = |sigmoid: bool| {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, &[2, 8]).unwrap();
+        let mut y = g.softmax(x, -1).unwrap();
+        if sigmoid {
+            y = g.sigmoid(y).unwrap();
+        }
+        g.output(y).unwrap();
+        g
+    };
+    let off = BuildOptions {
+        disk_cache: vk_core::DiskCache::Off,
+        ..BuildOptions::default()
+    };
+    let first = graph(false).build_with(&dev, &off).unwrap();
+    let all = first.compiled_pipelines();
+    assert!(all >= 1, "the first graph compiles its pipelines");
+    let mut again = graph(false).build_with(&dev, &off).unwrap();
+    assert_eq!(again.compiled_pipelines(), 0, "the same graph again");
+    let mut more = graph(true).build_with(&dev, &off).unwrap();
+    assert_eq!(more.compiled_pipelines(), 1, "only the sigmoid is new");
+    let own = BuildOptions {
+        pipeline_cache: Some(Vec::new()),
+        ..BuildOptions::default()
+    };
+    let mut mine = graph(false).build_with(&dev, &own).unwrap();
+    assert_eq!(
+        mine.compiled_pipelines(),
+        all,
+        "given cache data, a build keeps its own"
+    );
+    drop(first);
+    let x = HostTensor::from_f32(vec![2, 8], &[0.0; 16]).unwrap();
+    let sig = 1.0 / (1.0 + (-0.125f32).exp());
+    for (g, want) in [(&mut again, 0.125), (&mut mine, 0.125), (&mut more, sig)] {
+        let out = g.execute(std::slice::from_ref(&x)).unwrap();
+        for v in out[0].to_f32().unwrap() {
+            assert!((v - want).abs() < 1e-6, "{v} vs {want}");
+        }
+    }
+    drop((again, more, mine));
+    assert_no_validation_errors(&instance);
+}
+
 /// The disk cache: the first build writes the device's file, a second build of the same
 /// graph finds every pipeline there and leaves the file as it was, a build with new pipelines
 /// adds them, a damaged file is a cold cache, and `DiskCache::Off` writes nothing.

@@ -63,6 +63,12 @@ type Memo = std::collections::HashMap<
 
 impl Drop for DeviceShared {
     fn drop(&mut self) {
+        // Memo values may own handles of this device (never the `Device` itself): they go
+        // first, while the device is alive.
+        self.memo
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         // Every buffer holds a `Device`, so none is left: the allocator goes before the device.
         drop(self.allocator.take());
         match &mut self.ownership {
@@ -318,7 +324,9 @@ impl Device {
     /// A value computed once per device and kept for its lifetime (for example the outcome of
     /// a kernel's self-check on this device). `make` runs without any lock held, so it may
     /// use the device (and `memo`) itself; when two threads race, the first stored value wins
-    /// and both get it. The value must not hold this `Device` (that would keep it alive).
+    /// and both get it. The value must not hold this `Device` (that would keep it alive); it
+    /// may own handles of the device through its `ash::Device` table: values are dropped
+    /// before the device is destroyed (or handed back to its owner).
     pub fn memo<T: Send + Sync + 'static>(
         &self,
         key: &'static str,
