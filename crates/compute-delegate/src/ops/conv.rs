@@ -453,7 +453,8 @@ impl Lowerer<'_> {
                         return self.gemm(1, cout, k, 1, 0, params, bindings, out, act);
                     }
                     // fp16 layers take the cooperative GEMMs where the device has them.
-                    let dot_products = xi.dtype == DType::F32 || self.coop.is_none();
+                    let dot_products =
+                        xi.dtype == DType::F32 || self.coop.is_none() || f16_dot_products();
                     if pointwise
                         && p.groups == 1
                         && dot_products
@@ -757,6 +758,16 @@ fn pw_lanes(total: usize, k: usize, cpu: bool) -> usize {
         lanes /= 2;
     }
     lanes.min(most)
+}
+
+/// Environment variable: `1` sends fp16 first and pointwise layers to the dot-product kernels
+/// ([`direct_pointwise`], [`direct_conv`]) on devices with cooperative matrices too (default
+/// `0`: they take the cooperative GEMMs there).
+pub const ENV_CONV_F16_DOT: &str = "VKDELEGATE_CONV_F16_DOT";
+
+/// Whether [`ENV_CONV_F16_DOT`] asks for dot products in fp16 whatever the device has.
+fn f16_dot_products() -> bool {
+    std::env::var(ENV_CONV_F16_DOT).is_ok_and(|v| v.trim() == "1")
 }
 
 /// Environment variable for the deepest sum of an fp32 convolution of one group that
