@@ -30,6 +30,9 @@ layout(constant_id = 0) const uint ACT = 0;
 // A residual (binding 4, laid out as y) added to (RESID 1) or multiplying (2) each result,
 // fused at lowering (`epilogue.glsl`).
 layout(constant_id = 1) const uint RESID = 0;
+// The plain and row variants: 1 writes the result channels last, [n, oh, ow, c_out] (and
+// reads the residual so), in place of a permute that moved the channels last.
+layout(constant_id = 6) const uint OUT_LAST = 0;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { T wt[]; };
@@ -167,9 +170,10 @@ void main() {
             }
         }
         uint obase = ((n * pc.c_out + co) * pc.oh + oy) * pc.ow;
+        uint lbase = (n * pc.oh + oy) * pc.ow;
         [[unroll]] for (uint r = 0; r < MAX_R; ++r) {
             if (r < ROW && ox0 + r < pc.ow) {
-                uint at = obase + ox0 + r;
+                uint at = OUT_LAST == 1 ? (lbase + ox0 + r) * pc.c_out + co : obase + ox0 + r;
                 ACC a = acc[r];
                 if (RESID != 0) a = combine(a, float(resid[at]));
                 y[at] = T(activate(a));
@@ -204,8 +208,9 @@ void main() {
                 acc += xv * float(wt[wbase + ky * pc.kw + kx]);
             }
         }
-        if (RESID != 0) acc = combine(acc, float(resid[i]));
-        y[i] = T(activate(acc));
+        uint at = OUT_LAST == 1 ? ((n * pc.oh + oy) * pc.ow + ox) * pc.c_out + co : i;
+        if (RESID != 0) acc = combine(acc, float(resid[at]));
+        y[at] = T(activate(acc));
     }
 }
 #endif

@@ -97,6 +97,11 @@ impl GraphBuilder {
                 .or_else(|| self.with_cache_writes_fused())
                 .or_else(|| self.with_layout_permutes_as_views())
                 .or_else(|| {
+                    crate::ops::depthwise_outputs_channels_last()
+                        .then(|| self.with_depthwise_outputs_channels_last())
+                        .flatten()
+                })
+                .or_else(|| {
                     options
                         .channel_norms_read_through
                         .then(|| self.with_channel_norms_read_through())

@@ -370,6 +370,10 @@ pub(crate) enum Op {
         w: TensorId,
         bias: Option<TensorId>,
         p: Conv2d,
+        /// The result is written channels last (`[n, oh, ow, c_out]`): a depthwise
+        /// convolution whose permute moving channels last is gone
+        /// (`with_depthwise_outputs_channels_last`).
+        out_last: bool,
     },
     /// `a [batch.., m, k] x b` where `b` is `[batch.., k, n]`, or `[n, k]` when `linear`.
     Matmul {

@@ -1,7 +1,9 @@
 //! Tensors read through the copies that made them: where a permute's or a slice's elements
 //! are in the storage of the tensor it copied (`GraphBuilder::strided`, `view_strides`), for
 //! the passes that read operands through strides instead of copies, and the pass that turns
-//! permutes moving no element into views (`with_layout_permutes_as_views`).
+//! permutes moving no element into views (`with_layout_permutes_as_views`), and the pass that
+//! has depthwise convolutions write channels last in place of a permute
+//! (`with_depthwise_outputs_channels_last`).
 
 use crate::fusion::Uses;
 use crate::graph::{GraphBuilder, Op, StorageKind, TensorId};
@@ -213,6 +215,61 @@ impl GraphBuilder {
         }
         // The copies read through go where nothing else reads them.
         without_unread(g, &read_through, gone)
+    }
+}
+
+impl GraphBuilder {
+    /// Depthwise convolutions whose result only a permute moving its channels last reads
+    /// (`[0, 2, 3, 1]`: a ConvNeXt block's first permute, before its channel norm) write the
+    /// permute's result themselves, channels last (`Op::Conv`'s `out_last`), and the permute
+    /// goes: one dispatch and one pass over the tensor fewer.
+    pub(crate) fn with_depthwise_outputs_channels_last(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (j, node) in self.nodes.iter().enumerate() {
+            let Op::Permute { x: t, perm } = &node.op else {
+                continue;
+            };
+            let Some(i) = self.depthwise_read_once(&uses, *t) else {
+                continue;
+            };
+            let out = self.tensors[node.out.0].storage;
+            let own = uses.writers[out][..] == [j] && self.storages[out].tensor == node.out;
+            if perm[..] != [0, 2, 3, 1] || !own || drop[i] {
+                continue;
+            }
+            if let Op::Conv { out_last, .. } = &mut g.nodes[i].op {
+                *out_last = true;
+            }
+            g.nodes[i].out = node.out;
+            drop[j] = true;
+        }
+        retain(g, &drop)
+    }
+
+    /// The node writing `t` where it is a depthwise convolution's result (channels first) in
+    /// a temporary of its own that one node alone reads.
+    fn depthwise_read_once(&self, uses: &Uses, t: TensorId) -> Option<usize> {
+        let st = self.tensors[t.0].storage;
+        let [i] = uses.writers[st][..] else {
+            return None;
+        };
+        let Op::Conv {
+            x,
+            p,
+            out_last: false,
+            ..
+        } = &self.nodes[i].op
+        else {
+            return None;
+        };
+        let cin = self.tensors[x.0].shape[1];
+        let own = self.storages[st].tensor == t
+            && self.nodes[i].out == t
+            && uses.readers[st] == 1
+            && matches!(self.storages[st].kind, StorageKind::Temp);
+        (own && p.groups == cin && cin > 1).then_some(i)
     }
 }
 

@@ -737,6 +737,83 @@ fn depthwise_rows_share_their_loads() {
     assert_no_validation_errors(&instance);
 }
 
+/// A depthwise convolution whose result a permute moves channels last (a ConvNeXt block's
+/// first permute) writes channels last itself, the permute gone, with a residual added after
+/// the permute fused in (CPU and GPU layouts: plain and row kernels); with a second reader of
+/// its result, the permute stays.
+#[test]
+fn depthwise_results_moved_channels_last_are_written_so() {
+    let Some((instance, dev)) = device("depthwise_results_moved_channels_last_are_written_so")
+    else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(54);
+    let dw = |c, stride, padding| Conv2d {
+        stride,
+        padding,
+        groups: c,
+        ..Conv2d::default()
+    };
+    // (input, weight, params, a second reader)
+    let cases = [
+        ([1, 6, 13, 11], [6, 1, 7, 7], dw(6, [1, 1], [3, 3]), false),
+        ([2, 4, 10, 9], [8, 1, 3, 3], dw(4, [2, 2], [1, 1]), false),
+        ([1, 5, 8, 8], [5, 1, 3, 3], dw(5, [1, 1], [1, 1]), true),
+    ];
+    for (xs, ws, p, shared) in cases {
+        let x = rand_vec(&mut rng, numel(&xs));
+        let w = rand_vec(&mut rng, numel(&ws));
+        let b = rand_vec(&mut rng, ws[0]);
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &xs).unwrap();
+        let tw = g.constant_f32("w", &ws, &w).unwrap();
+        let tb = g.constant_f32("b", &[ws[0]], &b).unwrap();
+        let y = g.conv2d(tx, tw, Some(tb), p).unwrap();
+        let os = g.shape(y).unwrap().to_vec();
+        let last = [os[0], os[2], os[3], os[1]];
+        let r = rand_vec(&mut rng, numel(&last));
+        let tr = g.input("r", DType::F32, &last).unwrap();
+        let z = g.permute(y, &[0, 2, 3, 1]).unwrap();
+        let z = g.add(z, tr).unwrap();
+        g.output(z).unwrap();
+        if shared {
+            let s = g.sigmoid(y).unwrap();
+            g.output(s).unwrap();
+        }
+        let conv = conv_ref(&x, &xs, &w, &ws, Some(b.as_slice()), &p, &os);
+        let [n, c, h, wd] = [os[0], os[1], os[2], os[3]];
+        let mut want = vec![0.0; conv.len()];
+        for (i, v) in want.iter_mut().enumerate() {
+            let (ch, px) = (i % c, i / c);
+            let (xx, yy, nn) = (px % wd, (px / wd) % h, px / (wd * h));
+            *v = conv[((nn * c + ch) * h + yy) * wd + xx] + r[i];
+        }
+        let what = format!("depthwise {xs:?} {ws:?} {p:?} then channels last, shared {shared}");
+        for gpu_layouts in [false, true] {
+            let options = BuildOptions {
+                gpu_layouts,
+                ..BuildOptions::default()
+            };
+            let mut built = g.build_with(&dev, &options).unwrap();
+            let kernels = built.kernels();
+            assert!(kernels[0].starts_with("ConvDw"), "{what}: {kernels:?}");
+            match shared {
+                // The permute and the residual are the convolution's.
+                false => assert_eq!(kernels.len(), 1, "{what}: {kernels:?}"),
+                // The permute stays, read through by the sum.
+                true => assert!(kernels.len() > 2, "{what}: {kernels:?}"),
+            }
+            let inputs = [
+                HostTensor::from_f32(xs.to_vec(), &x).unwrap(),
+                HostTensor::from_f32(last.to_vec(), &r).unwrap(),
+            ];
+            let got = built.execute(&inputs).unwrap()[0].to_f32().unwrap();
+            assert_close(&got, &want, 1e-4, &what);
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
 /// fp32 convolutions of one group and short sums (a first layer's 3 channels by a 3 x 3
 /// window) run as one dot product per output (`ConvDirect`) with their bias and fused clamp,
 /// under strides, padding and dilation; longer sums stay on the implicit GEMM.

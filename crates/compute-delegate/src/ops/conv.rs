@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::graph::{Conv2d, GraphBuilder, Op, TensorId, check_bias, conv_shape, shape_err};
 use crate::kernels::{Kernel, push};
 use crate::lower::{Lowerer, Target};
+use crate::runtime::internal;
 use vk_core::DType;
 
 const CONV: &[Param] = &[
@@ -401,7 +402,18 @@ impl GraphBuilder {
             let bi = self.same_float(OP, b, &xi)?;
             check_bias(OP, &bi, shape[1])?;
         }
-        self.node(Op::Conv { x, w, bias, p }, OP, xi.dtype, shape)
+        self.node(
+            Op::Conv {
+                x,
+                w,
+                bias,
+                p,
+                out_last: false,
+            },
+            OP,
+            xi.dtype,
+            shape,
+        )
     }
 }
 
@@ -411,11 +423,26 @@ impl Lowerer<'_> {
     pub(crate) fn record_conv(&mut self, op: &Op, t: &Target) -> Result<()> {
         let (out, o, act, oi, n) = (t.out, t.o, t.act, &t.info, t.info.numel());
         match op {
-            Op::Conv { x, w, bias, p } => {
+            Op::Conv {
+                x,
+                w,
+                bias,
+                p,
+                out_last,
+            } => {
                 let (xi, wi) = (self.t(*x).clone(), self.t(*w).clone());
                 let (nb, cin, h, wd) = (xi.shape[0], xi.shape[1], xi.shape[2], xi.shape[3]);
                 let (cout, cin_g, kh, kw) = (wi.shape[0], wi.shape[1], wi.shape[2], wi.shape[3]);
-                let (oh, ow) = (oi.shape[2], oi.shape[3]);
+                let (oh, ow) = match out_last {
+                    true => (oi.shape[1], oi.shape[2]),
+                    false => (oi.shape[2], oi.shape[3]),
+                };
+                let depthwise = p.groups == cin && p.groups > 1;
+                if *out_last && !depthwise {
+                    return Err(internal(
+                        "a channels-last result of a convolution not depthwise",
+                    ));
+                }
                 let b = bias.map(|b| self.st(b));
                 let has_bias = usize::from(b.is_some());
                 let bindings = vec![
@@ -424,20 +451,25 @@ impl Lowerer<'_> {
                     (b.unwrap_or(xi.storage), false),
                     (o, true),
                 ];
-                if p.groups == cin && p.groups > 1 {
+                if depthwise {
                     let row = dw_row(n, ow, [kh, kw], p, self.cpu);
                     let threads = n.div_ceil(ow) * ow.div_ceil(row.max(1));
                     let g = self.linear_groups(threads as u64);
                     let (spec, act_lo, act_hi, bindings) = self.with_epilogue(bindings);
                     let dims = [cin, h, wd, cout, oh, ow, kh, kw];
                     let push = window_push(threads, dims, p, has_bias, [act_lo, act_hi]);
-                    let (kernel, spec) = match row {
+                    let (kernel, mut spec) = match row {
                         0 => (Kernel::ConvDw, spec.to_vec()),
                         _ => {
                             let window = [kh as u32, kw as u32, p.stride[1] as u32, row as u32];
                             (Kernel::ConvDwRow, [spec.as_slice(), &window].concat())
                         }
                     };
+                    if *out_last {
+                        // OUT_LAST is constant 6 (2-5: the row variant's window).
+                        spec.resize(6, 0);
+                        spec.push(1);
+                    }
                     self.push(kernel, spec, bindings, &push, [g, 1, 1]);
                 } else {
                     let pointwise = kh == 1 && kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
@@ -758,6 +790,16 @@ fn pw_lanes(total: usize, k: usize, cpu: bool) -> usize {
         lanes /= 2;
     }
     lanes.min(most)
+}
+
+/// Environment variable: `0` keeps depthwise convolutions' results channels first, with the
+/// permute that moves them channels last after them, for tuning (default: such a convolution
+/// writes the permute's result itself, `with_depthwise_outputs_channels_last`).
+pub const ENV_DW_CHANNELS_LAST: &str = "VKDELEGATE_DW_CHANNELS_LAST";
+
+/// Whether [`ENV_DW_CHANNELS_LAST`] leaves depthwise results channels last (the default).
+pub(crate) fn depthwise_outputs_channels_last() -> bool {
+    std::env::var(ENV_DW_CHANNELS_LAST).map_or(true, |v| v.trim() != "0")
 }
 
 /// Environment variable: `1` sends fp16 first and pointwise layers to the dot-product kernels

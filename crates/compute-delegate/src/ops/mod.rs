@@ -23,6 +23,7 @@ mod activation;
 mod attention;
 pub use activation::Math;
 pub use conv::Conv3d;
+pub(crate) use conv::depthwise_outputs_channels_last;
 mod conv;
 mod elementwise;
 mod gemm;
