@@ -781,7 +781,7 @@ fn depthwise_results_moved_channels_last_are_written_so() {
             g.output(s).unwrap();
         }
         let conv = conv_ref(&x, &xs, &w, &ws, Some(b.as_slice()), &p, &os);
-        let [n, c, h, wd] = [os[0], os[1], os[2], os[3]];
+        let [_, c, h, wd] = [os[0], os[1], os[2], os[3]];
         let mut want = vec![0.0; conv.len()];
         for (i, v) in want.iter_mut().enumerate() {
             let (ch, px) = (i % c, i / c);
