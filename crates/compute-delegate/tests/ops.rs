@@ -809,6 +809,20 @@ fn depthwise_results_moved_channels_last_are_written_so() {
             ];
             let got = built.execute(&inputs).unwrap()[0].to_f32().unwrap();
             assert_close(&got, &want, 1e-4, &what);
+            // The unfused graph (the permute a copy of its own) computes the same.
+            let unfused = BuildOptions {
+                unfused: true,
+                ..options
+            };
+            let mut plain = g.build_with(&dev, &unfused).unwrap();
+            assert!(plain.kernels().iter().any(|k| k.starts_with("Copy")));
+            let base = plain.execute(&inputs).unwrap()[0].to_f32().unwrap();
+            assert_close(
+                &got,
+                &base,
+                1e-6,
+                &format!("{what}, against the unfused graph"),
+            );
         }
     }
     assert_no_validation_errors(&instance);
