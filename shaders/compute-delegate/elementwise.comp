@@ -9,11 +9,13 @@
 // registers; the last step's value is stored. One invocation per output element, grid-stride;
 // fp32 arithmetic in both precisions.
 //
-// The chain is in specialization constants, so the driver compiles each chain to straight-line
-// code: step k's word S<k> holds its kind (bits 0-1: 1 unary op, 2 binary op, 3 math op; with
-// bit 18, a binary op's second operand, or with bit 19 its first, is the immediate P<2k>),
-// its op code (bits 2-7) and its operands (bits 8-12 and 13-17: registers 0-3 are the inputs,
-// 4 + j step j's value); P<2k> and P<2k+1> are its parameters.
+// The chain's steps are specialization constants, so the driver compiles each chain to
+// straight-line code: step k's word S<k> holds its kind (bits 0-1: 1 unary op, 2 binary op,
+// 3 math op; with bit 18, a binary op's second operand, or with bit 19 its first, is the
+// immediate p[2k]), its op code (bits 2-7) and its operands (bits 8-12 and 13-17: registers
+// 0-3 are the inputs, 4 + j step j's value); p[2k] and p[2k + 1] are its parameters. The
+// parameters are a buffer (binding 4), not constants, so that chains differing only in them
+// (a quantized model's scales and zero points, one set a layer) share one pipeline.
 // variant: f16 -DDTYPE_F16
 #include "dtype.glsl"
 layout(local_size_x = 256) in;
@@ -33,30 +35,6 @@ layout(constant_id = 11) const uint S8 = 0;
 layout(constant_id = 12) const uint S9 = 0;
 layout(constant_id = 13) const uint S10 = 0;
 layout(constant_id = 14) const uint S11 = 0;
-layout(constant_id = 15) const float P0 = 0.0;
-layout(constant_id = 16) const float P1 = 0.0;
-layout(constant_id = 17) const float P2 = 0.0;
-layout(constant_id = 18) const float P3 = 0.0;
-layout(constant_id = 19) const float P4 = 0.0;
-layout(constant_id = 20) const float P5 = 0.0;
-layout(constant_id = 21) const float P6 = 0.0;
-layout(constant_id = 22) const float P7 = 0.0;
-layout(constant_id = 23) const float P8 = 0.0;
-layout(constant_id = 24) const float P9 = 0.0;
-layout(constant_id = 25) const float P10 = 0.0;
-layout(constant_id = 26) const float P11 = 0.0;
-layout(constant_id = 27) const float P12 = 0.0;
-layout(constant_id = 28) const float P13 = 0.0;
-layout(constant_id = 29) const float P14 = 0.0;
-layout(constant_id = 30) const float P15 = 0.0;
-layout(constant_id = 31) const float P16 = 0.0;
-layout(constant_id = 32) const float P17 = 0.0;
-layout(constant_id = 33) const float P18 = 0.0;
-layout(constant_id = 34) const float P19 = 0.0;
-layout(constant_id = 35) const float P20 = 0.0;
-layout(constant_id = 36) const float P21 = 0.0;
-layout(constant_id = 37) const float P22 = 0.0;
-layout(constant_id = 38) const float P23 = 0.0;
 
 const uint MAX_INPUTS = 4;
 const uint MAX_STEPS = 12;
@@ -66,7 +44,8 @@ layout(std430, set = 0, binding = 0) readonly buffer X0 { T x0[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X1 { T x1[]; };
 layout(std430, set = 0, binding = 2) readonly buffer X2 { T x2[]; };
 layout(std430, set = 0, binding = 3) readonly buffer X3 { T x3[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 4) readonly buffer P { float p[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer Y { T y[]; };
 
 // Rust: `kernels::push::ElementwisePush`, generated from this block.
 layout(push_constant) uniform Params {
@@ -99,34 +78,6 @@ uint step_word(const uint k) {
     return 0;
 }
 
-float parameter(const uint i) {
-    if (i == 0) return P0;
-    if (i == 1) return P1;
-    if (i == 2) return P2;
-    if (i == 3) return P3;
-    if (i == 4) return P4;
-    if (i == 5) return P5;
-    if (i == 6) return P6;
-    if (i == 7) return P7;
-    if (i == 8) return P8;
-    if (i == 9) return P9;
-    if (i == 10) return P10;
-    if (i == 11) return P11;
-    if (i == 12) return P12;
-    if (i == 13) return P13;
-    if (i == 14) return P14;
-    if (i == 15) return P15;
-    if (i == 16) return P16;
-    if (i == 17) return P17;
-    if (i == 18) return P18;
-    if (i == 19) return P19;
-    if (i == 20) return P20;
-    if (i == 21) return P21;
-    if (i == 22) return P22;
-    if (i == 23) return P23;
-    return 0.0;
-}
-
 // Where input k's element for output element i lies.
 uint input_index(const uint k, uint i) {
     if ((STRIDED & (1u << k)) == 0) {
@@ -152,6 +103,10 @@ float load_input(const uint k, uint i) {
 
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    float prm[2 * MAX_STEPS];
+    [[unroll]] for (uint k = 0; k < 2 * MAX_STEPS; ++k) {
+        prm[k] = k < 2 * STEPS ? p[k] : 0.0;
+    }
     for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += stride) {
         float r[MAX_INPUTS + MAX_STEPS];
         [[unroll]] for (uint k = 0; k < MAX_INPUTS; ++k) {
@@ -165,12 +120,12 @@ void main() {
                 uint w = step_word(k);
                 uint kind = w & 3u;
                 uint op = (w >> 2) & 63u;
-                float p0 = parameter(2 * k);
+                float p0 = prm[2 * k];
                 float a = (w & (1u << 19)) != 0 ? p0 : r[(w >> 8) & 31u];
                 float b = (w & (1u << 18)) != 0 ? p0 : r[(w >> 13) & 31u];
                 float v;
                 if (kind == 1) {
-                    v = unary_op(op, a, p0, parameter(2 * k + 1));
+                    v = unary_op(op, a, p0, prm[2 * k + 1]);
                 } else if (kind == 2) {
                     v = binary_op(op, a, b);
                 } else {

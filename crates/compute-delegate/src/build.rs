@@ -75,6 +75,13 @@ impl GraphBuilder {
         if let Some(fewer) = self.with_round_trip_casts_removed() {
             return fewer.build_with(device, options);
         }
+        if let Some(fewer) = options
+            .fuses()
+            .then(|| self.with_integer_round_trips_removed())
+            .flatten()
+        {
+            return fewer.build_with(device, options);
+        }
         if let Some(fewer) = self.with_elementwise_kept_in_f16() {
             return fewer.build_with(device, options);
         }

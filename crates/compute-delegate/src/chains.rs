@@ -10,6 +10,8 @@
 //! values; scalar constants become the steps' immediates. Nodes a product's or
 //! convolution's epilogue takes at lowering (`lower/epilogue.rs`) stay out of chains.
 
+use std::collections::HashMap;
+
 use vk_core::DType;
 
 use crate::graph::{GraphBuilder, Node, Op, StorageKind, TensorId};
@@ -126,8 +128,9 @@ impl GraphBuilder {
         while self.merge_read_values(&uses, &mut chains) {}
         let mut g = self.clone();
         let mut drop = vec![false; self.nodes.len()];
+        let mut param_sets: HashMap<Vec<u32>, TensorId> = HashMap::new();
         for c in chains.iter().filter(|c| !c.nodes.is_empty()) {
-            let Some((op, permutes)) = self.chain_node(&uses, c) else {
+            let Some((mut op, permutes, params)) = self.chain_node(&uses, c) else {
                 continue;
             };
             // One node alone is worth a dispatch of its own only where it reads a permute.
@@ -137,6 +140,21 @@ impl GraphBuilder {
             let (&last, rest) = c.nodes.split_last()?;
             for &k in rest.iter().chain(&permutes) {
                 drop[k] = true;
+            }
+            // Chains with the same parameters read one constant.
+            let bits: Vec<u32> = params.iter().map(|v| v.to_bits()).collect();
+            let p = match param_sets.get(&bits) {
+                Some(&p) => p,
+                None => {
+                    let p = g
+                        .constant_f32("elementwise chain parameters", &[params.len()], &params)
+                        .ok()?;
+                    param_sets.insert(bits, p);
+                    p
+                }
+            };
+            if let Op::Kernel { inputs, .. } = &mut op {
+                inputs.push(p);
             }
             g.nodes[last] = Node { op, out: c.out };
         }
@@ -268,9 +286,15 @@ impl GraphBuilder {
         (own && temp && same && last && uses.readers[st] == 1).then_some(c)
     }
 
-    /// The `elementwise.comp` node computing chain `c`, where it fits the kernel's limits and
-    /// every input is written before the chain's last node and not again until then.
-    fn chain_node(&self, uses: &crate::fusion::Uses, c: &Chain) -> Option<(Op, Vec<usize>)> {
+    /// The `elementwise.comp` node computing chain `c` (its parameters' binding still to
+    /// add), the permutes it reads through, and its steps' parameters, where it fits the
+    /// kernel's limits and every input is written before the chain's last node and not again
+    /// until then.
+    fn chain_node(
+        &self,
+        uses: &crate::fusion::Uses,
+        c: &Chain,
+    ) -> Option<(Op, Vec<usize>, Vec<f32>)> {
         if c.nodes.len() > MAX_STEPS {
             return None;
         }
@@ -334,7 +358,7 @@ impl GraphBuilder {
             return None;
         }
         let (push, strided) = self.chain_push(&inputs, c.out)?;
-        let spec = chain_spec(&steps, inputs.len(), strided)?;
+        let (spec, params) = chain_spec(&steps, inputs.len(), strided)?;
         let mut bound: Vec<TensorId> = inputs.iter().map(|x| x.t).collect();
         bound.resize(MAX_INPUTS, inputs[0].t);
         let op = Op::Kernel {
@@ -346,7 +370,7 @@ impl GraphBuilder {
             precision: None,
             spec,
         };
-        Some((op, permutes))
+        Some((op, permutes, params))
     }
 
     /// Where `t` is a copy (permutes and slices, through views) of a tensor written once:
@@ -463,10 +487,15 @@ fn squeezed(shape: &[usize]) -> Vec<usize> {
     shape.iter().copied().filter(|&d| d != 1).collect()
 }
 
-/// `elementwise.comp`'s specialization constants for `steps` over `inputs` inputs.
-fn chain_spec(steps: &[(Step, Vec<Operand>)], inputs: usize, strided: u32) -> Option<Vec<u32>> {
+/// `elementwise.comp`'s specialization constants for `steps` over `inputs` inputs, and its
+/// parameters (two a step).
+fn chain_spec(
+    steps: &[(Step, Vec<Operand>)],
+    inputs: usize,
+    strided: u32,
+) -> Option<(Vec<u32>, Vec<f32>)> {
     let mut words = vec![0u32; MAX_STEPS];
-    let mut params = vec![0u32; 2 * MAX_STEPS];
+    let mut params = vec![0f32; 2 * steps.len()];
     for (k, (step, operands)) in steps.iter().enumerate() {
         let mut w = step.kind as u32 | (step.code << 2);
         let mut p = step.params;
@@ -487,11 +516,10 @@ fn chain_spec(steps: &[(Step, Vec<Operand>)], inputs: usize, strided: u32) -> Op
             }
         }
         words[k] = w;
-        params[2 * k] = p[0].to_bits();
-        params[2 * k + 1] = p[1].to_bits();
+        params[2 * k] = p[0];
+        params[2 * k + 1] = p[1];
     }
     let mut spec = vec![inputs as u32, steps.len() as u32, strided];
     spec.extend(words);
-    spec.extend(params);
-    Some(spec)
+    Some((spec, params))
 }

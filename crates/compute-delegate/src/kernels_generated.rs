@@ -393,7 +393,7 @@ impl Kernel {
             Kernel::Cumsum => 2,
             Kernel::DequantQ4 => 3,
             Kernel::Dilate2d => 2,
-            Kernel::Elementwise => 5,
+            Kernel::Elementwise => 6,
             Kernel::FmaPeak => 1,
             Kernel::Gather => 3,
             Kernel::Gemm => 4,

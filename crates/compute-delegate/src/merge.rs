@@ -8,7 +8,9 @@
 
 use crate::error::{Error, Result};
 use crate::fusion::Uses;
-use crate::graph::{GraphBuilder, Node, Op, StorageKind, TensorId, TensorInfo};
+use crate::graph::{BinaryOp, GraphBuilder, Node, Op, StorageKind, TensorId, TensorInfo, UnaryOp};
+use crate::kernels::{Kernel, push};
+use crate::ops::Math;
 use crate::passes::retain;
 use vk_core::DType;
 
@@ -152,6 +154,115 @@ impl GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// The graph with each round trip of an f32 value through an integer dtype gone where the
+    /// value is already an integer in that dtype's range, so that the trip changes nothing:
+    /// a quantize (`clamp(round(x / scale) + zero_point, qmin, qmax)` cast to int8) followed
+    /// by a dequantize (cast back to f32, then scaled), as a fake-quantized model's every
+    /// layer has. Readers of the cast back read the clamped value, and the elementwise
+    /// chains on both sides become one. Only where the cast back alone writes a storage of
+    /// its own that is no graph output, and the clamped value is written once. `None` where
+    /// there is none.
+    pub(crate) fn with_integer_round_trips_removed(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let outputs: Vec<usize> = self
+            .outputs
+            .iter()
+            .map(|t| self.tensors[t.0].storage)
+            .collect();
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (k, n) in self.nodes.iter().enumerate() {
+            let Op::Cast {
+                x: q,
+                to: DType::F32,
+            } = n.op
+            else {
+                continue;
+            };
+            let Some(range) = integer_range(self.tensors[q.0].dtype) else {
+                continue;
+            };
+            let Some((_, Op::Cast { x: v, .. })) = self.writer(&uses, q) else {
+                continue;
+            };
+            let (st, from) = (self.tensors[n.out.0].storage, self.tensors[v.0].storage);
+            let fits = uses.writers[st] == [k]
+                && self.storages[st].tensor == n.out
+                && matches!(self.storages[st].kind, StorageKind::Temp)
+                && !outputs.contains(&st)
+                && uses.writers[from].len() == 1
+                && self.tensors[v.0].dtype == DType::F32
+                && self.tensors[v.0].numel() == self.tensors[n.out.0].numel()
+                && self.clamped_integer(&uses, *v, range);
+            if !fits {
+                continue;
+            }
+            for t in &mut g.tensors {
+                if t.storage == st {
+                    t.storage = from;
+                }
+            }
+            drop[k] = true;
+        }
+        retain(g, &drop)
+    }
+
+    /// Whether `t` is `clamp(y, lo, hi)` of an integer-valued `y`, with integer bounds
+    /// within `range`.
+    fn clamped_integer(&self, uses: &Uses, t: TensorId, (min, max): (f32, f32)) -> bool {
+        match self.writer(uses, t) {
+            Some((
+                _,
+                &Op::Unary {
+                    op: UnaryOp::Clamp(lo, hi),
+                    x,
+                },
+            )) => {
+                let bounds = lo.fract() == 0.0 && hi.fract() == 0.0 && lo >= min && hi <= max;
+                bounds && self.integer_valued(uses, x, 4)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether every element of `t` is an integer (or NaN): a rounding's result, an integer
+    /// constant, or such values clamped to or shifted by integers, looking back `depth` nodes.
+    fn integer_valued(&self, uses: &Uses, t: TensorId, depth: usize) -> bool {
+        if let Some(v) = self.constant_values(t) {
+            return v.iter().all(|x| x.fract() == 0.0);
+        }
+        let Some((_, op)) = self.writer(uses, t).filter(|_| depth > 0) else {
+            return false;
+        };
+        let whole = |f: f32| f.fract() == 0.0;
+        match *op {
+            Op::Unary { op, x } => match op {
+                UnaryOp::Clamp(lo, hi) => {
+                    whole(lo) && whole(hi) && self.integer_valued(uses, x, depth - 1)
+                }
+                UnaryOp::AddScalar(s) => whole(s) && self.integer_valued(uses, x, depth - 1),
+                _ => false,
+            },
+            Op::Binary {
+                op: BinaryOp::Add | BinaryOp::Sub,
+                a,
+                b,
+            } => self.integer_valued(uses, a, depth - 1) && self.integer_valued(uses, b, depth - 1),
+            Op::Kernel {
+                kernel: Kernel::UnaryMath,
+                ref push,
+                ..
+            } => {
+                let code = push.get(std::mem::offset_of!(push::UnaryMathPush, op) / 4);
+                [Math::Round, Math::Floor, Math::Ceil]
+                    .iter()
+                    .any(|&m| code == Some(&(m as u32)))
+            }
+            Op::Cast { x, .. } => integer_range(self.tensors[x.0].dtype).is_some(),
+            _ => false,
+        }
+    }
+
     /// The `f16 -> f32` cast whose whole result `t` is, as its node and its f16 input, where
     /// that cast alone writes `t`'s storage and its input is complete before it.
     fn widened_f16(&self, uses: &Uses, t: TensorId) -> Option<(usize, TensorId)> {
@@ -315,5 +426,17 @@ impl GraphBuilder {
             }
         }
         retain(g, &drop)
+    }
+}
+
+/// The values an integer dtype holds, as f32 (exact at its ends for 8- and 16-bit dtypes;
+/// 32-bit ones are limited to where f32 holds every integer).
+fn integer_range(dtype: DType) -> Option<(f32, f32)> {
+    match dtype {
+        DType::I8 => Some((-128.0, 127.0)),
+        DType::U8 => Some((0.0, 255.0)),
+        DType::I16 => Some((-32768.0, 32767.0)),
+        DType::I32 | DType::I64 => Some((-16_777_216.0, 16_777_216.0)),
+        _ => None,
     }
 }

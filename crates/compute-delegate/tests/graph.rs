@@ -351,6 +351,55 @@ fn graphs_on_one_device_share_pipelines() {
     assert_no_validation_errors(&instance);
 }
 
+/// Elementwise chains that differ only in their parameters (a scale, a clamp's bounds, an
+/// immediate) share one pipeline: the parameters are bound as a buffer, so a second graph of
+/// the same steps compiles nothing, and each graph computes with its own values.
+#[test]
+fn chains_differing_in_parameters_share_a_pipeline() {
+    let Some((instance, dev)) = device("chains_differing_in_parameters_share_a_pipeline") else {
+        return;
+    };
+    let graph = |scale: f32, lo: f32, hi: f32, shift: f32| {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, &[3, 5]).unwrap();
+        let y = g.mul_scalar(x, scale).unwrap();
+        let y = g.clamp(y, lo, hi).unwrap();
+        let y = g.add_scalar(y, shift).unwrap();
+        g.output(y).unwrap();
+        g
+    };
+    let off = BuildOptions {
+        disk_cache: vk_core::DiskCache::Off,
+        ..BuildOptions::default()
+    };
+    let xs: Vec<f32> = (0..15).map(|i| i as f32 - 7.0).collect();
+    let x = HostTensor::from_f32(vec![3, 5], &xs).unwrap();
+    let params = [
+        (0.5, -1.0, 2.0, 0.25),
+        (3.0, -4.0, 5.0, -1.5),
+        (-2.0, 0.0, 6.0, 7.0),
+    ];
+    for (i, &(scale, lo, hi, shift)) in params.iter().enumerate() {
+        let mut g = graph(scale, lo, hi, shift).build_with(&dev, &off).unwrap();
+        assert_eq!(g.kernels(), ["Elementwise"]);
+        if i > 0 {
+            assert_eq!(
+                g.compiled_pipelines(),
+                0,
+                "chain {i}: its steps' pipeline exists"
+            );
+        }
+        let out = g.execute(std::slice::from_ref(&x)).unwrap()[0]
+            .to_f32()
+            .unwrap();
+        for (v, &xv) in out.iter().zip(&xs) {
+            let want = (xv * scale).clamp(lo, hi) + shift;
+            assert!((v - want).abs() < 1e-6, "chain {i}: {v} vs {want}");
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
 /// The disk cache: the first build writes the device's file, a second build of the same
 /// graph finds every pipeline there and leaves the file as it was, a build with new pipelines
 /// adds them, a damaged file is a cold cache, and `DiskCache::Off` writes nothing.

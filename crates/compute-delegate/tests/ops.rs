@@ -828,6 +828,76 @@ fn depthwise_results_moved_channels_last_are_written_so() {
     assert_no_validation_errors(&instance);
 }
 
+/// A quantize to int8 and a dequantize back (a fake-quantized model's every layer:
+/// `clamp(round(x / s) + zp)` cast to int8, cast back, `(q - zp) * s`) is one elementwise
+/// dispatch: the round trip through int8 changes no integer in range, so it goes, and the
+/// chains on both sides join. Without rounding the casts truncate, and they stay.
+#[test]
+fn integer_round_trips_of_integers_are_dropped() {
+    let Some((instance, dev)) = device("integer_round_trips_of_integers_are_dropped") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(55);
+    let shape = [2usize, 3, 17];
+    let x = rand_vec(&mut rng, numel(&shape));
+    let (s, zp) = (0.05f32, -7.0f32);
+    for rounded in [true, false] {
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &shape).unwrap();
+        let mut q = g.mul_scalar(tx, 1.0 / s).unwrap();
+        if rounded {
+            q = g.math(compute_delegate::Math::Round, q, 0.0).unwrap();
+        }
+        let q = g.add_scalar(q, zp).unwrap();
+        let q = g.clamp(q, -128.0, 127.0).unwrap();
+        let q = g.cast(q, DType::I8).unwrap();
+        let y = g.cast(q, DType::F32).unwrap();
+        let y = g.add_scalar(y, -zp).unwrap();
+        let y = g.mul_scalar(y, s).unwrap();
+        g.output(y).unwrap();
+        let want: Vec<f32> = x
+            .iter()
+            .map(|&v| {
+                let q = v * (1.0 / s);
+                let q = if rounded { q.round_ties_even() } else { q };
+                // The cast to int8 truncates towards zero.
+                let q = (q + zp).clamp(-128.0, 127.0).trunc();
+                (q - zp) * s
+            })
+            .collect();
+        let what = format!("quantize and dequantize, rounded {rounded}");
+        let inputs = [HostTensor::from_f32(shape.to_vec(), &x).unwrap()];
+        let mut fused = g.build(&dev).unwrap();
+        let kernels = fused.kernels();
+        match rounded {
+            true => assert_eq!(kernels, ["Elementwise"], "{what}"),
+            false => assert!(
+                kernels.iter().any(|k| k.starts_with("Cast")),
+                "{what}: {kernels:?}"
+            ),
+        }
+        let got = fused.execute(&inputs).unwrap()[0].to_f32().unwrap();
+        assert_close(&got, &want, 1e-6, &what);
+        let unfused = BuildOptions {
+            unfused: true,
+            ..BuildOptions::default()
+        };
+        let mut plain = g.build_with(&dev, &unfused).unwrap();
+        assert!(
+            plain.kernels().iter().any(|k| k.starts_with("Cast")),
+            "{what}"
+        );
+        let base = plain.execute(&inputs).unwrap()[0].to_f32().unwrap();
+        assert_close(
+            &got,
+            &base,
+            0.0,
+            &format!("{what}, against the unfused graph"),
+        );
+    }
+    assert_no_validation_errors(&instance);
+}
+
 /// fp32 convolutions of one group and short sums (a first layer's 3 channels by a 3 x 3
 /// window) run as one dot product per output (`ConvDirect`) with their bias and fused clamp,
 /// under strides, padding and dilation; longer sums stay on the implicit GEMM.
