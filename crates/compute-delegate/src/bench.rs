@@ -382,38 +382,14 @@ impl CopyBaseline {
             precision: Precision::F32,
         }
         .words()?;
-        let bindings: Vec<_> = (0..Kernel::CopyVec4.bindings() as u32)
-            .map(|b| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        let push = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .size(4)];
+        let types = vec![vk::DescriptorType::STORAGE_BUFFER; Kernel::CopyVec4.bindings()];
+        // SAFETY: `d` is the probe's live device; `Drop` destroys both layouts.
+        (self.set_layout, self.layout) = unsafe { vk_core::compute_layouts(d, &types, 4) }?;
         // SAFETY: valid create infos; every object is destroyed once, in `Drop`.
         unsafe {
             self.module = d
                 .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
                 .vk("vkCreateShaderModule")?;
-            self.set_layout = d
-                .create_descriptor_set_layout(
-                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                    None,
-                )
-                .vk("vkCreateDescriptorSetLayout")?;
-            let set_layouts = [self.set_layout];
-            self.layout = d
-                .create_pipeline_layout(
-                    &vk::PipelineLayoutCreateInfo::default()
-                        .set_layouts(&set_layouts)
-                        .push_constant_ranges(&push),
-                    None,
-                )
-                .vk("vkCreatePipelineLayout")?;
             let info = [vk::ComputePipelineCreateInfo::default()
                 .stage(
                     vk::PipelineShaderStageCreateInfo::default()

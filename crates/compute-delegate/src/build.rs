@@ -77,7 +77,10 @@ impl GraphBuilder {
         }
         if let Some(fewer) = options
             .fuses()
-            .then(|| self.with_integer_round_trips_removed())
+            .then(|| {
+                self.with_integer_round_trips_removed()
+                    .or_else(|| self.with_zero_point_shifts_folded())
+            })
             .flatten()
         {
             return fewer.build_with(device, options);

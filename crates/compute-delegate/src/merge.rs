@@ -5,6 +5,9 @@
 //! casts those boundaries leave: a value cast from f16 to f32 and back reads the f16 one;
 //! [`GraphBuilder::with_elementwise_kept_in_f16`] runs in f16 the elementwise ops that f32
 //! staging left between such casts (a CPU kernel between two fp16 delegates).
+//! [`GraphBuilder::with_integer_round_trips_removed`] and
+//! [`GraphBuilder::with_zero_point_shifts_folded`] do the same for a fake-quantized model's
+//! quantize and dequantize pairs: values already integers pass through int8 unchanged.
 
 use crate::error::{Error, Result};
 use crate::fusion::Uses;
@@ -205,6 +208,75 @@ impl GraphBuilder {
             drop[k] = true;
         }
         retain(g, &drop)
+    }
+
+    /// The graph with each `clamp(x + a, lo, hi) + b` of an integer-valued `x` and integers
+    /// `a`, `b`, `lo` and `hi` (at most 2^16 in magnitude) computed as `clamp(x, lo + b, hi
+    /// + b)` where `a + b` is 0: the zero point a quantize adds and the dequantize that
+    /// follows takes away again. The same values (below 2^24 every sum is exact, and beyond
+    /// it both sides give a bound), in two steps fewer, so that a fake-quantized layer's
+    /// chain of quantizes, dequantizes and activation fits one dispatch. Only where the
+    /// shifted and clamped values are read by nothing else. `None` where there is none.
+    pub(crate) fn with_zero_point_shifts_folded(&self) -> Option<GraphBuilder> {
+        const LIMIT: f32 = 65536.0;
+        let uses = Uses::of(self);
+        let small = |v: f32| v.fract() == 0.0 && v.abs() <= LIMIT;
+        let mut g = self.clone();
+        let mut changed = false;
+        for (k, n) in self.nodes.iter().enumerate() {
+            let Op::Unary {
+                op: UnaryOp::AddScalar(b),
+                x: c,
+            } = n.op
+            else {
+                continue;
+            };
+            let Some((
+                jc,
+                &Op::Unary {
+                    op: UnaryOp::Clamp(lo, hi),
+                    x: t,
+                },
+            )) = self.sole_read(&uses, c)
+            else {
+                continue;
+            };
+            let Some((
+                ja,
+                &Op::Unary {
+                    op: UnaryOp::AddScalar(a),
+                    x,
+                },
+            )) = self.sole_read(&uses, t)
+            else {
+                continue;
+            };
+            let fits = a + b == 0.0
+                && [a, b, lo, hi].into_iter().all(small)
+                && jc < k
+                && ja < jc
+                && self.tensors[x.0].dtype == DType::F32
+                && uses.writers[self.tensors[x.0].storage].len() == 1
+                && self.integer_valued(&uses, x, 4);
+            if !fits {
+                continue;
+            }
+            g.nodes[k].op = Op::Unary {
+                op: UnaryOp::Clamp(lo + b, hi + b),
+                x,
+            };
+            changed = true;
+        }
+        changed.then(|| g.without_dead_nodes())
+    }
+
+    /// The node that wrote `t` and its op, where `t` is that node's whole result (or a view
+    /// of it) in a storage that one node reads and that is no graph output.
+    fn sole_read(&self, uses: &Uses, t: TensorId) -> Option<(usize, &Op)> {
+        let st = self.tensors[t.0].storage;
+        let temp = matches!(self.storages[st].kind, StorageKind::Temp);
+        let found = self.writer(uses, t)?;
+        (temp && uses.readers[st] == 1).then_some(found)
     }
 
     /// Whether `t` is `clamp(y, lo, hi)` of an integer-valued `y`, with integer bounds

@@ -59,40 +59,9 @@ impl DevicePipelines {
     }
 
     fn make_layout(&self, n: usize) -> Result<Layout> {
-        let d = &self.raw;
-        let bindings: Vec<_> = (0..n as u32)
-            .map(|b| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        // SAFETY: valid create info.
-        let sl = unsafe {
-            d.create_descriptor_set_layout(
-                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                None,
-            )
-        }
-        .vk("vkCreateDescriptorSetLayout")?;
-        let push = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .size(self.push_bytes)];
-        let sls = [sl];
-        let info = vk::PipelineLayoutCreateInfo::default()
-            .set_layouts(&sls)
-            .push_constant_ranges(&push);
-        // SAFETY: valid create info referencing a live set layout.
-        match unsafe { d.create_pipeline_layout(&info, None) }.vk("vkCreatePipelineLayout") {
-            Ok(pl) => Ok((sl, pl)),
-            Err(e) => {
-                // SAFETY: made above, used by nothing.
-                unsafe { d.destroy_descriptor_set_layout(sl, None) };
-                Err(e.into())
-            }
-        }
+        let types = vec![vk::DescriptorType::STORAGE_BUFFER; n];
+        // SAFETY: `raw` is this value's live device, which destroys both layouts in `Drop`.
+        Ok(unsafe { vk_core::compute_layouts(&self.raw, &types, self.push_bytes) }?)
     }
 
     fn find(&self, key: &Key) -> Option<vk::Pipeline> {

@@ -831,7 +831,9 @@ fn depthwise_results_moved_channels_last_are_written_so() {
 /// A quantize to int8 and a dequantize back (a fake-quantized model's every layer:
 /// `clamp(round(x / s) + zp)` cast to int8, cast back, `(q - zp) * s`) is one elementwise
 /// dispatch: the round trip through int8 changes no integer in range, so it goes, and the
-/// chains on both sides join. Without rounding the casts truncate, and they stay.
+/// chains on both sides join. Two such pairs with a ReLU6 between (13 steps as written, one
+/// more than a chain holds) are one dispatch too: the zero point added and taken away again
+/// folds into the clamp's bounds. Without rounding the casts truncate, and they stay.
 #[test]
 fn integer_round_trips_of_integers_are_dropped() {
     let Some((instance, dev)) = device("integer_round_trips_of_integers_are_dropped") else {
@@ -840,32 +842,46 @@ fn integer_round_trips_of_integers_are_dropped() {
     let mut rng = SmallRng::seed_from_u64(55);
     let shape = [2usize, 3, 17];
     let x = rand_vec(&mut rng, numel(&shape));
-    let (s, zp) = (0.05f32, -7.0f32);
-    for rounded in [true, false] {
+    let fake_quant = |v: f32, s: f32, zp: f32, rounded: bool| {
+        let q = v * (1.0 / s);
+        let q = if rounded { q.round_ties_even() } else { q };
+        // The cast to int8 truncates towards zero.
+        let q = (q + zp).clamp(-128.0, 127.0).trunc();
+        (q - zp) * s
+    };
+    let (s1, zp1, s2, zp2) = (0.05f32, -7.0f32, 0.03f32, 3.0f32);
+    for (rounded, twice) in [(true, false), (true, true), (false, false)] {
         let mut g = GraphBuilder::new();
         let tx = g.input("x", DType::F32, &shape).unwrap();
-        let mut q = g.mul_scalar(tx, 1.0 / s).unwrap();
-        if rounded {
-            q = g.math(compute_delegate::Math::Round, q, 0.0).unwrap();
+        let pair = |g: &mut GraphBuilder, t, s: f32, zp: f32| {
+            let mut q = g.mul_scalar(t, 1.0 / s).unwrap();
+            if rounded {
+                q = g.math(compute_delegate::Math::Round, q, 0.0).unwrap();
+            }
+            let q = g.add_scalar(q, zp).unwrap();
+            let q = g.clamp(q, -128.0, 127.0).unwrap();
+            let q = g.cast(q, DType::I8).unwrap();
+            let y = g.cast(q, DType::F32).unwrap();
+            let y = g.add_scalar(y, -zp).unwrap();
+            g.mul_scalar(y, s).unwrap()
+        };
+        let mut y = pair(&mut g, tx, s1, zp1);
+        if twice {
+            let r = g.clamp(y, 0.0, 6.0).unwrap();
+            y = pair(&mut g, r, s2, zp2);
         }
-        let q = g.add_scalar(q, zp).unwrap();
-        let q = g.clamp(q, -128.0, 127.0).unwrap();
-        let q = g.cast(q, DType::I8).unwrap();
-        let y = g.cast(q, DType::F32).unwrap();
-        let y = g.add_scalar(y, -zp).unwrap();
-        let y = g.mul_scalar(y, s).unwrap();
         g.output(y).unwrap();
         let want: Vec<f32> = x
             .iter()
             .map(|&v| {
-                let q = v * (1.0 / s);
-                let q = if rounded { q.round_ties_even() } else { q };
-                // The cast to int8 truncates towards zero.
-                let q = (q + zp).clamp(-128.0, 127.0).trunc();
-                (q - zp) * s
+                let y = fake_quant(v, s1, zp1, rounded);
+                match twice {
+                    true => fake_quant(y.clamp(0.0, 6.0), s2, zp2, rounded),
+                    false => y,
+                }
             })
             .collect();
-        let what = format!("quantize and dequantize, rounded {rounded}");
+        let what = format!("quantize and dequantize, rounded {rounded}, twice {twice}");
         let inputs = [HostTensor::from_f32(shape.to_vec(), &x).unwrap()];
         let mut fused = g.build(&dev).unwrap();
         let kernels = fused.kernels();

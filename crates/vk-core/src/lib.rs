@@ -62,6 +62,7 @@ pub use emulation::EmulationPolicy;
 pub use error::{Error, Result, VkError, VkResultExt};
 pub use fault::FaultPoint;
 pub use features::Features;
+pub use gpu::kernel::compute_layouts;
 pub use host::{DType, HostTensor, HostTensorError, zeroed_bytes};
 pub use image_io::{
     AppImage, ColourMap, FormatClass, ImageConversion, ImageError, ImageProblem, ImageToTensor,

@@ -137,7 +137,7 @@ fn grid_sampler(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let dtype = c.g.info("grid_sampler_2d", x)?.dtype;
     let g = &mut *c.g;
     // Pixel coordinates, clamped to the border for border padding.
-    let grid = g.cast(grid, DType::F32)?;
+    let grid = g.as_dtype(grid, DType::F32)?;
     let coord = |g: &mut GraphBuilder, k: isize, size: usize| -> Result<TensorId> {
         let v = g.select(grid, 3, k)?;
         let half = if align {
@@ -155,7 +155,7 @@ fn grid_sampler(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     };
     let (ix, iy) = (coord(g, 0, w)?, coord(g, 1, h)?);
     // The input channels last, [N*H*W, C]; each corner's rows, offset by its batch.
-    let table = g.cast(x, DType::F32)?;
+    let table = g.as_dtype(x, DType::F32)?;
     let table = g.permute(table, &[0, 2, 3, 1])?;
     let table = g.reshape(table, &[(n * h * w) as isize, ch as isize])?;
     let offsets: Vec<f32> = (0..n).map(|b| (b * h * w) as f32).collect();

@@ -187,15 +187,15 @@ fn broadcast_params(
             c.g.constant_f32(&name, &dims, &inv)?
         }
         _ if reciprocal => {
-            let f = c.g.cast(scale, DType::F32)?;
+            let f = c.g.as_dtype(scale, DType::F32)?;
             c.g.math(Math::Reciprocal, f, 0.0)?
         }
-        _ => c.g.cast(scale, DType::F32)?,
+        _ => c.g.as_dtype(scale, DType::F32)?,
     };
     let scale = c.g.reshape(scale, &to)?;
     let zero = match c.opt_tensor(2)? {
         Some(z) => {
-            let z = c.g.cast(z, DType::F32)?;
+            let z = c.g.as_dtype(z, DType::F32)?;
             Some(c.g.reshape(z, &to)?)
         }
         None => None,
@@ -210,7 +210,7 @@ fn quantize(c: &mut Call<'_>, how: Scales) -> Result<Vec<TensorId>> {
     let at = if how == Scales::Channel { 4 } else { 3 };
     let (qmin, qmax) = (c.int(at)?, c.int(at + 1)?);
     let dtype = quantized_dtype(c, at + 2, (qmin, qmax))?;
-    let xf = c.g.cast(x, DType::F32)?;
+    let xf = c.g.as_dtype(x, DType::F32)?;
     let q = match broadcast_params(c, x, how, true)? {
         None => {
             let (scale, zero) = (c.float(1)?, c.int(2)?);
@@ -247,7 +247,7 @@ fn quantize_tensor(
 
 /// `q` dequantized per tensor to f32: `(q - zero) * scale`.
 fn dequantize_tensor(g: &mut GraphBuilder, q: TensorId, scale: f32, zero: i64) -> Result<TensorId> {
-    let y = g.cast(q, DType::F32)?;
+    let y = g.as_dtype(q, DType::F32)?;
     let y = g.add_scalar(y, -(zero as f32))?;
     g.mul_scalar(y, scale)
 }
@@ -259,7 +259,7 @@ fn dequantize(c: &mut Call<'_>, how: Scales) -> Result<Vec<TensorId>> {
     let y = match broadcast_params(c, x, how, false)? {
         None => dequantize_tensor(c.g, x, c.f32(1)?, c.int(2)?)?,
         Some((scale, zero)) => {
-            let xf = c.g.cast(x, DType::F32)?;
+            let xf = c.g.as_dtype(x, DType::F32)?;
             let y = match zero {
                 Some(z) => c.g.sub(xf, z)?,
                 None => xf,
@@ -812,9 +812,9 @@ fn channel_weights(
 ) -> Result<TensorId> {
     let w = match g.dtype(w) {
         Some(DType::F32) => w,
-        _ => g.cast(w, DType::F32)?,
+        _ => g.as_dtype(w, DType::F32)?,
     };
-    let scales = g.cast(scales, DType::F32)?;
+    let scales = g.as_dtype(scales, DType::F32)?;
     let scales = first(g, scales, 0, c_out)?;
     let mut to = vec![1isize; dims];
     to[0] = c_out as isize;
@@ -1453,7 +1453,7 @@ fn four_bit_table(
 /// A float input times int8 weights with per-channel scales (the output stays float).
 fn linear_q8ta_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
-    let x = c.g.cast(x, DType::F32)?;
+    let x = c.g.as_dtype(x, DType::F32)?;
     one(q8csw_linear(c, x, [3, 5, 6])?)
 }
 
@@ -1490,7 +1490,7 @@ fn padded_bias(c: &mut Call<'_>, i: usize, c_out: usize) -> Result<Option<Tensor
     let Some(b) = c.opt_tensor(i)? else {
         return Ok(None);
     };
-    let b = c.g.cast(b, DType::F32)?;
+    let b = c.g.as_dtype(b, DType::F32)?;
     Ok(Some(first(c.g, b, 0, c_out)?))
 }
 
@@ -1544,7 +1544,7 @@ fn conv2d_q8csw(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 fn packed_conv2d(c: &mut Call<'_>, x: TensorId, at: &ConvAt, depthwise: bool) -> Result<TensorId> {
     let (w, scales) = (c.tensor(at.w)?, c.tensor(at.scales)?);
     // Slices and permutes move words: the int8 weights, in f32 (exact) first.
-    let w = c.g.cast(w, DType::F32)?;
+    let w = c.g.as_dtype(w, DType::F32)?;
     let [kh, kw] = c.pair(at.kernel)?;
     let p = crate::graph::Conv2d {
         stride: c.pair(at.kernel + 1)?,
@@ -1649,7 +1649,7 @@ fn q8ta_conv2d_transposed(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 fn choose_qparams(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let (qmin, qmax, eps) = (c.int(1)? as f32, c.int(2)? as f32, c.f32(3)?);
-    let x = c.g.cast(x, DType::F32)?;
+    let x = c.g.as_dtype(x, DType::F32)?;
     let flat = c.g.reshape(x, &[-1])?;
     let (low, _, scale) = widened_range(c.g, flat, qmax - qmin, eps)?;
     let z = c.g.div(low, scale)?;
@@ -1664,7 +1664,7 @@ fn choose_qparams(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
 fn choose_qparams_per_token(c: &mut Call<'_>) -> Result<Vec<TensorId>> {
     let x = c.tensor(0)?;
     let (qmin, qmax) = (-128f32, 127f32);
-    let x = c.g.cast(x, DType::F32)?;
+    let x = c.g.as_dtype(x, DType::F32)?;
     let (low, high, scale) = widened_range(c.g, x, qmax - qmin, f32::EPSILON)?;
     let dmin = c.g.div(low, scale)?;
     let dmax = c.g.div(high, scale)?;

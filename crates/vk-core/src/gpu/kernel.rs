@@ -7,6 +7,51 @@ use ash::vk;
 use crate::device::device::Device;
 use crate::error::{Error, VkError, VkResultExt};
 
+/// A descriptor-set layout of one descriptor a binding for the compute stage (binding `i`
+/// of `types[i]`) and a pipeline layout of that one set with `push_bytes` of compute push
+/// constants (none where 0): the layouts of every compute kernel of this workspace. Both are
+/// made, or neither.
+///
+/// # Safety
+/// `device` must be a live device; the caller destroys both layouts on it, after every
+/// pipeline and descriptor set made with them.
+pub unsafe fn compute_layouts(
+    device: &ash::Device,
+    types: &[vk::DescriptorType],
+    push_bytes: u32,
+) -> Result<(vk::DescriptorSetLayout, vk::PipelineLayout), Error> {
+    let bindings: Vec<_> = (0u32..)
+        .zip(types)
+        .map(|(b, ty)| {
+            vk::DescriptorSetLayoutBinding::default()
+                .binding(b)
+                .descriptor_type(*ty)
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+        })
+        .collect();
+    let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+    // SAFETY: `device` is live (the caller's contract); the create info is valid.
+    let set_layout = unsafe { device.create_descriptor_set_layout(&info, None) }
+        .vk("vkCreateDescriptorSetLayout")?;
+    let push = [vk::PushConstantRange::default()
+        .stage_flags(vk::ShaderStageFlags::COMPUTE)
+        .size(push_bytes)];
+    let set_layouts = [set_layout];
+    let info = vk::PipelineLayoutCreateInfo::default()
+        .set_layouts(&set_layouts)
+        .push_constant_ranges(if push_bytes == 0 { &[] } else { &push });
+    // SAFETY: as above; the create info names the live set layout just made.
+    match unsafe { device.create_pipeline_layout(&info, None) }.vk("vkCreatePipelineLayout") {
+        Ok(layout) => Ok((set_layout, layout)),
+        Err(e) => {
+            // SAFETY: made above on `device`, used by nothing.
+            unsafe { device.destroy_descriptor_set_layout(set_layout, None) };
+            Err(e.into())
+        }
+    }
+}
+
 /// The pipeline and descriptor objects of one compute kernel with one descriptor set,
 /// destroyed in reverse order.
 pub(crate) struct Kernel {
@@ -72,38 +117,8 @@ impl Kernel {
             d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
         }
         .vk("vkCreateShaderModule")?;
-        let bindings: Vec<_> = (0u32..)
-            .zip(types)
-            .map(|(b, ty)| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
-                    .descriptor_type(*ty)
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        // SAFETY: valid create info.
-        self.set_layout = unsafe {
-            d.create_descriptor_set_layout(
-                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                None,
-            )
-        }
-        .vk("vkCreateDescriptorSetLayout")?;
-        let push = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .size(push_bytes)];
-        let set_layouts = [self.set_layout];
-        // SAFETY: valid create info referencing a live set layout.
-        self.layout = unsafe {
-            d.create_pipeline_layout(
-                &vk::PipelineLayoutCreateInfo::default()
-                    .set_layouts(&set_layouts)
-                    .push_constant_ranges(&push),
-                None,
-            )
-        }
-        .vk("vkCreatePipelineLayout")?;
+        // SAFETY: `d` is this kernel's live device; `Drop` destroys both layouts.
+        (self.set_layout, self.layout) = unsafe { compute_layouts(d, types, push_bytes) }?;
         let stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(self.shader)
