@@ -844,14 +844,17 @@ fn upload_weights(
 }
 
 /// Writes each `(buffer index, bytes)` into `buffers` from offset 0: directly where mapped,
-/// large ones through the host transfer, the others through staging and one copy submission.
+/// large ones through the host transfer, the others through one staging buffer (each at an
+/// offset of 16 bytes' alignment) and one copy submission.
 pub(crate) fn upload(
     device: &Device,
     (submission, transfer): (&mut Submission, &mut HostTransfer),
     buffers: &mut [Buffer],
     items: &[(usize, &[u8])],
 ) -> Result<()> {
-    let mut uploads: Vec<(Buffer, vk::Buffer, u64)> = Vec::new();
+    // (staging offset, destination, bytes)
+    let mut copies: Vec<(u64, vk::Buffer, &[u8])> = Vec::new();
+    let mut staged: u64 = 0;
     for &(b, data) in items {
         if buffers[b].is_mapped() {
             buffers[b].write(0, data)?;
@@ -859,36 +862,39 @@ pub(crate) fn upload(
             // SAFETY: a buffer of the graph or its pool (TRANSFER_DST usage) holds the
             // constant; nothing else uses it yet.
             unsafe { transfer.upload(data, buffers[b].raw(), 0) }?;
-        } else {
-            let mut staging = Buffer::new(
-                device,
-                data.len() as u64,
-                MemoryLocation::Host,
-                vk::BufferUsageFlags::TRANSFER_SRC,
-                "weight staging",
-            )?;
-            staging.write(0, data)?;
-            uploads.push((staging, buffers[b].raw(), data.len() as u64));
+        } else if !data.is_empty() {
+            copies.push((staged, buffers[b].raw(), data));
+            staged = (staged + data.len() as u64).next_multiple_of(16);
         }
     }
-    if uploads.is_empty() {
+    if copies.is_empty() {
         return Ok(());
     }
+    let mut staging = Buffer::new(
+        device,
+        staged,
+        MemoryLocation::Host,
+        vk::BufferUsageFlags::TRANSFER_SRC,
+        "weight staging",
+    )?;
+    for &(at, _, data) in &copies {
+        staging.write(at, data)?;
+    }
     let c = submission.begin(cmd::SCRATCH)?;
-    for (staging, dst, size) in &uploads {
+    for &(at, dst, data) in &copies {
+        let region = vk::BufferCopy::default()
+            .src_offset(at)
+            .size(data.len() as u64);
         // SAFETY: `c` is recording; the copy stays within both buffers.
         unsafe {
-            device.raw().cmd_copy_buffer(
-                c,
-                staging.raw(),
-                *dst,
-                &[vk::BufferCopy::default().size(*size)],
-            )
+            device
+                .raw()
+                .cmd_copy_buffer(c, staging.raw(), dst, &[region])
         };
     }
     submission.end(cmd::SCRATCH)?;
-    // SAFETY: the command buffer is executable; the staging buffers live until the wait below
-    // has finished their use.
+    // SAFETY: the command buffer is executable; the staging buffer lives until the wait below
+    // has finished its use.
     unsafe { submission.submit(cmd::SCRATCH, &[], &[]) }?;
     submission.wait()?;
     Ok(())
