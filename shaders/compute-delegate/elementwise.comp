@@ -35,6 +35,10 @@ layout(constant_id = 11) const uint S8 = 0;
 layout(constant_id = 12) const uint S9 = 0;
 layout(constant_id = 13) const uint S10 = 0;
 layout(constant_id = 14) const uint S11 = 0;
+// Bit k: input k is a split-K product's result, read as the sum of its SPLITS fp32 partial
+// sums (binding 5, `split_stride` elements apart) in place of its summing pass.
+layout(constant_id = 15) const uint SPLIT_MASK = 0;
+layout(constant_id = 16) const uint SPLITS = 1;
 
 const uint MAX_INPUTS = 4;
 const uint MAX_STEPS = 12;
@@ -45,7 +49,8 @@ layout(std430, set = 0, binding = 1) readonly buffer X1 { T x1[]; };
 layout(std430, set = 0, binding = 2) readonly buffer X2 { T x2[]; };
 layout(std430, set = 0, binding = 3) readonly buffer X3 { T x3[]; };
 layout(std430, set = 0, binding = 4) readonly buffer P { float p[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer Y { T y[]; };
+layout(std430, set = 0, binding = 5) readonly buffer S { float part[]; };
+layout(std430, set = 0, binding = 6) writeonly buffer Y { T y[]; };
 
 // Rust: `kernels::push::ElementwisePush`, generated from this block.
 layout(push_constant) uniform Params {
@@ -56,6 +61,7 @@ layout(push_constant) uniform Params {
     uint dims[4];
     uint strides[16];
     uint offsets[4];
+    uint split_stride;
 } pc;
 
 #include "unary_op.glsl"
@@ -95,6 +101,13 @@ uint input_index(const uint k, uint i) {
 
 float load_input(const uint k, uint i) {
     uint at = input_index(k, i);
+    if ((SPLIT_MASK & (1u << k)) != 0) {
+        float sum = 0.0;
+        for (uint j = 0; j < SPLITS; ++j) {
+            sum += part[j * pc.split_stride + at];
+        }
+        return sum;
+    }
     if (k == 0) return float(x0[at]);
     if (k == 1) return float(x1[at]);
     if (k == 2) return float(x2[at]);

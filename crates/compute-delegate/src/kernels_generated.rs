@@ -393,7 +393,7 @@ impl Kernel {
             Kernel::Cumsum => 2,
             Kernel::DequantQ4 => 3,
             Kernel::Dilate2d => 2,
-            Kernel::Elementwise => 6,
+            Kernel::Elementwise => 7,
             Kernel::FmaPeak => 1,
             Kernel::Gather => 3,
             Kernel::Gemm => 4,
@@ -890,6 +890,7 @@ pub(crate) mod push {
         pub dims: [u32; 4],
         pub strides: [u32; 16],
         pub offsets: [u32; 4],
+        pub split_stride: u32,
     }
 
     const _: () = assert!(

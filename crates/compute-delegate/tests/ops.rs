@@ -711,7 +711,6 @@ fn depthwise_rows_share_their_loads() {
             .into_iter()
             .map(|v| v.clamp(0.0, 6.0))
             .collect();
-        let cpu = dev.capabilities().device_type == vk_core::DeviceType::Cpu;
         for gpu_layouts in [false, true] {
             let options = BuildOptions {
                 gpu_layouts,
@@ -719,11 +718,9 @@ fn depthwise_rows_share_their_loads() {
             };
             let what = format!("depthwise {xs:?} {ws:?} {p:?}, GPU layouts {gpu_layouts}");
             let mut built = g.build_with(&dev, &options).unwrap();
-            let kernel = if row && cpu && !gpu_layouts {
-                "ConvDwRow"
-            } else {
-                "ConvDw"
-            };
+            // Windows the row variant takes run on it under both layouts (4 outputs a
+            // thread on a CPU driver's own, fewer under a GPU's where threads are few).
+            let kernel = if row { "ConvDwRow" } else { "ConvDw" };
             // The clamp is the kernel's own.
             assert_eq!(built.kernels(), [kernel], "{what}");
             let got = built
@@ -739,8 +736,9 @@ fn depthwise_rows_share_their_loads() {
 
 /// A depthwise convolution whose result a permute moves channels last (a ConvNeXt block's
 /// first permute) writes channels last itself, the permute gone, with a residual added after
-/// the permute fused in (CPU and GPU layouts: plain and row kernels); with a second reader of
-/// its result, the permute stays.
+/// the permute fused in (row kernels of 4 and of fewer outputs a thread under CPU and GPU
+/// layouts, and the plain kernel for a 9 x 9 window); with a second reader of its result, the
+/// permute stays.
 #[test]
 fn depthwise_results_moved_channels_last_are_written_so() {
     let Some((instance, dev)) = device("depthwise_results_moved_channels_last_are_written_so")
@@ -758,6 +756,8 @@ fn depthwise_results_moved_channels_last_are_written_so() {
     let cases = [
         ([1, 6, 13, 11], [6, 1, 7, 7], dw(6, [1, 1], [3, 3]), false),
         ([2, 4, 10, 9], [8, 1, 3, 3], dw(4, [2, 2], [1, 1]), false),
+        // Wider than the row variant takes: the plain kernel.
+        ([1, 3, 12, 10], [3, 1, 9, 9], dw(3, [1, 1], [4, 4]), false),
         ([1, 5, 8, 8], [5, 1, 3, 3], dw(5, [1, 1], [1, 1]), true),
     ];
     for (xs, ws, p, shared) in cases {
@@ -908,6 +908,78 @@ fn integer_round_trips_of_integers_are_dropped() {
             &got,
             &base,
             0.0,
+            &format!("{what}, against the unfused graph"),
+        );
+    }
+    assert_no_validation_errors(&instance);
+}
+
+/// A split-K linear whose one reader is an elementwise chain (a ConvNeXt block's second
+/// linear: layer scale, permute back and residual) has no summing pass: the chain sums the
+/// partials as it reads them. With a second reader of the linear's result, the pass stays.
+#[test]
+fn chains_sum_the_partials_of_split_products() {
+    let Some((instance, dev)) = device("chains_sum_the_partials_of_split_products") else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(56);
+    let (hw, c, k) = (7usize, 96usize, 1536usize);
+    let x = rand_vec(&mut rng, hw * hw * k);
+    let w: Vec<f32> = rand_vec(&mut rng, c * k).iter().map(|v| v * 0.05).collect();
+    let b = rand_vec(&mut rng, c);
+    let gamma = rand_vec(&mut rng, c);
+    let r = rand_vec(&mut rng, c * hw * hw);
+    for shared in [false, true] {
+        let mut g = GraphBuilder::new();
+        let tx = g.input("x", DType::F32, &[1, hw, hw, k]).unwrap();
+        let tr = g.input("r", DType::F32, &[1, c, hw, hw]).unwrap();
+        let tw = g.constant_f32("w", &[c, k], &w).unwrap();
+        let tb = g.constant_f32("b", &[c], &b).unwrap();
+        let tg = g.constant_f32("gamma", &[c, 1, 1], &gamma).unwrap();
+        let y = g.linear(tx, tw, Some(tb)).unwrap();
+        let z = g.permute(y, &[0, 3, 1, 2]).unwrap();
+        let z = g.mul(z, tg).unwrap();
+        let z = g.add(z, tr).unwrap();
+        g.output(z).unwrap();
+        if shared {
+            g.output(y).unwrap();
+        }
+        let mut want = vec![0.0f32; c * hw * hw];
+        for p in 0..hw * hw {
+            for o in 0..c {
+                let dot: f32 = (0..k).map(|i| x[p * k + i] * w[o * k + i]).sum();
+                want[o * hw * hw + p] = (dot + b[o]) * gamma[o] + r[o * hw * hw + p];
+            }
+        }
+        let what = format!("split linear, layer scale, permute and residual; shared {shared}");
+        let inputs = [
+            HostTensor::from_f32(vec![1, hw, hw, k], &x).unwrap(),
+            HostTensor::from_f32(vec![1, c, hw, hw], &r).unwrap(),
+        ];
+        let mut fused = g.build(&dev).unwrap();
+        let kernels = fused.kernels();
+        assert!(
+            kernels.iter().any(|k| k.starts_with("Elementwise")),
+            "{what}: {kernels:?}"
+        );
+        let summed = kernels.iter().any(|k| k.starts_with("SplitSum"));
+        assert_eq!(summed, shared, "{what}: {kernels:?}");
+        let got = fused.execute(&inputs).unwrap()[0].to_f32().unwrap();
+        assert_close(&got, &want, 1e-4, &what);
+        let unfused = BuildOptions {
+            unfused: true,
+            ..BuildOptions::default()
+        };
+        let mut plain = g.build_with(&dev, &unfused).unwrap();
+        assert!(
+            plain.kernels().iter().any(|k| k.starts_with("SplitSum")),
+            "{what}"
+        );
+        let base = plain.execute(&inputs).unwrap()[0].to_f32().unwrap();
+        assert_close(
+            &got,
+            &base,
+            1e-6,
             &format!("{what}, against the unfused graph"),
         );
     }

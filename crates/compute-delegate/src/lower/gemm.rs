@@ -1,6 +1,25 @@
 //! GEMM: linear, matmul and bmm, with split-K.
 
 use super::*;
+use crate::chains::MAX_INPUTS as MAX_CHAIN_INPUTS;
+use crate::lower::epilogue::Taken;
+
+/// A split-K product's partial sums, left for the elementwise chain that reads its result.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeferredSum {
+    partial: usize,
+    splits: u32,
+    out_numel: usize,
+    final_out: (usize, bool),
+}
+
+/// Environment variable: `0` gives every split-K product its own summing pass, even where
+/// the elementwise chain reading its result could sum the partials.
+pub const ENV_CHAIN_SPLIT_SUMS: &str = "VKDELEGATE_CHAIN_SPLIT_SUMS";
+
+fn chain_split_sums() -> bool {
+    std::env::var(ENV_CHAIN_SPLIT_SUMS).map_or(true, |v| v.trim() != "0")
+}
 
 /// The distance between two splits' partial sums of an output of `out_numel` elements: a
 /// multiple of 4, so that the summing pass reads them as vec4s.
@@ -425,6 +444,9 @@ impl Lowerer<'_> {
     /// The summing pass of a split-K GEMM (`split_sum.comp`) in one dispatch: the fp32
     /// partial sums `split_stride(out_numel)` elements apart are summed in fp32, the node's
     /// epilogue applied (a residual added, an activation), and stored in the node's precision.
+    /// Where the node has no epilogue and its result's one reader is an elementwise chain,
+    /// the chain sums the partials as it reads them instead ([`Lowerer::chain_partials`]):
+    /// a ConvNeXt block's second linear, whose layer scale, permute and residual are a chain.
     pub(super) fn sum_partials(
         &mut self,
         partial: usize,
@@ -432,28 +454,128 @@ impl Lowerer<'_> {
         out_numel: usize,
         final_out: (usize, bool),
     ) -> Result<()> {
-        let quads = out_numel.div_ceil(4);
-        let g = self.linear_groups(quads as u64);
+        let d = DeferredSum {
+            partial,
+            splits,
+            out_numel,
+            final_out,
+        };
+        if self.chain_sums(final_out.0) {
+            self.deferred_sums.insert(final_out.0, d);
+            return Ok(());
+        }
         let e = self.take_epilogue();
+        self.split_sum(d, e)
+    }
+
+    fn split_sum(&mut self, d: DeferredSum, e: Option<Taken>) -> Result<()> {
+        let quads = d.out_numel.div_ceil(4);
+        let g = self.linear_groups(quads as u64);
         let (act, act_lo, act_hi) = e.map_or((0, 0.0, 0.0), |e| (e.act, e.lo, e.hi));
         let resid = e.and_then(|e| e.residual);
         self.push(
             Kernel::SplitSum,
             vec![act, e.map_or(0, |e| e.resid)],
             vec![
-                (partial, false),
-                final_out,
-                (resid.unwrap_or(partial), false),
+                (d.partial, false),
+                d.final_out,
+                (resid.unwrap_or(d.partial), false),
             ],
             &push::SplitSumPush {
                 quads: quads as u32,
-                splits,
-                stride4: (split_stride(out_numel) / 4) as u32,
+                splits: d.splits,
+                stride4: (split_stride(d.out_numel) / 4) as u32,
                 act_lo,
                 act_hi,
             },
             [g, 1, 1],
         );
+        Ok(())
+    }
+
+    /// Whether the current node's result in storage `s` may be left as partial sums for the
+    /// elementwise chain that alone reads it: the node has no epilogue, and `s` is a
+    /// temporary of its own, no graph output, that only this node writes.
+    fn chain_sums(&self, s: usize) -> bool {
+        if !chain_split_sums() || self.epilogue.is_some_and(|_| !self.epilogue_taken) {
+            return false;
+        }
+        let Some(st) = self.b.storages.get(s) else {
+            return false;
+        };
+        let output = self.b.outputs.iter().any(|&t| self.st(t) == s);
+        let own = matches!(st.kind, StorageKind::Temp)
+            && !output
+            && self.placement.within.get(s).is_some_and(Option::is_none)
+            && self.uses.writers[s] == [self.node];
+        if !own {
+            return false;
+        }
+        // Every node reading `s`: one chain, among its inputs proper.
+        let mut readers = self
+            .b
+            .nodes
+            .iter()
+            .filter(|n| n.op.inputs().iter().any(|&t| self.st(t) == s));
+        let (Some(n), None) = (readers.next(), readers.next()) else {
+            return false;
+        };
+        match &n.op {
+            Op::Kernel {
+                kernel: Kernel::Elementwise,
+                inputs,
+                spec,
+                ..
+            } => {
+                let n_in = spec.first().map_or(0, |&v| v as usize);
+                let read = |t: &TensorId| self.st(*t) == s;
+                inputs.iter().take(n_in).any(read)
+                    && !inputs.iter().skip(MAX_CHAIN_INPUTS).any(read)
+            }
+            _ => false,
+        }
+    }
+
+    /// An elementwise chain's partial sums (`elementwise.comp`'s binding 5, `SPLIT_MASK`,
+    /// `SPLITS`, `split_stride`): the inputs whose product left its summing pass to this chain
+    /// read its partials. A second such product among the inputs gets its summing pass here.
+    pub(super) fn chain_partials(
+        &mut self,
+        inputs: &[TensorId],
+        spec: &mut Vec<u32>,
+        push: &mut [u32],
+        bindings: &mut Vec<(usize, bool)>,
+    ) -> Result<()> {
+        let n_in = spec.first().map_or(0, |&v| v as usize);
+        let mut chosen: Option<DeferredSum> = None;
+        let mut mask = 0u32;
+        for (k, &t) in inputs.iter().enumerate().take(n_in) {
+            let s = self.st(t);
+            let Some(d) = self.deferred_sums.get(&s).copied() else {
+                continue;
+            };
+            match chosen {
+                None => chosen = Some(d),
+                Some(c) if c.partial == d.partial => {}
+                Some(_) => {
+                    self.deferred_sums.remove(&s);
+                    self.split_sum(d, None)?;
+                    continue;
+                }
+            }
+            mask |= 1 << k;
+        }
+        if let Some(d) = chosen {
+            self.deferred_sums.remove(&d.final_out.0);
+        }
+        bindings.insert(5, (chosen.map_or(bindings[0].0, |d| d.partial), false));
+        spec.resize(15, 0);
+        spec.push(mask);
+        spec.push(chosen.map_or(1, |d| d.splits));
+        if let Some(w) = push.get_mut(std::mem::offset_of!(push::ElementwisePush, split_stride) / 4)
+        {
+            *w = chosen.map_or(0, |d| split_stride(d.out_numel) as u32);
+        }
         Ok(())
     }
 

@@ -377,6 +377,9 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) cpu: bool,
     /// Who reads and writes each storage of the graph.
     pub(crate) uses: crate::fusion::Uses,
+    /// Per storage: a split-K product's result whose summing pass the elementwise chain
+    /// reading it does (`gemm.rs`'s `sum_partials`, `chain_partials`).
+    pub(crate) deferred_sums: std::collections::HashMap<usize, gemm::DeferredSum>,
 }
 
 impl Lowerer<'_> {
@@ -565,7 +568,10 @@ impl Lowerer<'_> {
                     k => (k, spec.clone()),
                 };
                 let shared = self.limits.max_compute_shared_memory_size;
-                let (spec, push, g) = gemv_q4_columns(kernel, &spec, push, g, shared);
+                let (mut spec, mut push, g) = gemv_q4_columns(kernel, &spec, push, g, shared);
+                if kernel == Kernel::Elementwise {
+                    self.chain_partials(inputs, &mut spec, &mut push, &mut bindings)?;
+                }
                 self.push_words(kernel, spec, bindings, push, [g, 1, 1]);
                 Ok(())
             }
@@ -750,6 +756,7 @@ pub(crate) fn lower_placed(
         placement,
         cpu,
         uses: crate::fusion::Uses::of(b),
+        deferred_sums: std::collections::HashMap::new(),
     };
     let fusion = epilogue::fuse_epilogues(b, epilogues);
     let cat_read = match epilogues {
@@ -767,6 +774,11 @@ pub(crate) fn lower_placed(
         l.precision = node_precision(b, &node.op, node.out);
         l.lower_node(&node.op, node.out)?;
         l.finish_epilogue(l.st(fusion.epilogue[i].map_or(node.out, |e| e.writes)))?;
+    }
+    if !l.deferred_sums.is_empty() {
+        return Err(Error::Graph(
+            "internal: a split-K product's summing pass was left to a chain that never ran".into(),
+        ));
     }
     let mut within = placement.within.clone();
     within.resize(l.storages.len(), None);
