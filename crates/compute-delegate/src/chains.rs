@@ -23,6 +23,11 @@ use crate::passes::retain;
 pub(crate) const MAX_INPUTS: usize = 4;
 /// Steps of a chain.
 pub(crate) const MAX_STEPS: usize = 12;
+/// `elementwise.comp`'s specialization constants a chain sets: its input count, step count,
+/// strided inputs and step words. Its split-K constants follow (`lower/gemm.rs`).
+pub(crate) const SPEC_WORDS: usize = 3 + MAX_STEPS;
+/// The binding of a chain's split-K partial sums: after its inputs and its parameters.
+pub(crate) const PARTIALS_BINDING: usize = MAX_INPUTS + 1;
 /// Dims of a chain's output after collapsing.
 const MAX_RANK: usize = 4;
 

@@ -114,6 +114,23 @@ impl GraphBuilder {
     /// a storage of its own that is no graph output, and the first cast's input is complete
     /// before it. `None` where there is none.
     pub(crate) fn with_round_trip_casts_removed(&self) -> Option<GraphBuilder> {
+        self.with_casts_read_from(|uses, n| match n.op {
+            Op::Cast {
+                x: wide,
+                to: DType::F16,
+            } => self.widened_f16(uses, wide).map(|(_, narrow)| narrow),
+            _ => None,
+        })
+    }
+
+    /// The graph with each cast node for which `source` names a tensor holding its result
+    /// already gone, every view of its result reading that tensor's storage instead. Only
+    /// where the cast alone writes a storage of its own that is no graph output. `None` where
+    /// there is none.
+    fn with_casts_read_from(
+        &self,
+        source: impl Fn(&Uses, &Node) -> Option<TensorId>,
+    ) -> Option<GraphBuilder> {
         let uses = Uses::of(self);
         let outputs: Vec<usize> = self
             .outputs
@@ -123,20 +140,13 @@ impl GraphBuilder {
         let mut g = self.clone();
         let mut drop = vec![false; self.nodes.len()];
         for (k, n) in self.nodes.iter().enumerate() {
-            let Op::Cast {
-                x: wide,
-                to: DType::F16,
-            } = n.op
-            else {
+            if !matches!(n.op, Op::Cast { .. }) {
+                continue;
+            }
+            let Some(from) = source(&uses, n) else {
                 continue;
             };
-            let Some((_, narrow)) = self.widened_f16(&uses, wide) else {
-                continue;
-            };
-            let (st, from) = (
-                self.tensors[n.out.0].storage,
-                self.tensors[narrow.0].storage,
-            );
+            let (st, from) = (self.tensors[n.out.0].storage, self.tensors[from.0].storage);
             let fits = uses.writers[st] == [k]
                 && self.storages[st].tensor == n.out
                 && matches!(self.storages[st].kind, StorageKind::Temp)
@@ -144,7 +154,6 @@ impl GraphBuilder {
             if !fits {
                 continue;
             }
-            // Every view of the second cast's result reads the f16 value instead.
             for t in &mut g.tensors {
                 if t.storage == st {
                     t.storage = from;
@@ -166,48 +175,24 @@ impl GraphBuilder {
     /// its own that is no graph output, and the clamped value is written once. `None` where
     /// there is none.
     pub(crate) fn with_integer_round_trips_removed(&self) -> Option<GraphBuilder> {
-        let uses = Uses::of(self);
-        let outputs: Vec<usize> = self
-            .outputs
-            .iter()
-            .map(|t| self.tensors[t.0].storage)
-            .collect();
-        let mut g = self.clone();
-        let mut drop = vec![false; self.nodes.len()];
-        for (k, n) in self.nodes.iter().enumerate() {
+        self.with_casts_read_from(|uses, n| {
             let Op::Cast {
                 x: q,
                 to: DType::F32,
             } = n.op
             else {
-                continue;
+                return None;
             };
-            let Some(range) = integer_range(self.tensors[q.0].dtype) else {
-                continue;
+            let range = integer_range(self.tensors[q.0].dtype)?;
+            let Some((_, &Op::Cast { x: v, .. })) = self.writer(uses, q) else {
+                return None;
             };
-            let Some((_, Op::Cast { x: v, .. })) = self.writer(&uses, q) else {
-                continue;
-            };
-            let (st, from) = (self.tensors[n.out.0].storage, self.tensors[v.0].storage);
-            let fits = uses.writers[st] == [k]
-                && self.storages[st].tensor == n.out
-                && matches!(self.storages[st].kind, StorageKind::Temp)
-                && !outputs.contains(&st)
-                && uses.writers[from].len() == 1
+            let fits = uses.writers[self.tensors[v.0].storage].len() == 1
                 && self.tensors[v.0].dtype == DType::F32
                 && self.tensors[v.0].numel() == self.tensors[n.out.0].numel()
-                && self.clamped_integer(&uses, *v, range);
-            if !fits {
-                continue;
-            }
-            for t in &mut g.tensors {
-                if t.storage == st {
-                    t.storage = from;
-                }
-            }
-            drop[k] = true;
-        }
-        retain(g, &drop)
+                && self.clamped_integer(uses, v, range);
+            fits.then_some(v)
+        })
     }
 
     /// The graph with each `clamp(x + a, lo, hi) + b` of an integer-valued `x` and integers

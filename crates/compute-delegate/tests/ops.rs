@@ -47,6 +47,38 @@ fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
     }
 }
 
+/// Builds `g` as `options` do but unfused, checks that one of its kernels is a `kernel` (what
+/// the fused build did away with), runs it on `inputs` and checks its first output against
+/// `got`, the fused build's, within `tol`.
+#[track_caller]
+fn assert_as_unfused(
+    dev: &Device,
+    g: &GraphBuilder,
+    options: BuildOptions,
+    inputs: &[HostTensor],
+    got: &[f32],
+    (kernel, tol): (&str, f32),
+    what: &str,
+) {
+    let unfused = BuildOptions {
+        unfused: true,
+        ..options
+    };
+    let mut plain = g.build_with(dev, &unfused).unwrap();
+    let kernels = plain.kernels();
+    assert!(
+        kernels.iter().any(|k| k.starts_with(kernel)),
+        "{what}: {kernels:?}"
+    );
+    let base = plain.execute(inputs).unwrap()[0].to_f32().unwrap();
+    assert_close(
+        got,
+        &base,
+        tol,
+        &format!("{what}, against the unfused graph"),
+    );
+}
+
 /// Builds `b` with one f32 input per `(shape, data)` already declared, runs it (twice), and
 /// returns the outputs as f32. A second build copies through staging buffers, the path of
 /// discrete GPUs, and must give the same bytes.
@@ -810,19 +842,7 @@ fn depthwise_results_moved_channels_last_are_written_so() {
             let got = built.execute(&inputs).unwrap()[0].to_f32().unwrap();
             assert_close(&got, &want, 1e-4, &what);
             // The unfused graph (the permute a copy of its own) computes the same.
-            let unfused = BuildOptions {
-                unfused: true,
-                ..options
-            };
-            let mut plain = g.build_with(&dev, &unfused).unwrap();
-            assert!(plain.kernels().iter().any(|k| k.starts_with("Copy")));
-            let base = plain.execute(&inputs).unwrap()[0].to_f32().unwrap();
-            assert_close(
-                &got,
-                &base,
-                1e-6,
-                &format!("{what}, against the unfused graph"),
-            );
+            assert_as_unfused(&dev, &g, options, &inputs, &got, ("Copy", 1e-6), &what);
         }
     }
     assert_no_validation_errors(&instance);
@@ -894,22 +914,8 @@ fn integer_round_trips_of_integers_are_dropped() {
         }
         let got = fused.execute(&inputs).unwrap()[0].to_f32().unwrap();
         assert_close(&got, &want, 1e-6, &what);
-        let unfused = BuildOptions {
-            unfused: true,
-            ..BuildOptions::default()
-        };
-        let mut plain = g.build_with(&dev, &unfused).unwrap();
-        assert!(
-            plain.kernels().iter().any(|k| k.starts_with("Cast")),
-            "{what}"
-        );
-        let base = plain.execute(&inputs).unwrap()[0].to_f32().unwrap();
-        assert_close(
-            &got,
-            &base,
-            0.0,
-            &format!("{what}, against the unfused graph"),
-        );
+        let options = BuildOptions::default();
+        assert_as_unfused(&dev, &g, options, &inputs, &got, ("Cast", 0.0), &what);
     }
     assert_no_validation_errors(&instance);
 }
@@ -966,22 +972,8 @@ fn chains_sum_the_partials_of_split_products() {
         assert_eq!(summed, shared, "{what}: {kernels:?}");
         let got = fused.execute(&inputs).unwrap()[0].to_f32().unwrap();
         assert_close(&got, &want, 1e-4, &what);
-        let unfused = BuildOptions {
-            unfused: true,
-            ..BuildOptions::default()
-        };
-        let mut plain = g.build_with(&dev, &unfused).unwrap();
-        assert!(
-            plain.kernels().iter().any(|k| k.starts_with("SplitSum")),
-            "{what}"
-        );
-        let base = plain.execute(&inputs).unwrap()[0].to_f32().unwrap();
-        assert_close(
-            &got,
-            &base,
-            1e-6,
-            &format!("{what}, against the unfused graph"),
-        );
+        let options = BuildOptions::default();
+        assert_as_unfused(&dev, &g, options, &inputs, &got, ("SplitSum", 1e-6), &what);
     }
     assert_no_validation_errors(&instance);
 }

@@ -1,7 +1,7 @@
 //! GEMM: linear, matmul and bmm, with split-K.
 
 use super::*;
-use crate::chains::MAX_INPUTS as MAX_CHAIN_INPUTS;
+use crate::chains::{MAX_INPUTS as MAX_CHAIN_INPUTS, PARTIALS_BINDING, SPEC_WORDS};
 use crate::lower::epilogue::Taken;
 
 /// A split-K product's partial sums, left for the elementwise chain that reads its result.
@@ -568,8 +568,9 @@ impl Lowerer<'_> {
         if let Some(d) = chosen {
             self.deferred_sums.remove(&d.final_out.0);
         }
-        bindings.insert(5, (chosen.map_or(bindings[0].0, |d| d.partial), false));
-        spec.resize(15, 0);
+        let partials = chosen.map_or(bindings[0].0, |d| d.partial);
+        bindings.insert(PARTIALS_BINDING, (partials, false));
+        spec.resize(SPEC_WORDS, 0);
         spec.push(mask);
         spec.push(chosen.map_or(1, |d| d.splits));
         if let Some(w) = push.get_mut(std::mem::offset_of!(push::ElementwisePush, split_stride) / 4)
