@@ -584,16 +584,35 @@ const COOP_SPLIT_TARGET_BLOCKS: u64 = 264;
 /// ... each split at least four K steps deep.
 const COOP_SPLIT_MIN_K: u64 = 256;
 
+/// Environment variable for tuning the workgroup-scope products' split along K:
+/// `BELOW,TARGET` (products of fewer blocks than `BELOW` are split into about `TARGET` work
+/// groups; the default `132,264`).
+pub const ENV_COOP_SPLIT: &str = "VKDELEGATE_COOP_SPLIT";
+
+/// [`ENV_COOP_SPLIT`], else the default.
+fn coop_split_blocks() -> (u64, u64) {
+    let default = (COOP_SPLIT_BELOW_BLOCKS, COOP_SPLIT_TARGET_BLOCKS);
+    let Ok(v) = std::env::var(ENV_COOP_SPLIT) else {
+        return default;
+    };
+    let p: Option<Vec<u64>> = v.split(',').map(|x| x.trim().parse().ok()).collect();
+    match p.as_deref() {
+        Some(&[below, target]) if target > 0 => (below, target),
+        _ => {
+            log::warn!("{ENV_COOP_SPLIT}={v}: expected `BELOW,TARGET`; using the default");
+            default
+        }
+    }
+}
+
 /// Splits and split depth (a multiple of the K step `bk`) for a workgroup-scope product of
 /// `blocks` blocks and depth `k`.
 fn coop_splits(blocks: u64, k: u64, bk: u64) -> (u64, u64) {
-    if blocks >= COOP_SPLIT_BELOW_BLOCKS || k < COOP_SPLIT_MIN_K {
+    let (below, target) = coop_split_blocks();
+    if blocks >= below || k < COOP_SPLIT_MIN_K {
         return (1, k);
     }
-    let splits = COOP_SPLIT_TARGET_BLOCKS
-        .div_ceil(blocks)
-        .min(k / (4 * bk))
-        .clamp(1, 16);
+    let splits = target.div_ceil(blocks).min(k / (4 * bk)).clamp(1, 16);
     let k_split = k.div_ceil(splits).div_ceil(bk) * bk;
     (k.div_ceil(k_split), k_split)
 }

@@ -182,6 +182,22 @@ fn parse_split_k(v: &str) -> Option<SplitK> {
     })
 }
 
+/// Environment variable: `64` gives every plain GEMM 64 x 64 output tiles, `128` the default
+/// choice (128 x 128 where both sides exceed 64, then 64 x 64 where a product has too few
+/// tiles and no deep split).
+pub const ENV_GEMM_TILES: &str = "VKDELEGATE_GEMM_TILES";
+
+fn gemm_tiles() -> Option<u64> {
+    match std::env::var(ENV_GEMM_TILES).ok()?.trim() {
+        "64" => Some(64),
+        "128" => Some(128),
+        v => {
+            log::warn!("{ENV_GEMM_TILES}={v}: expected `64` or `128`; using the default");
+            None
+        }
+    }
+}
+
 impl Lowerer<'_> {
     /// The plain GEMM kernel and layout for tiles of `8 * tx` columns by `8 * ty` rows in the
     /// current node's precision (the register-tiled `gemm.comp`, fp32 accumulators in both
@@ -235,8 +251,9 @@ impl Lowerer<'_> {
         } else {
             (0, 0)
         };
-        let mut ty: u64 = if m <= 64 { 8 } else { 16 };
-        let mut tx: u64 = if n <= 64 { 8 } else { 16 };
+        let small = gemm_tiles() == Some(64);
+        let mut ty: u64 = if m <= 64 || small { 8 } else { 16 };
+        let mut tx: u64 = if n <= 64 || small { 8 } else { 16 };
         let tiles = |tx: u64, ty: u64| {
             (m as u64).div_ceil(8 * ty) * (n as u64).div_ceil(8 * tx) * batch as u64
         };
