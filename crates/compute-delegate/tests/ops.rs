@@ -1349,6 +1349,8 @@ fn sum_mean_and_layer_norm() {
         (vec![4usize, 10], vec![10usize]),
         (vec![2, 3, 300], vec![3, 300]),
         (vec![7], vec![7]),
+        // Many short rows: a subgroup per row where the device has subgroup arithmetic.
+        (vec![2, 300, 96], vec![96]),
     ] {
         let x = rand_vec(&mut rng, numel(&shape));
         let d = numel(&norm);

@@ -213,8 +213,9 @@ fn f16_softmax_sum_mean_and_layer_norm() {
         return;
     };
     let mut rng = SmallRng::seed_from_u64(23);
-    // Rows of 256 (vec4 path), 67 (scalar rows) and a middle dim of 5 (columns).
-    for shape in [&[3usize, 256][..], &[4, 67], &[2, 5, 3]] {
+    // Rows of 256 (vec4 path), 67 (scalar rows) and a middle dim of 5 (columns); 520 rows of
+    // 96 (a layer norm's subgroup per row).
+    for shape in [&[3usize, 256][..], &[4, 67], &[2, 5, 3], &[520, 96]] {
         let x = rand16(&mut rng, numel(shape));
         let r = shape.len();
         let d = shape[r - 1];
