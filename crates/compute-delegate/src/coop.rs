@@ -65,11 +65,12 @@ pub(crate) const NV2_SLOTS: usize = 4;
 
 /// The default tiles, largest first: 128 x 256 stepping K by 32 with sixteen steps unrolled
 /// for large products (measured fastest on 4096^3 on an H200, in both layouts of B), 128 x 128,
-/// 64 x 64, and 32 x 64 stepping K by 64 for products of a few hundred rows (on an H100,
-/// ViT-B/16's products of 197 rows took 0.946 ms on 32 x 64 against 1.083 on 64 x 64, and ViT-B
-/// fp16 ran 1.43 ms host to host against 1.61; stepping K by 64 with two steps unrolled instead
-/// of by 32 with four took ViT-B fp16 from 1.46 to 1.41 ms and ConvNeXt-T fp16 from 1.04 to
-/// 1.02).
+/// 64 x 64, and 32 x 64 stepping K by 64 on 256 invocations for products of a few hundred rows
+/// (on an H100, ViT-B/16's products of 197 rows took 0.946 ms on 32 x 64 against 1.083 on
+/// 64 x 64, and ViT-B fp16 ran 1.43 ms host to host against 1.61; stepping K by 64 with two
+/// steps unrolled instead of by 32 with four took ViT-B fp16 from 1.46 to 1.41 ms and
+/// ConvNeXt-T fp16 from 1.04 to 1.02; 256 invocations instead of 128 took them to 1.23 and
+/// 0.94 ms, while 64 took them to 2.01 and 1.28).
 const NV2_TILES: [Nv2Tile; NV2_SLOTS] = [
     Nv2Tile {
         bm: 128,
@@ -96,7 +97,7 @@ const NV2_TILES: [Nv2Tile; NV2_SLOTS] = [
         bm: 32,
         bn: 64,
         bk: 64,
-        threads: 128,
+        threads: 256,
         unroll: 2,
     },
 ];
