@@ -253,11 +253,14 @@ impl GraphBuilder {
 /// rows of 96 channels took 9-11 us each on work groups of 256 invocations.
 /// [`ENV_NORM_SUBGROUP_ROWS`] changes it.
 const SG_ROWS_MIN: usize = 512;
+/// See [`SG_ROWS_MIN`].
+const SG_ROW_MAX_D: usize = 1024;
 
 /// Environment variable for tuning: the fewest rows a layer norm takes a subgroup per row
 /// with (default [`SG_ROWS_MIN`]).
 pub const ENV_NORM_SUBGROUP_ROWS: &str = "VKDELEGATE_NORM_SUBGROUP_ROWS";
 
+/// [`ENV_NORM_SUBGROUP_ROWS`], else [`SG_ROWS_MIN`].
 fn sg_rows_min() -> usize {
     let Ok(v) = std::env::var(ENV_NORM_SUBGROUP_ROWS) else {
         return SG_ROWS_MIN;
@@ -267,8 +270,6 @@ fn sg_rows_min() -> usize {
         SG_ROWS_MIN
     })
 }
-/// See [`SG_ROWS_MIN`].
-const SG_ROW_MAX_D: usize = 1024;
 
 // Recording: what this family's nodes become, dispatches of the op library.
 impl Lowerer<'_> {
