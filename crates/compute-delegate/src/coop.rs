@@ -148,10 +148,7 @@ fn nv2_min_groups(k: usize) -> u64 {
 /// [`ENV_COOP2_FILL`]'s value: `GROUPS` (products of every depth) or
 /// `GROUPS,DEEP_K,DEEP_GROUPS`.
 fn parse_fill(v: &str) -> Option<(u64, usize, u64)> {
-    let p: Vec<u64> = v
-        .split(',')
-        .map(|x| x.trim().parse().ok())
-        .collect::<Option<_>>()?;
+    let p: Vec<u64> = crate::options::tuning_numbers(v)?;
     match p[..] {
         [g] => Some((g, usize::MAX, g)),
         [g, k, d] => Some((g, usize::try_from(k).ok()?, d)),
@@ -388,10 +385,7 @@ fn nv2_conv() -> Option<Nv2Tile> {
 /// `threads,bm,bn,bk[,unroll]`, each a number; threads 32..=1024, tiles nonzero multiples of
 /// 16, unroll 1..=64 (4 when left out).
 fn parse_nv2(v: &str) -> Option<Nv2Tile> {
-    let p: Vec<u32> = v
-        .split(',')
-        .map(|x| x.trim().parse().ok())
-        .collect::<Option<_>>()?;
+    let p: Vec<u32> = crate::options::tuning_numbers(v)?;
     let (threads, bm, bn, bk, unroll) = match p[..] {
         [t, m, n, k] => (t, m, n, k, 4),
         [t, m, n, k, u] => (t, m, n, k, u),

@@ -58,7 +58,7 @@ fn tile() -> AttendTile {
     let Ok(v) = std::env::var(ATTENTION_TILE_ENV) else {
         return TILE;
     };
-    let p: Option<Vec<u32>> = v.split(',').map(|x| x.trim().parse().ok()).collect();
+    let p: Option<Vec<u32>> = crate::options::tuning_numbers(&v);
     match p.as_deref() {
         Some(&[rows, keys, threads])
             if rows % 16 == 0 && keys % 16 == 0 && threads % 32 == 0 && rows * keys > 0 =>

@@ -9,6 +9,11 @@ use vk_core::BufferSlice;
 /// passes ([`BuildOptions::unfused`]).
 pub const FUSION_ENV: &str = "VKDELEGATE_FUSION";
 
+/// The comma-separated numbers of a tuning variable's value (`None` if any is not one).
+pub(crate) fn tuning_numbers<T: std::str::FromStr>(v: &str) -> Option<Vec<T>> {
+    v.split(',').map(|x| x.trim().parse().ok()).collect()
+}
+
 impl BuildOptions {
     /// Whether the fusion passes run: not with [`BuildOptions::unfused`], nor with
     /// [`FUSION_ENV`] set to `off`.

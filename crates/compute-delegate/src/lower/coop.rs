@@ -595,7 +595,7 @@ fn coop_split_blocks() -> (u64, u64) {
     let Ok(v) = std::env::var(ENV_COOP_SPLIT) else {
         return default;
     };
-    let p: Option<Vec<u64>> = v.split(',').map(|x| x.trim().parse().ok()).collect();
+    let p: Option<Vec<u64>> = crate::options::tuning_numbers(&v);
     match p.as_deref() {
         Some(&[below, target]) if target > 0 => (below, target),
         _ => {

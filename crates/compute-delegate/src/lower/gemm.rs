@@ -165,10 +165,7 @@ fn split_k() -> SplitK {
 
 /// `MIN_K,PER_SPLIT[,LARGE]`, depths 8 or more, `LARGE` 0 meaning never.
 fn parse_split_k(v: &str) -> Option<SplitK> {
-    let parsed: Vec<u64> = v
-        .split(',')
-        .map(|p| p.trim().parse().ok())
-        .collect::<Option<_>>()?;
+    let parsed: Vec<u64> = crate::options::tuning_numbers(v)?;
     let (min_k, per_split, large) = match parsed[..] {
         [m, p] => (m, p, SPLIT_K.large),
         [m, p, 0] => (m, p, u64::MAX),

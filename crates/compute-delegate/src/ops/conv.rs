@@ -731,7 +731,7 @@ fn pw_limits() -> PwLimits {
     let Ok(v) = std::env::var(ENV_CONV_PW) else {
         return PW_LIMITS;
     };
-    let parsed: Option<Vec<usize>> = v.split(',').map(|x| x.trim().parse().ok()).collect();
+    let parsed: Option<Vec<usize>> = crate::options::tuning_numbers(&v);
     match parsed.as_deref() {
         Some([0, ..]) => PwLimits {
             max_k: 0,

@@ -310,7 +310,7 @@ impl Lowerer<'_> {
                     && *d <= SG_ROW_MAX_D
                     && rows >= sg_rows_min();
                 let g = if by_subgroup {
-                    rows.div_ceil(256 / width.min(256)).min(ROW_GROUPS) as u32
+                    self.linear_groups((rows * width) as u64)
                 } else {
                     g
                 };

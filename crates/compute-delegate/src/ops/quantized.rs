@@ -574,13 +574,11 @@ fn qconv_split_below(cpu: bool) -> (usize, usize) {
 
 /// [`ENV_QCONV_SPLIT_BELOW`]'s value: `THREADS` or `THREADS,DEPTH`.
 fn parse_split_below(v: &str) -> Option<(usize, usize)> {
-    let mut parts = v.split(',').map(|p| p.trim().parse::<usize>());
-    let below = parts.next()?.ok()?;
-    let depth = match parts.next() {
-        Some(d) => d.ok()?,
-        None => QCONV_SPLIT_PW_DEPTH,
-    };
-    parts.next().is_none().then_some((below, depth))
+    match crate::options::tuning_numbers::<usize>(v)?[..] {
+        [below] => Some((below, QCONV_SPLIT_PW_DEPTH)),
+        [below, depth] => Some((below, depth)),
+        _ => None,
+    }
 }
 
 /// The most positions of a window that the win kernel unrolls.
