@@ -141,7 +141,18 @@ impl GraphBuilder {
             false => Placement::none(self.storages.len(), self.nodes.len()),
         };
         let epilogues = options.fuses();
-        let mut plan = lower_placed(self, limits, (subgroups, cpu), coop, &placement, epilogues)?;
+        let lowered =
+            |coop| lower_placed(self, limits, (subgroups, cpu), coop, &placement, epilogues);
+        let mut plan = lowered(coop)?;
+        // Each cooperative tile is checked on the device the first time a plan runs on it; a
+        // plan that took a failing one is lowered again without it.
+        let mut coop = coop;
+        while let Some(fewer) = coop.and_then(|c| {
+            crate::coop::without_failures(device, options.cooperative, c, &plan.cooperative)
+        }) {
+            coop = fewer;
+            plan = lowered(coop)?;
+        }
         if scheduling() {
             let extent = |s: usize| storage_extent(&plan.storages, &plan.within, s);
             let order = scheduled(std::mem::take(&mut plan.dispatches), &extent);
@@ -1022,6 +1033,7 @@ mod tests {
             storages: storages.clone(),
             dispatches: d,
             within: vec![None; 3],
+            cooperative: Default::default(),
         };
         let b = GraphBuilder::new();
         assert!(b.check_sizes(&plan(vec![good.clone()]), u64::MAX).is_ok());

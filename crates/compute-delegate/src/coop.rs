@@ -1,19 +1,25 @@
 //! Cooperative-matrix kernels (`VK_KHR_cooperative_matrix`): whether a device may run them,
-//! with which fragment shape, and the once-per-device check that they compute what the plain
+//! with which fragment shape, and the once-per-device checks that they compute what the plain
 //! kernels compute.
 //!
 //! Drivers are known to advertise cooperative matrices and compute wrong results with them.
-//! Before a graph first uses such a kernel on a device, [`usable`] builds a small graph of
-//! each kind the lowering emits (matmul with a ragged K tail, linear with its weight read
-//! transposed, an unaligned shape on the scalar load path, a padded 3x3 conv2d through the
-//! patch matrix with a bias per output channel), runs it with the cooperative kernel
-//! forced, and compares it with a host reference of the same fp16 inputs. A failure or a
-//! mismatch logs a warning and the device keeps the plain kernels. The outcome is kept per
-//! device ([`vk_core::Device::memo`]).
+//! Each kernel and tile a graph's dispatches run on ([`Checked`]) is checked the first time a
+//! graph on the device needs it: small graphs of each kind the lowering emits (matmul with a
+//! ragged K tail, linear with its weight read transposed, an unaligned shape on the scalar
+//! load path, a padded 3x3 conv2d through the patch matrix with a bias per output channel) run
+//! with that tile forced and are compared with a host reference of the same fp16 inputs. A
+//! failure or a mismatch logs a warning and graphs on the device go without that tile (without
+//! cooperative matrices where the kind's first check fails, [`usable`]). Checking only what a
+//! graph uses keeps a driver's slow compiles of tiles no product takes (seconds each) out of
+//! its load. The outcomes are kept per device ([`vk_core::Device::memo`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use vk_core::{CoopComponent, Device, Features, HostTensor, Version};
 
 use crate::graph::GraphBuilder;
+use crate::kernels::Kernel;
 use crate::options::BuildOptions;
 
 /// When graphs use cooperative-matrix kernels.
@@ -51,7 +57,7 @@ pub(crate) enum CoopConfig {
 /// A tile of `gemm_coop2.comp`: one workgroup-scope `bm x bn` accumulator stepping K by `bk`,
 /// on `threads` invocations, `unroll` K steps unrolled in the fast path (`conv_coop2.comp`
 /// does not unroll).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Nv2Tile {
     pub bm: u32,
     pub bn: u32,
@@ -157,11 +163,22 @@ fn parse_fill(v: &str) -> Option<(u64, usize, u64)> {
 }
 
 impl CoopConfig {
-    /// The memo key of this kind's check.
-    fn check_key(self) -> &'static str {
+    /// This configuration without what `failed` names: `None` where nothing cooperative is
+    /// left (the subgroup-scope kernel failed, or every tile did).
+    fn without(self, failed: &[Checked]) -> Option<CoopConfig> {
         match self {
-            CoopConfig::Khr { .. } => "compute-delegate: cooperative GEMM (KHR) check",
-            CoopConfig::Nv2 { .. } => "compute-delegate: cooperative GEMM (NV2) check",
+            CoopConfig::Khr { .. } => (!failed.contains(&Checked::Subgroup)).then_some(self),
+            CoopConfig::Nv2 { tiles, conv } => {
+                let mut left = tiles
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| !failed.contains(&Checked::Tile(*t)));
+                let tiles: [Option<Nv2Tile>; NV2_SLOTS] = std::array::from_fn(|_| left.next());
+                let conv = conv.filter(|t| !failed.contains(&Checked::Conv(*t)));
+                tiles[0]
+                    .is_some()
+                    .then_some(CoopConfig::Nv2 { tiles, conv })
+            }
         }
     }
 
@@ -452,8 +469,8 @@ fn khr_shared_bytes(s: &vk_core::CoopMatrixShape) -> u32 {
 }
 
 /// The configuration graphs built with `policy` use on `device`, if any: under
-/// [`CoopPolicy::Auto`] the best offered kind that passes its check (each kind is checked
-/// once per device).
+/// [`CoopPolicy::Auto`] the best offered kind whose first check ([`Checked::first`]) passes.
+/// Its other tiles are checked when a graph first needs them ([`without_failures`]).
 pub(crate) fn usable(device: &Device, policy: CoopPolicy) -> Option<CoopConfig> {
     if let Some(c) = forced() {
         return Some(c);
@@ -464,7 +481,141 @@ pub(crate) fn usable(device: &Device, policy: CoopPolicy) -> Option<CoopConfig> 
         CoopPolicy::Unchecked => offered.first().copied(),
         CoopPolicy::Auto => offered
             .into_iter()
-            .find(|&c| *device.memo(c.check_key(), || check(device, c))),
+            .find(|&c| outcomes(device, c, &[Checked::first(c)]) == [true]),
+    }
+}
+
+/// What one check on a device covers: the subgroup-scope kernel, one tile of the
+/// workgroup-scope GEMM, or the implicit-GEMM conv2d on its tile. A plan names those its
+/// dispatches run on ([`crate::lower::Plan::cooperative`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Checked {
+    /// `gemm_coop.comp`, in its GEMM and CONV modes.
+    Subgroup,
+    /// `gemm_coop2.comp` on this tile.
+    Tile(Nv2Tile),
+    /// `conv_coop2.comp` on this tile.
+    Conv(Nv2Tile),
+}
+
+impl Checked {
+    /// The kernel it covers.
+    pub(crate) fn kernel(self) -> Kernel {
+        match self {
+            Checked::Subgroup => Kernel::GemmCoop,
+            Checked::Tile(_) => Kernel::GemmCoop2,
+            Checked::Conv(_) => Kernel::ConvCoop2,
+        }
+    }
+
+    /// The first check of `config`, before any graph uses it: the subgroup-scope kernel, or
+    /// the workgroup-scope kernel's smallest tile (the quickest to compile).
+    fn first(config: CoopConfig) -> Checked {
+        config
+            .nv2_tiles()
+            .last()
+            .map_or(Checked::Subgroup, Checked::Tile)
+    }
+
+    /// The configuration its check forces: `config` narrowed to this tile (for the conv2d,
+    /// `config`'s smallest GEMM tile beside it, which its check of stride 2 takes).
+    fn forced(self, config: CoopConfig) -> CoopConfig {
+        let only = |t: Option<Nv2Tile>| [t, None, None, None];
+        match self {
+            Checked::Subgroup => config,
+            Checked::Tile(t) => CoopConfig::Nv2 {
+                tiles: only(Some(t)),
+                conv: None,
+            },
+            Checked::Conv(t) => CoopConfig::Nv2 {
+                tiles: only(config.nv2_tiles().last()),
+                conv: Some(t),
+            },
+        }
+    }
+}
+
+/// `config` without what `used` (a plan's [`crate::lower::Plan::cooperative`]) names that
+/// fails its check on `device`, each checked the first time a plan needs it; `None` where all
+/// pass, or `policy` checks nothing, or a check is running. A plan that relied on a failing
+/// tile is lowered again on what is left.
+pub(crate) fn without_failures(
+    device: &Device,
+    policy: CoopPolicy,
+    config: CoopConfig,
+    used: &BTreeSet<Checked>,
+) -> Option<Option<CoopConfig>> {
+    if policy != CoopPolicy::Auto || checking() || used.is_empty() {
+        return None;
+    }
+    let used: Vec<Checked> = used.iter().copied().collect();
+    let failed: Vec<Checked> = used
+        .iter()
+        .zip(outcomes(device, config, &used))
+        .filter_map(|(&c, ok)| (!ok).then_some(c))
+        .collect();
+    (!failed.is_empty()).then(|| config.without(&failed))
+}
+
+/// The outcomes of a device's checks: `None` while one runs.
+#[derive(Default)]
+struct Checks {
+    outcome: Mutex<BTreeMap<Checked, Option<bool>>>,
+    settled: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether each of `what` passes its check on `device` (for `config`): those never checked
+/// there run now, together on parallel threads; those another build is checking are waited
+/// for.
+fn outcomes(device: &Device, config: CoopConfig, what: &[Checked]) -> Vec<bool> {
+    let checks = device.memo("compute-delegate: cooperative checks", Checks::default);
+    let mine: Vec<Checked> = {
+        let mut outcome = lock(&checks.outcome);
+        let new: Vec<Checked> = what
+            .iter()
+            .copied()
+            .filter(|c| !outcome.contains_key(c))
+            .collect();
+        outcome.extend(new.iter().map(|&c| (c, None)));
+        new
+    };
+    /// Settles this build's checks however they end (a panic counts as a failure).
+    struct Settle<'a>(&'a Checks, Vec<(Checked, bool)>, &'a [Checked]);
+    impl Drop for Settle<'_> {
+        fn drop(&mut self) {
+            let mut outcome = lock(&self.0.outcome);
+            for &c in self.2 {
+                let ok = self.1.iter().find(|(d, _)| *d == c).is_some_and(|p| p.1);
+                outcome.insert(c, Some(ok));
+            }
+            self.0.settled.notify_all();
+        }
+    }
+    if !mine.is_empty() {
+        let mut settle = Settle(&checks, Vec::new(), &mine);
+        settle.1 = mine
+            .iter()
+            .copied()
+            .zip(check(device, config, &mine))
+            .collect();
+    }
+    let mut outcome = lock(&checks.outcome);
+    loop {
+        let settled: Option<Vec<bool>> = what
+            .iter()
+            .map(|c| outcome.get(c).copied().flatten())
+            .collect();
+        if let Some(v) = settled {
+            return v;
+        }
+        outcome = checks
+            .settled
+            .wait(outcome)
+            .unwrap_or_else(|e| e.into_inner());
     }
 }
 
@@ -549,46 +700,33 @@ const PROBLEMS: &[Problem] = &[
     },
 ];
 
-fn check(device: &Device, config: CoopConfig) -> bool {
-    // Each workgroup-scope tile is its own pipeline: each is checked alone, the convolutions
-    // through patch matrices, and then the implicit-GEMM conv2d on the first tile.
-    let mut kinds: Vec<CoopConfig> = config
-        .nv2_tiles()
-        .map(|t| CoopConfig::Nv2 {
-            tiles: [Some(t), None, None, None],
-            conv: None,
+/// Runs the checks of `what` (for `config`) together and says which passed; logs each pass.
+fn check(device: &Device, config: CoopConfig, what: &[Checked]) -> Vec<bool> {
+    let jobs: Vec<(CoopConfig, Job)> = what
+        .iter()
+        .flat_map(|c| {
+            let kind = c.forced(config);
+            jobs_of(kind).into_iter().map(move |j| (kind, j))
         })
         .collect();
-    if let (Some(conv), Some(first)) = (config.nv2_conv(), config.nv2_tiles().next()) {
-        kinds.push(CoopConfig::Nv2 {
-            tiles: [Some(first), None, None, None],
-            conv: Some(conv),
-        });
-    }
-    if kinds.is_empty() {
-        kinds.push(config);
-    }
-    let jobs: Vec<(CoopConfig, Job)> = kinds
-        .iter()
-        .flat_map(|&c| jobs_of(c).into_iter().map(move |j| (c, j)))
-        .collect();
     let outcomes = run_jobs(device, &jobs);
-    let mut all = true;
-    for &kind in &kinds {
-        let pass = jobs
-            .iter()
-            .zip(&outcomes)
-            .filter(|((c, _), _)| *c == kind)
-            .all(|(_, &ok)| ok);
-        if pass {
-            log::info!(
-                "cooperative-matrix GEMM {kind:?} passed its check on '{}'",
-                device.capabilities().name
-            );
-        }
-        all &= pass;
-    }
-    all
+    what.iter()
+        .map(|c| {
+            let kind = c.forced(config);
+            let pass = jobs
+                .iter()
+                .zip(&outcomes)
+                .filter(|((k, _), _)| *k == kind)
+                .all(|(_, &ok)| ok);
+            if pass {
+                log::info!(
+                    "cooperative-matrix {c:?} passed its check on '{}'",
+                    device.capabilities().name
+                );
+            }
+            pass
+        })
+        .collect()
 }
 
 /// One check of a kind: a GEMM problem, or the conv2d of a stride.
@@ -905,6 +1043,40 @@ mod tests {
             threads: 128,
         };
         assert_eq!(khr.nv2_tile(4096, 4096, 768, 1), None);
+    }
+
+    #[test]
+    fn a_failing_check_drops_its_tile_and_keeps_the_rest() {
+        let all = CoopConfig::Nv2 {
+            tiles: NV2_TILES.map(Some),
+            conv: Some(NV2_CONV),
+        };
+        assert_eq!(Checked::first(all), Checked::Tile(NV2_TILES[3]));
+        let Some(fewer) = all.without(&[Checked::Tile(NV2_TILES[1])]) else {
+            panic!("three tiles are left");
+        };
+        let left: Vec<Nv2Tile> = fewer.nv2_tiles().collect();
+        assert_eq!(left, [NV2_TILES[0], NV2_TILES[2], NV2_TILES[3]]);
+        assert_eq!(fewer.nv2_conv(), Some(NV2_CONV));
+        // A product that took the failed tile takes the next one.
+        assert_eq!(fewer.nv2_tile(96, 50176, 768, 1), Some(NV2_TILES[2]));
+        let no_conv = all.without(&[Checked::Conv(NV2_CONV)]);
+        assert_eq!(no_conv.and_then(CoopConfig::nv2_conv), None);
+        let every: Vec<Checked> = NV2_TILES.iter().map(|&t| Checked::Tile(t)).collect();
+        assert_eq!(all.without(&every), None);
+        let khr = CoopConfig::Khr {
+            tm: 16,
+            tn: 16,
+            tk: 16,
+            threads: 128,
+        };
+        assert_eq!(Checked::first(khr), Checked::Subgroup);
+        assert_eq!(khr.without(&[Checked::Tile(NV2_TILES[0])]), Some(khr));
+        assert_eq!(khr.without(&[Checked::Subgroup]), None);
+        // The conv2d's check takes the smallest GEMM tile beside it.
+        let conv = Checked::Conv(NV2_CONV).forced(all);
+        assert_eq!(conv.nv2_tiles().collect::<Vec<_>>(), [NV2_TILES[3]]);
+        assert_eq!(conv.nv2_conv(), Some(NV2_CONV));
     }
 
     #[test]

@@ -3,12 +3,13 @@
 //! A device keeps one pipeline per kernel and specialization, and one set layout and pipeline
 //! layout per binding count, for its lifetime ([`DevicePipelines`], a [`Device::memo`] value):
 //! a program of many delegates compiles each pipeline once, and a graph built again compiles
-//! nothing. A build given pipeline-cache data ([`BuildOptions::pipeline_cache`]) compiles and
+//! nothing. Builds on several threads at once compile each pipeline once: one compiles it,
+//! the others wait for it. A build given pipeline-cache data ([`BuildOptions::pipeline_cache`]) compiles and
 //! keeps its own pipelines instead, so that the data its graph hands back holds them all.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::DerefMut;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use vk_core::pipeline_cache::header_matches;
@@ -34,6 +35,9 @@ pub(crate) struct DevicePipelines {
     push_bytes: u32,
     layouts: Mutex<BTreeMap<usize, Layout>>,
     pipelines: Mutex<BTreeMap<Key, vk::Pipeline>>,
+    /// The pipelines some build is compiling now, and the signal that one finished.
+    compiling: Mutex<BTreeSet<Key>>,
+    finished: Condvar,
 }
 
 impl DevicePipelines {
@@ -44,6 +48,8 @@ impl DevicePipelines {
             push_bytes: PUSH_BYTES.min(device.capabilities().limits.max_push_constants_size),
             layouts: Mutex::default(),
             pipelines: Mutex::default(),
+            compiling: Mutex::default(),
+            finished: Condvar::new(),
         })
     }
 
@@ -83,6 +89,85 @@ impl DevicePipelines {
                 made
             }
         }
+    }
+}
+
+impl DevicePipelines {
+    /// The pipelines of `keys` (none of them kept yet when looked up), compiled through
+    /// `cache` unless another build is compiling them already: those are waited for, and
+    /// compiled here after all where that build failed. Returns them and how many this build
+    /// compiled.
+    fn compiled_once(
+        &self,
+        device: &Device,
+        cache: vk::PipelineCache,
+        keys: &[Key],
+    ) -> Result<(Vec<vk::Pipeline>, usize)> {
+        let (mine, theirs) = self.claim(keys);
+        let mut count = mine.len();
+        {
+            let _release = Release(self, &mine);
+            let made = compile(device, self, cache, &mine)?;
+            for (key, p) in mine.iter().zip(made) {
+                self.keep(key.clone(), p);
+            }
+        }
+        let late = self.wait_for(&theirs);
+        count += late.len();
+        for (key, p) in late.iter().zip(compile(device, self, cache, &late)?) {
+            self.keep(key.clone(), p);
+        }
+        let pipelines = keys
+            .iter()
+            .map(|k| {
+                self.find(k).ok_or_else(|| {
+                    crate::Error::Graph(format!("internal: pipeline {} was not kept", k.0))
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok((pipelines, count))
+    }
+
+    /// Splits `keys` into those this build compiles (now marked as compiling) and those
+    /// another build is compiling; drops those kept meanwhile.
+    fn claim(&self, keys: &[Key]) -> (Vec<Key>, Vec<Key>) {
+        let mut compiling = lock(&self.compiling);
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        for k in keys.iter().filter(|k| self.find(k).is_none()) {
+            match compiling.insert(k.clone()) {
+                true => mine.push(k.clone()),
+                false => theirs.push(k.clone()),
+            }
+        }
+        (mine, theirs)
+    }
+
+    /// Waits until no build is compiling any of `keys`; returns those still not kept.
+    fn wait_for(&self, keys: &[Key]) -> Vec<Key> {
+        let mut compiling = lock(&self.compiling);
+        while keys.iter().any(|k| compiling.contains(k)) {
+            compiling = self
+                .finished
+                .wait(compiling)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        keys.iter()
+            .filter(|k| self.find(k).is_none())
+            .cloned()
+            .collect()
+    }
+}
+
+/// Unmarks a build's claimed keys as compiling when it is done with them, however it ends.
+struct Release<'a>(&'a DevicePipelines, &'a [Key]);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        let mut compiling = lock(&self.0.compiling);
+        for k in self.1 {
+            compiling.remove(k);
+        }
+        self.0.finished.notify_all();
     }
 }
 
@@ -145,18 +230,20 @@ pub(crate) fn create_pipelines(
         plan.dispatches.len(),
         missing.len()
     );
-    let made = compile(&device, &shared, objects.cache, &missing)?;
-    objects.compiled = made.len();
-    for (key, p) in missing.into_iter().zip(made) {
-        let p = match own {
-            true => {
-                objects.pipelines.push(p);
-                p
-            }
-            false => shared.keep(key.clone(), p),
-        };
-        pipeline_of.insert(key, p);
-    }
+    let made = match own {
+        true => {
+            let made = compile(&device, &shared, objects.cache, &missing)?;
+            objects.pipelines.extend(&made);
+            objects.compiled = made.len();
+            made
+        }
+        false => {
+            let (made, compiled) = shared.compiled_once(&device, objects.cache, &missing)?;
+            objects.compiled = compiled;
+            made
+        }
+    };
+    pipeline_of.extend(missing.into_iter().zip(made));
     if let Some(file) = &file {
         store_cache(device.raw(), objects.cache, file, &disk);
     }

@@ -351,6 +351,62 @@ fn graphs_on_one_device_share_pipelines() {
     assert_no_validation_errors(&instance);
 }
 
+/// Builds of one graph on several threads at once compile each pipeline once between them:
+/// one build compiles it, the others wait for it, and every graph runs.
+#[test]
+fn builds_at_once_compile_each_pipeline_once() {
+    let Some((instance, dev)) = device("builds_at_once_compile_each_pipeline_once") else {
+        return;
+    };
+    let graph = || {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, &[4, 8]).unwrap();
+        let y = g.softmax(x, -1).unwrap();
+        let y = g.sigmoid(y).unwrap();
+        let y = g.sum(y, &[1], false).unwrap();
+        g.output(y).unwrap();
+        g
+    };
+    let off = BuildOptions {
+        disk_cache: vk_core::DiskCache::Off,
+        ..BuildOptions::default()
+    };
+    let mut builds: Vec<_> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| graph().build_with(&dev, &off).unwrap()))
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let compiled: usize = builds.iter().map(|g| g.compiled_pipelines()).sum();
+    let mut alone = graph()
+        .build_with(
+            &dev,
+            &BuildOptions {
+                pipeline_cache: Some(Vec::new()),
+                ..BuildOptions::default()
+            },
+        )
+        .unwrap();
+    assert!(
+        alone.compiled_pipelines() >= 2,
+        "the graph has several pipelines"
+    );
+    assert_eq!(
+        compiled,
+        alone.compiled_pipelines(),
+        "each pipeline compiled once among the builds"
+    );
+    let x = HostTensor::from_f32(vec![4, 8], &[0.0; 32]).unwrap();
+    let want = 8.0 / (1.0 + (-0.125f32).exp());
+    for g in builds.iter_mut().chain([&mut alone]) {
+        let out = g.execute(std::slice::from_ref(&x)).unwrap();
+        for v in out[0].to_f32().unwrap() {
+            assert!((v - want).abs() < 1e-5, "{v} vs {want}");
+        }
+    }
+    assert_no_validation_errors(&instance);
+}
+
 /// Elementwise chains that differ only in their parameters (a scale, a clamp's bounds, an
 /// immediate) share one pipeline: the parameters are bound as a buffer, so a second graph of
 /// the same steps compiles nothing, and each graph computes with its own values.

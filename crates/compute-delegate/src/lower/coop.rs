@@ -7,6 +7,7 @@
 
 use super::epilogue::Taken;
 use super::*;
+use crate::coop::Checked;
 use crate::graph::Conv2d;
 
 /// One cooperative GEMM: `C[z] (m x n) = A[z] (m x k) * B[z] (k x n)` for `z < batch`, A
@@ -62,6 +63,12 @@ struct Packing {
 const MAX_PATCH_ELEMENTS: usize = 1 << 30;
 
 impl Lowerer<'_> {
+    /// Records that the plan relies on what `c` checks, and returns its kernel.
+    fn used(&mut self, c: Checked) -> Kernel {
+        self.cooperative.insert(c);
+        c.kernel()
+    }
+
     /// Lowers a GEMM (the `params` and `bindings` of [`Lowerer::gemm`]'s MODE 0) to a
     /// cooperative kernel, or returns `false` when none applies: no cooperative configuration,
     /// not fp16, A not contiguous along K, or B contiguous along neither dimension.
@@ -303,7 +310,8 @@ impl Lowerer<'_> {
             bindings[3],
             (e.residual.unwrap_or(px), false),
         ];
-        self.push(Kernel::ConvCoop2, spec, conv_bindings, &push, groups);
+        let kernel = self.used(Checked::Conv(t));
+        self.push(kernel, spec, conv_bindings, &push, groups);
         Ok(true)
     }
 
@@ -365,7 +373,8 @@ impl Lowerer<'_> {
         let act = u32::from(c.act.is_some());
         let spec = vec![threads, tm, tn, tk, 1, 1, act, 1, 1];
         let conv_bindings = vec![(pw, false), (px, false), bindings[2], bindings[3]];
-        self.push(Kernel::GemmCoop, spec, conv_bindings, &push, groups);
+        let kernel = self.used(Checked::Subgroup);
+        self.push(kernel, spec, conv_bindings, &push, groups);
         Ok(true)
     }
 
@@ -448,7 +457,7 @@ impl Lowerer<'_> {
                 tk,
                 threads,
             } => (
-                Kernel::GemmCoop,
+                self.used(Checked::Subgroup),
                 vec![threads, tm, tn, tk, b_t, u32::from(vec), 0, bias_row],
                 128,
                 128,
@@ -461,7 +470,7 @@ impl Lowerer<'_> {
                     ));
                 };
                 (
-                    Kernel::GemmCoop2,
+                    self.used(Checked::Tile(t)),
                     vec![t.threads, t.bm, t.bn, t.bk, b_t, 0, bias_row, t.unroll],
                     u64::from(t.bm),
                     u64::from(t.bn),

@@ -43,6 +43,9 @@ pub(crate) struct Plan {
     pub dispatches: Vec<Dispatch>,
     /// Per storage: the storage it lies in and its byte offset there (`placement.rs`).
     pub within: Vec<Option<(usize, u64)>>,
+    /// The cooperative kernels and tiles the dispatches run on, each to be checked on the
+    /// device before the plan runs ([`crate::coop::without_failures`]).
+    pub cooperative: std::collections::BTreeSet<crate::coop::Checked>,
 }
 
 /// A push-constant struct (`kernels::push`) as the words a dispatch pushes.
@@ -367,6 +370,8 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) subgroups: bool,
     /// fp16 GEMMs run on cooperative matrices with this configuration.
     pub(crate) coop: Option<CoopConfig>,
+    /// The cooperative kernels and tiles the dispatches so far run on.
+    pub(crate) cooperative: std::collections::BTreeSet<crate::coop::Checked>,
     /// The current node's precision: its float operands' dtype (kernels without an f16
     /// variant run as f32).
     pub(crate) precision: Precision,
@@ -745,6 +750,7 @@ pub(crate) fn lower_placed(
         b,
         limits,
         coop,
+        cooperative: std::collections::BTreeSet::new(),
         storages: b.storages.clone(),
         out: Vec::new(),
         node: 0,
@@ -786,6 +792,7 @@ pub(crate) fn lower_placed(
         storages: l.storages,
         dispatches: l.out,
         within,
+        cooperative: l.cooperative,
     })
 }
 
@@ -970,8 +977,19 @@ mod tests {
         assert_eq!(d.groups, [1, 3, 1]);
         // Push: m, n, k, strides of A (batch, row), B (batch, row), C (batch, row), bias.
         assert_eq!(&d.push[..10], &[300, 72, 200, 0, 200, 0, 72, 21600, 72, 0]);
+        // The plan names the tile, to be checked on the device before it runs.
+        let tile = NV2.nv2_tiles().find(|t| t.bm == 128 && t.bn == 128);
+        let used: Vec<_> = plan.cooperative.iter().copied().collect();
+        assert_eq!(
+            used,
+            tile.map(crate::coop::Checked::Tile)
+                .into_iter()
+                .collect::<Vec<_>>()
+        );
         // The plain kernel, split along K (300 x 72 is three tiles) and summed.
-        assert_eq!(shaders(&gemm(DType::F32)), ["Gemm", "SplitSum"]);
+        let plain = gemm(DType::F32);
+        assert_eq!(shaders(&plain), ["Gemm", "SplitSum"]);
+        assert!(plain.cooperative.is_empty());
     }
 
     #[test]
