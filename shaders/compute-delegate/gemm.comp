@@ -27,7 +27,8 @@
 // MODE 1: conv2d as implicit GEMM: A = weights [c_out][c_in/g * kh * kw] of group z,
 //         B[k][n] = the input patch element for k = (ci, ky, kx) at output pixel
 //         n = (image, oy, ox); C written to NCHW; bias per output channel.
-// MODE 2: MODE 1 for 1x1 kernels with stride 1 and no padding (B is the input itself).
+// MODE 2: MODE 1 for 1x1 kernels with stride 1 and no padding (B is the input itself; where
+//         sb_n > 0 the input is channels last, B[k][n] at n * sb_n + k * sb_k, one group).
 // variant: f16 -DDTYPE_F16
 // variant: wide -DGEMM_CQ=4
 // variant: wide_f16 -DGEMM_CQ=4 -DDTYPE_F16
@@ -224,7 +225,7 @@ void load_tile(uint tid, uint m0, uint n0, uint a_off, uint b_off, uint k0, uint
                 if (MODE == 0) {
                     v = float(b[b_col + kk * pc.sb_k]);
                 } else if (MODE == 2) {
-                    v = float(b[b_col + kk * ohw]);
+                    v = float(b[b_col + kk * (pc.sb_n > 0 ? pc.sb_k : ohw)]);
                 } else {
                     uint ci = kk / khw;
                     uint rem = kk - ci * khw;
@@ -380,7 +381,7 @@ void main() {
             // Plane base of input channel (z * cin_g) of this image.
             b_col = (img * cin + z * pc.cin_g) * pc.h * pc.w;
             if (MODE == 2) {
-                b_col += p;
+                b_col = pc.sb_n > 0 ? n * pc.sb_n : b_col + p;
             }
             b_iy = int(oy * pc.sh) - int(pc.ph);
             b_ix = int(ox * pc.sw) - int(pc.pw);

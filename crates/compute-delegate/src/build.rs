@@ -101,6 +101,8 @@ impl GraphBuilder {
             let fused = fused
                 .or_else(|| self.with_prompt_attention_blocked(shared))
                 .or_else(|| self.with_gated_products_fused())
+                .or_else(|| self.with_products_written_channels_first())
+                .or_else(|| self.with_channel_scales_folded())
                 .or_else(|| self.with_residuals_fused())
                 .or_else(|| self.with_norms_fused())
                 .or_else(|| self.with_rotations_fused())

@@ -5,12 +5,16 @@
 //!
 //! They run on the device, on the graph's own kernels, as a graph of their own, so that a
 //! folded constant holds the bits the unfolded node would have written.
+//!
+//! A convolution's result scaled per output channel by a constant (a ConvNeXt block's layer
+//! scale) becomes such nodes too: the scale multiplies the weights and the bias instead
+//! ([`GraphBuilder::with_channel_scales_folded`]).
 
 use vk_core::Device;
 
 use crate::error::Result;
 use crate::fusion::Uses;
-use crate::graph::{GraphBuilder, Op, StorageKind, TensorId};
+use crate::graph::{BinaryOp, GraphBuilder, Op, StorageKind, TensorId};
 use crate::options::BuildOptions;
 use crate::passes::retain;
 
@@ -119,6 +123,111 @@ impl GraphBuilder {
         }
         Ok(g)
     }
+}
+
+impl GraphBuilder {
+    /// The graph with each product of a convolution's result and a constant per output
+    /// channel (`[c, 1, 1]`: a ConvNeXt block's layer scale) folded into the convolution: the
+    /// scale multiplies its weights and bias (new nodes on constants, first in the graph,
+    /// which [`GraphBuilder::with_constants_folded`] runs once) and the multiplication goes,
+    /// so that the convolution's result is final and a residual after it fuses into it. The
+    /// result must be a temporary of its own that the multiplication alone reads, the weights
+    /// and bias constants. `None` where there is none.
+    pub(crate) fn with_channel_scales_folded(&self) -> Option<GraphBuilder> {
+        let scaled = self.channel_scales();
+        if scaled.is_empty() {
+            return None;
+        }
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        let first_new = g.nodes.len();
+        for (i, j, s) in scaled {
+            let Op::Conv { w, bias, .. } = g.nodes[i].op.clone() else {
+                continue;
+            };
+            let c = g.tensors[w.0].shape[0] as isize;
+            let per_filter = g.reshape(s, &[c, 1, 1, 1]).ok()?;
+            let w2 = g.mul(w, per_filter).ok()?;
+            let b2 = match bias {
+                Some(b) => {
+                    let per_channel = g.reshape(s, &[c]).ok()?;
+                    Some(g.mul(b, per_channel).ok()?)
+                }
+                None => None,
+            };
+            if let Op::Conv { w, bias, .. } = &mut g.nodes[i].op {
+                (*w, *bias) = (w2, b2);
+            }
+            g.nodes[i].out = self.nodes[j].out;
+            drop[j] = true;
+        }
+        let added = g.nodes.len() - first_new;
+        drop.resize(g.nodes.len(), false);
+        let mut g = retain(g, &drop)?;
+        g.nodes.rotate_right(added);
+        Some(g)
+    }
+
+    /// The convolutions whose result a constant per output channel scales, as (the
+    /// convolution's node, the multiplication's node, the scale).
+    fn channel_scales(&self) -> Vec<(usize, usize, TensorId)> {
+        let uses = Uses::of(self);
+        let constant = |t: TensorId| {
+            let st = self.tensors[t.0].storage;
+            matches!(self.storages[st].kind, StorageKind::Const(_)) && uses.writers[st].is_empty()
+        };
+        let mut found: Vec<(usize, usize, TensorId)> = Vec::new();
+        for (j, node) in self.nodes.iter().enumerate() {
+            let Op::Binary {
+                op: BinaryOp::Mul,
+                a,
+                b,
+            } = node.op
+            else {
+                continue;
+            };
+            for (y, s) in [(a, b), (b, a)] {
+                let st = self.tensors[y.0].storage;
+                let [i] = uses.writers[st][..] else {
+                    continue;
+                };
+                let Op::Conv {
+                    w,
+                    bias,
+                    out_last: false,
+                    ..
+                } = self.nodes[i].op
+                else {
+                    continue;
+                };
+                let own = self.storages[st].tensor == y
+                    && self.nodes[i].out == y
+                    && uses.readers[st] == 1
+                    && matches!(self.storages[st].kind, StorageKind::Temp);
+                let out = self.tensors[node.out.0].storage;
+                let writes = uses.writers[out][..] == [j] && self.storages[out].tensor == node.out;
+                let (yi, si) = (&self.tensors[y.0], &self.tensors[s.0]);
+                let fits = yi.shape == self.tensors[node.out.0].shape
+                    && si.dtype == yi.dtype
+                    && per_channel(&si.shape, &yi.shape);
+                let constants = constant(w) && bias.is_none_or(constant) && constant(s);
+                if own && writes && fits && constants && !found.iter().any(|f| f.0 == i) {
+                    found.push((i, j, s));
+                    break;
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Whether a tensor of shape `s` broadcast against `[n, c, h, w]` holds one value per channel.
+fn per_channel(s: &[usize], y: &[usize]) -> bool {
+    let r = s.len();
+    y.len() == 4
+        && r <= 4
+        && s.iter().product::<usize>() == y[1]
+        && s.iter().enumerate().all(|(d, &n)| n == 1 || d + 4 - r == 1)
 }
 
 /// Whether an op's result depends on its operands alone.

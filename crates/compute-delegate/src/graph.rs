@@ -374,6 +374,10 @@ pub(crate) enum Op {
         /// convolution whose permute moving channels last is gone
         /// (`with_depthwise_outputs_channels_last`).
         out_last: bool,
+        /// `x` is channels last (`[n, h, w, c_in]`): a 1x1 convolution of stride 1 and one
+        /// group made of a linear layer over channels-last pixels whose result a permute moved
+        /// channels first (`with_products_written_channels_first`).
+        in_last: bool,
     },
     /// `a [batch.., m, k] x b` where `b` is `[batch.., k, n]`, or `[n, k]` when `linear`.
     Matmul {

@@ -3,10 +3,14 @@
 //! the passes that read operands through strides instead of copies, and the pass that turns
 //! permutes moving no element into views (`with_layout_permutes_as_views`), and the pass that
 //! has depthwise convolutions write channels last in place of a permute
-//! (`with_depthwise_outputs_channels_last`).
+//! (`with_depthwise_outputs_channels_last`), and the one that has fp16 linear layers over
+//! channels-last pixels write channels first in place of a permute
+//! (`with_products_written_channels_first`).
+
+use vk_core::DType;
 
 use crate::fusion::Uses;
-use crate::graph::{GraphBuilder, Op, StorageKind, TensorId};
+use crate::graph::{Conv2d, GraphBuilder, Op, StorageKind, TensorId};
 use crate::passes::retain;
 
 /// Where a tensor's elements are: in `src`'s storage, at `off` plus the strides (one per dim
@@ -248,6 +252,76 @@ impl GraphBuilder {
         retain(g, &drop)
     }
 
+    /// fp16 linear layers over channels-last pixels (`[n, h, w, k]` by a `[c, k]` weight)
+    /// whose result only a permute moving its channels first reads (`[0, 3, 1, 2]`: a
+    /// ConvNeXt block's last permute) become 1x1 convolutions that read the pixels channels
+    /// last and write the permute's result (`Op::Conv`'s `in_last`): the product's B operand
+    /// is read transposed and the permute goes, so what follows (a layer scale, a residual)
+    /// reads channels first as written and fuses into the product. fp16 only: its products
+    /// run on cooperative matrices, whose loads transpose B at no cost, where the plain fp32
+    /// kernel would read the pixels across a stride.
+    pub(crate) fn with_products_written_channels_first(&self) -> Option<GraphBuilder> {
+        let uses = Uses::of(self);
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        for (j, node) in self.nodes.iter().enumerate() {
+            let Op::Permute { x: y, perm } = &node.op else {
+                continue;
+            };
+            let st = self.tensors[y.0].storage;
+            let [i] = uses.writers[st][..] else {
+                continue;
+            };
+            let Op::Matmul {
+                a,
+                b: w,
+                bias,
+                linear: true,
+            } = self.nodes[i].op
+            else {
+                continue;
+            };
+            // The product may be of rows (`[n * h * w, k]`), and the permute read a view.
+            let own = self.storages[st].tensor == self.nodes[i].out
+                && uses.readers[st] == 1
+                && matches!(self.storages[st].kind, StorageKind::Temp);
+            let out = self.tensors[node.out.0].storage;
+            let writes = uses.writers[out][..] == [j] && self.storages[out].tensor == node.out;
+            let (x, wt, yi) = (&self.tensors[a.0], &self.tensors[w.0], &self.tensors[y.0]);
+            let fits = yi.shape.len() == 4
+                && wt.shape.len() == 2
+                && yi.shape[3] == wt.shape[0]
+                && x.numel() == yi.numel() / wt.shape[0] * wt.shape[1]
+                && x.dtype == DType::F16;
+            if perm[..] != [0, 3, 1, 2] || !own || !writes || !fits {
+                continue;
+            }
+            let pixels = [yi.shape[0], yi.shape[1], yi.shape[2], wt.shape[1]];
+            let view = |g: &mut GraphBuilder, t: &crate::graph::TensorInfo, shape: Vec<usize>| {
+                let name = format!("{}.view", t.name);
+                g.push_tensor(
+                    name,
+                    t.dtype,
+                    shape,
+                    Some((StorageKind::Temp, Some(t.storage))),
+                )
+            };
+            let x4 = view(&mut g, x, pixels.to_vec());
+            let w4 = view(&mut g, wt, vec![wt.shape[0], wt.shape[1], 1, 1]);
+            g.nodes[i].op = Op::Conv {
+                x: x4,
+                w: w4,
+                bias,
+                p: Conv2d::default(),
+                out_last: false,
+                in_last: true,
+            };
+            g.nodes[i].out = node.out;
+            drop[j] = true;
+        }
+        retain(g, &drop)
+    }
+
     /// The node writing `t` where it is a depthwise convolution's result (channels first) in
     /// a temporary of its own that one node alone reads.
     fn depthwise_read_once(&self, uses: &Uses, t: TensorId) -> Option<usize> {
@@ -259,6 +333,7 @@ impl GraphBuilder {
             x,
             p,
             out_last: false,
+            in_last: false,
             ..
         } = &self.nodes[i].op
         else {

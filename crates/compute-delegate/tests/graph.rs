@@ -1507,11 +1507,13 @@ fn elementwise_chains_run_as_one_dispatch() {
     }
 }
 
-/// A ConvNeXt block as torchvision writes it runs in five dispatches with the results of the
-/// graph built unfused, in fp32 and fp16: the depthwise convolution; the layer norm over
-/// channels, reading the channels-first result through the permute that moved them last; the
-/// first linear layer and its GELU; the second; and the permute back, the layer scale and the
-/// residual as one chain reading through the permute.
+/// A ConvNeXt block as torchvision writes it runs with the results of the graph built
+/// unfused, in fp32 and fp16: the depthwise convolution; the layer norm over channels, reading
+/// the channels-first result through the permute that moved them last; the first linear
+/// layer and its GELU; then in fp32 the second and the permute back, the layer scale and the
+/// residual as one chain reading through the permute (five dispatches), in fp16 the second
+/// written channels first with the layer scale folded into its weights and the residual added
+/// by it (four).
 #[test]
 fn a_convnext_block_reads_through_its_permutes() {
     let test = "a_convnext_block_reads_through_its_permutes";
@@ -1569,13 +1571,15 @@ fn a_convnext_block_reads_through_its_permutes() {
         });
         let kernels = built[0].kernels();
         let core: Vec<&String> = kernels.iter().filter(|k| !k.starts_with("Cast")).collect();
-        assert_eq!(core.len(), 5, "{kernels:?}");
+        let fp16 = dtype == DType::F16;
+        assert_eq!(core.len(), if fp16 { 4 } else { 5 }, "{kernels:?}");
         let count = |name: &str| kernels.iter().filter(|k| k.starts_with(name)).count();
         assert_eq!(
             count("Copy") + count("Unary") + count("Binary"),
             0,
             "{kernels:?}"
         );
+        assert_eq!(count("Elementwise"), usize::from(!fp16), "{kernels:?}");
         assert_close_to_unfused(
             &mut built,
             std::slice::from_ref(&input),
@@ -1584,6 +1588,54 @@ fn a_convnext_block_reads_through_its_permutes() {
         );
         assert_no_validation_errors(&inst);
     }
+}
+
+/// A convolution's result scaled by a constant per output channel (`[c, 1, 1]`) runs as the
+/// convolution alone, the scale folded into its weights and bias once at build, with the
+/// results of the graph built unfused; built without folding constants, the scaled weights
+/// are computed before the convolution on every run, with the same results.
+#[test]
+fn channel_scales_fold_into_the_convolution_before_them() {
+    let test = "channel_scales_fold_into_the_convolution_before_them";
+    let Some((inst, dev)) = device(test) else {
+        return;
+    };
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[2, 4, 6, 5]).unwrap();
+    let w = b.constant_f32("w", &[8, 4, 3, 3], &data(1, 288)).unwrap();
+    let bias = b.constant_f32("bias", &[8], &data(2, 8)).unwrap();
+    let p = Conv2d {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let y = b.conv2d(x, w, Some(bias), p).unwrap();
+    let s = b.constant_f32("s", &[8, 1, 1], &data(3, 8)).unwrap();
+    let y = b.mul(s, y).unwrap();
+    let y = b.relu(y).unwrap();
+    b.output(y).unwrap();
+    let input = HostTensor::from_f32(vec![2, 4, 6, 5], &data(4, 240)).unwrap();
+    let mut built = built_both(&b, &dev, |unfused| BuildOptions {
+        unfused,
+        ..Default::default()
+    });
+    let kernels = built[0].kernels();
+    assert_eq!(kernels.len(), 1, "{kernels:?}");
+    let fused = assert_close_to_unfused(
+        &mut built,
+        std::slice::from_ref(&input),
+        DType::F32,
+        [1e-5, 0.0],
+    );
+    let unfolded = BuildOptions {
+        unfolded: true,
+        ..Default::default()
+    };
+    let mut g = b.build_with(&dev, &unfolded).unwrap();
+    assert!(g.kernels().len() > 1, "the scaling runs with the graph");
+    let again = g.execute(std::slice::from_ref(&input)).unwrap();
+    assert_eq!(again[0].to_f32().unwrap(), fused[0].to_f32().unwrap());
+    drop((built, g));
+    assert_no_validation_errors(&inst);
 }
 
 /// A cat copies parts sliced or permuted out of other tensors from those tensors (a Swin patch

@@ -122,7 +122,7 @@ impl Lowerer<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn coop_conv(
         &mut self,
-        x: &TensorInfo,
+        (x, in_last): (&TensorInfo, bool),
         w_shape: &[usize],
         p: &Conv2d,
         out_hw: (usize, usize),
@@ -190,8 +190,9 @@ impl Lowerer<'_> {
             sa_b: 0,
             sa_m: k,
             sb_b: k * ohw,
-            sb_row: ohw,
-            b_t: false,
+            // A channels-last input (1x1 only) is B transposed, `[pixel][channel]`.
+            sb_row: if in_last { k } else { ohw },
+            b_t: in_last,
             sc_b: cout * ohw,
             sc_m: ohw,
             has_bias,

@@ -409,6 +409,7 @@ impl GraphBuilder {
                 bias,
                 p,
                 out_last: false,
+                in_last: false,
             },
             OP,
             xi.dtype,
@@ -429,8 +430,13 @@ impl Lowerer<'_> {
                 bias,
                 p,
                 out_last,
+                in_last,
             } => {
-                let (xi, wi) = (self.t(*x).clone(), self.t(*w).clone());
+                let (mut xi, wi) = (self.t(*x).clone(), self.t(*w).clone());
+                if *in_last {
+                    // The shape as channels first; the strides below read channels last.
+                    xi.shape = vec![xi.shape[0], xi.shape[3], xi.shape[1], xi.shape[2]];
+                }
                 let (nb, cin, h, wd) = (xi.shape[0], xi.shape[1], xi.shape[2], xi.shape[3]);
                 let (cout, cin_g, kh, kw) = (wi.shape[0], wi.shape[1], wi.shape[2], wi.shape[3]);
                 let (oh, ow) = match out_last {
@@ -441,6 +447,12 @@ impl Lowerer<'_> {
                 if *out_last && !depthwise {
                     return Err(internal(
                         "a channels-last result of a convolution not depthwise",
+                    ));
+                }
+                let pointwise = kh == 1 && kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
+                if *in_last && !(pointwise && p.groups == 1) {
+                    return Err(internal(
+                        "a channels-last input of a convolution not 1x1 of one group",
                     ));
                 }
                 let b = bias.map(|b| self.st(b));
@@ -472,7 +484,6 @@ impl Lowerer<'_> {
                     }
                     self.push(kernel, spec, bindings, &push, [g, 1, 1]);
                 } else {
-                    let pointwise = kh == 1 && kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
                     let m = cout / p.groups;
                     let nn = nb * oh * ow;
                     let k = cin_g * kh * kw;
@@ -490,6 +501,7 @@ impl Lowerer<'_> {
                     if pointwise
                         && p.groups == 1
                         && dot_products
+                        && !in_last
                         && direct_pointwise(m, nn, k, self.cpu)
                     {
                         let groups = m.div_ceil(PW_CHANNELS);
@@ -533,9 +545,12 @@ impl Lowerer<'_> {
                     // Gemm bindings: A = weights, B = input, bias, C.
                     let gb = vec![bindings[1], bindings[0], bindings[2], bindings[3]];
                     let with_bias = b.is_some();
-                    if self.coop_conv(&xi, &wi.shape, p, (oh, ow), &gb, with_bias, out, act)? {
+                    let on = (&xi, *in_last);
+                    if self.coop_conv(on, &wi.shape, p, (oh, ow), &gb, with_bias, out, act)? {
                         return Ok(());
                     }
+                    // MODE 2 reads a channels-last input at `pixel * sb_n + channel * sb_k`.
+                    let (sb_k, sb_n) = if *in_last { (1, cin) } else { (0, 0) };
                     let params = [
                         m,
                         nn,
@@ -544,8 +559,8 @@ impl Lowerer<'_> {
                         k,
                         1,
                         0,
-                        0,
-                        0,
+                        sb_k,
+                        sb_n,
                         0,
                         0,
                         has_bias,
