@@ -59,7 +59,7 @@ impl GraphBuilder {
         if self.has_unpacked_f32_products()
             && crate::supports_f16(device)
             && crate::packed::in_f16(options.packed_products_in_f16, || {
-                crate::coop::usable(device, options.cooperative).is_some()
+                crate::coop::usable(device, options).is_some()
             })
         {
             if let Some(f16) = self.with_unpacked_products_in_f16() {
@@ -101,7 +101,11 @@ impl GraphBuilder {
             let fused = fused
                 .or_else(|| self.with_prompt_attention_blocked(shared))
                 .or_else(|| self.with_gated_products_fused())
-                .or_else(|| self.with_products_written_channels_first())
+                .or_else(|| {
+                    crate::layout::products_channels_first()
+                        .then(|| self.with_products_written_channels_first())
+                        .flatten()
+                })
                 .or_else(|| self.with_channel_scales_folded())
                 .or_else(|| self.with_residuals_fused())
                 .or_else(|| self.with_norms_fused())
@@ -126,12 +130,12 @@ impl GraphBuilder {
         }
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
         let coop = if self.has_f16_gemm() || self.has_f16_attention() {
-            crate::coop::usable(device, options.cooperative)
+            crate::coop::usable(device, options)
         } else {
             None
         };
         if let Some(on) = (options.fuses() && self.has_f16_attention())
-            .then(|| crate::coop_attention::usable(device, options.cooperative, coop))
+            .then(|| crate::coop_attention::usable(device, options, coop))
             .flatten()
             .and_then(|tile| self.with_attention_on_matrices(device, tile))
         {
@@ -149,9 +153,9 @@ impl GraphBuilder {
         // Each cooperative tile is checked on the device the first time a plan runs on it; a
         // plan that took a failing one is lowered again without it.
         let mut coop = coop;
-        while let Some(fewer) = coop.and_then(|c| {
-            crate::coop::without_failures(device, options.cooperative, c, &plan.cooperative)
-        }) {
+        while let Some(fewer) =
+            coop.and_then(|c| crate::coop::without_failures(device, options, c, &plan.cooperative))
+        {
             coop = fewer;
             plan = lowered(coop)?;
         }

@@ -471,17 +471,17 @@ fn khr_shared_bytes(s: &vk_core::CoopMatrixShape) -> u32 {
 /// The configuration graphs built with `policy` use on `device`, if any: under
 /// [`CoopPolicy::Auto`] the best offered kind whose first check ([`Checked::first`]) passes.
 /// Its other tiles are checked when a graph first needs them ([`without_failures`]).
-pub(crate) fn usable(device: &Device, policy: CoopPolicy) -> Option<CoopConfig> {
+pub(crate) fn usable(device: &Device, options: &BuildOptions) -> Option<CoopConfig> {
     if let Some(c) = forced() {
         return Some(c);
     }
     let offered = offered(device);
-    match policy {
+    match options.cooperative {
         CoopPolicy::Off => None,
         CoopPolicy::Unchecked => offered.first().copied(),
         CoopPolicy::Auto => offered
             .into_iter()
-            .find(|&c| outcomes(device, c, &[Checked::first(c)]) == [true]),
+            .find(|&c| outcomes(device, options, c, &[Checked::first(c)]) == [true]),
     }
 }
 
@@ -541,17 +541,17 @@ impl Checked {
 /// tile is lowered again on what is left.
 pub(crate) fn without_failures(
     device: &Device,
-    policy: CoopPolicy,
+    options: &BuildOptions,
     config: CoopConfig,
     used: &BTreeSet<Checked>,
 ) -> Option<Option<CoopConfig>> {
-    if policy != CoopPolicy::Auto || checking() || used.is_empty() {
+    if options.cooperative != CoopPolicy::Auto || checking() || used.is_empty() {
         return None;
     }
     let used: Vec<Checked> = used.iter().copied().collect();
     let failed: Vec<Checked> = used
         .iter()
-        .zip(outcomes(device, config, &used))
+        .zip(outcomes(device, options, config, &used))
         .filter_map(|(&c, ok)| (!ok).then_some(c))
         .collect();
     (!failed.is_empty()).then(|| config.without(&failed))
@@ -569,9 +569,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Whether each of `what` passes its check on `device` (for `config`): those never checked
-/// there run now, together on parallel threads; those another build is checking are waited
-/// for.
-fn outcomes(device: &Device, config: CoopConfig, what: &[Checked]) -> Vec<bool> {
+/// there, nor recorded as passed beside the disk cache of `options` ([`records`]), run now,
+/// together on parallel threads; those another build is checking are waited for.
+fn outcomes(
+    device: &Device,
+    options: &BuildOptions,
+    config: CoopConfig,
+    what: &[Checked],
+) -> Vec<bool> {
     let checks = device.memo("compute-delegate: cooperative checks", Checks::default);
     let mine: Vec<Checked> = {
         let mut outcome = lock(&checks.outcome);
@@ -597,11 +602,23 @@ fn outcomes(device: &Device, config: CoopConfig, what: &[Checked]) -> Vec<bool> 
     }
     if !mine.is_empty() {
         let mut settle = Settle(&checks, Vec::new(), &mine);
-        settle.1 = mine
+        let file = records(device, options);
+        let passed = recorded_passes(file.as_ref());
+        let (known, unknown): (Vec<Checked>, Vec<Checked>) = mine
             .iter()
-            .copied()
-            .zip(check(device, config, &mine))
+            .partition(|c| passed.contains(&format!("{c:?}")));
+        if !known.is_empty() {
+            log::debug!("cooperative-matrix checks {known:?} passed before on this driver");
+        }
+        let ran = unknown.iter().copied().zip(check(device, config, &unknown));
+        settle.1 = known.iter().map(|&c| (c, true)).chain(ran).collect();
+        let new: Vec<String> = settle
+            .1
+            .iter()
+            .filter(|o| o.1)
+            .map(|(c, _)| format!("{c:?}"))
             .collect();
+        record_passes(file.as_ref(), &passed, &new);
     }
     let mut outcome = lock(&checks.outcome);
     loop {
@@ -637,14 +654,14 @@ pub(crate) fn checking() -> bool {
 /// (`"GemmCoop2"` or `"GemmCoop"`, as [`crate::Graph::kernels`] names them), if any; runs the checks on first call. For reports and
 /// tests.
 pub fn cooperative_gemm_kernel(device: &Device) -> Option<&'static str> {
-    usable(device, CoopPolicy::Auto).map(CoopConfig::kernel_name)
+    usable(device, &BuildOptions::default()).map(CoopConfig::kernel_name)
 }
 
 /// The implicit-GEMM kernel large fp16 conv2d of stride 1 run on `device` under the default
 /// policy (`"ConvCoop2"`, or `"GemmCoop"` in its CONV mode), if the device runs one; runs the
 /// checks on first call. For reports and tests.
 pub fn cooperative_conv_kernel(device: &Device) -> Option<&'static str> {
-    usable(device, CoopPolicy::Auto).and_then(CoopConfig::implicit_conv_kernel)
+    usable(device, &BuildOptions::default()).and_then(CoopConfig::implicit_conv_kernel)
 }
 
 /// One check problem: `[m, k] x [k, n]` (or linear with a `[n, k]` weight and a bias).
@@ -699,6 +716,43 @@ const PROBLEMS: &[Problem] = &[
         linear: true,
     },
 ];
+
+/// The file beside the pipeline cache of `options` on `device` that names the checks passed
+/// with this driver and these shaders (one per line), where the disk cache is on: a process
+/// after the first runs none of them again.
+pub(crate) fn records(device: &Device, options: &BuildOptions) -> Option<vk_core::RecordFile> {
+    if options.pipeline_cache.is_some() {
+        return None;
+    }
+    let shaders = crate::kernels::shader_set_hash();
+    let file = options.disk_cache.file(device.capabilities(), shaders)?;
+    Some(file.beside("checks-passed"))
+}
+
+/// The checks `file` names as passed.
+pub(crate) fn recorded_passes(file: Option<&vk_core::RecordFile>) -> BTreeSet<String> {
+    file.map(|f| f.load().lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Adds the checks `new` to those `file` named (`before`), where any is new.
+pub(crate) fn record_passes(
+    file: Option<&vk_core::RecordFile>,
+    before: &BTreeSet<String>,
+    new: &[String],
+) {
+    let Some(file) = file else {
+        return;
+    };
+    if new.iter().all(|n| before.contains(n)) {
+        return;
+    }
+    // Another process may have added its own meanwhile.
+    let mut all = recorded_passes(Some(file));
+    all.extend(new.iter().cloned());
+    let text: String = all.iter().map(|l| format!("{l}\n")).collect();
+    file.store(&text);
+}
 
 /// Runs the checks of `what` (for `config`) together and says which passed; logs each pass.
 fn check(device: &Device, config: CoopConfig, what: &[Checked]) -> Vec<bool> {

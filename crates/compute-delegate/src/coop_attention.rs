@@ -84,7 +84,7 @@ fn tile() -> AttendTile {
 /// and, under [`CoopPolicy::Auto`], the check passed on this device.
 pub(crate) fn usable(
     device: &Device,
-    policy: CoopPolicy,
+    options: &BuildOptions,
     coop: Option<CoopConfig>,
 ) -> Option<AttendTile> {
     if std::env::var(ATTENTION_COOP2_ENV).as_deref() == Ok("off") {
@@ -101,12 +101,12 @@ pub(crate) fn usable(
     {
         return None;
     }
-    match policy {
+    match options.cooperative {
         CoopPolicy::Off => None,
         CoopPolicy::Unchecked => Some(tile),
         CoopPolicy::Auto => {
             let key = "compute-delegate: cooperative attention (NV2) check";
-            (*device.memo(key, || check(device))).then_some(tile)
+            (*device.memo(key, || checked_once(device, options, tile))).then_some(tile)
         }
     }
 }
@@ -115,8 +115,25 @@ pub(crate) fn usable(
 /// (`"AttendCoop2"`, as [`crate::Graph::kernels`] names it), if not `attend.comp`; runs the
 /// checks on first call. For reports and tests.
 pub fn cooperative_attention_kernel(device: &Device) -> Option<&'static str> {
-    let coop = crate::coop::usable(device, CoopPolicy::Auto);
-    usable(device, CoopPolicy::Auto, coop).map(|_| "AttendCoop2")
+    let options = BuildOptions::default();
+    let coop = crate::coop::usable(device, &options);
+    usable(device, &options, coop).map(|_| "AttendCoop2")
+}
+
+/// Whether the attention kernel on `tile` passes its check on `device`: recorded as passed
+/// beside the disk cache of `options` ([`crate::coop::records`]), or passing it now.
+fn checked_once(device: &Device, options: &BuildOptions, tile: AttendTile) -> bool {
+    let file = crate::coop::records(device, options);
+    let passed = crate::coop::recorded_passes(file.as_ref());
+    let name = format!("attention {tile:?}");
+    if passed.contains(&name) {
+        return true;
+    }
+    let pass = check(device);
+    if pass {
+        crate::coop::record_passes(file.as_ref(), &passed, &[name]);
+    }
+    pass
 }
 
 /// Whether the device runs the tile's products for head sizes `d` (queries and keys) and `e`

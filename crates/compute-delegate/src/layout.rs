@@ -348,6 +348,16 @@ impl GraphBuilder {
     }
 }
 
+/// Environment variable: `0` keeps fp16 linear layers over channels-last pixels writing
+/// channels last, with the permute that moves their result channels first after them, for
+/// tuning (default: they write channels first, `with_products_written_channels_first`).
+pub const ENV_PRODUCTS_CHANNELS_FIRST: &str = "VKDELEGATE_PRODUCTS_CHANNELS_FIRST";
+
+/// Whether [`ENV_PRODUCTS_CHANNELS_FIRST`] lets products write channels first (the default).
+pub(crate) fn products_channels_first() -> bool {
+    std::env::var(ENV_PRODUCTS_CHANNELS_FIRST).map_or(true, |v| v.trim() != "0")
+}
+
 /// Row-major strides of `shape`, in elements.
 pub(crate) fn row_major(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; shape.len()];

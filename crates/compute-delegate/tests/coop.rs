@@ -128,6 +128,50 @@ fn fp16_linear_uses_the_chosen_kernel_and_matches() {
     assert_no_validation_errors(&instance);
 }
 
+/// The checks a device passed are recorded beside its pipeline cache, one per line, so that
+/// a process after the first runs none of them; a build with the disk cache off records none.
+/// A device without cooperative matrices checks nothing and records nothing.
+#[test]
+fn passed_checks_are_recorded_beside_the_pipeline_cache() {
+    let test = "passed_checks_are_recorded_beside_the_pipeline_cache";
+    let Some((instance, device)) = device(test) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("vkdelegate-{test}-{}", std::process::id()));
+    let mut g = GraphBuilder::new();
+    let a = g.input("a", DType::F16, &[64, 64]).unwrap();
+    let b = g.input("b", DType::F16, &[64, 64]).unwrap();
+    let y = g.matmul(a, b).unwrap();
+    g.output(y).unwrap();
+    let options = BuildOptions {
+        disk_cache: vk_core::DiskCache::At(dir.clone()),
+        ..BuildOptions::default()
+    };
+    let graph = g.build_with(&device, &options).unwrap();
+    let records: Vec<String> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let checks: Vec<&String> = records
+        .iter()
+        .filter(|n| n.starts_with("checks-passed-"))
+        .collect();
+    if graph.kernels().iter().any(|k| k.starts_with("GemmCoop")) {
+        assert_eq!(checks.len(), 1, "{records:?}");
+        let text = std::fs::read_to_string(dir.join(checks[0])).unwrap();
+        assert!(text.lines().count() >= 1, "{text}");
+        assert!(text.lines().all(|l| !l.is_empty()), "{text}");
+    } else {
+        assert!(checks.is_empty(), "{records:?}");
+    }
+    drop(graph);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_no_validation_errors(&instance);
+}
+
 #[test]
 fn policy_off_keeps_the_plain_kernel() {
     let Some((instance, device)) = device("policy_off_keeps_the_plain_kernel") else {

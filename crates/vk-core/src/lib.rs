@@ -70,7 +70,7 @@ pub use image_io::{
 };
 pub use instance::{Instance, InstanceDesc, ValidationLog};
 pub use memory::{Buffer, COPY_THREADS_ENV, HostIo, MemoryBlock, MemoryLocation};
-pub use pipeline_cache::{CacheFile, DiskCache, PIPELINE_CACHE_ENV};
+pub use pipeline_cache::{CacheFile, DiskCache, PIPELINE_CACHE_ENV, RecordFile};
 pub use query::Timestamps;
 pub use queue::{DefaultQueueLock, Queue, QueueGuard, QueueLock, QueueStats};
 pub use requirements::{Enabled, Missing, Requirements};

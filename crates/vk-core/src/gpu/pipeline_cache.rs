@@ -99,21 +99,7 @@ impl CacheFile {
 
     /// Writes `data` (a driver's `vkGetPipelineCacheData`) in place of the file.
     pub fn store(&self, data: &[u8]) {
-        let written = self
-            .path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| {
-                // A name of this write's own: other threads and processes may write too.
-                static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-                let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let tmp = self
-                    .path
-                    .with_extension(format!("{}-{n}.tmp", std::process::id()));
-                std::fs::write(&tmp, data)?;
-                std::fs::rename(&tmp, &self.path)
-            });
-        match written {
+        match write_whole(&self.path, data) {
             Ok(()) => log::debug!(
                 "pipeline cache {}: {} bytes written",
                 self.path.display(),
@@ -128,6 +114,60 @@ impl CacheFile {
     pub fn matches(&self, data: &[u8]) -> bool {
         header_matches(data, self.vendor_id, self.device_id, &self.uuid)
     }
+
+    /// The text file beside this one that keeps `what` for the same device, driver and
+    /// shader set (`<what>-<this file's key>.txt`): records that hold as long as those do,
+    /// such as the outcome of a check of the shaders on the driver.
+    pub fn beside(&self, what: &str) -> RecordFile {
+        let name = self
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let key = name
+            .strip_prefix("pipelines-")
+            .and_then(|n| n.strip_suffix(".bin"))
+            .unwrap_or(name);
+        RecordFile {
+            path: self.path.with_file_name(format!("{what}-{key}.txt")),
+        }
+    }
+}
+
+/// A text file of records kept beside a pipeline cache ([`CacheFile::beside`]).
+#[derive(Debug, Clone)]
+pub struct RecordFile {
+    path: PathBuf,
+}
+
+impl RecordFile {
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's text (empty when absent or unreadable).
+    pub fn load(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap_or_default()
+    }
+
+    /// Writes `text` in place of the file (logged where it cannot be written).
+    pub fn store(&self, text: &str) {
+        if let Err(e) = write_whole(&self.path, text.as_bytes()) {
+            log::warn!("{}: not written: {e}", self.path.display());
+        }
+    }
+}
+
+/// Writes `data` to a temporary file of this write's own beside `path` and renames it into
+/// place, so that other threads and processes never read half a file.
+fn write_whole(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    path.parent().map_or(Ok(()), std::fs::create_dir_all)?;
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Whether `data` starts with a Vulkan pipeline-cache header (version one) for this vendor,
@@ -189,6 +229,24 @@ mod tests {
         assert!(file.load().is_empty(), "another driver's data");
         assert!(DiskCache::Off.folder().is_none());
         assert_eq!(DiskCache::At(dir.clone()).folder(), Some(dir.clone()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn records_sit_beside_their_cache_under_its_key() {
+        let dir =
+            std::env::temp_dir().join(format!("vkdelegate-record-test-{}", std::process::id()));
+        let file = CacheFile {
+            path: dir.join("pipelines-10de-2335-key.bin"),
+            vendor_id: 1,
+            device_id: 2,
+            uuid: [3; 16],
+        };
+        let record = file.beside("checks");
+        assert_eq!(record.path(), dir.join("checks-10de-2335-key.txt"));
+        assert_eq!(record.load(), "", "absent");
+        record.store("a=pass\n");
+        assert_eq!(record.load(), "a=pass\n");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
