@@ -453,13 +453,17 @@ unsafe fn create_in_parallel(
 }
 
 /// Writes `cache`'s data to `file` when the build added pipelines to what the file held
-/// (`loaded`), merged with what another build wrote there meanwhile.
+/// (`loaded`), merged with what another build wrote there meanwhile. Builds of one process
+/// store one at a time, so that two merging at once do not each write what the other lacks
+/// (a cooperative-matrix check builds a dozen graphs at once).
 fn store_cache(
     d: &ash::Device,
     cache: vk::PipelineCache,
     file: &vk_core::CacheFile,
     loaded: &[u8],
 ) {
+    static STORING: Mutex<()> = Mutex::new(());
+    let _one = lock(&STORING);
     // SAFETY: `cache` is a live pipeline cache of `d`.
     let Ok(mut data) = (unsafe { d.get_pipeline_cache_data(cache) }) else {
         return;
