@@ -15,6 +15,11 @@
 // A is row-major (row stride sa_m). B is row-major [K][N] (row stride sb_k) or, with B_T, a
 // row-major [N][K] read through a transposing view.
 //
+// NORM: a layer norm of each row of A folded in (never split, never with a residual): the
+// work group first computes its rows' mean and 1 / sqrt(variance + EPS) over all of K, and
+// each result is rstd * (acc - mean * colsum[col]) before its bias, where B holds the norm's
+// scale already and colsum (binding 4, fp32) the sums of B along K.
+//
 // Split-K (PARTIAL): gl_WorkGroupID.z = batch * splits + split; split s covers
 // k in [s * k_split, (s + 1) * k_split) and writes its fp32 partial sums c_split elements
 // further on (binding 3 read as fp32; a later pass sums, clamps and narrows them); split 0
@@ -34,13 +39,24 @@ layout(constant_id = 8) const uint PARTIAL = 0;
 // `epilogue.glsl`'s residual (binding 4, laid out as C): 1 added, 2 multiplying. Never with
 // PARTIAL, whose summing pass applies the epilogue.
 layout(constant_id = 9) const uint RESID = 0;
+layout(constant_id = 10) const uint NORM = 0;
+layout(constant_id = 11) const float EPS = 1e-5;
 
 layout(std430, set = 0, binding = 0) readonly buffer A { float16_t a[]; };
+layout(std430, set = 0, binding = 0) readonly buffer A8 { uvec4 a8[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Bm { float16_t b[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float16_t bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C { float16_t c[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C32 { float c32[]; };
 layout(std430, set = 0, binding = 4) readonly buffer R { float16_t resid[]; };
+layout(std430, set = 0, binding = 4) readonly buffer CS { float colsum[]; };
+
+const uint WG = gl_WorkGroupSize.x;
+// NORM: each row's mean and rstd, and the threads' partial sums they come from.
+shared float row_mean[NORM == 1 ? BM : 1];
+shared float row_rstd[NORM == 1 ? BM : 1];
+shared float part_s[NORM == 1 ? WG : 1];
+shared float part_q[NORM == 1 ? WG : 1];
 
 layout(push_constant) uniform Params {
     uint m;
@@ -69,6 +85,10 @@ float epilogue(const in uint row, const in uint col, const in float v, const in 
     float r = v;
     uint i = m0 + row;
     uint j = n0 + col;
+    if (NORM == 1) {
+        float cs = j < pc.n ? colsum[j] : 0.0;
+        r = row_rstd[row] * (v - row_mean[row] * cs);
+    }
     if (add_bias == 1) {
         uint at = (BIAS_ROW == 1) ? i : j;
         if (at < ((BIAS_ROW == 1) ? pc.m : pc.n)) {
@@ -84,6 +104,61 @@ float epilogue(const in uint row, const in uint col, const in float v, const in 
         }
     }
     return r;
+}
+
+// Adds the eight halves of `u` to the sum `s` and their squares to `q`.
+void add8(const in uvec4 u, inout float s, inout float q) {
+    [[unroll]] for (uint w = 0; w < 4; ++w) {
+        vec2 h = unpackHalf2x16(u[w]);
+        s += h.x + h.y;
+        q += h.x * h.x + h.y * h.y;
+    }
+}
+
+// NORM: the mean and rstd of rows m0.. m0 + BM of A (of batch offset a_off) over its k
+// columns, into row_mean and row_rstd; T invocations a row (reading 16 bytes each at a time
+// where rows start on 16 bytes), their sums combined in shared memory.
+void row_stats(const in uint m0, const in uint a_off) {
+    const uint T = WG >= BM ? WG / BM : 1;
+    const uint R = WG / T;
+    uint tid = gl_LocalInvocationIndex;
+    uint lane = tid % T;
+    for (uint r0 = 0; r0 < BM; r0 += R) {
+        uint r = r0 + tid / T;
+        uint i = m0 + r;
+        float s = 0.0;
+        float q = 0.0;
+        if (r < BM && i < pc.m) {
+            uint base = a_off + i * pc.sa_m;
+            if ((base | pc.k) % 8 == 0) {
+                for (uint c = lane; c < pc.k / 8; c += T) {
+                    add8(a8[base / 8 + c], s, q);
+                }
+            } else {
+                for (uint kk = lane; kk < pc.k; kk += T) {
+                    float v = float(a[base + kk]);
+                    s += v;
+                    q += v * v;
+                }
+            }
+        }
+        part_s[tid] = s;
+        part_q[tid] = q;
+        barrier();
+        if (lane == 0 && r < BM) {
+            float ts = 0.0;
+            float tq = 0.0;
+            for (uint l = 0; l < T; ++l) {
+                ts += part_s[tid + l];
+                tq += part_q[tid + l];
+            }
+            float mean = ts / float(pc.k);
+            float var = max(tq / float(pc.k) - mean * mean, 0.0);
+            row_mean[r] = mean;
+            row_rstd[r] = inversesqrt(var + EPS);
+        }
+        barrier();
+    }
 }
 
 void main() {
@@ -121,6 +196,9 @@ void main() {
 
     uint a_off = z * pc.sa_b;
     uint b_off = z * pc.sb_b;
+    if (NORM == 1) {
+        row_stats(m0, a_off);
+    }
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
     // The fast path: the block and every K step lie inside A and B, and every row starts on 16
@@ -185,7 +263,7 @@ void main() {
         }
     }
     uint add_bias = (pc.has_bias == 1 && split == 0) ? 1 : 0;
-    if (add_bias == 1 || ((ACT != 0 || RESID != 0) && PARTIAL == 0)) {
+    if (add_bias == 1 || NORM == 1 || ((ACT != 0 || RESID != 0) && PARTIAL == 0)) {
         coopMatPerElementNV(acc, acc, epilogue, m0, n0, add_bias, z * pc.sc_b);
     }
     if (PARTIAL == 1) {

@@ -153,6 +153,7 @@ impl GraphBuilder {
             b: v,
             bias: None,
             linear: false,
+            norm: None,
         } = self.nodes[k].op
         else {
             return None;
@@ -268,6 +269,7 @@ impl GraphBuilder {
                     b,
                     bias: None,
                     linear: false,
+                    norm: None,
                 } => return Some((a, b, biases, scale)),
                 Op::Binary {
                     op: BinaryOp::Add,

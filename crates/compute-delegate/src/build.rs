@@ -107,6 +107,15 @@ impl GraphBuilder {
                         .flatten()
                 })
                 .or_else(|| self.with_channel_scales_folded())
+                .or_else(|| {
+                    self.with_norms_folded_into_products(|| {
+                        crate::fold::norms_into_products()
+                            && matches!(
+                                crate::coop::usable(device, options),
+                                Some(crate::coop::CoopConfig::Nv2 { .. })
+                            )
+                    })
+                })
                 .or_else(|| self.with_residuals_fused())
                 .or_else(|| self.with_norms_fused())
                 .or_else(|| self.with_rotations_fused())

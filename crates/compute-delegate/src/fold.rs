@@ -8,13 +8,17 @@
 //!
 //! A convolution's result scaled per output channel by a constant (a ConvNeXt block's layer
 //! scale) becomes such nodes too: the scale multiplies the weights and the bias instead
-//! ([`GraphBuilder::with_channel_scales_folded`]).
+//! ([`GraphBuilder::with_channel_scales_folded`]); and so does a layer norm before a linear
+//! layer, whose scale and shift move into the layer's weight and bias
+//! ([`GraphBuilder::with_norms_folded_into_products`]).
 
 use vk_core::Device;
 
 use crate::error::Result;
 use crate::fusion::Uses;
-use crate::graph::{BinaryOp, GraphBuilder, Op, StorageKind, TensorId};
+use vk_core::DType;
+
+use crate::graph::{BinaryOp, GraphBuilder, Op, RowNorm, StorageKind, TensorId};
 use crate::options::BuildOptions;
 use crate::passes::retain;
 
@@ -219,6 +223,167 @@ impl GraphBuilder {
         }
         found
     }
+}
+
+impl GraphBuilder {
+    /// The graph with each fp16 layer norm over rows whose result a linear layer alone reads
+    /// folded into that layer (`Op::Matmul`'s `norm`): the norm's scale multiplies the
+    /// weight's columns, its shift through the weight joins the bias, the sums of the
+    /// weight's rows are kept (widened to fp32), and the product computes each row's
+    /// statistics itself (new nodes on
+    /// constants, first in the graph, which the constant folding runs once). One dispatch
+    /// instead of two, and the norm's result never reaches memory. Only where `on_matrices`
+    /// says the products run on the workgroup-scope cooperative kernel, the one that folds it;
+    /// the layer must have more rows than the few-row kernels take. `None` where there is
+    /// none.
+    pub(crate) fn with_norms_folded_into_products(
+        &self,
+        on_matrices: impl FnOnce() -> bool,
+    ) -> Option<GraphBuilder> {
+        let found = self.norms_before_products();
+        if found.is_empty() || !on_matrices() {
+            return None;
+        }
+        let mut g = self.clone();
+        let mut drop = vec![false; self.nodes.len()];
+        let first_new = g.nodes.len();
+        for (k, i) in found {
+            let Op::LayerNorm {
+                x,
+                weight,
+                bias: shift,
+                d,
+                eps,
+                ..
+            } = self.nodes[k].op
+            else {
+                continue;
+            };
+            let Op::Matmul { a, b: w, bias, .. } = self.nodes[i].op else {
+                continue;
+            };
+            let nout = self.tensors[w.0].shape[0] as isize;
+            let row = [1, d as isize];
+            let scaled = match weight {
+                Some(scale) => {
+                    let s = g.reshape(scale, &row).ok()?;
+                    g.mul(w, s).ok()?
+                }
+                None => w,
+            };
+            // Summed as stored (a cast first would double the weight's bytes, too many to
+            // fold), then widened: the kernel reads fp32.
+            let sums = g.sum(scaled, &[1], false).ok()?;
+            let colsum = g.cast(sums, DType::F32).ok()?;
+            let bias = match shift {
+                Some(shift) => {
+                    let s = g.reshape(shift, &row).ok()?;
+                    let through = g.linear(s, w, bias).ok()?;
+                    Some(g.reshape(through, &[nout]).ok()?)
+                }
+                None => bias,
+            };
+            let ai = &self.tensors[a.0];
+            let name = format!("{}.raw", ai.name);
+            let storage = Some((StorageKind::Temp, Some(self.tensors[x.0].storage)));
+            let raw = g.push_tensor(name, ai.dtype, ai.shape.clone(), storage);
+            g.nodes[i].op = Op::Matmul {
+                a: raw,
+                b: scaled,
+                bias,
+                linear: true,
+                norm: Some(RowNorm { colsum, eps }),
+            };
+            drop[k] = true;
+        }
+        let added = g.nodes.len() - first_new;
+        drop.resize(g.nodes.len(), false);
+        let mut g = retain(g, &drop)?;
+        g.nodes.rotate_right(added);
+        Some(g)
+    }
+
+    /// The fp16 layer norms over contiguous rows whose result one linear layer alone reads
+    /// (its weight and bias, and the norm's, constants), as (the norm's node, the layer's).
+    fn norms_before_products(&self) -> Vec<(usize, usize)> {
+        let uses = Uses::of(self);
+        let constant = |t: TensorId| {
+            let st = self.tensors[t.0].storage;
+            matches!(self.storages[st].kind, StorageKind::Const(_)) && uses.writers[st].is_empty()
+        };
+        let mut found = Vec::new();
+        for (k, node) in self.nodes.iter().enumerate() {
+            let Op::LayerNorm {
+                x,
+                weight,
+                bias,
+                d,
+                rms: false,
+                plane: 0,
+                ..
+            } = node.op
+            else {
+                continue;
+            };
+            let st = self.tensors[node.out.0].storage;
+            let own = self.storages[st].tensor == node.out
+                && uses.writers[st][..] == [k]
+                && uses.readers[st] == 1
+                && matches!(self.storages[st].kind, StorageKind::Temp);
+            let xi = &self.tensors[x.0];
+            let fits = own
+                && xi.dtype == DType::F16
+                && xi.shape.last() == Some(&d)
+                && weight.is_none_or(constant)
+                && bias.is_none_or(constant);
+            if !fits {
+                continue;
+            }
+            let reader = self.nodes.iter().enumerate().skip(k + 1).find(|(_, n)| {
+                n.op.inputs()
+                    .iter()
+                    .any(|t| self.tensors[t.0].storage == st)
+            });
+            let Some((i, reader)) = reader else {
+                continue;
+            };
+            let Op::Matmul {
+                a,
+                b,
+                bias: layer_bias,
+                linear: true,
+                norm: None,
+            } = reader.op
+            else {
+                continue;
+            };
+            let (ai, wi) = (&self.tensors[a.0], &self.tensors[b.0]);
+            let rows = ai.numel() / d.max(1);
+            let takes = self.tensors[a.0].storage == st
+                && ai.shape.last() == Some(&d)
+                && wi.shape.len() == 2
+                && wi.shape[1] == d
+                && wi.dtype == DType::F16
+                && self.tensors[reader.out.0].dtype == DType::F16
+                && rows > crate::lower::GEMV_T_MAX_ROWS
+                && constant(b)
+                && layer_bias.is_none_or(constant);
+            if takes {
+                found.push((k, i));
+            }
+        }
+        found
+    }
+}
+
+/// Environment variable: `0` keeps layer norms before linear layers as dispatches of their
+/// own, for tuning (default: folded into the layers where
+/// [`GraphBuilder::with_norms_folded_into_products`] applies).
+pub const ENV_NORMS_INTO_PRODUCTS: &str = "VKDELEGATE_NORMS_INTO_PRODUCTS";
+
+/// Whether [`ENV_NORMS_INTO_PRODUCTS`] lets norms fold into products (the default).
+pub(crate) fn norms_into_products() -> bool {
+    std::env::var(ENV_NORMS_INTO_PRODUCTS).map_or(true, |v| v.trim() != "0")
 }
 
 /// Whether a tensor of shape `s` broadcast against `[n, c, h, w]` holds one value per channel.

@@ -242,6 +242,7 @@ impl GraphBuilder {
                 b,
                 bias: None,
                 linear,
+                norm: None,
             } if (linear && rows == 1 && rn == n) || bias_of_n => {
                 let info = self.tensors[r.0].clone();
                 self.tensors.push(TensorInfo {
@@ -254,6 +255,7 @@ impl GraphBuilder {
                     b,
                     bias: Some(TensorId(self.tensors.len() - 1)),
                     linear,
+                    norm: None,
                 })
             }
             Op::Kernel { inputs, .. } if plain_q4(op).is_some() && (same || bias_of_n) => {
@@ -347,12 +349,14 @@ impl GraphBuilder {
                 b: wg,
                 bias: None,
                 linear: true,
+                norm: None,
             },
             &Op::Matmul {
                 a: ua,
                 b: wu,
                 bias: None,
                 linear: true,
+                norm: None,
             },
         ) = (g, u)
         else {
@@ -563,6 +567,7 @@ impl GraphBuilder {
             b,
             bias,
             linear: true,
+            norm: None,
         } = op
         else {
             return None;

@@ -344,6 +344,17 @@ pub struct QConv {
     pub pad_end: Option<[usize; 2]>,
 }
 
+/// A layer norm of each row of a linear layer's input, folded into the layer: its weight
+/// (the norm's scale folded in) multiplies the raw rows, and the result is
+/// `rstd * (acc - mean * colsum[j]) + bias[j]` with each row's mean and `rstd` computed by
+/// the product itself (`gemm_coop2.comp`'s `NORM`). `colsum` (fp32, `[n]`) holds the sums
+/// of the weight's rows; the norm's shift is folded into the bias.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RowNorm {
+    pub colsum: TensorId,
+    pub eps: f32,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
     Unary {
@@ -385,6 +396,9 @@ pub(crate) enum Op {
         b: TensorId,
         bias: Option<TensorId>,
         linear: bool,
+        /// A layer norm of each row of `a` folded into the product
+        /// (`with_norms_folded_into_products`).
+        norm: Option<RowNorm>,
     },
     Reduce {
         x: TensorId,

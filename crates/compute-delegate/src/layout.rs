@@ -277,6 +277,7 @@ impl GraphBuilder {
                 b: w,
                 bias,
                 linear: true,
+                norm: None,
             } = self.nodes[i].op
             else {
                 continue;

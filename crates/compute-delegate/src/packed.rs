@@ -44,6 +44,7 @@ impl GraphBuilder {
                 b,
                 bias: None,
                 linear: false,
+                norm: None,
             } = node.op
             else {
                 continue;
@@ -128,6 +129,7 @@ impl GraphBuilder {
                     b,
                     bias: None,
                     linear: false,
+                    norm: None,
                 },
                 out: y16,
             };

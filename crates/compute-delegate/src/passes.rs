@@ -57,10 +57,15 @@ impl Op {
                 one(w);
                 opt(bias);
             }
-            Op::Matmul { a, b, bias, .. } => {
+            Op::Matmul {
+                a, b, bias, norm, ..
+            } => {
                 one(a);
                 one(b);
                 opt(bias);
+                if let Some(n) = norm {
+                    one(&mut n.colsum);
+                }
             }
             Op::LayerNorm {
                 x, weight, bias, ..

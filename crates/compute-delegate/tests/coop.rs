@@ -172,6 +172,71 @@ fn passed_checks_are_recorded_beside_the_pipeline_cache() {
     assert_no_validation_errors(&instance);
 }
 
+/// An fp16 layer norm whose result a linear layer alone reads matches a host reference of
+/// the norm then the layer (rows whose mean is far from zero, a scale and a shift, a bias, a
+/// ragged last block of rows): on the workgroup-scope cooperative kernel the norm is folded
+/// into the product (no norm dispatch), elsewhere it runs on its own.
+#[test]
+fn a_norm_before_a_linear_layer_folds_into_it() {
+    let test = "a_norm_before_a_linear_layer_folds_into_it";
+    let Some((instance, device)) = device(test) else {
+        return;
+    };
+    let (rows, d, n) = (75usize, 96usize, 136usize);
+    let x: Vec<f32> = values(rows * d, 11)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| f16::from_f32(v * 2.0 + (i / d) as f32 * 0.05 - 1.5).to_f32())
+        .collect();
+    let (scale, shift) = (values(d, 12), values(d, 13));
+    let (w, bias) = (values(n * d, 14), values(n, 15));
+    let mut g = GraphBuilder::new();
+    let xi = g.input("x", DType::F16, &[1, rows, d]).unwrap();
+    let si = g.constant_f16("scale", &[d], &scale).unwrap();
+    let hi = g.constant_f16("shift", &[d], &shift).unwrap();
+    let y = g.layer_norm(xi, &[d], Some(si), Some(hi), 1e-5).unwrap();
+    let wi = g.constant_f16("w", &[n, d], &w).unwrap();
+    let bi = g.constant_f16("b", &[n], &bias).unwrap();
+    let y = g.linear(y, wi, Some(bi)).unwrap();
+    g.output(y).unwrap();
+    let mut graph = g.build(&device).unwrap();
+    let kernels = graph.kernels();
+    let folds = cooperative_gemm_kernel(&device) == Some("GemmCoop2");
+    let norms = kernels
+        .iter()
+        .filter(|k| k.starts_with("LayerNorm"))
+        .count();
+    assert_eq!(norms, usize::from(!folds), "{kernels:?}");
+    let out = graph.execute(&[tensor(&[1, rows, d], &x)]).unwrap();
+    let got = read(&out[0]);
+    let mut worst = 0f64;
+    let mut scale_of = 0f64;
+    for i in 0..rows {
+        let row = &x[i * d..(i + 1) * d];
+        let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
+        let var = row
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / d as f64;
+        let rstd = 1.0 / (var + 1e-5).sqrt();
+        for j in 0..n {
+            let mut r = f64::from(bias[j]);
+            for k in 0..d {
+                let normed =
+                    (f64::from(row[k]) - mean) * rstd * f64::from(scale[k]) + f64::from(shift[k]);
+                r += normed * f64::from(w[j * d + k]);
+            }
+            worst = worst.max((f64::from(got[i * n + j]) - r).abs());
+            scale_of = scale_of.max(r.abs());
+        }
+    }
+    // fp16 rounding of the normalized rows (or of the scaled weight) and of the result.
+    assert!(worst <= 4e-3 * scale_of, "worst {worst} of {scale_of}");
+    drop(graph);
+    assert_no_validation_errors(&instance);
+}
+
 #[test]
 fn policy_off_keeps_the_plain_kernel() {
     let Some((instance, device)) = device("policy_off_keeps_the_plain_kernel") else {

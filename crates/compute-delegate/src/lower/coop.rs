@@ -480,9 +480,14 @@ impl Lowerer<'_> {
             }
         };
         let blocks = (g.n as u64).div_ceil(bn) * (g.m as u64).div_ceil(bm) * g.batch as u64;
+        // A folded layer norm needs whole rows of A: never split.
+        let norm = match kernel {
+            Kernel::GemmCoop2 => self.row_norm.take(),
+            _ => None,
+        };
         let (splits, k_split) = match bk {
-            Some(bk) => coop_splits(blocks, g.k as u64, bk),
-            None => (1, g.k as u64),
+            Some(bk) if norm.is_none() => coop_splits(blocks, g.k as u64, bk),
+            _ => (1, g.k as u64),
         };
         let groups = self.check_groups([
             (g.n as u64).div_ceil(bn),
@@ -501,14 +506,24 @@ impl Lowerer<'_> {
         // (spec 5: the activation, 9: the residual, binding 4); `gemm_coop.comp` the clamp
         // alone (spec 6). With split-K the summing pass applies it.
         let whole = kernel == Kernel::GemmCoop2 && partial.is_none();
-        let e = whole
-            .then(|| self.take_epilogue())
-            .flatten()
-            .unwrap_or_else(|| Taken::clamp(act));
+        // With a folded norm, binding 4 holds its column sums: no residual.
+        let e = match (whole, norm) {
+            (true, None) => self.take_epilogue(),
+            (true, Some(_)) => self.take_activation(),
+            (false, _) => None,
+        }
+        .unwrap_or_else(|| Taken::clamp(act));
         if kernel == Kernel::GemmCoop2 {
             spec.push(u32::from(partial.is_some())); // PARTIAL
             spec.push(e.resid); // RESID
-            bindings.push((e.residual.unwrap_or(bindings[0].0), false));
+            let fourth = match norm {
+                Some((colsum, _)) => colsum,
+                None => e.residual.unwrap_or(bindings[0].0),
+            };
+            bindings.push((fourth, false));
+            if let Some((_, eps)) = norm {
+                spec.extend([1, eps.to_bits()]); // NORM, EPS
+            }
         }
         let act_slot = if kernel == Kernel::GemmCoop { 6 } else { 5 };
         spec[act_slot] = if splits == 1 { e.act } else { 0 };

@@ -611,7 +611,14 @@ impl Lowerer<'_> {
     pub(super) fn matmul(&mut self, op: &Op, t: &Target) -> Result<()> {
         let (out, o, act) = (t.out, t.o, t.act);
         match op {
-            Op::Matmul { a, b, bias, linear } => {
+            Op::Matmul {
+                a,
+                b,
+                bias,
+                linear,
+                norm,
+            } => {
+                self.row_norm = norm.map(|n| (self.st(n.colsum), n.eps));
                 let (ai, bi) = (self.t(*a).clone(), self.t(*b).clone());
                 let ra = ai.shape.len();
                 let k = ai.shape[ra - 1];
@@ -654,6 +661,13 @@ impl Lowerer<'_> {
                         (o, true),
                     ];
                     self.gemm(m, nout, k, 1, 0, params, bindings, out, act)?;
+                    if self.row_norm.take().is_some() {
+                        return Err(Error::Graph(
+                            "internal: a layer norm folded into a product that did not run on \
+                             the workgroup-scope cooperative kernel"
+                                .into(),
+                        ));
+                    }
                 } else {
                     let rb = bi.shape.len();
                     let m = ai.shape[ra - 2];

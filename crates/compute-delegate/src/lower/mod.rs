@@ -372,6 +372,9 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) coop: Option<CoopConfig>,
     /// The cooperative kernels and tiles the dispatches so far run on.
     pub(crate) cooperative: std::collections::BTreeSet<crate::coop::Checked>,
+    /// The current product's folded layer norm (`Op::Matmul`'s `norm`): the storage of its
+    /// column sums and its epsilon, until a cooperative GEMM takes it.
+    pub(crate) row_norm: Option<(usize, f32)>,
     /// The current node's precision: its float operands' dtype (kernels without an f16
     /// variant run as f32).
     pub(crate) precision: Precision,
@@ -751,6 +754,7 @@ pub(crate) fn lower_placed(
         limits,
         coop,
         cooperative: std::collections::BTreeSet::new(),
+        row_norm: None,
         storages: b.storages.clone(),
         out: Vec::new(),
         node: 0,
