@@ -139,7 +139,14 @@ impl GraphBuilder {
         }
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
         let coop = if self.has_f16_gemm() || self.has_f16_attention() {
-            crate::coop::usable(device, options)
+            // The attention's check (a slow compile) runs beside the GEMMs'.
+            let ahead = options.fuses() && self.has_f16_attention();
+            std::thread::scope(|s| {
+                if ahead {
+                    s.spawn(|| crate::coop_attention::check_ahead(device, options));
+                }
+                crate::coop::usable(device, options)
+            })
         } else {
             None
         };

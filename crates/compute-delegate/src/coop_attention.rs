@@ -9,9 +9,10 @@
 //! tok/s with it and 40.3k without.
 //!
 //! Like the cooperative GEMMs (`coop.rs`), the kernel is checked once per device before a
-//! graph first uses it: a small fp16 attention with a ragged block of queries and of keys and
-//! an added mask is run on it and compared with a host reference. A failure or a mismatch logs
-//! a warning and the device keeps `attend.comp`.
+//! graph first uses it (on a thread of its own beside the GEMMs' checks, `check_ahead`): a
+//! small fp16 attention with a ragged block of queries and of keys, with an added mask and
+//! without, is run on it and compared with a host reference. A failure or a mismatch logs a
+//! warning and the device keeps `attend.comp`.
 
 use vk_core::{CoopComponent, DType, Device, Features, HostTensor};
 
@@ -242,11 +243,32 @@ impl GraphBuilder {
     }
 }
 
-/// The check: `softmax(q k^T / 8 + mask) v` for 2 heads of 70 queries and 100 keys of 64
-/// (a ragged block of each), with some masked scores, against a host reference in f64.
+/// Runs the check ahead of its use where a graph may take the kernel (the device offers the
+/// workgroup-scope GEMMs), on its own thread beside the GEMMs' checks; [`usable`] then finds
+/// its outcome. Only under [`CoopPolicy::Auto`] (the check's own graphs build unchecked).
+pub(crate) fn check_ahead(device: &Device, options: &BuildOptions) {
+    if options.cooperative != CoopPolicy::Auto {
+        return;
+    }
+    let first = crate::coop::offered(device).first().copied();
+    if let Some(nv2 @ CoopConfig::Nv2 { .. }) = first {
+        let _ = usable(device, options, Some(nv2));
+    }
+}
+
+/// The check: `softmax(q k^T / 8 (+ mask)) v` for 2 heads of 70 queries and 100 keys of 64
+/// (a ragged block of each), with some masked scores and without a mask (each its own
+/// pipeline, so the one a model takes is compiled here), on two threads, against a host
+/// reference in f64.
 fn check(device: &Device) -> bool {
+    crate::threads::each_on_threads(2, |i| check_one(device, i == 0))
+        .into_iter()
+        .all(|ok| ok.unwrap_or(false))
+}
+
+fn check_one(device: &Device, masked: bool) -> bool {
     let name = &device.capabilities().name;
-    match check_attention(device) {
+    match check_attention(device, masked) {
         Ok(None) => {
             log::info!("cooperative-matrix attention passed its check on '{name}'");
             true
@@ -266,13 +288,14 @@ fn check(device: &Device) -> bool {
 }
 
 /// `None` when the matrix kernel matches the reference, else the worst element.
-fn check_attention(device: &Device) -> crate::Result<Option<String>> {
+fn check_attention(device: &Device, masked: bool) -> crate::Result<Option<String>> {
     let (h, sq, sk, d) = (2usize, 70usize, 100usize, 64usize);
     let q = crate::coop::values(h * sq * d, 11);
     let k = crate::coop::values(h * sk * d, 12);
     let v = crate::coop::values(h * sk * d, 13);
     let mask: Vec<f32> = (0..sq * sk)
         .map(|i| match i % 7 {
+            _ if !masked => 0.0,
             0 => f32::NEG_INFINITY,
             r => r as f32 / 8.0,
         })
@@ -282,11 +305,16 @@ fn check_attention(device: &Device) -> crate::Result<Option<String>> {
     let qi = g.input("q", DType::F16, &[h, sq, d])?;
     let ki = g.input("k", DType::F16, &[h, sk, d])?;
     let vi = g.input("v", DType::F16, &[h, sk, d])?;
-    let mi = g.constant("mask", crate::coop::f16_tensor(vec![sq, sk], &mask)?)?;
     let kt = g.permute(ki, &[0, 2, 1])?;
     let scores = g.matmul(qi, kt)?;
     let scores = g.mul_scalar(scores, 0.125)?;
-    let scores = g.add(scores, mi)?;
+    let scores = match masked {
+        true => {
+            let mi = g.constant("mask", crate::coop::f16_tensor(vec![sq, sk], &mask)?)?;
+            g.add(scores, mi)?
+        }
+        false => scores,
+    };
     let p = g.softmax(scores, -1)?;
     let y = g.matmul(p, vi)?;
     g.output(y)?;
