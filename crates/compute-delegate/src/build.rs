@@ -137,6 +137,7 @@ impl GraphBuilder {
                 return fused.build_with(device, options);
             }
         }
+        let started = std::time::Instant::now();
         let subgroups = !options.disable_subgroups && subgroup_arithmetic(device);
         let coop = if self.has_f16_gemm() || self.has_f16_attention() {
             // The attention's check (a slow compile) runs beside the GEMMs'.
@@ -191,55 +192,44 @@ impl GraphBuilder {
                 x.groups
             );
         }
+        let lowered_at = started.elapsed();
         let mem = plan_memory(&plan.storages, &plan.dispatches, &plan.within);
-        let external = self.external_slots(device, &mem, options)?;
-        let wanted = match options.host_path {
-            Some(p) => p,
-            None => HostPath::for_device(device)?,
-        };
-        let path = match wanted {
-            HostPath::Direct if options.force_staging => HostPath::staged(),
-            p => p,
-        };
-        let direct = path.io() == HostIo::Direct;
-        let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
-        let mut transfer = HostTransfer::new(device, path);
-        let pooled = match &options.constants {
-            Some(pool) => {
-                let names: Vec<&str> = plan
-                    .storages
-                    .iter()
-                    .map(|st| {
-                        self.tensors
-                            .get(st.tensor.0)
-                            .map_or("", |t| t.name.as_str())
-                    })
-                    .collect();
-                pool.bind(
-                    device,
-                    (&mut submission, &mut transfer),
-                    (&plan.storages, &names, &mem),
-                    direct,
-                )?
-            }
-            None => Pooled::default(),
-        };
-        let mut bound = external.clone();
-        bound.extend(pooled.slices.iter().map(|(&k, &v)| (k, v)));
-        let mut res = allocate(device, &mem, &bound, direct)?;
-        let host = (!options.embedded).then_some(path);
-        let inputs = self.io(device, &self.inputs, &mem, &mut res, host)?;
-        let outputs = self.io(device, &self.outputs, &mem, &mut res, host)?;
-        upload_weights(
-            device,
-            (&mut submission, &mut transfer),
-            &mut res,
-            &plan,
-            &mem,
-        )?;
+        // The pipelines are made (compiled, or taken from the caches) on a thread of their own
+        // while the memory is allocated and the weights uploaded.
         let mut objects = Objects::new(device);
-        let pipelines = crate::pipelines::create_pipelines(&mut objects, &plan, options)?;
+        let (made, placed) = std::thread::scope(|s| {
+            let making = s.spawn(|| {
+                let made = crate::pipelines::create_pipelines(&mut objects, &plan, options);
+                (made, started.elapsed())
+            });
+            let placed = self.place(device, options, &plan, &mem);
+            let placed = (placed, started.elapsed());
+            let made = making
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            (made, placed)
+        });
+        let ((pipelines, compiled_at), (placed, uploaded_at)) = (made, placed);
+        let pipelines = pipelines?;
+        let Placed {
+            submission,
+            transfer,
+            pooled,
+            res,
+            inputs,
+            outputs,
+            direct,
+        } = placed?;
         let sets = allocate_sets(&mut objects, &plan, &pipelines)?;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        log::debug!(
+            "compute graph of {} dispatches: checks and lowering {:.1} ms, then at once memory \
+             and weights {:.1} ms and pipelines {:.1} ms",
+            plan.dispatches.len(),
+            ms(lowered_at),
+            ms(uploaded_at - lowered_at),
+            ms(compiled_at - lowered_at)
+        );
 
         let buffer_of = |s: usize| mem.slot_of[s].unwrap_or(usize::MAX);
         let barrier_flags = barriers(&plan.dispatches, &|s| mem.extent(&plan.storages, s));
@@ -372,6 +362,71 @@ impl GraphBuilder {
             }
             None => Ok(()),
         }
+    }
+
+    /// The graph's memory as `mem` plans it: external slices bound, pooled constants bound,
+    /// the rest allocated, the inputs' and outputs' host paths made, the weights uploaded.
+    fn place(
+        &self,
+        device: &Device,
+        options: &BuildOptions,
+        plan: &Plan,
+        mem: &MemoryPlan,
+    ) -> Result<Placed> {
+        let external = self.external_slots(device, mem, options)?;
+        let wanted = match options.host_path {
+            Some(p) => p,
+            None => HostPath::for_device(device)?,
+        };
+        let path = match wanted {
+            HostPath::Direct if options.force_staging => HostPath::staged(),
+            p => p,
+        };
+        let direct = path.io() == HostIo::Direct;
+        let mut submission = Submission::new(device, cmd::COUNT, "compute graph")?;
+        let mut transfer = HostTransfer::new(device, path);
+        let pooled = match &options.constants {
+            Some(pool) => {
+                let names: Vec<&str> = plan
+                    .storages
+                    .iter()
+                    .map(|st| {
+                        self.tensors
+                            .get(st.tensor.0)
+                            .map_or("", |t| t.name.as_str())
+                    })
+                    .collect();
+                pool.bind(
+                    device,
+                    (&mut submission, &mut transfer),
+                    (&plan.storages, &names, mem),
+                    direct,
+                )?
+            }
+            None => Pooled::default(),
+        };
+        let mut bound = external.clone();
+        bound.extend(pooled.slices.iter().map(|(&k, &v)| (k, v)));
+        let mut res = allocate(device, mem, &bound, direct)?;
+        let host = (!options.embedded).then_some(path);
+        let inputs = self.io(device, &self.inputs, mem, &mut res, host)?;
+        let outputs = self.io(device, &self.outputs, mem, &mut res, host)?;
+        upload_weights(
+            device,
+            (&mut submission, &mut transfer),
+            &mut res,
+            plan,
+            mem,
+        )?;
+        Ok(Placed {
+            submission,
+            transfer,
+            pooled,
+            res,
+            inputs,
+            outputs,
+            direct,
+        })
     }
 
     /// The external slices of `options`, checked, by planned buffer.
@@ -790,6 +845,19 @@ pub(crate) fn barriers(dispatches: &[Dispatch], extent: &dyn Fn(usize) -> Extent
         }
     }
     out
+}
+
+/// A graph's memory, placed ([`GraphBuilder::place`]): the submission and host transfer that
+/// uploaded its weights, its pooled constants, its buffers and its inputs' and outputs' paths.
+struct Placed {
+    submission: Submission,
+    transfer: HostTransfer,
+    pooled: Pooled,
+    res: Resources,
+    inputs: Vec<Io>,
+    outputs: Vec<Io>,
+    /// Host I/O goes straight to the buffers (no staging).
+    direct: bool,
 }
 
 /// The buffers of a graph while it is built.

@@ -223,7 +223,13 @@ pub(crate) fn create_pipelines(
         .into_iter()
         .filter(|k| !pipeline_of.contains_key(k))
         .collect();
+    let opened = std::time::Instant::now();
     let (file, disk) = open_cache(objects, options)?;
+    log::debug!(
+        "compute graph: pipeline cache of {} bytes opened in {:.1} ms",
+        disk.len(),
+        opened.elapsed().as_secs_f64() * 1e3
+    );
     log::debug!(
         "compute graph: {} pipelines for {} dispatches, {} compiled",
         pipeline_of.len() + missing.len(),
@@ -245,7 +251,12 @@ pub(crate) fn create_pipelines(
     };
     pipeline_of.extend(missing.into_iter().zip(made));
     if let Some(file) = &file {
+        let storing = std::time::Instant::now();
         store_cache(device.raw(), objects.cache, file, &disk);
+        log::debug!(
+            "compute graph: pipeline cache checked for new data in {:.1} ms",
+            storing.elapsed().as_secs_f64() * 1e3
+        );
     }
     plan.dispatches
         .iter()
