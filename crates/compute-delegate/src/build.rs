@@ -93,8 +93,8 @@ impl GraphBuilder {
         }
         // A CPU driver (lavapipe): layouts that spread work over many lanes do not pay there
         // (the split int8 convolutions).
-        let cpu =
-            device.capabilities().device_type == vk_core::DeviceType::Cpu && !options.gpu_layouts;
+        let cpu_driver = device.capabilities().device_type == vk_core::DeviceType::Cpu;
+        let cpu = cpu_driver && !options.gpu_layouts;
         if options.fuses() {
             let shared = device.capabilities().limits.max_compute_shared_memory_size;
             let fused = self.with_attention_fused(shared);
@@ -103,13 +103,18 @@ impl GraphBuilder {
                 .or_else(|| self.with_gated_products_fused())
                 .or_else(|| {
                     crate::layout::products_channels_first()
-                        .then(|| self.with_products_written_channels_first())
+                        .then(|| {
+                            self.with_products_written_channels_first(|| {
+                                cpu_driver || crate::coop::usable(device, options).is_some()
+                            })
+                        })
                         .flatten()
                 })
                 .or_else(|| self.with_channel_scales_folded())
                 .or_else(|| {
                     self.with_norms_folded_into_products(|| {
                         crate::fold::norms_into_products()
+                            && !options.unfolded
                             && matches!(
                                 crate::coop::usable(device, options),
                                 Some(crate::coop::CoopConfig::Nv2 { .. })
@@ -173,6 +178,9 @@ impl GraphBuilder {
         while let Some(fewer) =
             coop.and_then(|c| crate::coop::without_failures(device, options, c, &plan.cooperative))
         {
+            if fewer == coop {
+                break;
+            }
             coop = fewer;
             plan = lowered(coop)?;
         }

@@ -468,7 +468,7 @@ fn khr_shared_bytes(s: &vk_core::CoopMatrixShape) -> u32 {
     2 * 128 * 40 * 2 + 2 * 32 * 136 * 2 + 4 * s.m * s.n * 4
 }
 
-/// The configuration graphs built with `policy` use on `device`, if any: under
+/// The configuration graphs built with `options` use on `device`, if any: under
 /// [`CoopPolicy::Auto`] the best offered kind whose first check ([`Checked::first`]) passes.
 /// Its other tiles are checked when a graph first needs them ([`without_failures`]).
 pub(crate) fn usable(device: &Device, options: &BuildOptions) -> Option<CoopConfig> {
@@ -606,7 +606,7 @@ fn outcomes(
         let passed = recorded_passes(file.as_ref());
         let (known, unknown): (Vec<Checked>, Vec<Checked>) = mine
             .iter()
-            .partition(|c| passed.contains(&format!("{c:?}")));
+            .partition(|c| passed.contains(&record_key(&format!("{c:?}"))));
         if !known.is_empty() {
             log::debug!("cooperative-matrix checks {known:?} passed before on this driver");
         }
@@ -616,7 +616,7 @@ fn outcomes(
             .1
             .iter()
             .filter(|o| o.1)
-            .map(|(c, _)| format!("{c:?}"))
+            .map(|(c, _)| record_key(&format!("{c:?}")))
             .collect();
         record_passes(file.as_ref(), &passed, &new);
     }
@@ -659,9 +659,16 @@ pub fn cooperative_gemm_kernel(device: &Device) -> Option<&'static str> {
 
 /// The implicit-GEMM kernel large fp16 conv2d of stride 1 run on `device` under the default
 /// policy (`"ConvCoop2"`, or `"GemmCoop"` in its CONV mode), if the device runs one; runs the
-/// checks on first call. For reports and tests.
+/// checks (the kind's first, then the convolution's) on first call. For reports and tests.
 pub fn cooperative_conv_kernel(device: &Device) -> Option<&'static str> {
-    usable(device, &BuildOptions::default()).and_then(CoopConfig::implicit_conv_kernel)
+    let options = BuildOptions::default();
+    let config = usable(device, &options)?;
+    let used: BTreeSet<Checked> = config.nv2_conv().map(Checked::Conv).into_iter().collect();
+    let config = match without_failures(device, &options, config, &used) {
+        Some(fewer) => fewer?,
+        None => config,
+    };
+    config.implicit_conv_kernel()
 }
 
 /// One check problem: `[m, k] x [k, n]` (or linear with a `[n, k]` weight and a bias).
@@ -729,6 +736,15 @@ pub(crate) fn records(device: &Device, options: &BuildOptions) -> Option<vk_core
     Some(file.beside("checks-passed"))
 }
 
+/// Which check problems a record covers: changed whenever the checks change while the
+/// shaders do not (the shader hash keys the file).
+const CHECKS_VERSION: u32 = 1;
+
+/// A check's line in the records file.
+pub(crate) fn record_key(what: &str) -> String {
+    format!("v{CHECKS_VERSION} {what}")
+}
+
 /// The checks `file` names as passed.
 pub(crate) fn recorded_passes(file: Option<&vk_core::RecordFile>) -> BTreeSet<String> {
     file.map(|f| f.load().lines().map(str::to_owned).collect())
@@ -747,7 +763,10 @@ pub(crate) fn record_passes(
     if new.iter().all(|n| before.contains(n)) {
         return;
     }
-    // Another process may have added its own meanwhile.
+    // One writer of this process at a time (the attention's check runs beside the GEMMs');
+    // another process may have added its own meanwhile.
+    static RECORDING: Mutex<()> = Mutex::new(());
+    let _one = lock(&RECORDING);
     let mut all = recorded_passes(Some(file));
     all.extend(new.iter().cloned());
     let text: String = all.iter().map(|l| format!("{l}\n")).collect();

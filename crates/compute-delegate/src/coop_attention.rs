@@ -80,7 +80,7 @@ fn tile() -> AttendTile {
     }
 }
 
-/// The tile fp16 attentions run on under `policy`, given the cooperative GEMM configuration
+/// The tile fp16 attentions run on under `options`, given the cooperative GEMM configuration
 /// `coop` the graph uses: only with the workgroup-scope kernel, the two extra features enabled
 /// and, under [`CoopPolicy::Auto`], the check passed on this device.
 pub(crate) fn usable(
@@ -126,7 +126,7 @@ pub fn cooperative_attention_kernel(device: &Device) -> Option<&'static str> {
 fn checked_once(device: &Device, options: &BuildOptions, tile: AttendTile) -> bool {
     let file = crate::coop::records(device, options);
     let passed = crate::coop::recorded_passes(file.as_ref());
-    let name = format!("attention {tile:?}");
+    let name = crate::coop::record_key(&format!("attention {tile:?}"));
     if passed.contains(&name) {
         return true;
     }

@@ -359,7 +359,14 @@ impl GraphBuilder {
             };
             let (ai, wi) = (&self.tensors[a.0], &self.tensors[b.0]);
             let rows = ai.numel() / d.max(1);
-            let takes = self.tensors[a.0].storage == st
+            // Nothing writes the norm's input between the norm and the layer, which reads it
+            // in the norm's place; the scaled weight is small enough to fold.
+            let x_st = self.tensors[x.0].storage;
+            let still = uses.writers[x_st].iter().all(|&w| w < k || w > i);
+            let folds = wi.numel() * wi.dtype.size() <= MAX_BYTES;
+            let takes = still
+                && folds
+                && self.tensors[a.0].storage == st
                 && ai.shape.last() == Some(&d)
                 && wi.shape.len() == 2
                 && wi.shape[1] == d

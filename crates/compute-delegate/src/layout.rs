@@ -257,13 +257,19 @@ impl GraphBuilder {
     /// ConvNeXt block's last permute) become 1x1 convolutions that read the pixels channels
     /// last and write the permute's result (`Op::Conv`'s `in_last`): the product's B operand
     /// is read transposed and the permute goes, so what follows (a layer scale, a residual)
-    /// reads channels first as written and fuses into the product. fp16 only: its products
-    /// run on cooperative matrices, whose loads transpose B at no cost, where the plain fp32
-    /// kernel would read the pixels across a stride.
-    pub(crate) fn with_products_written_channels_first(&self) -> Option<GraphBuilder> {
+    /// reads channels first as written and fuses into the product. fp16 only, and only where
+    /// `pays` (asked once, at the first such layer) says the device runs fp16 products on
+    /// cooperative matrices, whose loads transpose B at no cost, or is a CPU driver (where it
+    /// measured no slower): the plain kernel on a GPU would read the pixels across a stride.
+    pub(crate) fn with_products_written_channels_first(
+        &self,
+        pays: impl FnOnce() -> bool,
+    ) -> Option<GraphBuilder> {
         let uses = Uses::of(self);
         let mut g = self.clone();
         let mut drop = vec![false; self.nodes.len()];
+        let mut pays = Some(pays);
+        let mut allowed = None;
         for (j, node) in self.nodes.iter().enumerate() {
             let Op::Permute { x: y, perm } = &node.op else {
                 continue;
@@ -296,6 +302,9 @@ impl GraphBuilder {
                 && x.dtype == DType::F16;
             if perm[..] != [0, 3, 1, 2] || !own || !writes || !fits {
                 continue;
+            }
+            if !*allowed.get_or_insert_with(|| pays.take().is_some_and(|f| f())) {
+                return None;
             }
             let pixels = [yi.shape[0], yi.shape[1], yi.shape[2], wt.shape[1]];
             let view = |g: &mut GraphBuilder, t: &crate::graph::TensorInfo, shape: Vec<usize>| {

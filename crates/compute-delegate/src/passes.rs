@@ -551,16 +551,19 @@ impl GraphBuilder {
     /// that can be cut (a `linear` whose bias is absent or constant too).
     fn cut_of(&self, op: &Op, limit: u64) -> Option<Cut> {
         let (constant, dim) = match op {
+            // Not a product with a folded norm: its column sums are of the whole weight.
             Op::Matmul {
                 b,
                 linear: true,
                 bias,
+                norm: None,
                 ..
             } if bias.is_none_or(|t| self.const_bytes(t).is_some()) => (*b, 0),
             Op::Matmul {
                 b,
                 linear: false,
                 bias: None,
+                norm: None,
                 ..
             } => (*b, 1),
             Op::Gather { table, .. } => (*table, 1),
