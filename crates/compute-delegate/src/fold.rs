@@ -165,21 +165,14 @@ impl GraphBuilder {
             g.nodes[i].out = self.nodes[j].out;
             drop[j] = true;
         }
-        let added = g.nodes.len() - first_new;
-        drop.resize(g.nodes.len(), false);
-        let mut g = retain(g, &drop)?;
-        g.nodes.rotate_right(added);
-        Some(g)
+        new_nodes_first(g, drop, first_new)
     }
 
     /// The convolutions whose result a constant per output channel scales, as (the
     /// convolution's node, the multiplication's node, the scale).
     fn channel_scales(&self) -> Vec<(usize, usize, TensorId)> {
         let uses = Uses::of(self);
-        let constant = |t: TensorId| {
-            let st = self.tensors[t.0].storage;
-            matches!(self.storages[st].kind, StorageKind::Const(_)) && uses.writers[st].is_empty()
-        };
+        let constant = |t: TensorId| self.fixed(&uses, t);
         let mut found: Vec<(usize, usize, TensorId)> = Vec::new();
         for (j, node) in self.nodes.iter().enumerate() {
             let Op::Binary {
@@ -296,21 +289,14 @@ impl GraphBuilder {
             };
             drop[k] = true;
         }
-        let added = g.nodes.len() - first_new;
-        drop.resize(g.nodes.len(), false);
-        let mut g = retain(g, &drop)?;
-        g.nodes.rotate_right(added);
-        Some(g)
+        new_nodes_first(g, drop, first_new)
     }
 
     /// The fp16 layer norms over contiguous rows whose result one linear layer alone reads
     /// (its weight and bias, and the norm's, constants), as (the norm's node, the layer's).
     fn norms_before_products(&self) -> Vec<(usize, usize)> {
         let uses = Uses::of(self);
-        let constant = |t: TensorId| {
-            let st = self.tensors[t.0].storage;
-            matches!(self.storages[st].kind, StorageKind::Const(_)) && uses.writers[st].is_empty()
-        };
+        let constant = |t: TensorId| self.fixed(&uses, t);
         let mut found = Vec::new();
         for (k, node) in self.nodes.iter().enumerate() {
             let Op::LayerNorm {
@@ -381,6 +367,24 @@ impl GraphBuilder {
         }
         found
     }
+}
+
+impl GraphBuilder {
+    /// Whether `t` is a constant no node writes (not state): what a fold may rewrite.
+    fn fixed(&self, uses: &Uses, t: TensorId) -> bool {
+        let st = self.tensors[t.0].storage;
+        matches!(self.storages[st].kind, StorageKind::Const(_)) && uses.writers[st].is_empty()
+    }
+}
+
+/// `g` without the nodes `drop` marks, and with the nodes a fold added from `first_new` on
+/// (they read constants alone) moved first, before the nodes that read their results.
+fn new_nodes_first(g: GraphBuilder, mut drop: Vec<bool>, first_new: usize) -> Option<GraphBuilder> {
+    let added = g.nodes.len() - first_new;
+    drop.resize(g.nodes.len(), false);
+    let mut g = retain(g, &drop)?;
+    g.nodes.rotate_right(added);
+    Some(g)
 }
 
 /// Environment variable: `0` keeps layer norms before linear layers as dispatches of their
