@@ -10,9 +10,10 @@
 //! nothing else reads them.
 //!
 //! [`GraphBuilder::with_attention_fused`] applies where the operands' batch dims fit the
-//! kernel's three (after merging), the head sizes are multiples of 4 up to [`MAX_HEAD`], there
-//! are at most [`MAX_KEYS`] keys, every operand has the output's dtype, and every tensor the kernel reads is written once, before it
-//! runs.
+//! kernel's three (after merging), the head sizes are multiples of 4 up to [`MAX_HEAD`], every
+//! operand has the output's dtype, and every tensor the kernel reads is written once, before
+//! it runs. Attentions of more than [`MAX_KEYS`] keys fuse only where the cooperative-matrix
+//! kernel (`attend_coop2.comp`, which tiles any number of keys) takes them.
 
 use crate::fusion::Uses;
 use crate::graph::{BinaryOp, Compare, GraphBuilder, Op, StorageKind, TensorId, UnaryOp};
@@ -32,9 +33,14 @@ const QUERY_ROWS: usize = 32;
 const LANES: usize = 4;
 /// Added biases the kernel takes.
 const MAX_BIASES: usize = 2;
-/// Keys past which the products and softmax stay: the kernel's scalar arithmetic loses to
-/// the matrix kernels there (on an H200, 1500 keys of 64: 852 µs against 500 µs in fp32).
+/// Keys past which the products and softmax stay, unless the cooperative-matrix kernel takes
+/// the attention: `attend.comp`'s scalar arithmetic loses to the matrix kernels there (on an
+/// H200, 1500 keys of 64: 852 µs against 500 µs in fp32).
 pub(crate) const MAX_KEYS: usize = 512;
+
+/// What takes an attention of more than [`MAX_KEYS`] keys: given the graph and the fused
+/// `attend.comp` node, that node on the cooperative-matrix kernel, if it runs there.
+pub(crate) type LongAttention<'a> = &'a dyn Fn(&GraphBuilder, &Op) -> Option<Op>;
 
 /// An operand of the fused kernel: its elements `(b, row, col)` in `src`'s storage at `off`,
 /// with the batch dims (size, stride; outermost first) of its own frame, then (after
@@ -68,8 +74,13 @@ type Permuted = (usize, TensorId, Vec<usize>, Vec<usize>);
 impl GraphBuilder {
     /// The graph with each attention composition ending in node `k`'s matmul computed by one
     /// `attend.comp` dispatch (see the module's header), its blocks of keys sized to fit
-    /// `shared_bytes` of shared memory. `None` where there is none.
-    pub(crate) fn with_attention_fused(&self, shared_bytes: u32) -> Option<GraphBuilder> {
+    /// `shared_bytes` of shared memory; those of more than [`MAX_KEYS`] keys only where `long`
+    /// moves them onto the matrix kernel. `None` where there is none.
+    pub(crate) fn with_attention_fused(
+        &self,
+        shared_bytes: u32,
+        long: LongAttention<'_>,
+    ) -> Option<GraphBuilder> {
         let uses = Uses::of(self);
         let mut g = self.clone();
         let mut absorbed = vec![false; self.nodes.len()];
@@ -80,8 +91,19 @@ impl GraphBuilder {
                 continue;
             };
             let permuted = self.permuted_output(&uses, k);
+            let many_keys = found.sk > MAX_KEYS;
+            if many_keys && self.tensors[self.nodes[k].out.0].dtype != vk_core::DType::F16 {
+                continue;
+            }
             let Some(op) = g.attend_op(found, k, permuted.as_ref(), shared_bytes) else {
                 continue;
+            };
+            let op = match many_keys {
+                true => match long(&g, &op) {
+                    Some(on_matrices) => on_matrices,
+                    None => continue,
+                },
+                false => op,
             };
             g.nodes[k].op = op;
             if let Some((r, p, _, _)) = permuted {
@@ -204,7 +226,7 @@ impl GraphBuilder {
         let (qsq, d) = last2(&self.tensors[qa.0].shape)?;
         let (kd, ksk) = last2(&self.tensors[kt.0].shape)?;
         let (vsk, ve) = last2(&self.tensors[v.0].shape)?;
-        let sizes = d % 4 == 0 && e % 4 == 0 && d <= MAX_HEAD && e <= MAX_HEAD && sk <= MAX_KEYS;
+        let sizes = d % 4 == 0 && e % 4 == 0 && d <= MAX_HEAD && e <= MAX_HEAD;
         if qsq != sq || kd != d || ksk != sk || vsk != sk || ve != e || !sizes {
             return None;
         }

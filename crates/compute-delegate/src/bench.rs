@@ -686,6 +686,33 @@ fn conv3x3_case(c: usize, hw: usize, dtype: vk_core::DType) -> Case {
     }
 }
 
+/// The fp16 attention case: `heads` heads of `tokens` queries and keys of `d`, as a model
+/// spells it (the fusion makes it one attention).
+fn attention_case(heads: usize, tokens: usize, d: usize) -> Case {
+    let h = vk_core::DType::F16;
+    let qs = [heads, tokens, d];
+    Case {
+        op: "attention_f16",
+        f32_op: None,
+        shape: shape_str(&qs),
+        work: Work::Flops(4.0 * (heads * tokens * tokens * d) as f64),
+        make: Box::new(move || {
+            let mut g = GraphBuilder::new();
+            let q = g.input("q", h, &qs)?;
+            let k = g.input("k", h, &qs)?;
+            let v = g.input("v", h, &qs)?;
+            let kt = g.permute(k, &[0, 2, 1])?;
+            let scores = g.matmul(q, kt)?;
+            let scores = g.mul_scalar(scores, 1.0 / (d as f32).sqrt())?;
+            let p = g.softmax(scores, -1)?;
+            let y = g.matmul(p, v)?;
+            g.output(y)?;
+            let inputs = (1..=3).map(|seed| pattern_as(&qs, seed, h));
+            Ok((g, inputs.collect::<Result<_>>()?))
+        }),
+    }
+}
+
 struct Sizes {
     big: Vec<usize>,
     conv: [(usize, usize); 2],
@@ -704,6 +731,9 @@ struct Sizes {
     /// fp16 products of a `[n, k]` activation by a constant `[m, k]` weight, `(m, k, ns)`: the
     /// shapes of llama.cpp's `test-backend-ops perf -o MUL_MAT`.
     mul_mat: (usize, usize, Vec<usize>),
+    /// fp16 attentions `softmax(q k^T / sqrt(d)) v`, `(heads, tokens, d)`: ViT-B/16's and a
+    /// long sequence's.
+    attention: Vec<(usize, usize, usize)>,
     copy_bytes: u64,
     fma: (u32, u32),
     e2e_runs: usize,
@@ -723,6 +753,7 @@ impl Sizes {
                 mlp_q4: (512, 128),
                 q4_prompt: vec![(64, 2048, 512)],
                 mul_mat: (256, 512, vec![1, 8, 64]),
+                attention: vec![(2, 80, 64)],
                 copy_bytes: 16 << 20,
                 fma: (64, 256),
                 e2e_runs: 5,
@@ -748,6 +779,7 @@ impl Sizes {
                 // Llama-3.2-1B's q and o, and its up, on prompts of 128 and 512 tokens.
                 q4_prompt: vec![(128, 2048, 2048), (512, 2048, 2048), (512, 8192, 2048)],
                 mul_mat: (4096, 14336, vec![1, 2, 3, 4, 5, 8, 512]),
+                attention: vec![(12, 197, 64), (32, 1024, 64)],
                 copy_bytes: 1 << 30,
                 fma: (8192, 4096),
                 e2e_runs: 3,
@@ -1215,6 +1247,9 @@ fn f16_cases(s: &Sizes) -> Vec<Case> {
     });
     for &(c, hw) in &s.conv {
         cases.push(conv3x3_case(c, hw, h));
+    }
+    for &(heads, tokens, d) in &s.attention {
+        cases.push(attention_case(heads, tokens, d));
     }
     let n = s.matmul;
     cases.push(Case {

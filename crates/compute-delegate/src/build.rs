@@ -11,7 +11,7 @@ use vk_core::{
 
 use crate::constants::Pooled;
 use crate::error::{Error, Result};
-use crate::graph::{GraphBuilder, Storage, StorageKind, TensorId};
+use crate::graph::{GraphBuilder, Op, Storage, StorageKind, TensorId};
 use crate::lower::{Dispatch, Plan, lower_placed};
 use crate::options::BuildOptions;
 use crate::pipelines::Layout;
@@ -97,7 +97,17 @@ impl GraphBuilder {
         let cpu = cpu_driver && !options.gpu_layouts;
         if options.fuses() {
             let shared = device.capabilities().limits.max_compute_shared_memory_size;
-            let fused = self.with_attention_fused(shared);
+            // Long fp16 attentions go straight onto the matrix kernel (its check runs only
+            // where the graph has one).
+            let tile = std::cell::OnceCell::new();
+            let long = |g: &GraphBuilder, op: &Op| {
+                let tile = *tile.get_or_init(|| {
+                    let coop = crate::coop::usable(device, options);
+                    crate::coop_attention::usable(device, options, coop)
+                });
+                g.attention_on_matrices(op, device, tile?)
+            };
+            let fused = self.with_attention_fused(shared, &long);
             let fused = fused
                 .or_else(|| self.with_prompt_attention_blocked(shared))
                 .or_else(|| self.with_gated_products_fused())

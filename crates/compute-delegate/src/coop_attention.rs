@@ -41,9 +41,13 @@ pub(crate) struct AttendTile {
     pub threads: u32,
 }
 
-/// 32 queries by 64 keys on four subgroups: on an H100, ViT-B/16 fp16's twelve attentions (197
+/// 32 queries by 64 keys on four subgroups. On an H100, ViT-B/16 fp16's twelve attentions (197
 /// tokens, 12 heads of 64) took 0.19 ms against 0.24 with 64 queries (twice the work groups of
-/// that short sequence), and 16 queries on two subgroups 0.26 ms.
+/// that short sequence), and 16 queries on two subgroups 0.26 ms. In a later run, one of them
+/// took 11 us here, 10 on eight subgroups, 9 on 32 x 128 on eight and 8.5 on 32 x 256 on
+/// eight, but 32 heads of 1024 tokens took 0.107 ms here against 0.136, 0.152 and 0.136 (one
+/// tile serves both: this one loses 2 us on each short attention and gains 30-45 us on each
+/// long one). 16 subgroups (512 invocations) do not pass the check there.
 const TILE: AttendTile = AttendTile {
     rows: 32,
     keys: 64,
@@ -181,7 +185,12 @@ impl GraphBuilder {
     }
 
     /// `op` on `attend_coop2.comp`, if it is an `attend.comp` node the tile takes.
-    fn attention_on_matrices(&self, op: &Op, device: &Device, tile: AttendTile) -> Option<Op> {
+    pub(crate) fn attention_on_matrices(
+        &self,
+        op: &Op,
+        device: &Device,
+        tile: AttendTile,
+    ) -> Option<Op> {
         let Op::Kernel {
             name,
             kernel: Kernel::Attend,

@@ -128,6 +128,57 @@ fn fp16_linear_uses_the_chosen_kernel_and_matches() {
     assert_no_validation_errors(&instance);
 }
 
+/// A deep product of few blocks (split along K on the workgroup-scope kernel, its summing
+/// pass applying the bias, the residual and the activation), with rows and columns that fill
+/// no tile: executed three times with new inputs, each result matches.
+#[test]
+fn split_products_with_an_epilogue_match_at_every_execution() {
+    let test = "split_products_with_an_epilogue_match_at_every_execution";
+    let Some((instance, device)) = device(test) else {
+        return;
+    };
+    let (batch, m, n, k) = (2usize, 40usize, 136usize, 1536usize);
+    let (w, bias) = (values(n * k, 21), values(n, 22));
+    let mut g = GraphBuilder::new();
+    let xi = g.input("x", DType::F16, &[batch, m, k]).unwrap();
+    let ri = g.input("r", DType::F16, &[batch, m, n]).unwrap();
+    let wi = g.constant_f16("w", &[n, k], &w).unwrap();
+    let bi = g.constant_f16("b", &[n], &bias).unwrap();
+    let y = g.linear(xi, wi, Some(bi)).unwrap();
+    let y = g.add(y, ri).unwrap();
+    let y = g.relu(y).unwrap();
+    g.output(y).unwrap();
+    let mut graph = g.build(&device).unwrap();
+    let kernels = graph.kernels();
+    for run in 0..3u64 {
+        let (x, r) = (
+            values(batch * m * k, 30 + run),
+            values(batch * m * n, 40 + run),
+        );
+        let out = graph
+            .execute(&[tensor(&[batch, m, k], &x), tensor(&[batch, m, n], &r)])
+            .unwrap();
+        let got = read(&out[0]);
+        for row in 0..batch * m {
+            for j in 0..n {
+                let mut want = f64::from(bias[j]) + f64::from(r[row * n + j]);
+                for kk in 0..k {
+                    want += f64::from(x[row * k + kk]) * f64::from(w[j * k + kk]);
+                }
+                let want = want.max(0.0);
+                let v = f64::from(got[row * n + j]);
+                let tol = 1e-3 * (k as f64).sqrt() + 2e-3 * want.abs();
+                assert!(
+                    (v - want).abs() <= tol,
+                    "run {run}: [{row}][{j}] = {v}, expected {want} ({kernels:?})"
+                );
+            }
+        }
+    }
+    drop(graph);
+    assert_no_validation_errors(&instance);
+}
+
 /// The checks a device passed are recorded beside its pipeline cache, one per line, so that
 /// a process after the first runs none of them; a build with the disk cache off records none.
 /// A device without cooperative matrices checks nothing and records nothing.
@@ -362,6 +413,64 @@ fn fp16_conv2d_uses_the_chosen_kernel_and_matches() {
 /// PyTorch's guard (BERT). On cooperative matrices where the device runs them, and through
 /// `attend.comp` otherwise; either way as the graph built without cooperative matrices, and
 /// as a host reference.
+/// An attention over more keys than the scalar kernel takes (600): one dispatch on the
+/// cooperative-matrix kernel where the device runs it, else the products and the softmax on
+/// their own; either way it matches a host reference.
+#[test]
+fn long_fp16_attentions_fuse_onto_the_matrix_kernel() {
+    let test = "long_fp16_attentions_fuse_onto_the_matrix_kernel";
+    let Some((instance, device)) = device(test) else {
+        return;
+    };
+    let (h, s, d) = (2usize, 600usize, 64usize);
+    let mut g = GraphBuilder::new();
+    let shape = [h, s, d];
+    let [q, k, v] = ["q", "k", "v"].map(|n| g.input(n, DType::F16, &shape).unwrap());
+    let kt = g.permute(k, &[0, 2, 1]).unwrap();
+    let scores = g.matmul(q, kt).unwrap();
+    let scores = g.mul_scalar(scores, 0.125).unwrap();
+    let p = g.softmax(scores, -1).unwrap();
+    let y = g.matmul(p, v).unwrap();
+    g.output(y).unwrap();
+    let mut graph = g.build(&device).unwrap();
+    let kernels = graph.kernels();
+    match compute_delegate::cooperative_attention_kernel(&device) {
+        Some(kernel) => assert_eq!(kernels, [kernel]),
+        None => assert!(
+            !kernels.iter().any(|k| k.starts_with("Attend")),
+            "{kernels:?}"
+        ),
+    }
+    let x: Vec<Vec<f32>> = (0..3).map(|i| values(h * s * d, 50 + i)).collect();
+    let inputs: Vec<_> = x.iter().map(|v| tensor(&shape, v)).collect();
+    let got = read(&graph.execute(&inputs).unwrap()[0]);
+    let (xq, xk, xv) = (&x[0], &x[1], &x[2]);
+    let mut worst = 0f64;
+    for head in 0..h {
+        let at = |i: usize| (head * s + i) * d..(head * s + i + 1) * d;
+        for i in 0..s {
+            let scores: Vec<f64> = (0..s)
+                .map(|j| {
+                    let dot = xq[at(i)].iter().zip(&xk[at(j)]);
+                    dot.map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>() * 0.125
+                })
+                .collect();
+            let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|sc| (sc - top).exp()).collect();
+            let total: f64 = w.iter().sum();
+            for c in 0..d {
+                let r: f64 = (0..s).map(|j| w[j] * f64::from(xv[at(j)][c])).sum::<f64>() / total;
+                let v = f64::from(got[(head * s + i) * d + c]);
+                worst = worst.max((v - r).abs());
+            }
+        }
+    }
+    // Outputs within [-1, 1]: fp16 probabilities and results.
+    assert!(worst <= 4e-3, "worst {worst} ({kernels:?})");
+    drop(graph);
+    assert_no_validation_errors(&instance);
+}
+
 #[test]
 fn fp16_attention_uses_the_chosen_kernel_and_matches() {
     let test = "fp16_attention_uses_the_chosen_kernel_and_matches";
