@@ -5,9 +5,11 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 // GEMM on cooperative matrices (VK_KHR_cooperative_matrix): C[m][n] = sum_k A[m][k] * B[k][n]
-// (+ bias per column, or per row with BIAS_ROW, fused clamp), A and B fp16, accumulation in fp32, C fp16. Used for
-// matmul, bmm and linear on fp16 tensors.
+// (+ bias per column, or per row with BIAS_ROW, then `epilogue.glsl`'s residual and
+// activation), A and B fp16, accumulation in fp32, C fp16. Used for matmul, bmm and linear on
+// fp16 tensors.
 //
 // A work group of four subgroups computes a BM x BN block, stepping K by BK through two
 // shared-memory stages (the next block's global loads are in flight in registers while the
@@ -38,11 +40,14 @@ layout(constant_id = 6) const uint ACT = 0;
 // The bias is per row (conv2d: per output channel) instead of per column.
 layout(constant_id = 7) const uint BIAS_ROW = 0;
 layout(constant_id = 8) const uint CONV = 0;
+// The block: BM x BN (multiples of 32, at most 128; 128 x 128 in CONV mode).
+layout(constant_id = 9) const uint BM = 128;
+layout(constant_id = 10) const uint BN = 128;
+// `epilogue.glsl`'s residual (binding 4, laid out as C): 1 added, 2 multiplying.
+layout(constant_id = 11) const uint RESID = 0;
 // Threads per work group (spec constant 0): four subgroups.
 const uint WG = gl_WorkGroupSize.x;
 
-const uint BM = 128;
-const uint BN = 128;
 const uint BK = 32;
 const uint WM = BM / 2;
 const uint WN = BN / 2;
@@ -69,6 +74,7 @@ layout(std430, set = 0, binding = 3) writeonly buffer C { float16_t c[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer C8 { uvec4 c8[]; };
 layout(std430, set = 0, binding = 0) readonly buffer A8 { uvec4 a8[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B8 { uvec4 b8[]; };
+layout(std430, set = 0, binding = 4) readonly buffer R { float16_t resid[]; };
 
 layout(push_constant) uniform Params {
     uint m;
@@ -92,6 +98,8 @@ layout(push_constant) uniform Params {
     uint dh;
     uint dw;
 } pc;
+
+#include "epilogue.glsl"
 
 // Stages of A and B as 16-byte chunks (8 halves each).
 shared uvec4 As[2 * A_STAGE / 8];
@@ -232,13 +240,17 @@ void multiply_stage(uint stage, uint wm, uint wn) {
     }
 }
 
-// An output element's final value: the accumulator `v` of C[row][col], plus its bias, clamped.
-float finish(float v, uint row, uint col) {
+// An output element's final value: the accumulator `v` of C[row][col] (at `at` in C), plus
+// its bias, then `epilogue.glsl`'s residual and activation.
+float finish(float v, uint row, uint col, uint at) {
     if (pc.has_bias == 1) {
         v += float(bias[(BIAS_ROW == 1) ? row : col]);
     }
-    if (ACT == 1) {
-        v = clamp(v, pc.act_lo, pc.act_hi);
+    if (RESID != 0) {
+        v = combine(v, float(resid[at]));
+    }
+    if (ACT != 0) {
+        v = activate(v);
     }
     return v;
 }
@@ -325,8 +337,9 @@ void main() {
                 uint row = r0 + e0 / TN;
                 uint col = c0 + e0 % TN;
                 float h[8];
+                uint at = z * pc.sc_b + row * pc.sc_m + col;
                 [[unroll]] for (uint q = 0; q < 8; ++q) {
-                    h[q] = finish(Cs[slot + e0 + q], row, col + q);
+                    h[q] = finish(Cs[slot + e0 + q], row, col + q, at + q);
                 }
                 c8[(z * pc.sc_b + row * pc.sc_m + col) / 8] =
                     uvec4(packFloat2x16(f16vec2(h[0], h[1])), packFloat2x16(f16vec2(h[2], h[3])),
@@ -336,8 +349,8 @@ void main() {
                     uint row = r0 + e / TN;
                     uint col = c0 + e % TN;
                     if (row < pc.m && col < pc.n) {
-                        c[z * pc.sc_b + row * pc.sc_m + col] =
-                            float16_t(finish(Cs[slot + e], row, col));
+                        uint at = z * pc.sc_b + row * pc.sc_m + col;
+                        c[at] = float16_t(finish(Cs[slot + e], row, col, at));
                     }
                 }
             }

@@ -400,7 +400,7 @@ impl Kernel {
             Kernel::GemmWide => 4,
             Kernel::GemmEpi => 5,
             Kernel::GemmWideEpi => 5,
-            Kernel::GemmCoop => 4,
+            Kernel::GemmCoop => 5,
             Kernel::GemmCoop2 => 5,
             Kernel::Gemv => 4,
             Kernel::GemvQ4 => 11,

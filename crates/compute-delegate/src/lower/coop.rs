@@ -372,8 +372,14 @@ impl Lowerer<'_> {
         let [threads, tm, tn, tk] = khr;
         // Spec: threads, fragment, B transposed, 16-byte loads, clamp, bias per row, CONV.
         let act = u32::from(c.act.is_some());
-        let spec = vec![threads, tm, tn, tk, 1, 1, act, 1, 1];
-        let conv_bindings = vec![(pw, false), (px, false), bindings[2], bindings[3]];
+        let spec = vec![threads, tm, tn, tk, 1, 1, act, 1, 1, 128, 128, 0];
+        let conv_bindings = vec![
+            (pw, false),
+            (px, false),
+            bindings[2],
+            bindings[3],
+            (pw, false),
+        ];
         let kernel = self.used(Checked::Subgroup);
         self.push(kernel, spec, conv_bindings, &push, groups);
         Ok(true)
@@ -457,13 +463,29 @@ impl Lowerer<'_> {
                 tn,
                 tk,
                 threads,
-            } => (
-                self.used(Checked::Subgroup),
-                vec![threads, tm, tn, tk, b_t, u32::from(vec), 0, bias_row],
-                128,
-                128,
-                None,
-            ),
+            } => {
+                let (bm, bn) = khr_block(g.m, g.n, g.batch);
+                (
+                    self.used(Checked::Subgroup),
+                    // CONV 0, then the block.
+                    vec![
+                        threads,
+                        tm,
+                        tn,
+                        tk,
+                        b_t,
+                        u32::from(vec),
+                        0,
+                        bias_row,
+                        0,
+                        bm,
+                        bn,
+                    ],
+                    u64::from(bm),
+                    u64::from(bn),
+                    None,
+                )
+            }
             CoopConfig::Nv2 { .. } => {
                 let Some(t) = c.nv2_tile(g.m, g.n, g.k, g.batch) else {
                     return Err(Error::Graph(
@@ -502,10 +524,10 @@ impl Lowerer<'_> {
         if let Some(p) = partial {
             bindings[3] = (p, true);
         }
-        // Where the result is final, the workgroup-scope kernel applies the whole epilogue
-        // (spec 5: the activation, 9: the residual, binding 4); `gemm_coop.comp` the clamp
-        // alone (spec 6). With split-K the summing pass applies it.
-        let whole = kernel == Kernel::GemmCoop2 && partial.is_none();
+        // Where the result is final, the kernel applies the whole epilogue (the activation:
+        // spec 5 of `gemm_coop2.comp`, 6 of `gemm_coop.comp`; the residual: spec 9 or 11,
+        // binding 4). With split-K the summing pass applies it.
+        let whole = partial.is_none();
         // With a folded norm, binding 4 holds its column sums: no residual.
         let e = match (whole, norm) {
             (true, None) => self.take_epilogue(),
@@ -513,6 +535,10 @@ impl Lowerer<'_> {
             (false, _) => None,
         }
         .unwrap_or_else(|| Taken::clamp(act));
+        if kernel == Kernel::GemmCoop {
+            spec.push(e.resid); // RESID
+            bindings.push((e.residual.unwrap_or(bindings[0].0), false));
+        }
         if kernel == Kernel::GemmCoop2 {
             spec.push(u32::from(partial.is_some())); // PARTIAL
             spec.push(e.resid); // RESID
@@ -584,6 +610,32 @@ impl Lowerer<'_> {
     }
 }
 
+/// `gemm_coop.comp`'s blocks, largest first: 128 x 128, then 64 x 64 and 32 x 64 for products
+/// of few rows.
+const KHR_BLOCKS: [(u32, u32); 3] = [(128, 128), (64, 64), (32, 64)];
+
+/// Environment variable: `0` keeps `gemm_coop.comp` on 128 x 128 blocks.
+pub const ENV_COOP_SMALL_BLOCKS: &str = "VKDELEGATE_COOP_SMALL_BLOCKS";
+
+/// The block of `gemm_coop.comp` for an `m x n` product of `batch` matrices: the largest of
+/// [`KHR_BLOCKS`] that gives it 256 work groups and pads its rows by at most a quarter, else
+/// the smallest.
+fn khr_block(m: usize, n: usize, batch: usize) -> (u32, u32) {
+    if std::env::var(ENV_COOP_SMALL_BLOCKS).is_ok_and(|v| v.trim() == "0") {
+        return KHR_BLOCKS[0];
+    }
+    let (m, n) = (m as u64, n as u64);
+    let fits = |&(bm, bn): &(u32, u32)| {
+        let padded = m.div_ceil(bm.into()) * u64::from(bm);
+        let groups = m.div_ceil(bm.into()) * n.div_ceil(bn.into()) * batch as u64;
+        groups >= 256 && 4 * (padded - m) <= padded
+    };
+    KHR_BLOCKS
+        .into_iter()
+        .find(fits)
+        .unwrap_or(KHR_BLOCKS[KHR_BLOCKS.len() - 1])
+}
+
 /// Whether an implicit-GEMM conv2d of `blocks` work groups fills a large GPU (a check's graphs
 /// take it at any size); smaller ones go through a patch matrix, whose GEMM can split K.
 fn fills_device(blocks: u64) -> bool {
@@ -644,7 +696,17 @@ fn coop_splits(blocks: u64, k: u64, bk: u64) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::{coop_splits, patch_width};
+    use super::{coop_splits, khr_block, patch_width};
+
+    #[test]
+    fn subgroup_scope_products_of_few_rows_take_small_blocks() {
+        assert_eq!(khr_block(4096, 4096, 1), (128, 128));
+        // 8 x 32 blocks of 64 x 64.
+        assert_eq!(khr_block(512, 2048, 1), (64, 64));
+        // ViT-B/16's 197 rows: 7 x 36 blocks of 32 x 64.
+        assert_eq!(khr_block(197, 2304, 1), (32, 64));
+        assert_eq!(khr_block(8, 8, 1), (32, 64));
+    }
 
     #[test]
     fn pixel_patches_are_as_wide_as_covers_the_output_with_least_waste() {

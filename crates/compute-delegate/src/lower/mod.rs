@@ -1156,8 +1156,9 @@ mod tests {
         assert_eq!(pack[3..6], [24, 114, 102]);
         assert_eq!(pack[11..], [2 * 114 * 102 * 3, 96 * 9 * 3, 1]);
         let d = &plan.dispatches[1];
-        // Spec: threads, fragment, B transposed, 16-byte loads, clamp, bias per row, CONV.
-        assert_eq!(d.spec, [128, 16, 16, 16, 1, 1, 0, 1, 1]);
+        // Spec: threads, fragment, B transposed, 16-byte loads, clamp, bias per row, CONV,
+        // the block (128 x 128), no residual.
+        assert_eq!(d.spec, [128, 16, 16, 16, 1, 1, 0, 1, 1, 128, 128, 0]);
         // 11200 pixels in 88 blocks of 128, one block of channels, two images.
         assert_eq!(d.groups, [88, 1, 2]);
         // M, N, K, then the strides of A, B and C, the bias, and the CONV parameters.
