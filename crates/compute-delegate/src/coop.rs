@@ -264,8 +264,9 @@ pub const COOPERATIVE_FEATURES: Features = Features::COOPERATIVE_MATRIX
     .union(NV2_FEATURES)
     .union(crate::coop_attention::NV2_ATTENTION_FEATURES);
 
-/// The subgroup-scope kernel's block is 128 x 128 split among 2 x 2 subgroups, stepping K by
-/// 32.
+/// The subgroup-scope kernel's largest block is 128 x 128 split among 2 x 2 subgroups (each
+/// 64 x 64), stepping K by 32; its smaller blocks take only the shapes that divide them
+/// (`lower::coop`'s `khr_block`).
 const WARP_TILE: u32 = 64;
 const BLOCK_K: u32 = 32;
 

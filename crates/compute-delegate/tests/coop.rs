@@ -408,11 +408,6 @@ fn fp16_conv2d_uses_the_chosen_kernel_and_matches() {
     assert_no_validation_errors(&instance);
 }
 
-/// A ViT's and a BERT's attention in fp16, heads of 64: q, k and v permuted out of one product
-/// `[s, 3 h d]` and the output permuted back (the ViT), a mask with one row all -inf under
-/// PyTorch's guard (BERT). On cooperative matrices where the device runs them, and through
-/// `attend.comp` otherwise; either way as the graph built without cooperative matrices, and
-/// as a host reference.
 /// An attention over more keys than the scalar kernel takes (600): one dispatch on the
 /// cooperative-matrix kernel where the device runs it, else the products and the softmax on
 /// their own; either way it matches a host reference.
@@ -471,6 +466,11 @@ fn long_fp16_attentions_fuse_onto_the_matrix_kernel() {
     assert_no_validation_errors(&instance);
 }
 
+/// A ViT's and a BERT's attention in fp16, heads of 64: q, k and v permuted out of one product
+/// `[s, 3 h d]` and the output permuted back (the ViT), a mask with one row all -inf under
+/// PyTorch's guard (BERT). On cooperative matrices where the device runs them, and through
+/// `attend.comp` otherwise; either way as the graph built without cooperative matrices, and
+/// as a host reference.
 #[test]
 fn fp16_attention_uses_the_chosen_kernel_and_matches() {
     let test = "fp16_attention_uses_the_chosen_kernel_and_matches";

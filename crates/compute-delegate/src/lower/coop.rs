@@ -464,7 +464,7 @@ impl Lowerer<'_> {
                 tk,
                 threads,
             } => {
-                let (bm, bn) = khr_block(g.m, g.n, g.batch);
+                let (bm, bn) = khr_block(g.m, g.n, g.batch, [threads, tm, tn]);
                 (
                     self.used(Checked::Subgroup),
                     // CONV 0, then the block.
@@ -617,23 +617,31 @@ const KHR_BLOCKS: [(u32, u32); 3] = [(128, 128), (64, 64), (32, 64)];
 /// Environment variable: `0` keeps `gemm_coop.comp` on 128 x 128 blocks.
 pub const ENV_COOP_SMALL_BLOCKS: &str = "VKDELEGATE_COOP_SMALL_BLOCKS";
 
-/// The block of `gemm_coop.comp` for an `m x n` product of `batch` matrices: the largest of
-/// [`KHR_BLOCKS`] that gives it 256 work groups and pads its rows by at most a quarter, else
-/// the smallest.
-fn khr_block(m: usize, n: usize, batch: usize) -> (u32, u32) {
-    if std::env::var(ENV_COOP_SMALL_BLOCKS).is_ok_and(|v| v.trim() == "0") {
-        return KHR_BLOCKS[0];
-    }
-    let (m, n) = (m as u64, n as u64);
-    let fits = |&(bm, bn): &(u32, u32)| {
-        let padded = m.div_ceil(bm.into()) * u64::from(bm);
-        let groups = m.div_ceil(bm.into()) * n.div_ceil(bn.into()) * batch as u64;
-        groups >= 256 && 4 * (padded - m) <= padded
+/// The block of `gemm_coop.comp` for an `m x n` product of `batch` matrices on `threads`
+/// invocations and fragments of `tm x tn`: of the [`KHR_BLOCKS`] that these divide (whole
+/// 16-byte loads per invocation, whole fragments per subgroup), the largest that gives it 256
+/// work groups and pads its rows by at most a quarter, else the smallest. Under a check, the
+/// largest the product fills, so that the check's problems cover every block.
+fn khr_block(m: usize, n: usize, batch: usize, [threads, tm, tn]: [u32; 3]) -> (u32, u32) {
+    let divides = |&(bm, bn): &(u32, u32)| {
+        let loads = |rows: u32| (rows * 32 / 8) % threads == 0;
+        loads(bm) && loads(bn) && (bm / 2) % tm == 0 && (bn / 2) % tn == 0
     };
-    KHR_BLOCKS
-        .into_iter()
-        .find(fits)
-        .unwrap_or(KHR_BLOCKS[KHR_BLOCKS.len() - 1])
+    let blocks: Vec<(u32, u32)> = KHR_BLOCKS.into_iter().filter(divides).collect();
+    let off = std::env::var(ENV_COOP_SMALL_BLOCKS).is_ok_and(|v| v.trim() == "0");
+    let (Some(&smallest), false) = (blocks.last(), off) else {
+        return KHR_BLOCKS[0];
+    };
+    let (m, n) = (m as u64, n as u64);
+    let pick = |&(bm, bn): &(u32, u32)| {
+        let (bm, bn) = (u64::from(bm), u64::from(bn));
+        if crate::coop::checking() {
+            return m >= bm && n >= bn;
+        }
+        let padded = m.div_ceil(bm) * bm;
+        m.div_ceil(bm) * n.div_ceil(bn) * batch as u64 >= 256 && 4 * (padded - m) <= padded
+    };
+    blocks.into_iter().find(pick).unwrap_or(smallest)
 }
 
 /// Whether an implicit-GEMM conv2d of `blocks` work groups fills a large GPU (a check's graphs
@@ -700,12 +708,18 @@ mod tests {
 
     #[test]
     fn subgroup_scope_products_of_few_rows_take_small_blocks() {
-        assert_eq!(khr_block(4096, 4096, 1), (128, 128));
+        let nv = [128, 16, 16];
+        assert_eq!(khr_block(4096, 4096, 1, nv), (128, 128));
         // 8 x 32 blocks of 64 x 64.
-        assert_eq!(khr_block(512, 2048, 1), (64, 64));
+        assert_eq!(khr_block(512, 2048, 1, nv), (64, 64));
         // ViT-B/16's 197 rows: 7 x 36 blocks of 32 x 64.
-        assert_eq!(khr_block(197, 2304, 1), (32, 64));
-        assert_eq!(khr_block(8, 8, 1), (32, 64));
+        assert_eq!(khr_block(197, 2304, 1, nv), (32, 64));
+        assert_eq!(khr_block(8, 8, 1, nv), (32, 64));
+        // 256 invocations (subgroups of 64): 32 rows are 128 loads of 16 bytes, too few.
+        assert_eq!(khr_block(197, 2304, 1, [256, 16, 16]), (64, 64));
+        // Fragments of 32 x 32: a 32-row block's subgroups would hold none.
+        assert_eq!(khr_block(197, 2304, 1, [128, 32, 32]), (64, 64));
+        assert_eq!(khr_block(197, 2304, 1, [128, 64, 64]), (128, 128));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!
 //! [`fuse_epilogues`] finds them on the graph; a kernel that applies a whole epilogue takes
 //! it ([`Lowerer::take_epilogue`]: the tiled GEMMs, their split-K summing pass, the pointwise
-//! and depthwise convolutions, the workgroup-scope cooperative kernels); where the node's kernel
-//! cannot (`gemm_coop.comp`, products of a few rows with a residual),
+//! and depthwise convolutions, both cooperative GEMM kernels); where the node's kernel cannot
+//! (an implicit-GEMM convolution on subgroup-scope matrices, products of a few rows with a
+//! residual),
 //! [`Lowerer::finish_epilogue`] records the add and the
 //! activation after it, in place on the result, so a fused graph always computes what the
 //! unfused one does. A clamp alone is fused as before: every product and convolution kernel
