@@ -993,8 +993,7 @@ pub(crate) fn upload(
     buffers: &mut [Buffer],
     items: &[(usize, &[u8])],
 ) -> Result<()> {
-    // (staging offset, destination, bytes)
-    let mut copies: Vec<(u64, vk::Buffer, &[u8])> = Vec::new();
+    let mut copies: Vec<StagedCopy<'_>> = Vec::new();
     let mut staged: u64 = 0;
     let started = std::time::Instant::now();
     let mut transferred = 0;
@@ -1011,15 +1010,37 @@ pub(crate) fn upload(
             staged = (staged + data.len() as u64).next_multiple_of(16);
         }
     }
-    if copies.is_empty() {
-        log::debug!(
-            "constants: {} items, mapped or transferred ({transferred} bytes) in {:.1} ms",
-            items.len(),
-            started.elapsed().as_secs_f64() * 1e3
-        );
-        return Ok(());
-    }
     let direct = started.elapsed();
+    let [made, written, copied] = match copies.is_empty() {
+        true => [std::time::Duration::ZERO; 3],
+        false => copy_staged(device, submission, &copies, staged)?,
+    };
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    log::debug!(
+        "constants: {} items; mapped or transferred ({transferred} bytes) {:.1} ms, staging \
+         of {staged} bytes made {:.1} ms, written {:.1} ms, copied {:.1} ms",
+        items.len(),
+        ms(direct),
+        ms(made),
+        ms(written),
+        ms(copied)
+    );
+    Ok(())
+}
+
+/// A constant's copy through the staging buffer: its offset there, its buffer, its bytes.
+type StagedCopy<'a> = (u64, vk::Buffer, &'a [u8]);
+
+/// Writes `copies` into one staging buffer of `staged` bytes and copies them into their
+/// buffers in one submission, waiting for it; returns how long the staging buffer took to
+/// make, to write and to copy from.
+fn copy_staged(
+    device: &Device,
+    submission: &mut Submission,
+    copies: &[StagedCopy<'_>],
+    staged: u64,
+) -> Result<[std::time::Duration; 3]> {
+    let started = std::time::Instant::now();
     let mut staging = Buffer::new(
         device,
         staged,
@@ -1028,12 +1049,12 @@ pub(crate) fn upload(
         "weight staging",
     )?;
     let made = started.elapsed();
-    for &(at, _, data) in &copies {
+    for &(at, _, data) in copies {
         staging.write(at, data)?;
     }
     let written = started.elapsed();
     let c = submission.begin(cmd::SCRATCH)?;
-    for &(at, dst, data) in &copies {
+    for &(at, dst, data) in copies {
         let region = vk::BufferCopy::default()
             .src_offset(at)
             .size(data.len() as u64);
@@ -1049,17 +1070,7 @@ pub(crate) fn upload(
     // has finished its use.
     unsafe { submission.submit(cmd::SCRATCH, &[], &[]) }?;
     submission.wait()?;
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    log::debug!(
-        "constants: {} items; mapped or transferred ({transferred} bytes) {:.1} ms, staging \
-         of {staged} bytes made {:.1} ms, written {:.1} ms, copied {:.1} ms",
-        items.len(),
-        ms(direct),
-        ms(made - direct),
-        ms(written - made),
-        ms(started.elapsed() - written)
-    );
-    Ok(())
+    Ok([made, written - made, started.elapsed() - written])
 }
 
 /// One descriptor set per dispatch, from a pool sized for exactly them (written later, by
