@@ -121,7 +121,7 @@ const NV2_CONV: Nv2Tile = Nv2Tile {
 /// per multiprocessor of a large GPU), else the smallest; [`ENV_COOP2_FILL`] changes it. On an
 /// H100 a 512-token prompt's products of 256 groups on 64 x 64 ran faster there than on
 /// 32 x 64.
-const NV2_MIN_GROUPS: u64 = 256;
+pub(crate) const NV2_MIN_GROUPS: u64 = 256;
 
 /// Products at least this deep ...
 const NV2_DEEP_K: usize = 4096;
@@ -162,6 +162,15 @@ fn parse_fill(v: &str) -> Option<(u64, usize, u64)> {
     }
 }
 
+/// Whether blocks of `bm x bn` give an `m x n` product of `batch` matrices at least `least`
+/// work groups and pad its rows by at most a quarter (a 64-row product on 128-row blocks would
+/// compute twice its work): the rule both cooperative GEMMs choose their blocks by.
+pub(crate) fn block_fills([m, n, batch]: [usize; 3], (bm, bn): (u32, u32), least: u64) -> bool {
+    let (m, n, bm, bn) = (m as u64, n as u64, u64::from(bm), u64::from(bn));
+    let padded = m.div_ceil(bm) * bm;
+    m.div_ceil(bm) * n.div_ceil(bn) * batch as u64 >= least && 4 * (padded - m) <= padded
+}
+
 impl CoopConfig {
     /// This configuration without what `failed` names: `None` where nothing cooperative is
     /// left (the subgroup-scope kernel failed, or every tile did).
@@ -197,14 +206,10 @@ impl CoopConfig {
     /// tiles would compute twice its work), else the smallest; `None` for the subgroup-scope
     /// kernel.
     pub fn nv2_tile(self, m: usize, n: usize, k: usize, batch: usize) -> Option<Nv2Tile> {
-        let (m, n) = (m as u64, n as u64);
-        let groups = |t: &Nv2Tile| m.div_ceil(t.bm.into()) * n.div_ceil(t.bn.into());
-        let padded = |t: &Nv2Tile| m.div_ceil(t.bm.into()) * u64::from(t.bm);
         let least = nv2_min_groups(k);
         let mut last = None;
         for t in self.nv2_tiles() {
-            let fills = groups(&t) * batch as u64 >= least;
-            if fills && 4 * (padded(&t) - m) <= padded(&t) {
+            if block_fills([m, n, batch], (t.bm, t.bn), least) {
                 return Some(t);
             }
             last = Some(t);

@@ -620,8 +620,9 @@ pub const ENV_COOP_SMALL_BLOCKS: &str = "VKDELEGATE_COOP_SMALL_BLOCKS";
 /// The block of `gemm_coop.comp` for an `m x n` product of `batch` matrices on `threads`
 /// invocations and fragments of `tm x tn`: of the [`KHR_BLOCKS`] that these divide (whole
 /// 16-byte loads per invocation, whole fragments per subgroup), the largest that gives it 256
-/// work groups and pads its rows by at most a quarter, else the smallest. Under a check, the
-/// largest the product fills, so that the check's problems cover every block.
+/// work groups and pads its rows by at most a quarter, else the smallest (`coop::block_fills`,
+/// the workgroup-scope tiles' rule). Under a check, the largest the product fills, so that the
+/// check's problems cover every block.
 fn khr_block(m: usize, n: usize, batch: usize, [threads, tm, tn]: [u32; 3]) -> (u32, u32) {
     let divides = |&(bm, bn): &(u32, u32)| {
         let loads = |rows: u32| (rows * 32 / 8) % threads == 0;
@@ -632,14 +633,9 @@ fn khr_block(m: usize, n: usize, batch: usize, [threads, tm, tn]: [u32; 3]) -> (
     let (Some(&smallest), false) = (blocks.last(), off) else {
         return KHR_BLOCKS[0];
     };
-    let (m, n) = (m as u64, n as u64);
-    let pick = |&(bm, bn): &(u32, u32)| {
-        let (bm, bn) = (u64::from(bm), u64::from(bn));
-        if crate::coop::checking() {
-            return m >= bm && n >= bn;
-        }
-        let padded = m.div_ceil(bm) * bm;
-        m.div_ceil(bm) * n.div_ceil(bn) * batch as u64 >= 256 && 4 * (padded - m) <= padded
+    let pick = |&(bm, bn): &(u32, u32)| match crate::coop::checking() {
+        true => m >= bm as usize && n >= bn as usize,
+        false => crate::coop::block_fills([m, n, batch], (bm, bn), crate::coop::NV2_MIN_GROUPS),
     };
     blocks.into_iter().find(pick).unwrap_or(smallest)
 }
